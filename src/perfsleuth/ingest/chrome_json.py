@@ -1,0 +1,251 @@
+"""Stream the ``traceEvents`` array of a Chrome-trace JSON file in bounded-memory chunks.
+
+Whole-file JSON parsers hold 2.5-10x the file size in memory (see the ecosystem notes); this reader
+holds one chunk (a few MB of text and its decoded events). It reads the file (plain or gzip) block by
+block, cuts the text at an event boundary (``},``), and decodes ``[`` + slice + ``]`` with a typed
+msgspec decoder. A cut that falls inside a nested value or a string cannot decode (the event's
+opening brace stays unclosed), so the reader then tries an earlier boundary, and if there is none,
+reads more. Keys outside ``traceEvents`` (metadata) are returned separately.
+
+It does not interpret events: that is the adapter's job (``kineto.py``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from perfsleuth.errors import InputError
+
+T = TypeVar("T")
+
+BLOCK_BYTES = 8 << 20
+MAX_HEADER_BYTES = 256 << 20
+_KEY = b'"traceEvents"'
+
+
+@dataclass(slots=True)
+class Chunk(Generic[T]):
+    """Events decoded from one slice of the array, with where the slice started."""
+
+    events: list[T]
+    first_index: int  # index of the first event in the whole traceEvents array
+    byte_offset: int  # offset of the slice in the (decompressed) text
+
+
+@dataclass(slots=True)
+class ChromeTraceStream(Generic[T]):
+    """Iterates chunks; after iteration, ``metadata`` holds every top-level key but traceEvents."""
+
+    path: Path
+    decoder: msgspec.json.Decoder
+    lenient: Callable[[Any], T]
+    block_bytes: int = BLOCK_BYTES
+    metadata: dict[str, Any] = field(default_factory=dict)
+    bad_events: list[tuple[int, str]] = field(default_factory=list)
+    events_seen: int = 0
+    _index: int = 0
+    _consumed: int = 0
+
+    def __iter__(self) -> Iterator[Chunk[T]]:
+        with _open(self.path) as fh:
+            yield from self._chunks(fh)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _read(self, fh: io.BufferedIOBase) -> bytes:
+        try:
+            data = fh.read(self.block_bytes)
+            self._consumed += len(data)
+            return data
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            raise InputError(self.path, f"cannot decompress: {exc}", place=f"after byte {self._consumed}",
+                             hint="the file is truncated or not gzip; re-copy it or write the trace again") from None
+
+    def _chunks(self, fh: io.BufferedIOBase) -> Iterator[Chunk[T]]:
+        self._consumed = 0
+        buf = self._read(fh)
+        # 1. header: everything before "traceEvents"
+        while True:
+            pos = buf.find(_KEY)
+            if pos >= 0:
+                break
+            more = self._read(fh)
+            if not more or len(buf) > MAX_HEADER_BYTES:
+                self._raise_not_trace(buf)
+            buf += more
+        header = buf[:pos]
+        rest = buf[pos + len(_KEY):]
+        while True:
+            m = re.match(rb"\s*:\s*", rest)
+            if m and len(rest) > m.end():
+                break
+            more = self._read(fh)
+            if not more:
+                raise InputError(self.path, "file ends right after the traceEvents key", hint="the file is truncated")
+            rest += more
+        if rest[m.end():m.end() + 1] != b"[":
+            raise InputError(self.path, "traceEvents is not a JSON array", place=f"byte {pos}")
+        self._parse_header(header)
+        offset = pos + len(_KEY) + m.end() + 1
+        buf = rest[m.end() + 1:]
+        index = self._index = 0
+        eof = False
+        # 2. the array, chunk by chunk
+        while True:
+            if not eof and len(buf) < self.block_bytes:
+                more = self._read(fh)
+                if more:
+                    buf += more
+                    continue
+                eof = True
+            if eof:
+                events, consumed, tail = self._finish(buf, offset)
+                if events:
+                    yield Chunk(events, index, offset)
+                    index += len(events)
+                self.events_seen = index
+                self._parse_tail(tail, offset + consumed)
+                return
+            cut = self._decode_prefix(buf)
+            if cut is None:  # no decodable boundary in this buffer: read more
+                more = self._read(fh)
+                if not more:
+                    eof = True
+                else:
+                    buf += more
+                continue
+            events, end = cut
+            if events:
+                yield Chunk(events, index, offset)
+                index = self._index = index + len(events)
+            offset += end
+            buf = buf[end:]
+
+    def _decode_prefix(self, buf: bytes) -> tuple[list[T], int] | None:
+        """Decode the longest prefix of ``buf`` ending at an event boundary, trying a few cuts."""
+        candidates = 0
+        end = len(buf)
+        while candidates < 16:
+            cut = buf.rfind(b"},", 0, end)
+            if cut < 0:
+                return None
+            events = self._decode(b"[" + buf[: cut + 1] + b"]", cut_ok=True)
+            if events is not None:
+                return events, cut + 2
+            end = cut
+            candidates += 1
+        return None
+
+    def _decode(self, text: bytes, *, cut_ok: bool) -> list[T] | None:
+        try:
+            return self.decoder.decode(text)
+        except msgspec.ValidationError:
+            pass  # either a bad cut that happened to fail on types first, or truly odd events
+        except msgspec.DecodeError:
+            return None
+        try:
+            raw = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return None
+        return self._lenient_all(raw)
+
+    def _lenient_all(self, raw: list[Any]) -> list[T]:
+        out: list[T] = []
+        for i, item in enumerate(raw):
+            try:
+                out.append(self.lenient(item))
+            except (msgspec.ValidationError, TypeError, ValueError) as exc:
+                self.bad_events.append((self._index + i, str(exc)))
+        return out
+
+    def _finish(self, buf: bytes, offset: int) -> tuple[list[T], int, bytes]:
+        """At end of file: find the array's closing bracket, decode what precedes it."""
+        stripped = buf.rstrip()
+        if not stripped.endswith(b"}"):
+            raise InputError(self.path, "the file ends inside the traceEvents array", place=f"byte {offset + len(buf)}",
+                             hint="the trace is truncated (the profiler or the copy did not finish)")
+        end = len(buf)
+        for _ in range(4096):
+            close = buf.rfind(b"]", 0, end)
+            if close < 0:
+                break
+            end = close
+            tail = buf[close + 1:]
+            if not _valid_tail(tail):
+                continue
+            body = buf[:close].rstrip()
+            if not body:
+                return [], close + 1, tail
+            events = self._decode(b"[" + body + b"]", cut_ok=False)
+            if events is not None:
+                return events, close + 1, tail
+        raise InputError(self.path, "the traceEvents array is not valid JSON", place=f"after byte {offset}",
+                         hint="the trace is truncated or corrupted")
+
+    def _parse_header(self, header: bytes) -> None:
+        text = header.rstrip()
+        if not text.startswith(b"{"):
+            start = text.find(b"{")
+            if start < 0:
+                self._raise_not_trace(header)
+            text = text[start:]
+        text = text.rstrip().rstrip(b",")
+        try:
+            meta = msgspec.json.decode(text + b"}") if text != b"{" else {}
+        except msgspec.DecodeError as exc:
+            raise InputError(self.path, f"the keys before traceEvents are not valid JSON: {exc}", place="file header") from None
+        if isinstance(meta, dict):
+            self.metadata.update(meta)
+
+    def _parse_tail(self, tail: bytes, offset: int) -> None:
+        text = tail.strip().lstrip(b",").strip()
+        if text in (b"}", b""):
+            return
+        try:
+            meta = msgspec.json.decode(b"{" + text)
+        except msgspec.DecodeError as exc:
+            raise InputError(self.path, f"the keys after traceEvents are not valid JSON: {exc}", place=f"byte {offset}") from None
+        if isinstance(meta, dict):
+            self.metadata.update(meta)
+
+    def _raise_not_trace(self, head: bytes) -> None:
+        start = head.lstrip()[:1]
+        if start not in (b"{", b"["):
+            raise InputError(self.path, "not JSON (it does not start with '{')", place="byte 0",
+                             hint="pass the .json or .json.gz file the PyTorch profiler wrote")
+        raise InputError(self.path, "no traceEvents key: this is JSON but not a Chrome/Kineto trace",
+                         hint="pass the file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler")
+
+
+def _valid_tail(tail: bytes) -> bool:
+    text = tail.strip()
+    if text == b"}":
+        return True
+    if not text.startswith(b","):
+        return False
+    try:
+        return isinstance(msgspec.json.decode(b"{" + text[1:]), dict)
+    except msgspec.DecodeError:
+        return False
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+    except OSError as exc:
+        raise InputError(path, f"cannot open: {exc.strerror}") from None
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if path.suffix == ".gz":
+        raise InputError(path, "named .gz but not gzip-compressed", place="byte 0")
+    return open(path, "rb")

@@ -1,0 +1,446 @@
+"""Kineto (PyTorch profiler) Chrome-trace JSON -> the canonical ``runs`` and ``events`` tables.
+
+One file per rank. Each file is decoded in bounded-memory chunks (``chrome_json``) straight into
+Arrow record batches; rank files are decoded in parallel worker processes. Per rank, after decoding:
+GPU work is joined to the runtime/driver call that launched it (``correlation``), every event gets the
+``ProfilerStep#N`` it belongs to (host events by containment, GPU work by the step of its launch), and
+NCCL kernels become ``collective`` events with their collective metadata (from the args when the
+profiler recorded them, else from the kernel name: both ``ncclKernel_*`` and ``ncclDevKernel_*``).
+
+This module reads and normalises; it does not judge (no classification of compute kernels, no
+breakdowns: those are in ``perfsleuth.trace``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest import kineto_format as fmt
+from perfsleuth.ingest.chrome_json import ChromeTraceStream
+from perfsleuth.model import EVENTS, RUNS
+
+FORMAT = "kineto"
+_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
+_NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
+_GPU_SIDE = frozenset({"kernel", "collective", "memcpy", "memset", "sync", "gpu_annotation"})
+PARALLEL_MIN_BYTES = 16 << 20
+
+
+# --- detection -----------------------------------------------------------------------------------
+
+
+def detect(path: Path) -> bool:
+    """True if the file looks like a Chrome-trace JSON (plain or gzip) with a traceEvents array."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+        opener = gzip.open if magic == b"\x1f\x8b" else open
+        with opener(path, "rb") as fh:
+            head = fh.read(1 << 20)
+    except (OSError, EOFError):
+        return False
+    return b'"traceEvents"' in head or (head.lstrip()[:1] == b"{" and b'"schemaVersion"' in head)
+
+
+# --- one rank file -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RankFile:
+    """What one rank file holds once decoded."""
+
+    path: str
+    rank: int
+    rank_source: str  # distributedInfo | file name | single file
+    metadata: dict[str, Any]
+    events: pa.Table
+    caveats: list[Caveat] = field(default_factory=list)
+
+
+def _as_int(value: Any, default: int = -1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text, 16) if text.lower().startswith("0x") else int(text)
+        except ValueError:
+            return default
+    return default
+
+
+def _int_column(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([None if v is None else _as_int(v) for v in values], pa.int64())
+
+
+def _str_column(values: list[Any]) -> pa.Array:
+    try:
+        arr = pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        arr = pa.array([None if v is None else str(v) for v in values], pa.string())
+    return arr.dictionary_encode()
+
+
+class _KindCache(dict):
+    def __missing__(self, cat: str | None) -> str | None:
+        if cat is None:
+            kind = None
+        else:
+            low = cat.lower()
+            kind = None if low in fmt.SKIPPED_CATEGORIES else fmt.CATEGORY_KIND.get(low, "other")
+        self[cat] = kind
+        return kind
+
+
+class _CollectiveCache(dict):
+    """Kernel name -> normalised collective op ('' when not a communication kernel)."""
+
+    def __missing__(self, name: str) -> str:
+        m = _NCCL_KERNEL.search(name)
+        op = "" if m is None else normalise_collective(m.group(1) or "unknown")
+        self[name] = op
+        return op
+
+
+def normalise_collective(raw: str) -> str:
+    """'_allgather_base', 'AllGather', 'all_gather_into_tensor' -> 'allgather'."""
+    text = raw.lower().lstrip("_")
+    for suffix in ("_into_tensor_coalesced", "_into_tensor", "_tensor_coalesced", "_coalesced", "_tensor", "_base"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+    return text.replace("_", "")
+
+
+def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: _CollectiveCache, dropped: list[int]) -> pa.RecordBatch | None:
+    keep = []
+    missing = 0
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            if kinds[e.cat] is None:
+                continue
+            if e.ts is None or e.dur is None:
+                missing += 1
+                continue
+            keep.append(e)
+        elif ph == "i" and e.cat == "cpu_instant_event" and e.ts is not None:
+            keep.append(e)
+    dropped[0] += missing
+    if not keep:
+        return None
+    args = [e.args for e in keep]
+    kind = [kinds[e.cat] for e in keep]
+    name = [e.name for e in keep]
+    is_kernel = [k == "kernel" for k in kind]
+    coll_arg = [a.collective_name for a in args]
+    coll_op = []
+    for k, n, ca, i in zip(is_kernel, name, coll_arg, range(len(keep)), strict=True):
+        if k:
+            op = normalise_collective(ca) if ca else colls[n]
+            if op:
+                kind[i] = "collective"
+            coll_op.append(op or None)
+        else:
+            coll_op.append(normalise_collective(ca) if ca else None)
+    ts_us = np.array([e.ts for e in keep], dtype=np.float64)
+    dur_us = np.array([e.dur or 0.0 for e in keep], dtype=np.float64)
+    ts_ns = np.rint(ts_us * 1000.0).astype(np.int64)
+    dur_ns = np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)
+    pid = _int_column([e.pid for e in keep]).fill_null(-1).to_numpy()
+    tid = _int_column([e.tid for e in keep]).fill_null(-1).to_numpy()
+    a_dev = _int_column([a.device for a in args])
+    a_mem_dev = _int_column([a.mem_device_id for a in args])
+    a_stream = _int_column([a.stream for a in args])
+    kind_arr = pa.array(kind, pa.string())
+    gpu_side = np.isin(kind_arr.to_numpy(zero_copy_only=False), list(_GPU_SIDE))
+    device = np.where(gpu_side, a_dev.fill_null(pa.scalar(-1, pa.int64())).to_numpy(), -1)
+    device = np.where(gpu_side & (device < 0), pid, device)
+    is_mem = np.asarray([k == "memory" for k in kind])
+    device = np.where(is_mem, a_mem_dev.fill_null(-1).to_numpy(), device)
+    stream = np.where(gpu_side, a_stream.fill_null(pa.scalar(-1, pa.int64())).to_numpy(), -1)
+    stream = np.where(gpu_side & (stream < 0), tid, stream)
+    host_tid = np.where(gpu_side, -1, tid)
+    ext = _int_column([a.external_id for a in args])
+    if ext.null_count == len(ext):
+        ext = _int_column([a.external_id_legacy for a in args])
+    nbytes = _int_column([a.bytes if a.bytes is not None else a.mem_bytes for a in args])
+    pg_ranks = [a.pg_ranks if not isinstance(a.pg_ranks, list) else str(a.pg_ranks) for a in args]
+    cols = {
+        "kind": kind_arr.dictionary_encode(),
+        "category": _str_column([e.cat for e in keep]),
+        "name": _str_column(name),
+        "device": pa.array(device, pa.int32()),
+        "stream": pa.array(stream, pa.int64()),
+        "tid": pa.array(host_tid, pa.int64()),
+        "ts_ns": pa.array(ts_ns),
+        "dur_ns": pa.array(dur_ns),
+        "correlation": _int_column([a.correlation for a in args]).fill_null(-1),
+        "external_id": ext.fill_null(-1),
+        "bytes": nbytes,
+        "mem_allocated_bytes": _int_column([a.mem_total_allocated for a in args]),
+        "mem_reserved_bytes": _int_column([a.mem_total_reserved for a in args]),
+        "coll_op": _str_column(coll_op),
+        "coll_group": _str_column([a.pg_name for a in args]),
+        "coll_group_ranks": _str_column(pg_ranks),
+        "coll_group_size": pa.array(_int_column([a.group_size for a in args]), pa.int32()),
+        "coll_seq": _int_column([a.seq for a in args]),
+        "coll_in_nelems": _int_column([a.in_msg_nelems for a in args]),
+        "coll_out_nelems": _int_column([a.out_msg_nelems for a in args]),
+        "coll_dtype": _str_column([a.dtype for a in args]),
+    }
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, str]:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and info.get("rank") is not None:
+        rank = _as_int(info.get("rank"))
+        if rank >= 0:
+            return rank, "distributedInfo"
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), "file name"
+    if single_file:
+        return 0, "single file"
+    raise InputError(path, "cannot tell which rank this file is: no distributedInfo.rank and no rank in the file name",
+                     hint="name rank files like rank-3.json, or profile with torch.distributed initialised")
+
+
+def read_rank_file(path: str | Path, *, single_file: bool = True) -> RankFile:
+    """Decode one Kineto file into an events table (without run_id/rank columns yet)."""
+    path = Path(path)
+    stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event)
+    kinds, colls = _KindCache(), _CollectiveCache()
+    dropped = [0]
+    batches = []
+    for chunk in stream:
+        batch = _chunk_batch(chunk.events, kinds, colls, dropped)
+        if batch is not None:
+            batches.append(batch)
+        chunk.events.clear()
+    caveats: list[Caveat] = []
+    if dropped[0]:
+        caveats.append(Caveat("events_missing_fields", f"{dropped[0]} complete events had no ts or dur and were skipped", str(path)))
+    if stream.bad_events:
+        first_index, why = stream.bad_events[0]
+        caveats.append(Caveat("events_malformed", f"{len(stream.bad_events)} events could not be read and were skipped "
+                              f"(first: event #{first_index}: {why})", str(path)))
+    rank, source = _rank_of(path, stream.metadata, single_file)
+    if source == "single file":
+        caveats.append(Caveat("rank_assumed", "no distributedInfo and no rank in the file name: analysed as rank 0", str(path)))
+    table = _finish_rank(batches)
+    return RankFile(str(path), rank, source, stream.metadata, table, caveats)
+
+
+_EMPTY_CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
+
+
+def _finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
+    """Concatenate chunks, join launches, assign steps."""
+    if not batches:
+        table = _EMPTY_CHUNK_SCHEMA.empty_table()
+    else:
+        table = pa.Table.from_batches(batches).unify_dictionaries().combine_chunks()
+        table = table.cast(pa.schema([_EMPTY_CHUNK_SCHEMA.field(n) for n in table.column_names]))
+    kind = table["kind"].to_numpy() if table.num_rows else np.array([], dtype=object)
+    kind = np.asarray(pc.cast(table["kind"], pa.string()).to_numpy(zero_copy_only=False)) if table.num_rows else kind
+    ts = table["ts_ns"].to_numpy()
+    corr = table["correlation"].to_numpy()
+    launch_ts, launch_dur = _join_launches(kind, ts, table["dur_ns"].to_numpy(), corr)
+    step = _assign_steps(table, kind, ts, launch_ts)
+    table = table.append_column(pa.field("step", pa.int32()), pa.array(step, pa.int32()))
+    table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
+    table = table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(launch_dur, pa.int64(), mask=launch_dur < 0))
+    return table
+
+
+def _join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(kind)
+    launch_ts = np.full(n, -1, dtype=np.int64)
+    launch_dur = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return launch_ts, launch_dur
+    is_launch = ((kind == "runtime") | (kind == "driver")) & (corr >= 0)
+    is_gpu = np.isin(kind, ["kernel", "collective", "memcpy", "memset", "sync"]) & (corr >= 0)
+    if not is_launch.any() or not is_gpu.any():
+        return launch_ts, launch_dur
+    l_corr, l_ts, l_dur = corr[is_launch], ts[is_launch], dur[is_launch]
+    order = np.argsort(l_corr, kind="stable")
+    l_corr, l_ts, l_dur = l_corr[order], l_ts[order], l_dur[order]
+    g_idx = np.flatnonzero(is_gpu)
+    pos = np.searchsorted(l_corr, corr[g_idx])
+    pos = np.minimum(pos, len(l_corr) - 1)
+    hit = l_corr[pos] == corr[g_idx]
+    launch_ts[g_idx[hit]] = l_ts[pos[hit]]
+    launch_dur[g_idx[hit]] = l_dur[pos[hit]]
+    return launch_ts, launch_dur
+
+
+def _assign_steps(table: pa.Table, kind: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
+    n = table.num_rows
+    step = np.full(n, -1, dtype=np.int32)
+    if n == 0:
+        return step
+    ann = np.flatnonzero(kind == "annotation")
+    if len(ann) == 0:
+        return step
+    names = pc.cast(table["name"].take(pa.array(ann)), pa.string()).to_pylist()
+    found = [(i, int(m.group(1))) for i, nm in zip(ann, names, strict=True) if nm and (m := _STEP_RE.match(nm))]
+    if not found:
+        return step
+    idx = np.array([i for i, _ in found])
+    numbers = np.array([s for _, s in found], dtype=np.int32)
+    starts = ts[idx]
+    ends = starts + table["dur_ns"].to_numpy()[idx]
+    order = np.argsort(starts, kind="stable")
+    starts, ends, numbers = starts[order], ends[order], numbers[order]
+    when = np.where(launch_ts >= 0, launch_ts, ts)
+    pos = np.searchsorted(starts, when, side="right") - 1
+    inside = (pos >= 0) & (when < ends[np.maximum(pos, 0)])
+    step[inside] = numbers[pos[inside]]
+    return step
+
+
+# --- a whole job ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class KinetoJob:
+    """The tables of one job read from its rank files, plus what the reader had to say about them."""
+
+    runs: pa.Table
+    events: pa.Table
+    rank_files: dict[int, str]
+    metadata: dict[int, dict[str, Any]]
+    caveats: list[Caveat]
+
+
+def _read_worker(args: tuple[str, bool]) -> RankFile:
+    path, single = args
+    return read_rank_file(path, single_file=single)
+
+
+def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
+    """Read the rank files of one job (already expanded: see ``perfsleuth.ingest.expand_inputs``)."""
+    files = [Path(p) for p in paths]
+    if not files:
+        raise InputError(None, "no trace files given")
+    single = len(files) == 1
+    total = sum(f.stat().st_size for f in files if f.exists())
+    n_workers = workers if workers is not None else min(len(files), os.cpu_count() or 1)
+    jobs = [(str(f), single) for f in files]
+    if n_workers > 1 and len(files) > 1 and total >= PARALLEL_MIN_BYTES:
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=get_context("forkserver")) as pool:
+            ranks = list(pool.map(_read_worker, jobs))
+    else:
+        ranks = [_read_worker(j) for j in jobs]
+    return assemble_job(ranks, run_id=run_id or _default_run_id(files))
+
+
+def _default_run_id(files: list[Path]) -> str:
+    parents = {f.parent for f in files}
+    if len(parents) == 1 and len(files) > 1:
+        return next(iter(parents)).name or "run"
+    stem = files[0].name.split(".")[0]
+    return _RANK_IN_NAME.sub("", stem).strip("-_.") or stem or "run"
+
+
+def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
+    """Check that rank files belong to one job, then stack them into the canonical tables."""
+    caveats: list[Caveat] = [c for r in ranks for c in r.caveats]
+    by_rank: dict[int, RankFile] = {}
+    for r in ranks:
+        if r.rank in by_rank:
+            raise InputError(r.path, f"rank {r.rank} also comes from {by_rank[r.rank].path}",
+                             hint="two files of the same rank: pass the files of one job only")
+        by_rank[r.rank] = r
+    world_sizes = {}
+    for r in ranks:
+        info = r.metadata.get("distributedInfo")
+        if isinstance(info, dict) and info.get("world_size") is not None:
+            world_sizes[r.path] = _as_int(info["world_size"])
+    if len(set(world_sizes.values())) > 1:
+        (p1, w1), (p2, w2) = sorted(world_sizes.items(), key=lambda kv: kv[1])[0], sorted(world_sizes.items(), key=lambda kv: kv[1])[-1]
+        raise InputError(p2, f"world size {w2} differs from {w1} in {p1}",
+                         hint="these rank files come from different jobs; analyse each job's directory separately")
+    _check_same_time(ranks)
+    tables = []
+    for rank in sorted(by_rank):
+        t = by_rank[rank].events
+        n = t.num_rows
+        t = t.add_column(0, pa.field("rank", pa.int32()), pa.array(np.full(n, rank, dtype=np.int32)))
+        t = t.add_column(0, pa.field("run_id", pa.string()), pa.array([run_id] * n, pa.string()) if n else pa.array([], pa.string()))
+        tables.append(t.select(EVENTS.names).cast(EVENTS))
+    events = pa.concat_tables(tables).unify_dictionaries() if tables else EVENTS.empty_table()
+    world = max(world_sizes.values()) if world_sizes else len(by_rank)
+    if world_sizes and len(by_rank) < world:
+        caveats.append(Caveat("ranks_missing", f"{len(by_rank)} of {world} ranks present: cross-rank analyses see only these"))
+    runs = _runs_row(run_id, by_rank, world, events)
+    return KinetoJob(runs, events, {r: by_rank[r].path for r in sorted(by_rank)},
+                     {r: by_rank[r].metadata for r in sorted(by_rank)}, caveats)
+
+
+def _check_same_time(ranks: list[RankFile]) -> None:
+    spans = []
+    for r in ranks:
+        if r.events.num_rows:
+            ts = r.events["ts_ns"]
+            spans.append((pc.min(ts).as_py(), pc.max(ts).as_py(), r.path))
+    if len(spans) < 2:
+        return
+    spans.sort()
+    latest_start = max(s[0] for s in spans)
+    earliest_end = min(s[1] for s in spans)
+    gap_ns = latest_start - earliest_end
+    if gap_ns > 60 * 10**9:
+        late = max(spans, key=lambda s: s[0])
+        early = min(spans, key=lambda s: s[1])
+        raise InputError(late[2], f"its events start {gap_ns / 1e9:.0f} s after those of {early[2]} end",
+                         hint="these rank files come from different runs; analyse each run separately")
+
+
+def _runs_row(run_id: str, by_rank: dict[int, RankFile], world: int, events: pa.Table) -> pa.Table:
+    meta = by_rank[min(by_rank)].metadata
+    info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    props = meta.get("deviceProperties") or []
+    gpu = props[0].get("name") if props and isinstance(props[0], dict) else None
+    started = pc.min(events["ts_ns"]).as_py() if events.num_rows else None
+    dims = {k: str(v) for k, v in meta.items() if isinstance(v, str | int | float) and k not in ("displayTimeUnit", "schemaVersion", "baseTimeNanoseconds", "traceName")}
+    row = {
+        "run_id": [run_id],
+        "started_at_ns": [started],
+        "workload": [str(meta.get("traceName") or run_id)],
+        "source_format": [FORMAT],
+        "world_size": [world],
+        "ranks_present": [len(by_rank)],
+        "gpu_sku": [gpu],
+        "backend": [info.get("backend")],
+        "nccl": [info.get("nccl_version")],
+        "cuda": [str(meta["cuda_runtime_version"]) if "cuda_runtime_version" in meta else None],
+        "driver": [str(meta["cuda_driver_version"]) if "cuda_driver_version" in meta else None],
+        "dims": [list(dims.items())],
+    }
+    return pa.Table.from_pydict(row, schema=RUNS)
