@@ -1,0 +1,45 @@
+"""Kernel classes: GEMM, attention, elementwise, reduction, communication, memory, other.
+
+Classification runs once per distinct kernel name (names are dictionary-encoded), never per event.
+The patterns are data, in order: the first that matches wins. Communication is decided by the
+ingest layer (``kind == 'collective'``: NCCL/RCCL kernels by args or name), not by a prefix such
+as ``hip`` that also matches ordinary ROCm kernels.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+
+KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|_mha|mha_|xformers|cudnn_generated_fort_native_sdpa", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|cublas|matmul|wgmma|xmma|s884|h884|s1688|h1688|_mma_|triton_tem|Cijk_|cudnn.*conv|conv2d|implicit_gemm|sm\d\d_xmma|nvjet", re.I)),
+    ("reduction", re.compile(r"reduce|softmax|norm|triton_red|triton_per|argmax|argmin|sum_kernel|mean_kernel|cross_entropy|topk|sort|scan|cumsum", re.I)),
+    ("elementwise", re.compile(r"elementwise|triton_poi|pointwise|vectorized|unrolled|copy|fill|add|mul|cat|index|gather|scatter|dropout|gelu|relu|silu|sigmoid|tanh|distribution|transpose|where|clamp|adam|sgd|foreach|cast|rotary|embedding", re.I)),
+)
+
+
+def classify_name(name: str) -> str:
+    """Class of one compute-kernel name (communication and memory come from the event kind)."""
+    for cls, pat in _PATTERNS:
+        if pat.search(name):
+            return cls
+    return "other"
+
+
+def classify_events(kind: np.ndarray, name: pa.Array) -> np.ndarray:
+    """Kernel class per event (object array); non-GPU events get ''."""
+    out = np.full(len(kind), "", dtype=object)
+    out[kind == "collective"] = "communication"
+    out[(kind == "memcpy") | (kind == "memset")] = "memory"
+    is_kernel = kind == "kernel"
+    if is_kernel.any():
+        dict_arr = name.dictionary_encode() if not pa.types.is_dictionary(name.type) else name
+        classes = np.array([classify_name(n or "") for n in dict_arr.dictionary.to_pylist()], dtype=object)
+        codes = dict_arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        out[is_kernel] = classes[codes[is_kernel]] if len(classes) else "other"
+    return out
