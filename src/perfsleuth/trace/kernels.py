@@ -1,0 +1,66 @@
+"""Kernel breakdown by class and the top kernels, per rank.
+
+Time per class is the plain sum of kernel durations (how much GPU time each class consumed; two
+overlapping kernels on different streams both count), with the share of the rank's total kernel
+time. The step breakdown (``breakdown.py``) is the overlap-aware view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsleuth.trace.classify import KERNEL_CLASSES
+from perfsleuth.trace.job import TraceJob
+
+CLASS_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("kernel_class", pa.string()), ("count", pa.int64()),
+    ("total_ns", pa.int64()), ("share", pa.float64()),
+])
+TOP_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("name", pa.string()), ("kernel_class", pa.string()), ("count", pa.int64()),
+    ("total_ns", pa.int64()), ("mean_ns", pa.float64()), ("p50_ns", pa.float64()), ("max_ns", pa.int64()),
+    ("share", pa.float64()),
+])
+
+
+def kernel_class_breakdown(job: TraceJob) -> pa.Table:
+    """Per rank and class: kernel count, summed duration and share of the rank's kernel time."""
+    rows = []
+    for rank, v in job.ranks.items():
+        cls = v.kernel_class
+        gpu = v.is_gpu
+        dur = (v.end - v.ts)[gpu]
+        c = cls[gpu]
+        total = int(dur.sum())
+        for k in KERNEL_CLASSES:
+            m = c == k
+            if m.any():
+                t = int(dur[m].sum())
+                rows.append({"rank": rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t,
+                             "share": t / total if total else 0.0})
+    return pa.Table.from_pylist(rows, schema=CLASS_SCHEMA)
+
+
+def top_kernels(job: TraceJob, n: int = 10) -> pa.Table:
+    """The ``n`` kernels (by name) with the most summed GPU time, per rank."""
+    parts = []
+    for rank, v in job.ranks.items():
+        gpu = v.is_gpu
+        if not gpu.any():
+            continue
+        t = pa.table({"name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
+                      "kernel_class": v.kernel_class[gpu].astype(str),
+                      "dur": (v.end - v.ts)[gpu]})
+        g = t.group_by(["name", "kernel_class"]).aggregate(
+            [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")])
+        total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
+        g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
+        parts.append(pa.table({
+            "rank": np.full(g.num_rows, rank, np.int32), "name": g["name"], "kernel_class": g["kernel_class"],
+            "count": g["dur_count"], "total_ns": g["dur_sum"], "mean_ns": g["dur_mean"],
+            "p50_ns": g["dur_approximate_median"], "max_ns": g["dur_max"],
+            "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
+        }, schema=TOP_SCHEMA))
+    return pa.concat_tables(parts) if parts else TOP_SCHEMA.empty_table()

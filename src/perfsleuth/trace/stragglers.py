@@ -1,0 +1,144 @@
+"""Stragglers: which rank arrives last at collectives, how long the others wait, and what it costs.
+
+From each collective instance's per-rank arrival (aligned kernel start): the last rank to arrive,
+each rank's wait for it, and the last rank's lead over the next-to-last (the time the collective
+would have saved had that rank not been late). A rank is called a straggler when it is last far
+more often than chance (binomial test against 1/participants, Bonferroni over ranks) and its lead
+exceeds the clock skew left after alignment (smaller leads cannot be told from clock error).
+
+Counterfactual: the step time had the straggler run at the median rank's speed. Per step, the
+savings are the straggler's leads summed over the step's collectives it was last at — because
+ranks re-synchronise at every collective, the delays add up — capped at the other ranks' exposed
+communication time in that step (waiting hidden behind compute costs nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from scipy import stats
+
+from perfsleuth.model import Interval
+from perfsleuth.trace.collectives import ClockAlignment
+
+RANK_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("instances", pa.int64()), ("last_count", pa.int64()), ("last_share", pa.float64()),
+    ("lateness_p50_ns", pa.float64()), ("wait_imposed_ns", pa.int64()), ("wait_suffered_ns", pa.int64()),
+    ("p_value", pa.float64()),
+])
+
+ALPHA = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerReport:
+    per_rank: pa.Table
+    straggler: int | None
+    p_value: float | None
+    lead_p50_ns: float | None
+    per_step: pa.Table  # step, step_time_ns, savings_ns, counterfactual_ns
+    step_time: Interval | None
+    counterfactual_step_time: Interval | None
+    saving_fraction: Interval | None
+    note: str
+
+    def to_json(self) -> dict:
+        return {
+            "straggler": self.straggler,
+            "p_value": self.p_value,
+            "lead_p50_ns": self.lead_p50_ns,
+            "per_rank": self.per_rank.to_pylist(),
+            "step_time_ns": self.step_time.to_json() if self.step_time else None,
+            "counterfactual_step_time_ns": self.counterfactual_step_time.to_json() if self.counterfactual_step_time else None,
+            "saving_fraction": self.saving_fraction.to_json() if self.saving_fraction else None,
+            "note": self.note,
+        }
+
+
+def _per_rank(arr) -> pa.Table:
+    rows = []
+    n_ranks = arr["rank"].nunique()
+    for rank, g in arr.groupby("rank"):
+        n = len(g)
+        last = int(g["is_last"].sum())
+        chance = float(np.mean(1.0 / g["participants"]))
+        p = stats.binomtest(last, n, chance, alternative="greater").pvalue if n else 1.0
+        inst_last = g.loc[g["is_last"], "instance"]
+        others = arr[arr["instance"].isin(inst_last) & (arr["rank"] != rank)]
+        rows.append({
+            "rank": int(rank), "instances": n, "last_count": last, "last_share": last / n if n else 0.0,
+            "lateness_p50_ns": float(np.median(g["lateness_ns"])) if n else 0.0,
+            "wait_imposed_ns": int(others["wait_ns"].sum()), "wait_suffered_ns": int(g["wait_ns"].sum()),
+            "p_value": min(1.0, float(p) * n_ranks),
+        })
+    return pa.Table.from_pylist(rows, schema=RANK_SCHEMA)
+
+
+def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlignment) -> StragglerReport:
+    """See the module docstring. ``arrivals`` comes from ``collectives.with_arrivals``."""
+    empty = pa.table({"step": pa.array([], pa.int32()), "step_time_ns": pa.array([], pa.int64()),
+                      "savings_ns": pa.array([], pa.int64()), "counterfactual_ns": pa.array([], pa.int64())})
+    if arrivals.num_rows == 0:
+        return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, empty, None, None, None,
+                               "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
+    arr = arrivals.to_pandas()
+    med = arr.groupby("instance")["arrival_ns"].transform("median")
+    arr["lateness_ns"] = arr["arrival_ns"] - med
+    per_rank = _per_rank(arr)
+    pr = per_rank.to_pandas()
+    best = pr.sort_values(["last_share", "lateness_p50_ns"], ascending=False).iloc[0]
+    lead = arr.loc[arr["is_last"] & (arr["rank"] == best["rank"]), "lead_over_next_ns"]
+    lead_p50 = float(np.median(lead)) if len(lead) else 0.0
+    skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
+    is_straggler = bool(best["p_value"] < ALPHA and best["last_share"] >= 0.5 and lead_p50 > skew)
+    straggler = int(best["rank"]) if is_straggler else None
+    if is_straggler:
+        note = (f"rank {straggler} arrives last at {best['last_share']:.0%} of {int(best['instances'])} collectives "
+                f"(chance would be {float(np.mean(1 / arr['participants'])):.0%}); median lead over the next rank "
+                f"{lead_p50 / 1e3:.0f} µs vs residual clock skew {skew / 1e3:.0f} µs")
+    else:
+        note = (f"no straggler: the most frequent last arrival, rank {int(best['rank'])}, is last at "
+                f"{best['last_share']:.0%} of collectives (adjusted p={best['p_value']:.2g}), median lead "
+                f"{lead_p50 / 1e3:.0f} µs vs residual skew {skew / 1e3:.0f} µs")
+    per_step, st, cf, frac = _counterfactual(arr, steps, straggler if is_straggler else int(best["rank"]))
+    if not is_straggler:
+        cf = frac = None
+    return StragglerReport(per_rank, straggler, float(best["p_value"]), lead_p50, per_step, st, cf, frac, note)
+
+
+def _counterfactual(arr, steps: pa.Table, rank: int):
+    sdf = steps.to_pandas()
+    sdf = sdf[sdf["step"] >= 0] if (sdf["step"] >= 0).any() else sdf
+    step_time = sdf.groupby("step")["step_time_ns"].median()
+    others = sdf[sdf["rank"] != rank]
+    exposed = others.groupby("step")["exposed_communication_ns"].median()
+    lead = arr[arr["is_last"] & (arr["rank"] == rank)].groupby("step")["lead_over_next_ns"].sum()
+    savings = lead.reindex(step_time.index).fillna(0)
+    cap = exposed.reindex(step_time.index).fillna(0)
+    savings = np.minimum(savings, cap)
+    cf = step_time - savings
+    per_step = pa.table({"step": step_time.index.to_numpy().astype(np.int32),
+                         "step_time_ns": step_time.to_numpy().astype(np.int64),
+                         "savings_ns": savings.to_numpy().astype(np.int64),
+                         "counterfactual_ns": cf.to_numpy().astype(np.int64)})
+    st = _median_interval(step_time.to_numpy(), "ns")
+    cfi = _median_interval(cf.to_numpy(), "ns")
+    frac = _median_interval((savings / step_time).to_numpy(), "fraction")
+    return per_step, st, cfi, frac
+
+
+def _median_interval(x: np.ndarray, unit: str) -> Interval | None:
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return None
+    value = float(np.median(x))
+    if len(x) < 3 or np.ptp(x) == 0:
+        return Interval(value, None if len(x) < 3 else value, None if len(x) < 3 else value, unit,
+                        "median over steps" + (" (too few steps for an interval)" if len(x) < 3 else ""))
+    res = stats.bootstrap((x,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
+                          random_state=np.random.default_rng(0))
+    return Interval(value, float(res.confidence_interval.low), float(res.confidence_interval.high), unit,
+                    "median over steps, 95% percentile bootstrap over steps")
