@@ -36,6 +36,10 @@ FORMAT = "kineto"
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
 _NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
+# Communication kernels outside NCCL: PyTorch symmetric-memory / NVLS all-reduce and vLLM's and
+# TensorRT-LLM's custom all-reduce. HTA counts these as compute.
+_CUSTOM_ALLREDUCE = re.compile(r"multimem_all_reduce|one_shot_all_reduce|two_shot_all_reduce|cross_device_reduce|"
+                               r"custom_?all_?reduce|allreduce_fusion_kernel|lamport_all_reduce", re.IGNORECASE)
 _GPU_SIDE = frozenset({"kernel", "collective", "memcpy", "memset", "sync", "gpu_annotation"})
 PARALLEL_MIN_BYTES = 16 << 20
 
@@ -120,7 +124,10 @@ class _CollectiveCache(dict):
 
     def __missing__(self, name: str) -> str:
         m = _NCCL_KERNEL.search(name)
-        op = "" if m is None else normalise_collective(m.group(1) or "unknown")
+        if m is not None:
+            op = normalise_collective(m.group(1) or "unknown")
+        else:
+            op = "allreduce" if _CUSTOM_ALLREDUCE.search(name) else ""
         self[name] = op
         return op
 

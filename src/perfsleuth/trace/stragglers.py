@@ -21,6 +21,7 @@ import pyarrow as pa
 from scipy import stats
 
 from perfsleuth.model import Interval
+from perfsleuth.stats.summary import median_interval
 from perfsleuth.trace.collectives import ClockAlignment
 
 RANK_SCHEMA = pa.schema([
@@ -123,22 +124,7 @@ def _counterfactual(arr, steps: pa.Table, rank: int):
                          "step_time_ns": step_time.to_numpy().astype(np.int64),
                          "savings_ns": savings.to_numpy().astype(np.int64),
                          "counterfactual_ns": cf.to_numpy().astype(np.int64)})
-    st = _median_interval(step_time.to_numpy(), "ns")
-    cfi = _median_interval(cf.to_numpy(), "ns")
-    frac = _median_interval((savings / step_time).to_numpy(), "fraction")
+    st = median_interval(step_time.to_numpy(), "ns")
+    cfi = median_interval(cf.to_numpy(), "ns")
+    frac = median_interval((savings / step_time).to_numpy(), "fraction")
     return per_step, st, cfi, frac
-
-
-def _median_interval(x: np.ndarray, unit: str) -> Interval | None:
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if len(x) == 0:
-        return None
-    value = float(np.median(x))
-    if len(x) < 3 or np.ptp(x) == 0:
-        return Interval(value, None if len(x) < 3 else value, None if len(x) < 3 else value, unit,
-                        "median over steps" + (" (too few steps for an interval)" if len(x) < 3 else ""))
-    res = stats.bootstrap((x,), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
-                          random_state=np.random.default_rng(0))
-    return Interval(value, float(res.confidence_interval.low), float(res.confidence_interval.high), unit,
-                    "median over steps, 95% percentile bootstrap over steps")

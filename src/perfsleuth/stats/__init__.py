@@ -1,0 +1,1 @@
+"""Statistics that a performance engineer can trust (intervals, not bare means)."""
