@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, trace
+
 from perfsleuth.ingest import read_trace_job
 from perfsleuth.trace.breakdown import gpu_span_breakdown
 from perfsleuth.trace.job import RankView, TraceJob

@@ -79,7 +79,8 @@ EVENTS = pa.schema(
         _f("bytes", pa.int64(), "memcpy/memset size; memory events: allocation size (negative = free)", "bytes"),
         _f("mem_allocated_bytes", pa.int64(), "memory events: total allocated after this event", "bytes"),
         _f("mem_reserved_bytes", pa.int64(), "memory events: total reserved by the caching allocator", "bytes"),
-        _f("coll_op", _DICT, "collective, normalised: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv, send, recv, barrier"),
+        _f("coll_op", _DICT, "collective, normalised: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, "
+           "sendrecv, send, recv, barrier"),
         _f("coll_group", _DICT, "process group name (Kineto `Process Group Name`)"),
         _f("coll_group_ranks", _DICT, "ranks of the process group as written, e.g. [0, 1, 2, 3]"),
         _f("coll_group_size", pa.int32(), "participants in the collective"),

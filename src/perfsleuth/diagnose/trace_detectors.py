@@ -102,8 +102,10 @@ def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
     )
     alternatives = [
         Alternative("poor_overlap", "supports" if overlap < 0.3 else "ruled_out",
-                    f"only {overlap:.0%} of communication runs under compute" if overlap < 0.3 else f"{overlap:.0%} of communication is already overlapped"),
-        Alternative("degraded_network", "cannot_rule_out", "bus bandwidth against the fabric's expected bandwidth (nccl-tests, NCCL logs) decides it"),
+                    f"only {overlap:.0%} of communication runs under compute" if overlap < 0.3
+                    else f"{overlap:.0%} of communication is already overlapped"),
+        Alternative("degraded_network", "cannot_rule_out",
+                    "bus bandwidth against the fabric's expected bandwidth (nccl-tests, NCCL logs) decides it"),
     ]
     strag = a.stragglers.straggler
     alternatives.append(Alternative("straggler_rank", "supports" if strag is not None else "ruled_out",

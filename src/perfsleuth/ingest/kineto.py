@@ -124,10 +124,8 @@ class _CollectiveCache(dict):
 
     def __missing__(self, name: str) -> str:
         m = _NCCL_KERNEL.search(name)
-        if m is not None:
-            op = normalise_collective(m.group(1) or "unknown")
-        else:
-            op = "allreduce" if _CUSTOM_ALLREDUCE.search(name) else ""
+        custom = "allreduce" if _CUSTOM_ALLREDUCE.search(name) else ""
+        op = normalise_collective(m.group(1) or "unknown") if m is not None else custom
         self[name] = op
         return op
 
@@ -174,7 +172,7 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: _CollectiveC
             coll_op.append(normalise_collective(ca) if ca else None)
     ts_us = np.array([e.ts for e in keep], dtype=np.float64)
     dur_us = np.array([e.dur or 0.0 for e in keep], dtype=np.float64)
-    ts_ns = np.rint(ts_us * 1000.0).astype(np.int64)
+    ts_ns = us_to_ns(ts_us)
     dur_ns = np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)
     pid = _int_column([e.pid for e in keep]).fill_null(-1).to_numpy()
     tid = _int_column([e.tid for e in keep]).fill_null(-1).to_numpy()
@@ -219,6 +217,13 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: _CollectiveC
         "coll_dtype": _str_column([a.dtype for a in args]),
     }
     return pa.RecordBatch.from_pydict(cols)
+
+
+def us_to_ns(us: np.ndarray) -> np.ndarray:
+    """Float µs -> int ns without multiplying the whole value: at 1.7e15 µs (epoch-based clocks)
+    ``us * 1000`` exceeds 2**53 and would gain ~100 ns of float error; the integer µs stay exact."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, str]:
@@ -435,7 +440,8 @@ def _runs_row(run_id: str, by_rank: dict[int, RankFile], world: int, events: pa.
     props = meta.get("deviceProperties") or []
     gpu = props[0].get("name") if props and isinstance(props[0], dict) else None
     started = pc.min(events["ts_ns"]).as_py() if events.num_rows else None
-    dims = {k: str(v) for k, v in meta.items() if isinstance(v, str | int | float) and k not in ("displayTimeUnit", "schemaVersion", "baseTimeNanoseconds", "traceName")}
+    skip = ("displayTimeUnit", "schemaVersion", "baseTimeNanoseconds", "traceName")
+    dims = {k: str(v) for k, v in meta.items() if isinstance(v, str | int | float) and k not in skip}
     row = {
         "run_id": [run_id],
         "started_at_ns": [started],

@@ -15,12 +15,18 @@ import pyarrow as pa
 
 KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|_mha|mha_|xformers|cudnn_generated_fort_native_sdpa", re.I)),
-    ("gemm", re.compile(r"gemm|cutlass|cublas|matmul|wgmma|xmma|s884|h884|s1688|h1688|_mma_|triton_tem|Cijk_|conv(?!ert)|implicit_gemm|sm\d\d_xmma|nvjet|^bmm_|_bmm|scudnn|dgrad|wgrad|fprop", re.I)),
-    ("reduction", re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|triton_red|triton_per|argmax|argmin|sum_kernel|mean_kernel|cross_entropy|topk|sort|scan|cumsum", re.I)),
-    ("elementwise", re.compile(r"elementwise|triton_poi|pointwise|vectorized|unrolled|copy|fill|add|mul|cat|index|gather|scatter|dropout|gelu|relu|silu|sigmoid|tanh|distribution|transpose|where|clamp|adam|sgd|foreach|cast|rotary|embedding|nchwToNhwc|nhwcToNchw|permute|quant|bounds_check|to_dense|pooled", re.I)),
+_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "_mha", "mha_", "xformers")),
+    ("gemm", ("gemm", "cutlass", "cublas", "matmul", "wgmma", "xmma", "s884", "h884", "s1688", "h1688", "_mma_",
+              "triton_tem", "Cijk_", "conv(?!ert)", "nvjet", "^bmm_", "_bmm", "scudnn", "dgrad", "wgrad", "fprop")),
+    ("reduction", ("reduce", "softmax", "norm", "bn_fw", "bn_bw", "GammaBeta", "triton_red", "triton_per", "argmax",
+                   "argmin", "sum_kernel", "mean_kernel", "cross_entropy", "topk", "sort", "scan", "cumsum")),
+    ("elementwise", ("elementwise", "triton_poi", "pointwise", "vectorized", "unrolled", "copy", "fill", "add", "mul",
+                     "cat", "index", "gather", "scatter", "dropout", "gelu", "relu", "silu", "sigmoid", "tanh",
+                     "distribution", "transpose", "where", "clamp", "adam", "sgd", "foreach", "cast", "rotary",
+                     "embedding", "nchwToNhwc", "nhwcToNchw", "permute", "quant", "bounds_check", "to_dense", "pooled")),
 )
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cls, re.compile("|".join(words), re.I)) for cls, words in _WORDS)
 
 
 def classify_name(name: str) -> str:

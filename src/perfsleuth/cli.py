@@ -1,0 +1,116 @@
+"""The ``perfsleuth`` command. Verbs are thin: they parse options, call ``perfsleuth.api`` and render.
+
+A user's mistake (bad file, bad option) prints one line naming the file, the place and the cause and
+exits with status 2; a traceback means a bug in perfsleuth.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from perfsleuth import __version__
+from perfsleuth.errors import PerfsleuthError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="perfsleuth: why is this GPU job slower than it should be, and how sure are we.")
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def _fail(exc: PerfsleuthError) -> None:
+    typer.echo(f"perfsleuth: error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
+    from perfsleuth.report.text_report import render
+
+    if fmt is OutputFormat.json:
+        text = json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+        if out:
+            _write_atomically(out, text)
+        else:
+            sys.stdout.write(text + "\n")
+        return
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            render(report.analysis, report.diagnosis, Console(file=fh, width=160, highlight=False))
+    else:
+        render(report.analysis, report.diagnosis, Console(highlight=False))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@app.command()
+def analyze(
+    paths: Annotated[list[Path], typer.Argument(help="a job's trace directory, or its rank files (.json, .json.gz)")],
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text for people, json for machines")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
+    run_id: Annotated[str | None, typer.Option(help="name of the run (default: the directory name)")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes that parse rank files (default: one per core)")] = None,
+) -> None:
+    """What is wrong with this job, from its PyTorch-profiler (Kineto) traces."""
+    from perfsleuth.api import analyze as run_analysis
+
+    try:
+        report = run_analysis(paths, run_id=run_id, workers=workers)
+    except PerfsleuthError as exc:
+        _fail(exc)
+    _emit(report, format, out)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path | None, typer.Option(help="keep the simulated job's traces here (default: a temp dir)")] = None,
+    seed: Annotated[int, typer.Option(help="simulator seed")] = 7,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+) -> None:
+    """Simulate a small faulty 4-rank training job, analyse it and show what perfsleuth finds."""
+    from perfsleuth.api import analyze as run_analysis
+    from perfsleuth.cases.demo import write_demo_job
+
+    console = Console(stderr=True, highlight=False)
+    with tempfile.TemporaryDirectory(prefix="perfsleuth-demo-") as tmp:
+        target = out or Path(tmp)
+        target.mkdir(parents=True, exist_ok=True)
+        truth = write_demo_job(target, seed=seed)
+        console.print(f"Simulated a {truth['world_size']}-rank data-parallel job with injected faults: "
+                      f"{', '.join(truth['faults'])} (traces in {target}).", markup=False)
+        try:
+            report = run_analysis([target])
+        except PerfsleuthError as exc:
+            _fail(exc)
+        _emit(report, format, None)
+
+
+@app.command()
+def formats() -> None:
+    """What perfsleuth can read."""
+    console = Console(highlight=False)
+    console.print("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "
+                  "CUDA and ROCm, 2021-era to current category names, ns or µs timestamps")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app()

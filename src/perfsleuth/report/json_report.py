@@ -1,0 +1,62 @@
+"""The versioned JSON contract of ``perfsleuth analyze --format json`` (documented in the README).
+
+Additive changes keep ``perfsleuth.analysis/1``; renaming or removing a key bumps the version.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from perfsleuth.diagnose import Diagnosis
+from perfsleuth.trace.analysis import JobAnalysis
+
+SCHEMA = "perfsleuth.analysis/1"
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf are not JSON: write null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def analysis_to_json(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
+    job = analysis.job
+    run = job.runs.to_pylist()[0] if job.runs.num_rows else {}
+    run["dims"] = dict(run.get("dims") or [])
+    run["rank_files"] = {str(k): v for k, v in job.rank_files.items()}
+    rep = analysis.stragglers
+    stragglers = []
+    if rep.straggler is not None:
+        row = next(r for r in rep.per_rank.to_pylist() if r["rank"] == rep.straggler)
+        stragglers.append({
+            "rank": rep.straggler,
+            "last_arrival_share": row["last_share"],
+            "collectives": row["instances"],
+            "p_value": row["p_value"],
+            "lead_p50_ns": rep.lead_p50_ns,
+            "wait_imposed_ns": row["wait_imposed_ns"],
+            "step_time_ns": rep.step_time.to_json() if rep.step_time else None,
+            "counterfactual_step_time_ns": rep.counterfactual_step_time.to_json() if rep.counterfactual_step_time else None,
+            "saving_fraction": rep.saving_fraction.to_json() if rep.saving_fraction else None,
+        })
+    doc = {
+        "schema": SCHEMA,
+        "run": run,
+        "ranks": analysis.rank_summary(),
+        "steps": analysis.steps.drop_columns(["run_id"]).to_pylist(),
+        "stragglers": stragglers,
+        "straggler_analysis": rep.to_json(),
+        "clock_alignment": analysis.alignment.to_json(),
+        "kernels": {"by_class": analysis.kernel_classes.to_pylist(), "top": analysis.top_kernels.to_pylist()},
+        "launch": analysis.launch.to_pylist(),
+        "findings": [f.to_json() for f in diagnosis.findings],
+        "not_assessed": [n.to_json() for n in diagnosis.not_assessed],
+        "caveats": [c.to_json() for c in analysis.caveats],
+    }
+    return _clean(doc)

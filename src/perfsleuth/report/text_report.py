@@ -1,0 +1,95 @@
+"""The human summary of one job's analysis, as rich tables.
+
+Renders only: every number comes from the analysis. Strings from the trace (kernel names) are
+passed to rich as ``Text`` so markup in them is shown, not interpreted, and control characters are
+stripped so nothing from an input reaches the terminal as an escape sequence.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfsleuth.diagnose import Diagnosis
+from perfsleuth.trace.analysis import JobAnalysis
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: object, limit: int = 80) -> Text:
+    s = _CONTROL.sub("?", str(text))
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return Text(s)
+
+
+def _ms(ns: float | None) -> str:
+    return "—" if ns is None else f"{ns / 1e6:,.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
+    job = analysis.job
+    run = job.runs.to_pylist()[0] if job.runs.num_rows else {}
+    console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
+                                safe(run.get("gpu_sku") or "GPU unknown"), f" · {run.get('ranks_present')} of "
+                                f"{run.get('world_size')} ranks"))
+
+    t = Table(title="Where step time goes (per rank, sums over step windows)", title_justify="left")
+    for col in ("rank", "steps", "step ms p50", "p90", "compute", "comm", "exposed comm", "overlap", "memcpy",
+                "idle", "idle: host", "idle: sync"):
+        t.add_column(col, justify="right")
+    for r in analysis.rank_summary():
+        b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
+        t.add_row(str(r["rank"]), str(r["steps"]), _ms(r["step_time_ns"]["median"]), _ms(r["step_time_ns"]["p90"]),
+                  _pct(b["compute"] / total), _pct(b["communication"] / total), _pct(b["exposed_communication"] / total),
+                  _pct(r["comm_comp_overlap"]), _pct(b["memcpy"] / total), _pct(b["idle"] / total),
+                  _pct(r["idle_ns"]["host_launch"] / total), _pct(r["idle_ns"]["sync"] / total))
+    console.print(t)
+
+    al = analysis.alignment
+    if al.instances_used:
+        console.print(f"Clocks aligned on {al.instances_used} collectives; residual skew p50 {al.residual_p50_ns / 1e3:.1f} µs, "
+                      f"p90 {al.residual_p90_ns / 1e3:.1f} µs.")
+    console.print(Text("Stragglers: " + analysis.stragglers.note))
+    rep = analysis.stragglers
+    if rep.straggler is not None and rep.counterfactual_step_time and rep.step_time:
+        cf, st = rep.counterfactual_step_time, rep.step_time
+        ci = f" (95% CI {_ms(cf.low)}–{_ms(cf.high)})" if cf.low is not None else ""
+        console.print(f"  Had rank {rep.straggler} run at the median rank's speed: step {_ms(st.value)} ms → {_ms(cf.value)} ms{ci}.")
+
+    if analysis.top_kernels.num_rows:
+        k = Table(title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")", title_justify="left")
+        for col in ("kernel", "class", "count", "total ms", "share"):
+            k.add_column(col, justify="left" if col == "kernel" else "right")
+        first = analysis.top_kernels["rank"][0].as_py()
+        for row in analysis.top_kernels.to_pylist():
+            if row["rank"] != first:
+                continue
+            k.add_row(safe(row["name"], 70), row["kernel_class"], str(row["count"]), _ms(row["total_ns"]), _pct(row["share"]))
+        console.print(k)
+
+    console.print(Text("Findings", style="bold"))
+    if not diagnosis.findings:
+        console.print("  none above the reporting thresholds")
+    for f in diagnosis.findings:
+        imp = f.impact
+        ci = f" [{_pct(imp.low)}–{_pct(imp.high)}]" if imp.low is not None else ""
+        console.print(Text.assemble("  ● ", (f.fault, "bold red"), f"  impact {_pct(imp.value)} of step time{ci}, "
+                                    f"confidence {f.confidence:.2f}"))
+        console.print(Text("    " + f.symptom))
+        for alt in f.alternatives:
+            console.print(Text(f"    vs {alt.fault}: {alt.verdict} — {alt.reason}"))
+        for sym in f.attached:
+            console.print(Text("    explains " + sym))
+        console.print(Text("    next: " + f.action))
+    for n in diagnosis.not_assessed:
+        console.print(Text(f"  not assessed: {n.fault} (needs {n.missing_signal})", style="dim"))
+    for c in analysis.caveats:
+        console.print(Text(f"  caveat [{c.code}] {c.message}", style="yellow"))
