@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from perfsleuth import __version__
 from perfsleuth.errors import PerfsleuthError
@@ -34,7 +33,7 @@ def _fail(exc: PerfsleuthError) -> None:
 
 
 def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
-    from perfsleuth.report.text_report import render
+    from perfsleuth.report.text_report import make_console, render
 
     if fmt is OutputFormat.json:
         text = json.dumps(report.to_json(), indent=2, ensure_ascii=False)
@@ -45,9 +44,9 @@ def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
         return
     if out:
         with open(out, "w", encoding="utf-8") as fh:
-            render(report.analysis, report.diagnosis, Console(file=fh, width=160, highlight=False))
+            render(report.analysis, report.diagnosis, make_console(fh))
     else:
-        render(report.analysis, report.diagnosis, Console(highlight=False))
+        render(report.analysis, report.diagnosis, make_console())
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -83,27 +82,33 @@ def demo(
     """Simulate a small faulty 4-rank training job, analyse it and show what perfsleuth finds."""
     from perfsleuth.api import analyze as run_analysis
     from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.report.text_report import make_console
 
-    console = Console(stderr=True, highlight=False)
     with tempfile.TemporaryDirectory(prefix="perfsleuth-demo-") as tmp:
         target = out or Path(tmp)
         target.mkdir(parents=True, exist_ok=True)
         truth = write_demo_job(target, seed=seed)
-        console.print(f"Simulated a {truth['world_size']}-rank data-parallel job with injected faults: "
-                      f"{', '.join(truth['faults'])} (traces in {target}).", markup=False)
         try:
-            report = run_analysis([target])
+            report = run_analysis([target], run_id="demo")
         except PerfsleuthError as exc:
             _fail(exc)
+        if format is OutputFormat.json:
+            _emit(report, format, None)
+            return
+        console = make_console()
+        console.print(f"Simulated a {truth['world_size']}-rank data-parallel training job (PyTorch-profiler traces in "
+                      f"{target if out else 'a temporary directory'}). Injected: {', '.join(truth['faults'])}.\n",
+                      markup=False)
         _emit(report, format, None)
+        found = ", ".join(f.fault for f in report.diagnosis.findings) or "nothing"
+        console.print(f"\nInjected: {', '.join(truth['faults'])}. Found: {found}.", markup=False)
 
 
 @app.command()
 def formats() -> None:
     """What perfsleuth can read."""
-    console = Console(highlight=False)
-    console.print("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "
-                  "CUDA and ROCm, 2021-era to current category names, ns or µs timestamps")
+    typer.echo("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "
+               "CUDA and ROCm, 2021-era to current category names, ns or µs timestamps")
 
 
 @app.command()

@@ -57,7 +57,11 @@ class Diagnosis:
 
 
 def diagnose(analysis: JobAnalysis) -> Diagnosis:
-    """Run every detector, then fold symptoms into the root causes that explain them."""
+    """Run every detector; findings sorted by impact.
+
+    Root cause over symptom is the detectors' job: a detector whose symptom another cause explains
+    (exposed communication that is really waiting for a straggler) reports only the unexplained
+    part, and the cause's finding carries the symptom in ``attached``."""
     from perfsleuth.diagnose import trace_detectors  # noqa: F401  (registers the detectors)
 
     findings: list[Finding] = []
@@ -68,17 +72,5 @@ def diagnose(analysis: JobAnalysis) -> Diagnosis:
             findings.append(out)
         elif isinstance(out, NotAssessed):
             skipped.append(out)
-    return Diagnosis(tuple(_fold_symptoms(findings)), tuple(skipped))
-
-
-def _fold_symptoms(findings: list[Finding]) -> list[Finding]:
-    """A straggler makes everyone else's collectives wait and look 'exposed': when the straggler's
-    cost explains at least half of the exposed communication, report the straggler and attach the
-    exposed communication to it as a symptom instead of two competing findings."""
-    by_fault = {f.fault: f for f in findings}
-    strag, exposed = by_fault.get("straggler_rank"), by_fault.get("exposed_communication")
-    if strag and exposed and strag.impact.value >= 0.5 * exposed.impact.value:
-        merged = Finding(strag.fault, strag.confidence, strag.impact, strag.scope, strag.symptom, strag.evidence,
-                         strag.alternatives, strag.action, (*strag.attached, "exposed_communication: " + exposed.symptom))
-        findings = [merged if f is strag else f for f in findings if f is not exposed]
-    return sorted(findings, key=lambda f: -f.impact.value)
+    findings.sort(key=lambda f: -f.impact.value)
+    return Diagnosis(tuple(findings), tuple(skipped))

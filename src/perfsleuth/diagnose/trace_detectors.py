@@ -67,6 +67,9 @@ def straggler_rank(a: JobAnalysis) -> Finding | NotAssessed | None:
     alternatives.append(Alternative("sequence_imbalance", "cannot_rule_out",
                                     "uneven work per rank looks the same; per-step token counts per rank would decide it"))
     confidence = float(np.clip(0.6 + 0.4 * (me["last_share"] - 0.5) * 2, 0.5, 0.95))
+    waits = rep.per_step["savings_ns"].to_numpy() / np.maximum(rep.per_step["step_time_ns"].to_numpy(), 1)
+    attached = (f"exposed_communication on the other ranks: {float(np.median(waits)):.0%} of each step is their "
+                f"collectives waiting for rank {r}",) if float(np.median(waits)) >= MIN_IMPACT else ()
     return Finding(
         fault="straggler_rank",
         confidence=confidence,
@@ -78,7 +81,17 @@ def straggler_rank(a: JobAnalysis) -> Finding | NotAssessed | None:
         alternatives=tuple(alternatives),
         action=(f"Look at rank {r}'s host and GPU: compare its kernel times, clocks and data-loader time with a healthy "
                 "rank's; if it is the hardware, drain the node"),
+        attached=attached,
     )
+
+
+def _straggler_wait_per_step(a: JobAnalysis, steps) -> np.ndarray:
+    """Per step, the exposed time that is really waiting for the straggler (0 without one)."""
+    rep = a.stragglers
+    if rep.straggler is None or rep.per_step.num_rows == 0:
+        return np.zeros(len(steps))
+    by_step = dict(zip(rep.per_step["step"].to_pylist(), rep.per_step["savings_ns"].to_pylist(), strict=True))
+    return np.array([by_step.get(int(s), 0) for s in steps], dtype=float)
 
 
 @detector("exposed_communication", needs=("kineto trace with communication kernels",))
@@ -90,14 +103,18 @@ def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
         return NotAssessed("exposed_communication", "GPU kernels in the trace")
     per_step = df.groupby("step").agg(exposed=("exposed_communication_ns", "median"), step=("step_time_ns", "median"),
                                       comm=("communication_ns", "median"), over=("overlapped_communication_ns", "median"))
-    frac = (per_step["exposed"] / per_step["step"]).to_numpy()
+    gross = (per_step["exposed"] / per_step["step"]).to_numpy()
+    waiting = _straggler_wait_per_step(a, per_step.index)
+    frac = ((per_step["exposed"] - waiting) / per_step["step"]).clip(lower=0).to_numpy()
     impact = median_interval(frac, "fraction")
     if impact is None or impact.value < EXPOSED_COMM_MIN:
         return None
     overlap = float(per_step["over"].sum() / per_step["comm"].sum()) if per_step["comm"].sum() else 0.0
     worst = df.groupby("rank")["exposed_communication_ns"].median().sort_values(ascending=False)
     evidence = (
-        Evidence("exposed_communication_fraction", impact, Interval(EXPOSED_COMM_MIN, unit="fraction", method="threshold (catalog T1)")),
+        Evidence("exposed_communication_fraction", impact, Interval(EXPOSED_COMM_MIN, unit="fraction", method="threshold (catalog T1)"),
+                 "net of time spent waiting for a straggler" if waiting.any() else ""),
+        Evidence("exposed_communication_fraction_gross", median_interval(gross, "fraction") or impact),
         Evidence("comm_comp_overlap", Interval(overlap, unit="fraction", method="overlapped / communication, all steps")),
     )
     alternatives = [
@@ -108,9 +125,11 @@ def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
                     "bus bandwidth against the fabric's expected bandwidth (nccl-tests, NCCL logs) decides it"),
     ]
     strag = a.stragglers.straggler
-    alternatives.append(Alternative("straggler_rank", "supports" if strag is not None else "ruled_out",
-                                    f"rank {strag} makes the others wait inside their collectives" if strag is not None
-                                    else "no rank arrives last at collectives more often than chance"))
+    alternatives.append(Alternative(
+        "straggler_rank", "supports" if strag is not None else "ruled_out",
+        f"part of the exposed time ({float(np.median(waiting / per_step['step'])):.0%} of the step) is waiting for rank {strag}: "
+        "that part is charged to the straggler finding, not here" if strag is not None
+        else "no rank arrives last at collectives more often than chance"))
     return Finding(
         fault="exposed_communication",
         confidence=0.8 if impact.low is not None and impact.low >= EXPOSED_COMM_MIN else 0.6,

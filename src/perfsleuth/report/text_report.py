@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -34,6 +35,12 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def make_console(file=None) -> Console:
+    """A console for reports: real terminal width on a TTY, 120 columns into files and pipes."""
+    probe = Console(file=file)
+    return Console(file=file, highlight=False, width=None if probe.is_terminal else 120)
+
+
 def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
     job = analysis.job
     run = job.runs.to_pylist()[0] if job.runs.num_rows else {}
@@ -41,10 +48,10 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
                                 safe(run.get("gpu_sku") or "GPU unknown"), f" · {run.get('ranks_present')} of "
                                 f"{run.get('world_size')} ranks"))
 
-    t = Table(title="Where step time goes (per rank, sums over step windows)", title_justify="left")
-    for col in ("rank", "steps", "step ms p50", "p90", "compute", "comm", "exposed comm", "overlap", "memcpy",
-                "idle", "idle: host", "idle: sync"):
-        t.add_column(col, justify="right")
+    t = Table(title="Where step time goes (share of step time, per rank)", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
+                "memcpy", "idle", "idle\nhost", "idle\nsync"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in analysis.rank_summary():
         b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
         t.add_row(str(r["rank"]), str(r["steps"]), _ms(r["step_time_ns"]["median"]), _ms(r["step_time_ns"]["p90"]),
@@ -65,14 +72,15 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         console.print(f"  Had rank {rep.straggler} run at the median rank's speed: step {_ms(st.value)} ms → {_ms(cf.value)} ms{ci}.")
 
     if analysis.top_kernels.num_rows:
-        k = Table(title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")", title_justify="left")
+        k = Table(title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")", title_justify="left",
+                  box=box.SIMPLE_HEAD)
         for col in ("kernel", "class", "count", "total ms", "share"):
-            k.add_column(col, justify="left" if col == "kernel" else "right")
+            k.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
         first = analysis.top_kernels["rank"][0].as_py()
         for row in analysis.top_kernels.to_pylist():
             if row["rank"] != first:
                 continue
-            k.add_row(safe(row["name"], 70), row["kernel_class"], str(row["count"]), _ms(row["total_ns"]), _pct(row["share"]))
+            k.add_row(safe(row["name"], 60), row["kernel_class"], str(row["count"]), _ms(row["total_ns"]), _pct(row["share"]))
         console.print(k)
 
     console.print(Text("Findings", style="bold"))

@@ -3,8 +3,10 @@
 From each collective instance's per-rank arrival (aligned kernel start): the last rank to arrive,
 each rank's wait for it, and the last rank's lead over the next-to-last (the time the collective
 would have saved had that rank not been late). A rank is called a straggler when it is last far
-more often than chance (binomial test against 1/participants, Bonferroni over ranks) and its lead
-exceeds the clock skew left after alignment (smaller leads cannot be told from clock error).
+more often than chance (binomial test against 1/participants, Bonferroni over ranks) among the
+*decisive* collectives — those whose last arrival leads the next by more than the clock skew left
+after alignment (and 2 µs); in a back-to-back series of collectives only the first one after compute
+is decisive, the others start together.
 
 Counterfactual: the step time had the straggler run at the median rank's speed. Per step, the
 savings are the straggler's leads summed over the step's collectives it was last at — because
@@ -25,12 +27,15 @@ from perfsleuth.stats.summary import median_interval
 from perfsleuth.trace.collectives import ClockAlignment
 
 RANK_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("instances", pa.int64()), ("last_count", pa.int64()), ("last_share", pa.float64()),
+    ("rank", pa.int32()), ("instances", pa.int64()), ("decisive", pa.int64()), ("last_count", pa.int64()), ("last_share", pa.float64()),
     ("lateness_p50_ns", pa.float64()), ("wait_imposed_ns", pa.int64()), ("wait_suffered_ns", pa.int64()),
     ("p_value", pa.float64()),
 ])
 
 ALPHA = 0.01
+MIN_LEAD_NS = 2_000
+"""A collective where the last rank leads the next by less than this (or than the clock skew) is a
+tie: who was 'last' there is noise, so it does not count for or against anyone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ def _per_rank(arr) -> pa.Table:
     rows = []
     n_ranks = arr["rank"].nunique()
     for rank, g in arr.groupby("rank"):
+        n_all = len(g)
+        g = g[g["decisive"]]
         n = len(g)
         last = int(g["is_last"].sum())
         chance = float(np.mean(1.0 / g["participants"]))
@@ -69,7 +76,7 @@ def _per_rank(arr) -> pa.Table:
         inst_last = g.loc[g["is_last"], "instance"]
         others = arr[arr["instance"].isin(inst_last) & (arr["rank"] != rank)]
         rows.append({
-            "rank": int(rank), "instances": n, "last_count": last, "last_share": last / n if n else 0.0,
+            "rank": int(rank), "instances": n_all, "decisive": n, "last_count": last, "last_share": last / n if n else 0.0,
             "lateness_p50_ns": float(np.median(g["lateness_ns"])) if n else 0.0,
             "wait_imposed_ns": int(others["wait_ns"].sum()), "wait_suffered_ns": int(g["wait_ns"].sum()),
             "p_value": min(1.0, float(p) * n_ranks),
@@ -87,21 +94,24 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     arr = arrivals.to_pandas()
     med = arr.groupby("instance")["arrival_ns"].transform("median")
     arr["lateness_ns"] = arr["arrival_ns"] - med
+    skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
+    lead = arr.groupby("instance")["lead_over_next_ns"].transform("max")
+    arr["decisive"] = lead > max(skew, MIN_LEAD_NS)
     per_rank = _per_rank(arr)
     pr = per_rank.to_pandas()
     best = pr.sort_values(["last_share", "lateness_p50_ns"], ascending=False).iloc[0]
-    lead = arr.loc[arr["is_last"] & (arr["rank"] == best["rank"]), "lead_over_next_ns"]
+    lead = arr.loc[arr["is_last"] & arr["decisive"] & (arr["rank"] == best["rank"]), "lead_over_next_ns"]
     lead_p50 = float(np.median(lead)) if len(lead) else 0.0
-    skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
     is_straggler = bool(best["p_value"] < ALPHA and best["last_share"] >= 0.5 and lead_p50 > skew)
     straggler = int(best["rank"]) if is_straggler else None
     if is_straggler:
-        note = (f"rank {straggler} arrives last at {best['last_share']:.0%} of {int(best['instances'])} collectives "
+        note = (f"rank {straggler} arrives last at {best['last_share']:.0%} of the {int(best['decisive'])} collectives "
+                f"(of {int(best['instances'])}) where the last arrival is clearly last "
                 f"(chance would be {float(np.mean(1 / arr['participants'])):.0%}); median lead over the next rank "
                 f"{lead_p50 / 1e3:.0f} µs vs residual clock skew {skew / 1e3:.0f} µs")
     else:
         note = (f"no straggler: the most frequent last arrival, rank {int(best['rank'])}, is last at "
-                f"{best['last_share']:.0%} of collectives (adjusted p={best['p_value']:.2g}), median lead "
+                f"{best['last_share']:.0%} of {int(best['decisive'])} decisive collectives (adjusted p={best['p_value']:.2g}), median lead "
                 f"{lead_p50 / 1e3:.0f} µs vs residual skew {skew / 1e3:.0f} µs")
     per_step, st, cf, frac = _counterfactual(arr, steps, straggler if is_straggler else int(best["rank"]))
     if not is_straggler:
