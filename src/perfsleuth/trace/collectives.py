@@ -7,8 +7,8 @@ same ProfilerStep (NCCL requires every rank to issue a communicator's collective
 
 Clocks: each rank's trace has its own host clock. A collective ends at (nearly) the same moment on
 every participant — nobody leaves before the last has arrived and the data has moved — so the
-per-rank offset is estimated as the median difference of matched end times, iterated to consensus
-across groups. What is left after alignment (the residual skew) is reported, because arrival
+per-rank offsets are fitted to the median differences of matched end times (least squares over
+all pairs of ranks that share collectives). What is left after alignment (the residual skew) is reported, because arrival
 differences smaller than that cannot be trusted.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -64,7 +65,9 @@ def collective_instances(job: TraceJob) -> pa.Table:
     df["key"] = np.where(has_seq, "s" + df["seq"].astype("Int64").astype(str),
                          "p" + df["step"].astype(str) + ":" + df["pos"].astype(str))
     counts = df.groupby(["group", "key"])["rank"].transform("nunique")
-    ops = df.groupby(["group", "key"])["op"].transform("nunique")
+    # a send on one rank pairs with a recv on its peer: compare point-to-point ops as one kind
+    df["op_kind"] = df["op"].where(~df["op"].isin(P2P_OPS), "p2p")
+    ops = df.groupby(["group", "key"])["op_kind"].transform("nunique")
     df = df[(counts >= 2) & (ops == 1)].copy()
     if df.empty:
         return INSTANCE_SCHEMA.empty_table()
@@ -86,7 +89,7 @@ class ClockAlignment:
     residual_p50_ns: float
     residual_p90_ns: float
     instances_used: int
-    method: str = "median of matched collective end-time differences, iterated"
+    method: str = "weighted least squares on median matched collective end-time differences"
 
     def to_json(self) -> dict:
         return {"offset_ns": {str(k): v for k, v in self.offset_ns.items()},
@@ -94,35 +97,61 @@ class ClockAlignment:
                 "instances_used": self.instances_used, "method": self.method}
 
 
-def align_clocks(instances: pa.Table, ranks: list[int], iterations: int = 5) -> ClockAlignment:
-    """Estimate per-rank offsets so that matched collectives end together."""
+def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
+    """Estimate per-rank offsets so that matched collectives end together.
+
+    Each instance gives, for every participant, its end time minus that of the instance's lowest
+    rank (the hub). Per (rank, hub) pair the median of those differences is robust to the odd
+    collective that ends late on one rank; the offsets are then the weighted least-squares solution
+    of ``offset[rank] - offset[hub] = median difference`` over all pairs, with the lowest rank at 0.
+    Pipelines (chains of 2-rank groups) and data-parallel groups (stars) are solved alike. Ranks not
+    connected to the lowest rank by any matched collective keep offset 0 and are listed in the method.
+    """
     if instances.num_rows == 0:
         return ClockAlignment({r: 0 for r in ranks}, float("nan"), float("nan"), 0)
-    inst = instances["instance"].to_numpy()
-    rank = instances["rank"].to_numpy()
-    end = instances["end_ns"].to_numpy().astype(np.float64)
-    uniq_ranks = np.unique(rank)
-    offsets = {int(r): 0.0 for r in uniq_ranks}
-    order = np.argsort(inst, kind="stable")
-    inst_s, rank_s, end_s = inst[order], rank[order], end[order]
-    bounds = np.flatnonzero(np.diff(inst_s)) + 1
-    groups = np.split(np.arange(len(inst_s)), bounds)
-    for _ in range(iterations):
-        off = np.array([offsets[int(r)] for r in rank_s])
-        adj = end_s - off
-        common = np.empty_like(adj)
-        for g in groups:
-            common[g] = np.median(adj[g])
-        for r in uniq_ranks:
-            m = rank_s == r
-            offsets[int(r)] = float(np.median(end_s[m] - common[m]))
-        ref = offsets[int(uniq_ranks.min())]
-        offsets = {r: o - ref for r, o in offsets.items()}
-    off = np.array([offsets[int(r)] for r in rank_s])
-    adj = end_s - off
-    resid = np.concatenate([np.abs(adj[g] - np.median(adj[g])) for g in groups])
+    df = instances.select(["instance", "rank", "end_ns"]).to_pandas()
+    hub = df.groupby("instance")["rank"].transform("min")
+    hub_end = df["instance"].map(df[df["rank"] == hub].set_index("instance")["end_ns"])
+    pairs = df.assign(hub=hub, diff=df["end_ns"] - hub_end)[df["rank"] != hub]
+    pairs = pairs.groupby(["rank", "hub"])["diff"].agg(["median", "size"]).reset_index()
+    present = sorted(set(df["rank"]))
+    ref = present[0]
+    col = {r: i for i, r in enumerate(present)}
+    a = np.zeros((len(pairs) + 1, len(present)))
+    b = np.zeros(len(pairs) + 1)
+    w = np.sqrt(pairs["size"].to_numpy(dtype=float))
+    rows = np.arange(len(pairs))
+    a[rows, pairs["rank"].map(col).to_numpy()] = w
+    a[rows, pairs["hub"].map(col).to_numpy()] = -w
+    b[: len(pairs)] = w * pairs["median"].to_numpy(dtype=float)
+    a[-1, col[ref]] = 1e3  # anchor: the lowest rank's clock is the reference
+    solution = np.linalg.lstsq(a, b, rcond=None)[0]
+    connected = _connected(ref, pairs)
+    offsets = {r: (float(solution[col[r]]) if r in connected else 0.0) for r in present}
+    off = df["rank"].map(offsets).to_numpy()
+    adj = df["end_ns"].to_numpy(dtype=float) - off
+    resid = np.abs(adj - pd.Series(adj).groupby(df["instance"].to_numpy()).transform("median").to_numpy())
+    method = "weighted least squares on median matched collective end-time differences"
+    stray = [r for r in present if r not in connected]
+    if stray:
+        method += f"; ranks {stray} share no collective with rank {ref} and are not aligned"
     out = {r: int(round(offsets.get(r, 0.0))) for r in ranks}
-    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), len(groups))
+    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)),
+                          int(df["instance"].nunique()), method)
+
+
+def _connected(ref: int, pairs) -> set[int]:
+    adj: dict[int, set[int]] = {}
+    for r, h in zip(pairs["rank"], pairs["hub"], strict=True):
+        adj.setdefault(int(r), set()).add(int(h))
+        adj.setdefault(int(h), set()).add(int(r))
+    seen, todo = {ref}, [ref]
+    while todo:
+        for nxt in adj.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:

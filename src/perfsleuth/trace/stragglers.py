@@ -24,7 +24,7 @@ from scipy import stats
 
 from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
-from perfsleuth.trace.collectives import ClockAlignment
+from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment
 
 RANK_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("instances", pa.int64()), ("decisive", pa.int64()), ("last_count", pa.int64()), ("last_share", pa.float64()),
@@ -92,6 +92,12 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
         return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, empty, None, None, None,
                                "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
     arr = arrivals.to_pandas()
+    # pipeline sends/receives are ordered by design (the receiver waits for the sender): they align
+    # clocks but say nothing about who is slow
+    arr = arr[~arr["op"].isin(P2P_OPS)]
+    if arr.empty:
+        return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, empty, None, None, None,
+                               "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by")
     med = arr.groupby("instance")["arrival_ns"].transform("median")
     arr["lateness_ns"] = arr["arrival_ns"] - med
     skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
