@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, trace
 
 hta = pytest.importorskip("hta.trace_analysis", reason="HTA (the `hta` extra) is not installed")

@@ -12,7 +12,7 @@ truth file translates them to ``ProfilerStep#N`` numbers.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 
@@ -36,6 +36,10 @@ class Fault:
     def steps(self, n_steps: int) -> list[int]:
         """Step indices the fault acts on (all of them by default)."""
         return list(range(n_steps))
+
+    def baseline(self) -> Fault | None:
+        """The same workload without the fault (None: drop it), to price the fault's impact."""
+        return None
 
     # --- hooks folded by the simulator -------------------------------------------------------
     def bandwidth_factor(self) -> float:
@@ -113,8 +117,8 @@ class ExposedCommunication(Fault):
     def validate(self, world_size: int, parallelism: str, pp_stages: int) -> None:
         if self.bandwidth_divisor < 1.0:
             raise ValueError("bandwidth_divisor must be >= 1")
-        if world_size // max(pp_stages, 1) < 2 and parallelism == "pp":
-            raise ValueError("exposed_communication needs a data-parallel group of 2 or more")
+        if world_size < 2:
+            raise ValueError("exposed_communication needs at least 2 ranks")
 
     def bandwidth_factor(self) -> float:
         return self.bandwidth_divisor
@@ -152,18 +156,25 @@ class DataloaderStall(Fault):
 
 @dataclass(frozen=True)
 class HostLaunchBound(Fault):
-    """Each launched op costs ``launch_cpu_ns`` of host time while kernels shrink below that cost."""
+    """Each launched op costs ``launch_cpu_ns`` of host time while kernels shrink below that cost.
+
+    ``launch_cpu_ns=None`` keeps the configured host cost: the healthy baseline of the same workload.
+    """
 
     fault: ClassVar[str] = "host_launch_bound"
     rank_ids: tuple[int, ...] | None = None
-    launch_cpu_ns: int = 40_000
+    launch_cpu_ns: int | None = 40_000
     kernel_scale_factor: float = 0.1
 
     def validate(self, world_size: int, parallelism: str, pp_stages: int) -> None:
         if self.rank_ids is not None and any(not 0 <= r < world_size for r in self.rank_ids):
             raise ValueError(f"host_launch_bound ranks {self.rank_ids} outside world_size {world_size}")
-        if self.launch_cpu_ns <= 0 or self.kernel_scale_factor <= 0:
+        if (self.launch_cpu_ns is not None and self.launch_cpu_ns <= 0) or self.kernel_scale_factor <= 0:
             raise ValueError("launch_cpu_ns and kernel_scale_factor must be > 0")
+
+    def baseline(self) -> Fault | None:
+        """The same small kernels launched at the configured (healthy) host cost."""
+        return replace(self, launch_cpu_ns=None)
 
     def ranks(self, world_size: int, pp_stages: int) -> list[int]:
         return _pick(self.rank_ids, world_size)
@@ -180,7 +191,10 @@ class HostLaunchBound(Fault):
 
 @dataclass(frozen=True)
 class PipelineBubble(Fault):
-    """Pipeline parallel only: one stage slower and/or too few microbatches to hide the fill/drain."""
+    """Pipeline parallel only: one stage slower and/or too few microbatches to hide the fill/drain.
+
+    The global batch is fixed, so fewer microbatches means proportionally longer ones.
+    """
 
     fault: ClassVar[str] = "pipeline_bubble"
     slow_stage: int | None = None
