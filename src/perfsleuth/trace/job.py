@@ -22,8 +22,20 @@ GPU_WORK = ("kernel", "collective", "memcpy", "memset")
 _SYNC_CALL = re.compile(r"Synchronize|cudaStreamWaitEvent|hipStreamWaitEvent|cudaEventQuery", re.I)
 
 
+def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, values) of a string column; values[codes] gives each row's string without making a
+    Python string per row (rows share the dictionary's objects). Null rows get code len(values)-1 ('')."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.cast(arr, pa.string()).dictionary_encode()
+    values = np.array([*arr.dictionary.to_pylist(), ""], dtype=object)
+    codes = arr.indices.fill_null(len(values) - 1).to_numpy().astype(np.int64, copy=False)
+    return codes, values
+
+
 def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(pc.cast(col, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+    codes, values = _dictionary(col)
+    return values[codes]
 
 
 @dataclass
@@ -59,7 +71,8 @@ class RankView:
 
     @cached_property
     def is_gpu(self) -> np.ndarray:
-        return np.isin(self.kind, GPU_WORK)
+        codes, values = _dictionary(self.table["kind"])
+        return np.isin(values, GPU_WORK)[codes]
 
     @cached_property
     def launch_ts(self) -> np.ndarray:
@@ -93,11 +106,10 @@ class RankView:
     def host_sync(self) -> Coverage:
         """Host time blocked in synchronization API calls."""
         is_api = (self.kind == "runtime") | (self.kind == "driver")
-        if not is_api.any():
-            return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-        idx = np.flatnonzero(is_api)
-        sync = np.array([bool(_SYNC_CALL.search(n or "")) for n in self.names[idx]], dtype=bool)
-        return Coverage.of(self.ts[idx[sync]], self.end[idx[sync]])
+        codes, values = _dictionary(self.table["name"])
+        is_sync_name = np.array([bool(_SYNC_CALL.search(v or "")) for v in values], dtype=bool)
+        mask = is_api & is_sync_name[codes]
+        return Coverage.of(self.ts[mask], self.end[mask])
 
     @cached_property
     def has_gpu(self) -> bool:
