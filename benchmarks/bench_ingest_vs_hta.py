@@ -55,7 +55,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_SOURCE = Path("/work/shared/data/traces/df_index_resolver/df_index_resolver.json.gz")
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "df_index_resolver" / "df_index_resolver.json.gz"
 DEFAULT_HTA_PYTHON = "/work/htavenv/bin/python"
 MANIFEST = ".bench_manifest"  # no .json suffix: neither HTA nor perfsleuth picks it up as a trace
 TOL_PP = 0.5
