@@ -154,19 +154,15 @@ def _perfsleuth_hta_window(view):  # noqa: ANN001, ANN202
 
 def perfsleuth_work(data: str, workers: int | None):  # noqa: ANN201
     """The measured perfsleuth work (imports at module level of perfsleuth are done by the caller)."""
-    from perfsleuth.ingest import read_trace_job
-    from perfsleuth.trace.breakdown import gpu_span_breakdown, steps_table
-    from perfsleuth.trace.job import TraceJob
+    from perfsleuth.api import analyze_streaming
 
     t0 = time.perf_counter()
-    k = read_trace_job([data], workers=workers)
+    # what `perfsleuth analyze` runs: parse each rank and analyse it where it was parsed (steps,
+    # step breakdown with overlap, whole-trace breakdown, kernels, launches), then align clocks and
+    # judge stragglers across ranks
+    analysis = analyze_streaming([data], workers=workers)
     t1 = time.perf_counter()
-    job = TraceJob(k.runs, k.events, k.caveats)
-    steps = steps_table(job)
-    t2 = time.perf_counter()
-    per_rank = {r: gpu_span_breakdown(v) for r, v in job.ranks.items()}
-    t3 = time.perf_counter()
-    return k, job, steps, per_rank, (t0, t1, t2, t3)
+    return analysis, analysis.steps, analysis.gpu_span, (t0, t1)
 
 
 def _warm_pyarrow() -> None:
@@ -179,23 +175,29 @@ def _warm_pyarrow() -> None:
 
 
 def child_perfsleuth(data: str, workers: int | None) -> dict:
-    from perfsleuth.ingest import read_trace_job  # noqa: F401  (imports: not timed)
-    from perfsleuth.trace.breakdown import gpu_span_breakdown, steps_table  # noqa: F401
-    from perfsleuth.trace.job import TraceJob  # noqa: F401
+    from perfsleuth.api import analyze_streaming  # noqa: F401  (imports: not timed)
 
     _warm_pyarrow()
-    k, job, steps, per_rank, (t0, t1, t2, t3) = perfsleuth_work(data, workers)
-    # --- not timed: the HTA-window numbers for the agreement check
-    window = {r: gpu_span_breakdown(_perfsleuth_hta_window(v)) for r, v in job.ranks.items()}
+    analysis, steps, per_rank, (t0, t1) = perfsleuth_work(data, workers)
     keys = ("idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct")
     return {
         "workers": workers or "auto", "pandas_imported": "pandas" in sys.modules,
-        "work_s": t3 - t0,
-        "phases_s": {"read_trace_job": t1 - t0, "TraceJob+steps_table": t2 - t1, "gpu_span_breakdown": t3 - t2},
-        "events": k.events.num_rows, "steps_rows": steps.num_rows,
+        "work_s": t1 - t0,
+        "phases_s": {"analyze_streaming": t1 - t0},
+        "steps_rows": steps.num_rows,
         "whole_trace": {str(r): {x: b.get(x) for x in keys} for r, b in per_rank.items()},
-        "hta_window": {str(r): {x: b.get(x) for x in keys} for r, b in window.items()},
     }
+
+
+def perfsleuth_on_hta_window(data: str) -> dict:
+    """perfsleuth's breakdown on the window HTA keeps, for the agreement check. Runs in the parent
+    after the measured runs (it holds every event in memory, which the measured path never does)."""
+    from perfsleuth.api import load_trace_job
+    from perfsleuth.trace.breakdown import gpu_span_breakdown
+
+    job = load_trace_job([data], workers=1)
+    keys = ("idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct")
+    return {str(r): {x: gpu_span_breakdown(_perfsleuth_hta_window(v)).get(x) for x in keys} for r, v in job.ranks.items()}
 
 
 def child_hta(data: str) -> dict:
@@ -498,6 +500,7 @@ def main() -> int:
         ok_runs = [r for r in runs.get("perfsleuth", []) if not r.get("failed")]
         hta_runs = [r for r in runs.get("hta", []) if not r.get("failed")]
         if ok_runs and hta_runs:
+            ok_runs[0]["hta_window"] = perfsleuth_on_hta_window(str(data))
             lines, ok, worst = compare(ok_runs[0], hta_runs[0])
             print(f"\nper-rank breakdown vs HTA (tolerance {TOL_PP} pp; HTA drops work launched in the last ProfilerStep,"
                   " so perfsleuth is compared on that window; its timed whole-trace numbers in the last column):")

@@ -191,13 +191,10 @@ def test_whole_file_and_chunked_decoding_agree(tmp_path: Path) -> None:
     raw = gzip.decompress(src.read_bytes())
     p = tmp_path / "rank-0.json"
     p.write_bytes(raw)
-    whole = kineto.read_rank_file(p).events
-    old = chrome_json.BLOCK_BYTES
-    try:
-        chrome_json.ChromeTraceStream.__dataclass_fields__["block_bytes"].default = 64 << 10
-        small = kineto.read_rank_file(p).events
-    finally:
-        chrome_json.ChromeTraceStream.__dataclass_fields__["block_bytes"].default = old
+    whole = kineto.read_rank_file(p, block_bytes=1 << 30).events
+    chunks = list(chrome_json.ChromeTraceStream(p, kineto.fmt.DECODER, kineto.fmt.lenient_event, block_bytes=64 << 10))
+    assert len(chunks) > 50  # the small blocks really were used
+    small = kineto.read_rank_file(p, block_bytes=64 << 10).events
     assert small.num_rows == whole.num_rows
     assert small["ts_ns"].to_pylist() == whole["ts_ns"].to_pylist()
     assert pc.cast(small["name"], "string").to_pylist() == pc.cast(whole["name"], "string").to_pylist()

@@ -31,7 +31,7 @@ from perfsleuth.cases.simulator import SimConfig, simulate
 def _run(cfg: SimConfig, tmp_path: Path) -> tuple[dict, JobReport, pd.DataFrame]:
     write_job(simulate(cfg), tmp_path)
     truth = json.loads((tmp_path / "truth.json").read_text())
-    report = analyze([tmp_path])
+    report = analyze([tmp_path], keep_events=True)
     ours = report.analysis.steps.to_pandas()
     merged = ours.merge(pd.DataFrame(truth["steps"]), on=["rank", "step"], validate="one_to_one")
     assert len(merged) == len(ours) == cfg.world_size * cfg.steps

@@ -98,7 +98,7 @@ def _straggler_wait_per_step(a: JobAnalysis, steps) -> np.ndarray:
 def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
     df = _step_frame(a)
     if df.empty or not (df["communication_ns"] > 0).any():
-        if any(v.has_gpu for v in a.job.ranks.values()):
+        if a.ranks_with_gpu:
             return None  # GPU traced, no communication kernels: nothing exposed
         return NotAssessed("exposed_communication", "GPU kernels in the trace")
     per_step = df.groupby("step").agg(exposed=("exposed_communication_ns", "median"), step=("step_time_ns", "median"),

@@ -16,13 +16,13 @@ from __future__ import annotations
 import gzip
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -30,10 +30,11 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto_format as fmt
-from perfsleuth.ingest.chrome_json import ChromeTraceStream
+from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
 from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
 
 FORMAT = "kineto"
+T = TypeVar("T")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
 _NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
@@ -74,6 +75,12 @@ class RankFile:
     metadata: dict[str, Any]
     events: pa.Table
     caveats: list[Caveat] = field(default_factory=list)
+    span_ns: tuple[int, int] | None = None  # first and last event time, for telling runs apart
+
+    def without_events(self) -> RankFile:
+        """The same file's facts without its events (what crosses back from a worker)."""
+        return RankFile(self.path, self.rank, self.rank_source, self.metadata, self.events.schema.empty_table(),
+                        self.caveats, self.span_ns)
 
 
 def _as_int(value: Any, default: int = -1) -> int:
@@ -287,10 +294,13 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
                      hint="name rank files like rank-3.json, or profile with torch.distributed initialised")
 
 
-def read_rank_file(path: str | Path, *, single_file: bool = True) -> RankFile:
-    """Decode one Kineto file into an events table (without run_id/rank columns yet)."""
+def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
+    """Decode one Kineto file into an events table (without run_id/rank columns yet).
+
+    ``block_bytes`` of JSON text are decoded at a time; the Python objects of one block (about
+    1 KB per event) are the reader's transient memory, so it stays small."""
     path = Path(path)
-    stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event)
+    stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event, block_bytes=block_bytes)
     kinds, colls = _KindCache(), _CollectiveCache()
     dropped = [0]
     batches = []
@@ -310,7 +320,8 @@ def read_rank_file(path: str | Path, *, single_file: bool = True) -> RankFile:
     if source == "single file":
         caveats.append(Caveat("rank_assumed", "no distributedInfo and no rank in the file name: analysed as rank 0", str(path)))
     table = _finish_rank(batches)
-    return RankFile(str(path), rank, source, stream.metadata, table, caveats)
+    span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
+    return RankFile(str(path), rank, source, stream.metadata, table, caveats, span)
 
 
 _EMPTY_CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
@@ -401,9 +412,12 @@ def _read_worker(args: tuple[str, bool]) -> RankFile:
     return read_rank_file(path, single_file=single)
 
 
-def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
-    """Read the rank files of one job (already expanded: see ``perfsleuth.ingest.expand_inputs``)."""
-    files = [Path(p) for p in paths]
+def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, workers: int | None = None) -> list[T]:
+    """Apply ``fn((path, single_file))`` to every rank file, in worker processes when it pays.
+
+    ``fn`` must be a module-level function. Each worker holds one rank at a time, so memory is
+    bounded by the largest rank, not by the job; what ``fn`` returns is all that crosses back.
+    """
     if not files:
         raise InputError(None, "no trace files given")
     single = len(files) == 1
@@ -412,10 +426,15 @@ def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers:
     jobs = [(str(f), single) for f in files]
     if n_workers > 1 and len(files) > 1 and total >= PARALLEL_MIN_BYTES:
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:
-            ranks = list(pool.map(_read_worker, jobs))
-    else:
-        ranks = [_read_worker(j) for j in jobs]
-    return assemble_job(ranks, run_id=run_id or _default_run_id(files))
+            return list(pool.map(fn, jobs))
+    return [fn(j) for j in jobs]
+
+
+def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
+    """Read the rank files of one job (already expanded: see ``perfsleuth.ingest.expand_inputs``)."""
+    files = [Path(p) for p in paths]
+    ranks = map_rank_files(files, _read_worker, workers=workers)
+    return assemble_job(ranks, run_id=run_id or default_run_id(files))
 
 
 def _pool_context():
@@ -425,7 +444,7 @@ def _pool_context():
     return get_context("fork") if "fork" in get_all_start_methods() else get_context("spawn")
 
 
-def _default_run_id(files: list[Path]) -> str:
+def default_run_id(files: Sequence[Path]) -> str:
     parents = {f.parent for f in files}
     if len(parents) == 1 and len(files) > 1:
         return next(iter(parents)).name or "run"
@@ -433,8 +452,9 @@ def _default_run_id(files: list[Path]) -> str:
     return _RANK_IN_NAME.sub("", stem).strip("-_.") or stem or "run"
 
 
-def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
-    """Check that rank files belong to one job, then stack them into the canonical tables."""
+def check_one_job(ranks: Sequence[RankFile]) -> tuple[int, list[Caveat]]:
+    """Raise if the rank files cannot be one job (duplicate ranks, world sizes, times); return the
+    world size and the caveats the files carry."""
     caveats: list[Caveat] = [c for r in ranks for c in r.caveats]
     by_rank: dict[int, RankFile] = {}
     for r in ranks:
@@ -448,10 +468,21 @@ def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
         if isinstance(info, dict) and info.get("world_size") is not None:
             world_sizes[r.path] = _as_int(info["world_size"])
     if len(set(world_sizes.values())) > 1:
-        (p1, w1), (p2, w2) = sorted(world_sizes.items(), key=lambda kv: kv[1])[0], sorted(world_sizes.items(), key=lambda kv: kv[1])[-1]
+        ordered = sorted(world_sizes.items(), key=lambda kv: kv[1])
+        (p1, w1), (p2, w2) = ordered[0], ordered[-1]
         raise InputError(p2, f"world size {w2} differs from {w1} in {p1}",
                          hint="these rank files come from different jobs; analyse each job's directory separately")
     _check_same_time(ranks)
+    world = max(world_sizes.values()) if world_sizes else len(by_rank)
+    if world_sizes and len(by_rank) < world:
+        caveats.append(Caveat("ranks_missing", f"{len(by_rank)} of {world} ranks present: cross-rank analyses see only these"))
+    return world, caveats
+
+
+def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
+    """Check that rank files belong to one job, then stack them into the canonical tables."""
+    world, caveats = check_one_job(ranks)
+    by_rank = {r.rank: r for r in ranks}
     tables = []
     for rank in sorted(by_rank):
         t = by_rank[rank].events
@@ -460,23 +491,15 @@ def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
         t = t.add_column(0, pa.field("run_id", pa.string()), pa.array([run_id] * n, pa.string()) if n else pa.array([], pa.string()))
         tables.append(t.select(EVENTS.names).cast(EVENTS))
     events = pa.concat_tables(tables).unify_dictionaries() if tables else EVENTS.empty_table()
-    world = max(world_sizes.values()) if world_sizes else len(by_rank)
-    if world_sizes and len(by_rank) < world:
-        caveats.append(Caveat("ranks_missing", f"{len(by_rank)} of {world} ranks present: cross-rank analyses see only these"))
-    runs = _runs_row(run_id, by_rank, world, events)
+    runs = runs_table(run_id, ranks, world)
     return KinetoJob(runs, events, {r: by_rank[r].path for r in sorted(by_rank)},
                      {r: by_rank[r].metadata for r in sorted(by_rank)}, caveats)
 
 
-def _check_same_time(ranks: list[RankFile]) -> None:
-    spans = []
-    for r in ranks:
-        if r.events.num_rows:
-            ts = r.events["ts_ns"]
-            spans.append((pc.min(ts).as_py(), pc.max(ts).as_py(), r.path))
+def _check_same_time(ranks: Sequence[RankFile]) -> None:
+    spans = sorted((r.span_ns[0], r.span_ns[1], r.path) for r in ranks if r.span_ns is not None)
     if len(spans) < 2:
         return
-    spans.sort()
     latest_start = max(s[0] for s in spans)
     earliest_end = min(s[1] for s in spans)
     gap_ns = latest_start - earliest_end
@@ -487,12 +510,15 @@ def _check_same_time(ranks: list[RankFile]) -> None:
                          hint="these rank files come from different runs; analyse each run separately")
 
 
-def _runs_row(run_id: str, by_rank: dict[int, RankFile], world: int, events: pa.Table) -> pa.Table:
-    meta = by_rank[min(by_rank)].metadata
+def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
+    """The one-row ``runs`` table of a job, from its rank files' metadata."""
+    first = min(ranks, key=lambda r: r.rank)
+    meta = first.metadata
     info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     props = meta.get("deviceProperties") or []
     gpu = props[0].get("name") if props and isinstance(props[0], dict) else None
-    started = pc.min(events["ts_ns"]).as_py() if events.num_rows else None
+    starts = [r.span_ns[0] for r in ranks if r.span_ns is not None]
+    started = min(starts) if starts else None
     skip = ("displayTimeUnit", "schemaVersion", "baseTimeNanoseconds", "traceName")
     dims = {k: str(v) for k, v in meta.items() if isinstance(v, str | int | float) and k not in skip}
     row = {
@@ -501,7 +527,7 @@ def _runs_row(run_id: str, by_rank: dict[int, RankFile], world: int, events: pa.
         "workload": [str(meta.get("traceName") or run_id)],
         "source_format": [FORMAT],
         "world_size": [world],
-        "ranks_present": [len(by_rank)],
+        "ranks_present": [len({r.rank for r in ranks})],
         "gpu_sku": [gpu],
         "backend": [info.get("backend")],
         "nccl": [info.get("nccl_version")],

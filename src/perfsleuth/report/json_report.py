@@ -26,10 +26,9 @@ def _clean(value: Any) -> Any:
 
 
 def analysis_to_json(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, Any]:
-    job = analysis.job
-    run = job.runs.to_pylist()[0] if job.runs.num_rows else {}
+    run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     run["dims"] = dict(run.get("dims") or [])
-    run["rank_files"] = {str(k): v for k, v in job.rank_files.items()}
+    run["rank_files"] = {str(k): v for k, v in analysis.rank_files.items()}
     rep = analysis.stragglers
     stragglers = []
     if rep.straggler is not None:

@@ -42,8 +42,7 @@ def make_console(file=None) -> Console:
 
 
 def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
-    job = analysis.job
-    run = job.runs.to_pylist()[0] if job.runs.num_rows else {}
+    run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
                                 safe(run.get("gpu_sku") or "GPU unknown"), f" · {run.get('ranks_present')} of "
                                 f"{run.get('world_size')} ranks"))

@@ -12,17 +12,23 @@ import numpy as np
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat
-from perfsleuth.trace.breakdown import steps_table
+from perfsleuth.model import STEPS
 from perfsleuth.trace.collectives import ClockAlignment, align_clocks, collective_instances, with_arrivals
 from perfsleuth.trace.job import TraceJob
-from perfsleuth.trace.kernels import kernel_class_breakdown, top_kernels
-from perfsleuth.trace.launch import launch_stats
+from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
+from perfsleuth.trace.launch import SCHEMA as LAUNCH_SCHEMA
+from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 from perfsleuth.trace.stragglers import StragglerReport, analyze_stragglers
 
 
 @dataclass
 class JobAnalysis:
-    job: TraceJob
+    """Every per-job analysis of one job. ``job`` (the full events) is kept only when the job was
+    analysed in memory; the streaming path (``perfsleuth.api.analyze``) never holds all events."""
+
+    runs: pa.Table
+    rank_files: dict[int, str]
+    ranks_with_gpu: frozenset[int]
     steps: pa.Table
     kernel_classes: pa.Table
     top_kernels: pa.Table
@@ -31,6 +37,12 @@ class JobAnalysis:
     alignment: ClockAlignment
     stragglers: StragglerReport
     caveats: list[Caveat] = field(default_factory=list)
+    gpu_span: dict[int, dict[str, float]] = field(default_factory=dict)
+    job: TraceJob | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.runs["run_id"][0].as_py()) if self.runs.num_rows else "run"
 
     def rank_summary(self) -> list[dict]:
         """Per rank: step count, step time median/p90 and breakdown totals over its step windows."""
@@ -56,27 +68,48 @@ class JobAnalysis:
                             "sync": int(g["idle_sync_ns"].sum()),
                             "other": int(g["idle_other_ns"].sum())},
                 "comm_comp_overlap": (int(g["overlapped_communication_ns"].sum()) / comm) if comm else None,
+                "gpu_span": self.gpu_span.get(int(rank)) or None,
             })
         return out
 
 
 def analyze_job(job: TraceJob) -> JobAnalysis:
-    """All per-job analyses of one job."""
-    caveats = list(job.caveats)
-    steps = steps_table(job)
-    if job.ranks and all((v.step < 0).all() for v in job.ranks.values()):
+    """All per-job analyses of a job held in memory."""
+    results = [analyze_rank(v, job.run_id) for v in job.ranks.values()]
+    return combine_ranks(results, job.runs, job.rank_files or {r.rank: "" for r in results}, job.caveats, job=job)
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[int, str], caveats: list[Caveat],
+                  *, job: TraceJob | None = None) -> JobAnalysis:
+    """The cross-rank analyses over per-rank results: alignment, arrivals, stragglers."""
+    results = sorted(results, key=lambda r: r.rank)
+    caveats = list(caveats)
+    steps = _concat([r.steps for r in results], STEPS)
+    if results and not any(r.has_profiler_steps for r in results):
         caveats.append(Caveat("no_profiler_steps", "no ProfilerStep#N annotations: each rank is analysed as one "
                               "window (its GPU span); per-step statistics are not available"))
-    no_gpu = [r for r, v in job.ranks.items() if not v.has_gpu]
+    no_gpu = [r.rank for r in results if not r.has_gpu]
     if no_gpu:
         caveats.append(Caveat("no_gpu_events", f"ranks {no_gpu} have no GPU events (CPU-only trace or GPU tracing off): "
                               "their GPU breakdown is empty"))
-    instances = collective_instances(job)
-    alignment = align_clocks(instances, sorted(job.ranks))
+    instances = collective_instances([r.collectives for r in results])
+    alignment = align_clocks(instances, [r.rank for r in results])
     arrivals = with_arrivals(instances, alignment)
     stragglers = analyze_stragglers(arrivals, steps, alignment)
-    if len(job.ranks) > 1 and instances.num_rows == 0:
+    if len(results) > 1 and instances.num_rows == 0:
         caveats.append(Caveat("no_matched_collectives", "no collective could be matched across ranks: clocks are not "
                               "aligned and straggler analysis is not possible"))
-    return JobAnalysis(job, steps, kernel_class_breakdown(job), top_kernels(job), launch_stats(job),
-                       arrivals, alignment, stragglers, caveats)
+    return JobAnalysis(
+        runs=runs, rank_files=rank_files, ranks_with_gpu=frozenset(r.rank for r in results if r.has_gpu),
+        steps=steps,
+        kernel_classes=_concat([r.kernel_classes for r in results], CLASS_SCHEMA),
+        top_kernels=_concat([r.top_kernels for r in results], TOP_SCHEMA),
+        launch=_concat([r.launch for r in results], LAUNCH_SCHEMA),
+        instances=arrivals, alignment=alignment, stragglers=stragglers, caveats=caveats,
+        gpu_span={r.rank: r.gpu_span for r in results}, job=job,
+    )

@@ -106,7 +106,7 @@ def rank_steps(view: RankView, run_id: str, windows: Windows | None = None) -> p
     return pa.table(data, schema=STEPS)
 
 
-def steps_table(job: TraceJob) -> pa.Table:
+def steps_table(job: TraceJob) -> pa.Table:  # in-memory convenience; the pipeline uses rank_steps
     """The ``steps`` table of a job: one row per rank and step window."""
     parts = [rank_steps(v, job.run_id) for v in job.ranks.values()]
     return pa.concat_tables(parts) if parts else STEPS.empty_table()

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.trace.job import TraceJob
+from perfsleuth.trace.job import RankView
 
 INSTANCE_SCHEMA = pa.schema([
     ("instance", pa.int64()), ("group", pa.string()), ("op", pa.string()), ("step", pa.int32()),
@@ -33,24 +33,32 @@ INSTANCE_SCHEMA = pa.schema([
 P2P_OPS = ("send", "recv", "sendrecv")
 
 
-def collective_instances(job: TraceJob) -> pa.Table:
+RANK_COLLECTIVES = pa.schema([
+    ("rank", pa.int32()), ("group", pa.string()), ("op", pa.string()), ("step", pa.int32()), ("seq", pa.int64()),
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("bytes_in", pa.int64()), ("group_size", pa.int32()),
+])
+
+
+def rank_collectives(v: RankView) -> pa.Table:
+    """One rank's collective kernels, with what is needed to match them across ranks."""
+    m = v.kind == "collective"
+    if not m.any():
+        return RANK_COLLECTIVES.empty_table()
+    t = v.table.filter(pa.array(m))
+    group = pc.cast(t["coll_group"], pa.string()).fill_null("")
+    ranks_str = pc.cast(t["coll_group_ranks"], pa.string()).fill_null("")
+    group = pc.if_else(pc.equal(group, ""), ranks_str, group)
+    return pa.table({
+        "rank": pa.array(np.full(t.num_rows, v.rank, np.int32)),
+        "group": group, "op": pc.cast(t["coll_op"], pa.string()).fill_null("unknown"), "step": t["step"],
+        "seq": t["coll_seq"], "start_ns": t["ts_ns"], "end_ns": pc.add(t["ts_ns"], t["dur_ns"]),
+        "bytes_in": t["coll_in_nelems"], "group_size": t["coll_group_size"],
+    }, schema=RANK_COLLECTIVES)
+
+
+def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     """One row per (collective instance, rank) for instances seen on at least two ranks."""
-    frames = []
-    for rank, v in job.ranks.items():
-        m = v.kind == "collective"
-        if not m.any():
-            continue
-        t = v.table.filter(pa.array(m))
-        group = pc.cast(t["coll_group"], pa.string()).fill_null("")
-        ranks_str = pc.cast(t["coll_group_ranks"], pa.string()).fill_null("")
-        group = pc.if_else(pc.equal(group, ""), ranks_str, group)
-        op = pc.cast(t["coll_op"], pa.string()).fill_null("unknown")
-        frames.append(pa.table({
-            "rank": pa.array(np.full(t.num_rows, rank, np.int32)),
-            "group": group, "op": op, "step": t["step"], "seq": t["coll_seq"],
-            "start_ns": t["ts_ns"], "end_ns": pc.add(t["ts_ns"], t["dur_ns"]),
-            "bytes_in": t["coll_in_nelems"], "group_size": t["coll_group_size"],
-        }))
+    frames = [t for t in per_rank if t.num_rows]
     if not frames:
         return INSTANCE_SCHEMA.empty_table()
     df = pa.concat_tables(frames).to_pandas()

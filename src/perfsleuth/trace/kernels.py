@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.trace.classify import KERNEL_CLASSES
-from perfsleuth.trace.job import TraceJob
+from perfsleuth.trace.job import RankView
 
 CLASS_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("kernel_class", pa.string()), ("count", pa.int64()),
@@ -25,42 +25,38 @@ TOP_SCHEMA = pa.schema([
 ])
 
 
-def kernel_class_breakdown(job: TraceJob) -> pa.Table:
-    """Per rank and class: kernel count, summed duration and share of the rank's kernel time."""
+def kernel_class_breakdown(v: RankView) -> pa.Table:
+    """Per class: kernel count, summed duration and share of the rank's kernel time."""
     rows = []
-    for rank, v in job.ranks.items():
-        cls = v.kernel_class
-        gpu = v.is_gpu
-        dur = (v.end - v.ts)[gpu]
-        c = cls[gpu]
-        total = int(dur.sum())
-        for k in KERNEL_CLASSES:
-            m = c == k
-            if m.any():
-                t = int(dur[m].sum())
-                rows.append({"rank": rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t,
-                             "share": t / total if total else 0.0})
+    gpu = v.is_gpu
+    dur = (v.end - v.ts)[gpu]
+    c = v.kernel_class[gpu]
+    total = int(dur.sum())
+    for k in KERNEL_CLASSES:
+        m = c == k
+        if m.any():
+            t = int(dur[m].sum())
+            rows.append({"rank": v.rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t,
+                         "share": t / total if total else 0.0})
     return pa.Table.from_pylist(rows, schema=CLASS_SCHEMA)
 
 
-def top_kernels(job: TraceJob, n: int = 10) -> pa.Table:
-    """The ``n`` kernels (by name) with the most summed GPU time, per rank."""
-    parts = []
-    for rank, v in job.ranks.items():
-        gpu = v.is_gpu
-        if not gpu.any():
-            continue
-        t = pa.table({"name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
-                      "kernel_class": v.kernel_class[gpu].astype(str),
-                      "dur": (v.end - v.ts)[gpu]})
-        g = t.group_by(["name", "kernel_class"]).aggregate(
-            [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")])
-        total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
-        g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
-        parts.append(pa.table({
-            "rank": np.full(g.num_rows, rank, np.int32), "name": g["name"], "kernel_class": g["kernel_class"],
-            "count": g["dur_count"], "total_ns": g["dur_sum"], "mean_ns": g["dur_mean"],
-            "p50_ns": g["dur_approximate_median"], "max_ns": g["dur_max"],
-            "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
-        }, schema=TOP_SCHEMA))
-    return pa.concat_tables(parts) if parts else TOP_SCHEMA.empty_table()
+def top_kernels(v: RankView, n: int = 10) -> pa.Table:
+    """The ``n`` kernels (by name) with the most summed GPU time on one rank."""
+    rank = v.rank
+    gpu = v.is_gpu
+    if not gpu.any():
+        return TOP_SCHEMA.empty_table()
+    t = pa.table({"name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
+                  "kernel_class": v.kernel_class[gpu].astype(str),
+                  "dur": (v.end - v.ts)[gpu]})
+    g = t.group_by(["name", "kernel_class"]).aggregate(
+        [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")])
+    total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
+    g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
+    return pa.table({
+        "rank": np.full(g.num_rows, rank, np.int32), "name": g["name"], "kernel_class": g["kernel_class"],
+        "count": g["dur_count"], "total_ns": g["dur_sum"], "mean_ns": g["dur_mean"],
+        "p50_ns": g["dur_approximate_median"], "max_ns": g["dur_max"],
+        "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
+    }, schema=TOP_SCHEMA)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from perfsleuth.trace.job import TraceJob
+from perfsleuth.trace.job import RankView
 
 SHORT_KERNEL_NS = 10_000
 """Kernels under 10 µs rarely fill a modern GPU; their launch cost (≈ 5 µs) is of the same order."""
@@ -29,14 +29,13 @@ SCHEMA = pa.schema([
 ])
 
 
-def launch_stats(job: TraceJob, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Table:
-    """One row per rank with a GPU (see the module docstring for definitions)."""
+def launch_stats(v: RankView, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Table:
+    """One row for a rank with GPU kernels, none otherwise (see the module docstring)."""
     rows = []
-    for rank, v in job.ranks.items():
-        kernels = (v.kind == "kernel") | (v.kind == "collective")
-        joined = kernels & (v.launch_ts >= 0)
-        if not kernels.any():
-            continue
+    rank = v.rank
+    kernels = (v.kind == "kernel") | (v.kind == "collective")
+    joined = kernels & (v.launch_ts >= 0)
+    if kernels.any():
         gpu_ns = (v.end - v.ts)[kernels]
         delay = (v.ts - v.launch_ts)[joined]
         cpu = (v.launch_end - v.launch_ts)[joined]
