@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat
 from perfsleuth.model import STEPS
+from perfsleuth.stats.quality import check_samples, check_trace
 from perfsleuth.trace.collectives import ClockAlignment, align_clocks, collective_instances, with_arrivals
 from perfsleuth.trace.job import TraceJob
 from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
@@ -104,7 +105,7 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
     if len(results) > 1 and instances.num_rows == 0:
         caveats.append(Caveat("no_matched_collectives", "no collective could be matched across ranks: clocks are not "
                               "aligned and straggler analysis is not possible"))
-    return JobAnalysis(
+    analysis = JobAnalysis(
         runs=runs, rank_files=rank_files, ranks_with_gpu=frozenset(r.rank for r in results if r.has_gpu),
         steps=steps,
         kernel_classes=_concat([r.kernel_classes for r in results], CLASS_SCHEMA),
@@ -113,3 +114,17 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
         instances=arrivals, alignment=alignment, stragglers=stragglers, caveats=caveats,
         gpu_span={r.rank: r.gpu_span for r in results}, job=job,
     )
+    analysis.caveats.extend(check_trace(analysis))
+    analysis.caveats.extend(_step_time_quality(steps))
+    return analysis
+
+
+def _step_time_quality(steps: pa.Table) -> list[Caveat]:
+    """Warm-up or two populations in the job's step times (median over ranks per step)."""
+    df = steps.to_pandas()
+    df = df[df["step"] >= 0]
+    if df.empty:
+        return []
+    per_step = df.groupby("step")["step_time_ns"].median().sort_index().to_numpy(dtype=float)
+    return [c for c in check_samples(per_step, order=np.arange(len(per_step)), name="step times")
+            if c.code in ("warmup", "bimodal", "drift", "outliers")]

@@ -1,0 +1,193 @@
+"""Measurement quality before conclusions.
+
+Checks that a performance engineer runs by eye before believing a number: is there a warm-up, are
+two populations mixed (two node types), are there outliers, too few samples, drift inside a run;
+for traces, did the profiler's own overhead or clock skew distort what was measured. Each check
+returns ``Caveat`` objects with stable codes; a verdict computed on data that failed a check
+carries them.
+
+Codes: ``non_finite``, ``too_few_samples``, ``too_few_units``, ``warmup``, ``outliers``,
+``bimodal``, ``drift``, ``profiler_overhead``, ``clock_skew``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy import stats
+
+from perfsleuth.errors import Caveat
+
+if TYPE_CHECKING:
+    from perfsleuth.trace.analysis import JobAnalysis
+
+MIN_SAMPLES = 5
+MIN_UNITS = 3
+OUTLIER_Z = 5.0
+WARMUP_Z = 3.5
+BIMODAL_SEPARATION = 4.0  # distance between the two groups' means, in pooled standard deviations
+BIMODAL_MIN_SHARE = 0.1
+DRIFT_ALPHA = 0.001
+DRIFT_MIN_RELATIVE = 0.02
+CLOCK_SKEW_MAX_NS = 50_000
+
+_MAD_TO_SD = 1.4826
+
+
+def robust_scale(x: np.ndarray) -> tuple[float, float]:
+    """Median and a robust standard deviation (scaled MAD; IQR-based if the MAD is 0)."""
+    med = float(np.median(x))
+    sd = float(stats.median_abs_deviation(x, scale="normal"))
+    if sd == 0.0:
+        q1, q3 = np.percentile(x, [25, 75])
+        sd = float(q3 - q1) / 1.349
+    return med, sd
+
+
+def detect_warmup(values: np.ndarray, *, max_share: float = 0.25) -> int:
+    """Number of leading points that belong to a warm-up (0 if none).
+
+    A warm-up is a run of early points far from the steady state (judged on the last half): the
+    warm-up ends after the last point in the first ``max_share`` of the series that is more than
+    3.5 robust SD away, provided most points before it are far too (so one early spike is an
+    outlier, not a warm-up)."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n < 8:
+        return 0
+    med, sd = robust_scale(x[n // 2:])
+    head = x[: int(n * max_share)]
+    far = head != med if sd == 0.0 else np.abs(head - med) > WARMUP_Z * sd
+    idx = np.flatnonzero(far)
+    if len(idx) == 0:
+        return 0
+    for last in idx[::-1]:
+        k = int(last) + 1
+        if far[:k].mean() >= 0.5 and far[0]:
+            return k
+    return 0
+
+
+def _outliers(x: np.ndarray) -> int:
+    med, sd = robust_scale(x)
+    if sd == 0.0:
+        return int((x != med).sum()) if (x != med).sum() < 0.05 * len(x) else 0
+    return int((np.abs(x - med) > OUTLIER_Z * sd).sum())
+
+
+def bimodal_split(x: np.ndarray) -> tuple[float, float, float] | None:
+    """Best two-group split of a 1-D sample: (separation in pooled SD, smaller share, threshold)."""
+    s = np.sort(np.asarray(x, dtype=float))
+    n = len(s)
+    if n < 20:
+        return None
+    c1, c2 = np.cumsum(s), np.cumsum(s * s)
+    k = np.arange(1, n)
+    left_mean = c1[:-1] / k
+    right_mean = (c1[-1] - c1[:-1]) / (n - k)
+    left_ss = c2[:-1] - k * left_mean**2
+    right_ss = (c2[-1] - c2[:-1]) - (n - k) * right_mean**2
+    within = left_ss + right_ss
+    lo = max(1, int(np.ceil(BIMODAL_MIN_SHARE * n)))
+    valid = (k >= lo) & (n - k >= lo)
+    if not valid.any():
+        return None
+    best = int(np.argmin(np.where(valid, within, np.inf)))
+    pooled_sd = np.sqrt(max(within[best], 0.0) / (n - 2))
+    if pooled_sd == 0:
+        return None
+    sep = abs(right_mean[best] - left_mean[best]) / pooled_sd
+    share = min(k[best], n - k[best]) / n
+    return float(sep), float(share), float((s[best] + s[best + 1]) / 2)
+
+
+def _drift(x: np.ndarray, order: np.ndarray | None) -> tuple[float, float] | None:
+    """Relative change across the run (Theil-Sen) and its Spearman p-value, if significant."""
+    if len(x) < 20 or np.ptp(x) == 0:
+        return None
+    t = np.arange(len(x), dtype=float) if order is None else np.asarray(order, dtype=float)
+    if len(x) > 2000:
+        pick = np.linspace(0, len(x) - 1, 2000).astype(int)
+        x, t = x[pick], t[pick]
+    rho = stats.spearmanr(t, x)
+    if not np.isfinite(rho.pvalue) or rho.pvalue >= DRIFT_ALPHA:
+        return None
+    slope = stats.theilslopes(x, t).slope
+    med = float(np.median(x))
+    rel = float(slope * (t.max() - t.min()) / med) if med else float("inf")
+    return (rel, float(rho.pvalue)) if abs(rel) >= DRIFT_MIN_RELATIVE else None
+
+
+def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, order: np.ndarray | None = None,
+                  name: str = "sample") -> list[Caveat]:
+    """Quality of one arm of a comparison (steps, possibly nested in clusters)."""
+    x = np.asarray(values, dtype=float)
+    out: list[Caveat] = []
+    finite = np.isfinite(x)
+    if not finite.all():
+        out.append(Caveat("non_finite", f"{name}: {int((~finite).sum())} NaN/inf values dropped"))
+        x = x[finite]
+        clusters = None if clusters is None else np.asarray(clusters)[finite]
+        order = None if order is None else np.asarray(order)[finite]
+    if len(x) < MIN_SAMPLES:
+        out.append(Caveat("too_few_samples", f"{name}: only {len(x)} values (fewer than {MIN_SAMPLES})"))
+        return out
+    if clusters is not None:
+        units = len(np.unique(clusters))
+        if units < MIN_UNITS:
+            out.append(Caveat("too_few_units", f"{name}: only {units} independent units; intervals are wide and "
+                                               "the verdict rests on very few machines or runs"))
+    w = detect_warmup(x if order is None else x[np.argsort(order, kind="stable")])
+    if w:
+        out.append(Caveat("warmup", f"{name}: the first {w} values look like a warm-up (far from the steady state)"))
+    split = bimodal_split(x)
+    if split and split[0] >= BIMODAL_SEPARATION:
+        out.append(Caveat("bimodal", f"{name}: two populations (split at {split[2]:.4g}, the smaller holds "
+                                     f"{split[1]:.0%}; {split[0]:.1f} SD apart): different node types or configs mixed?"))
+    else:  # the smaller of two populations is not 'outliers'
+        n_out = _outliers(x)
+        if n_out:
+            out.append(Caveat("outliers", f"{name}: {n_out} outliers beyond {OUTLIER_Z:g} robust SD ({n_out / len(x):.1%})"))
+    d = _drift(x, order)
+    if d:
+        out.append(Caveat("drift", f"{name}: values drift by {d[0]:+.1%} across the run (Spearman p={d[1]:.1g})"))
+    return out
+
+
+def check_series(values: np.ndarray, *, name: str = "series") -> list[Caveat]:
+    """Quality of a time-ordered history (change-point detection handles level shifts itself, so
+    drift is not flagged here)."""
+    x = np.asarray(values, dtype=float)
+    out: list[Caveat] = []
+    finite = np.isfinite(x)
+    if not finite.all():
+        out.append(Caveat("non_finite", f"{name}: {int((~finite).sum())} NaN/inf values dropped"))
+        x = x[finite]
+    if len(x) < MIN_SAMPLES:
+        out.append(Caveat("too_few_samples", f"{name}: only {len(x)} values (fewer than {MIN_SAMPLES})"))
+        return out
+    w = detect_warmup(x)
+    if w:
+        out.append(Caveat("warmup", f"{name}: the first {w} values look like a warm-up and are excluded"))
+    n_out = _outliers(x[w:])
+    if n_out:
+        out.append(Caveat("outliers", f"{name}: {n_out} outliers beyond {OUTLIER_Z:g} robust SD"))
+    return out
+
+
+def check_trace(analysis: JobAnalysis) -> list[Caveat]:
+    """Profiler overhead and clock skew of an analysed trace."""
+    out: list[Caveat] = []
+    dims = dict(analysis.runs["dims"][0].as_py() or []) if analysis.runs.num_rows else {}
+    heavy = [k for k in ("with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
+             if str(dims.get(k, "0")).lower() in ("1", "true")]
+    if heavy:
+        out.append(Caveat("profiler_overhead", f"the profiler recorded {', '.join(heavy)}: host-side times (CPU ops, "
+                                               "launch gaps) are inflated; GPU kernel times are not"))
+    al = analysis.alignment
+    if al.instances_used and np.isfinite(al.residual_p90_ns) and al.residual_p90_ns > CLOCK_SKEW_MAX_NS:
+        out.append(Caveat("clock_skew", f"after aligning clocks on {al.instances_used} collectives, ends still differ by "
+                                        f"{al.residual_p90_ns / 1e3:.0f} µs (p90): cross-rank arrival differences below "
+                                        "that are not trustworthy"))
+    return out
