@@ -198,3 +198,25 @@ def test_whole_file_and_chunked_decoding_agree(tmp_path: Path) -> None:
     assert small.num_rows == whole.num_rows
     assert small["ts_ns"].to_pylist() == whole["ts_ns"].to_pylist()
     assert pc.cast(small["name"], "string").to_pylist() == pc.cast(whole["name"], "string").to_pylist()
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "gemm"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+     "gemm"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)", "attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)",
+     "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(float)", "reduction"),
+    ("triton_poi_fused_add_mul_0", "elementwise"),
+    ("triton_red_fused_sum_1", "reduction"),
+    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(fbgemm_gpu::TensorAccessor<float>)", "elementwise"),
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "elementwise"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "reduction"),
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", "gemm"),
+    ("void cask_cudnn::computeOffsetsKernel<false, false>(cask_cudnn::ComputeOffsetsParams)", "other"),
+])
+def test_kernel_classes_by_name(name: str, cls: str) -> None:
+    from perfsleuth.trace.classify import classify_name
+
+    assert classify_name(name) == cls

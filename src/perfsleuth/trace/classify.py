@@ -17,7 +17,7 @@ KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communicatio
 
 _WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "_mha", "mha_", "xformers")),
-    ("gemm", ("gemm", "cutlass", "cublas", "matmul", "wgmma", "xmma", "s884", "h884", "s1688", "h1688", "_mma_",
+    ("gemm", ("(?<!fb)gemm", "cutlass", "cublas", "matmul", "wgmma", "xmma", "s884", "h884", "s1688", "h1688", "_mma_",
               "triton_tem", "Cijk_", "conv(?!ert)", "nvjet", "^bmm_", "_bmm", "scudnn", "dgrad", "wgrad", "fprop")),
     ("reduction", ("reduce", "softmax", "norm", "bn_fw", "bn_bw", "GammaBeta", "triton_red", "triton_per", "argmax",
                    "argmin", "sum_kernel", "mean_kernel", "cross_entropy", "topk", "sort", "scan", "cumsum")),
@@ -30,10 +30,16 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cls, re.compile("|".
 
 
 def classify_name(name: str) -> str:
-    """Class of one compute-kernel name (communication and memory come from the event kind)."""
-    for cls, pat in _PATTERNS:
-        if pat.search(name):
-            return cls
+    """Class of one compute-kernel name (communication and memory come from the event kind).
+
+    The kernel's own name (before template arguments and parameters) decides first: a signature's
+    arguments mention libraries (``fbgemm_gpu::``, ``at::native::``) that say nothing about what the
+    kernel does. Only when the base name says nothing is the full signature consulted."""
+    base = name.split("<", 1)[0].split("(", 1)[0]
+    for text in (base, name):
+        for cls, pat in _PATTERNS:
+            if pat.search(text):
+                return cls
     return "other"
 
 
