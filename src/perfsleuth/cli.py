@@ -25,6 +25,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
+    html = "html"
+    md = "md"
 
 
 def _fail(exc: PerfsleuthError) -> None:
@@ -35,18 +37,30 @@ def _fail(exc: PerfsleuthError) -> None:
 def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
     from perfsleuth.report.text_report import make_console, render
 
-    if fmt is OutputFormat.json:
-        text = json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+    if fmt is not OutputFormat.text:
+        text = _render_document(report, fmt)
         if out:
             _write_atomically(out, text)
         else:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
     if out:
         with open(out, "w", encoding="utf-8") as fh:
             render(report.analysis, report.diagnosis, make_console(fh))
     else:
         render(report.analysis, report.diagnosis, make_console())
+
+
+def _render_document(report, fmt: OutputFormat) -> str:
+    if fmt is OutputFormat.json:
+        return json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+    if fmt is OutputFormat.html:
+        from perfsleuth.report.html_report import render_html
+
+        return render_html(report.analysis, report.diagnosis)
+    from perfsleuth.report.markdown_report import render_markdown
+
+    return render_markdown(report.analysis, report.diagnosis)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -58,7 +72,8 @@ def _write_atomically(path: Path, text: str) -> None:
 @app.command()
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="a job's trace directory, or its rank files (.json, .json.gz)")],
-    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text for people, json for machines")] = OutputFormat.text,
+    format: Annotated[OutputFormat, typer.Option(
+        "--format", "-f", help="text for people, json for machines, html for a report, md for a ticket")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
     run_id: Annotated[str | None, typer.Option(help="name of the run (default: the directory name)")] = None,
     workers: Annotated[int | None, typer.Option(help="processes that parse rank files (default: one per core)")] = None,
@@ -78,8 +93,9 @@ def demo(
     out: Annotated[Path | None, typer.Option(help="keep the simulated job's traces here (default: a temp dir)")] = None,
     seed: Annotated[int, typer.Option(help="simulator seed")] = 7,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    html: Annotated[Path, typer.Option(help="also write the HTML report here")] = Path("perfsleuth-demo.html"),
 ) -> None:
-    """Simulate a small faulty 4-rank training job, analyse it and show what perfsleuth finds."""
+    """Simulate a small faulty 4-rank training job, analyse it, show what perfsleuth finds, write the HTML report."""
     from perfsleuth.api import analyze as run_analysis
     from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.report.text_report import make_console
@@ -92,7 +108,8 @@ def demo(
             report = run_analysis([target], run_id="demo")
         except PerfsleuthError as exc:
             _fail(exc)
-        if format is OutputFormat.json:
+        _write_atomically(html, _render_document(report, OutputFormat.html))
+        if format is not OutputFormat.text:
             _emit(report, format, None)
             return
         console = make_console()
@@ -102,6 +119,7 @@ def demo(
         _emit(report, format, None)
         found = ", ".join(f.fault for f in report.diagnosis.findings) or "nothing"
         console.print(f"\nInjected: {', '.join(truth['faults'])}. Found: {found}.", markup=False)
+        console.print(f"HTML report: {html.resolve()}", markup=False)
 
 
 @app.command()

@@ -7,24 +7,19 @@ stripped so nothing from an input reaches the terminal as an escape sequence.
 
 from __future__ import annotations
 
-import re
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from perfsleuth.diagnose import Diagnosis
+from perfsleuth.report.escape import terminal_text
 from perfsleuth.trace.analysis import JobAnalysis
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def safe(text: object, limit: int = 80) -> Text:
-    s = _CONTROL.sub("?", str(text))
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return Text(s)
+    """Untrusted text as an inert rich Text (no markup, no control or escape characters)."""
+    return Text(terminal_text(text, limit))
 
 
 def _ms(ns: float | None) -> str:
