@@ -5,7 +5,11 @@ copy the real writer's shape (``libkineto`` ``output_json``): top-level keys in 
 event per line, ``ts``/``dur`` in microseconds with a nanosecond fraction, host events on the
 process id, GPU events on ``pid = device`` and ``tid = stream``, ``ac2g`` flows from launch to
 kernel, collective metadata on ``record_param_comms`` and on the NCCL kernel. Timestamps are the
-true time plus the rank's clock offset, which the analyses must undo.
+true time plus the rank's clock offset, which the analyses must undo. With ``profile_memory`` the
+header gets ``"profile_memory": 1`` and the host thread one ``[memory]`` instant event per
+allocation/free (``Addr``, ``Bytes``, ``Total Allocated``, ``Total Reserved``), as Kineto writes
+them. A job cut short by a hang ends its window where the simulator says, with the kernels still
+running written up to that end.
 
 The header is written with spaces after ``:`` as Kineto does (HTA finds the rank with the regex
 ``"rank":\\s+(\\d+)``); events are serialized by orjson for speed. No simulation happens here.
@@ -43,14 +47,20 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
     add = out.append
     host = sorted(tr.host, key=lambda e: (e[2], -e[3]))
     idx = 0
+    mem, m, n_mem = tr.memory, 0, len(tr.memory)
     for cat, name, a, z, ext, _corr, extra in host:
         if cat <= H_ANNOTATION:
+            while m < n_mem and mem[m][0] < a:  # [memory] instant events, in time order among the ops
+                idx = _memory_event(add, mem[m], off, pid, tid, dev, idx)
+                m += 1
             args = {"External id": ext, "Record function id": ext, "Ev Idx": idx}
             if extra:
                 args.update(extra)
             idx += 1
             add({"ph": "X", "cat": HOST_CATS[cat], "name": name, "pid": pid, "tid": tid,
                  "ts": (a + off) / 1000, "dur": (z - a) / 1000, "args": args})
+    for rec in mem[m:]:
+        idx = _memory_event(add, rec, off, pid, tid, dev, idx)
     for cat, name, a, z, ext, corr, cbid in host:
         if cat > H_ANNOTATION:
             ts = (a + off) / 1000
@@ -84,6 +94,8 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
              "ts": (a + off) / 1000, "dur": (z - a) / 1000, "args": {"External id": ext}})
     t0 = min(host[0][2], min((g.start for g in tr.gpu), default=host[0][2])) - 30_000
     t1 = max(max(e[3] for e in host), max((g.end for g in tr.gpu), default=0)) + 50_000
+    if tr.window_end is not None:  # the profiler was stopped while work was still running
+        t1 = tr.window_end
     ts0, ts1 = (t0 + off) / 1000, (t1 + off) / 1000
     streams = sorted({g.stream for g in tr.gpu} | {s[4] for s in tr.syncs})
     meta = [(pid, 0, "process_name", {"name": "python3"}), (pid, 0, "process_labels", {"labels": "CPU"}),
@@ -105,6 +117,16 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
     return out
 
 
+def _memory_event(add, rec: tuple, off: int, pid: int, tid: int, dev: int, idx: int) -> int:
+    """One ``[memory]`` instant event (a caching-allocator allocation, or a free with negative Bytes)."""
+    t, addr, nbytes, allocated, reserved = rec
+    add({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid, "tid": tid,
+         "ts": (t + off) / 1000, "args": {"Ev Idx": idx, "Device Type": 1, "Device Id": dev, "Addr": addr,
+                                          "Bytes": nbytes, "Total Allocated": allocated,
+                                          "Total Reserved": reserved}})
+    return idx + 1
+
+
 def _header(job: SimulatedJob, tr: RankTrace) -> dict[str, Any]:
     cfg = job.config
     n_dev = min(8, cfg.world_size)
@@ -115,6 +137,7 @@ def _header(job: SimulatedJob, tr: RankTrace) -> dict[str, Any]:
                             "pg_count": len(tr.process_groups), "pg_config": tr.process_groups,
                             "nccl_version": cfg.nccl_version},
         "record_shapes": 0,
+        **({"profile_memory": 1} if cfg.profile_memory else {}),
         "cupti_version": 24,
         "cuda_runtime_version": 12040,
         "cuda_driver_version": 12040,

@@ -28,6 +28,21 @@ Model (true, unskewed time, integer nanoseconds; ``t = 0`` is ``trace_start``):
   AdamW step. Pipeline parallel (``"pp"``): 1F1B over ``microbatches``, activations/gradients as
   2-rank send/recv collectives, then (if dp > 1) the data-parallel all-reduce. Rank layout:
   ``rank = stage * dp + dp_index``.
+- Compiled jobs (``compiled`` or a ``recompilation`` fault): each forward opens with a
+  ``TorchDynamo Cache Lookup`` and runs in a ``Torch-Compiled Region: 0/N`` with one
+  ``CompiledFunction`` per layer (backward: ``CompiledFunctionBackward``); Inductor-generated kinds
+  run as ``triton_*`` kernels whose launcher records a ``cpu_op`` of the same name.
+- Memory (``profile_memory``): the caching allocator's books per rank, one ``[memory]`` event per
+  allocation/free at the host op that makes it; Total Reserved is flat (1.06 x the peak allocated)
+  unless a fault moves it. Memory bookkeeping never changes timing.
+- Host stalls: the host can also idle with no event (a GC pause), run host-only spans (checkpoint
+  write, Dynamo compile), block in a D2H copy to pageable memory, or flush the allocator cache
+  (one ``cudaFree`` per cached segment, the first draining the device). Fault draws come from their
+  own random streams, so removing a fault leaves every other draw of the job unchanged.
+- Hang: a rank whose host stops before a collective never arrives; when nothing else can move, the
+  profiling window ends ``window_ns`` after the hang: kernels still running (the peers' collective)
+  are written up to that end, work that never started and host spans still open (that step's
+  ``ProfilerStep#``) are not written, as Kineto drops them.
 
 truth.json (``SimulatedJob.truth()``), all times are integer nanoseconds on the true clock
 (absolute: ``trace_start_ns + t``); a rank's trace shows ``true + clock_offset_ns[rank]``:
@@ -44,6 +59,25 @@ truth.json (``SimulatedJob.truth()``), all times are integer nanoseconds on the 
   ``measure_impact``, ``impact``: ``{"step_time_ns", "step_time_without_ns", "delta_ns"}`` — mean
   ProfilerStep duration (over ranks and steps) with the fault, and of the same job re-simulated
   without it (or with its ``baseline()``, e.g. the same small kernels at a healthy launch cost).
+  A step cut short by a hang counts as lasting until the window's end. New faults' effects:
+  ``poor_overlap``: ``buckets``, ``deferred_buckets``, ``deferred_bytes``, ``exposed_comm_ns_per_step``,
+  ``comm_transfer_ns_per_step``, ``fabric_bandwidth_gbps``, ``overlap``; ``sequence_imbalance``:
+  ``work_multiplier_by_rank_step`` ({rank: {step: x}}), ``heavy_ranks_by_step``,
+  ``extra_compute_ns_by_rank_step``, ``heavy_comm_wait_ns_per_step``, ``peer_comm_wait_ns_per_step``;
+  ``checkpoint_stall``: ``saves`` ({rank: {step: {start_ns, duration_ns, d2h_copies, d2h_bytes,
+  d2h_ns}}}, the annotation's span), ``write_ns``, ``annotation``, ``save_ns_per_save``,
+  ``gpu_idle_ns_per_step``; ``small_kernels``: ``small_kernels_per_step``, ``small_kernel_ns_per_step``,
+  ``ns_per_small_kernel``, ``grid_blocks``, ``block_threads``, ``num_sms``, ``blocks_per_sm``,
+  ``est_achieved_occupancy_pct``, ``gpu_busy_fraction``; ``gc_pause``: ``pauses`` ([{rank, step,
+  start_ns, duration_ns}], host time with no event), ``pause_ns_by_rank_step``,
+  ``peer_comm_wait_ns_per_step``, ``gpu_idle_ns_per_step``; ``recompilation``: ``recompiles``
+  ({rank: {step: {start_ns, duration_ns, compile_id}}}), ``compile_ns``, ``gpu_idle_ns_per_step``;
+  ``memory_fragmentation``: ``device_memory_bytes``, ``memory_by_rank`` ({rank: {peak_allocated_bytes,
+  total_reserved_bytes_max, total_reserved_bytes_min}}), ``flushes`` ({rank: {step: {start_ns,
+  duration_ns, cuda_free_calls}}}), ``regrow_mallocs``, ``alloc_ns_per_step``, ``profile_memory``;
+  ``collective_hang``: ``triggered``, ``rank``, ``step``, ``step_index``, ``pg``, ``seq``,
+  ``collective``, ``hang_start_ns`` (host), ``window_end_ns``, ``waiting_ranks``,
+  ``waiting_since_ns`` ({rank: kernel start}), ``open_steps`` ({rank: step never finished}).
 - ``steps``: one row per (rank, step): ``rank``, ``step`` (ProfilerStep number), ``step_index``,
   ``host_start_ns``/``host_end_ns`` (the ProfilerStep span), ``gpu_start_ns``/``gpu_end_ns``
   (first start/last end of GPU work launched in the step), ``compute_busy_ns`` (compute-kernel
@@ -55,9 +89,12 @@ truth.json (``SimulatedJob.truth()``), all times are integer nanoseconds on the 
   ``dataloader_stall_ns`` (injected part), ``launches`` and ``host_launch_ns`` (host time of
   launched ops), ``alloc_calls`` and ``alloc_ns`` (host time in cudaMalloc/cudaFree, including
   cudaFree's wait for the device to drain), ``sync_wait_ns`` (host time blocked in the end-of-step
-  synchronize beyond the call's own cost).
+  synchronize beyond the call's own cost). Only steps that finished have a row.
 - ``collectives``: one row per collective instance: ``pg``, ``seq``, ``name``, ``ranks``,
-  ``bytes``, ``transfer_ns``, ``arrival_ns`` (``{rank: ns}``), ``end_ns`` (same on all ranks).
+  ``bytes``, ``transfer_ns``, ``arrival_ns`` (``{rank: ns}``), ``end_ns`` (same on all ranks; None
+  for a collective that never completed).
+- ``memory`` (only with ``profile_memory``): ``{rank: {peak_allocated_bytes,
+  total_reserved_bytes_max, total_reserved_bytes_min}}``.
 """
 
 from __future__ import annotations
@@ -84,6 +121,14 @@ CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 
         "cudaMalloc": 20, "cudaFree": 22}
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 _MIB = 1 << 20
+DTOH = "Memcpy DtoH (Device -> Pageable)"
+LOOKUP_NS = 30_000
+# the nested torch._dynamo.utils.dynamo_timed ranges of one recompilation, (name, share of compile_ns
+# spent before the next level opens, share after it closes)
+DYNAMO_TIMED = (("_compile.compile_inner (dynamo_timed)", 0.12, 0.04),
+                ("OutputGraph.call_user_compiler (dynamo_timed)", 0.04, 0.02),
+                ("compile_fx_inner (dynamo_timed)", 0.08, 0.05),
+                ("GraphLowering.compile_to_module (dynamo_timed)", 0.65, 0.0))
 
 
 @dataclass
@@ -94,6 +139,11 @@ class SimConfig:
     scale the trace size: a DP rank writes about 28 KB per layer per step (25 kernels), so
     ``SimConfig(world_size=8, layers=32, steps=56, measure_impact=False)`` gives ~51 MB per rank.
     ``measure_impact`` re-simulates the job once per fault to price it (see ``truth.json``).
+    ``compiled`` makes it a torch.compile job (Dynamo regions, Triton kernels; a ``recompilation``
+    fault implies it). ``profile_memory`` writes a ``[memory]`` event for every caching-allocator
+    allocation and free: ``resident_memory_bytes`` (weights, gradients, optimizer state) stay
+    allocated, each forward op's output (a multiple of ``activation_memory_bytes``) lives until its
+    layer's backward.
     """
 
     seed: int = 0
@@ -129,6 +179,10 @@ class SimConfig:
     nccl_version: str = "2.21.5"
     nccl_kernel_style: Literal["dev", "legacy"] = "dev"
     grad_dtype: Literal["bf16", "float"] = "bf16"
+    compiled: bool = False
+    profile_memory: bool = False
+    resident_memory_bytes: int = 30 << 30
+    activation_memory_bytes: int = 32 * _MIB
     faults: list[Fault] = field(default_factory=list)
     measure_impact: bool = True
 
@@ -269,6 +323,51 @@ def _kernel_catalog(gpu_name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     return {k: (n, _kernel_static(r, s, g, b, sms)) for k, (n, r, s, g, b) in raw.items()}
 
 
+# Inductor's kernels (and the cpu_op its launcher records under the same name) for the kinds it
+# generates in a compiled job; GEMMs and flash attention stay extern kernels.
+_TRITON = {"layernorm_fwd": "triton_per_fused_native_layer_norm_1", "add": "triton_poi_fused_add_2",
+           "gelu_fwd": "triton_poi_fused_gelu_0", "layernorm_bwd": "triton_per_fused_native_layer_norm_backward_3",
+           "reduce_sum": "triton_red_fused_sum_4", "gelu_bwd": "triton_poi_fused_add_mul_0",
+           "softmax_fwd": "triton_red_fused__log_softmax_5", "nll_fwd": "triton_red_fused_nll_loss_forward_6",
+           "softmax_bwd": "triton_poi_fused__log_softmax_backward_data_7"}
+
+
+def _eltwise(functor: str, n: int) -> str:
+    arr = f"at::detail::Array<char*, {n}>"
+    return f"void at::native::vectorized_elementwise_kernel<4, {functor}, {arr} >(int, {functor}, {arr})"
+
+
+_OPQ = "at::native::(anonymous namespace)::OpaqueType<2u>"
+# an eager (unfused) rotary-embedding-like chain: (cpu op, kernel name), cycled
+_CHAIN = (("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, "
+                                 "at::native::binary_internal::MulFunctor<float> >", 3)),
+          ("aten::neg", _eltwise("at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() "
+                                 f"const::{{lambda()#9}}::operator()() const::{{lambda({_BF})#1}}", 2)),
+          ("aten::cat", f"void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<{_OPQ}, "
+                        f"unsigned int, 4, 128, 1>({_OPQ}*, at::native::(anonymous namespace)::CatArrInputTensorMetadata"
+                        f"<{_OPQ}, unsigned int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned "
+                        "int, 4u>, int, unsigned int)"),
+          ("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, "
+                                 "at::native::binary_internal::MulFunctor<float> >", 3)),
+          ("aten::add", _eltwise(f"at::native::CUDAFunctorOnSelf_add<{_BF}>", 2)),
+          ("aten::clone", _eltwise("at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::"
+                                   f"operator()() const::{{lambda()#7}}::operator()() const::{{lambda({_BF})#1}}", 2)))
+_CHAIN_FUSED = "triton_poi_fused_add_cat_clone_mul_neg_8"
+
+
+def _small_kernel_catalog(gpu_name: str, grid: int, block: int) -> list[tuple[str, tuple[str, dict[str, Any]]]]:
+    """(cpu op, (kernel name, launch args)) of the unfused chain, plus its fused baseline last."""
+    sms = device_properties(gpu_name, 0)["numSms"]
+    small = _kernel_static(20, 0, grid, block, sms)
+    # never 0 for a running kernel: a real trace shows 1 % at 0.38 warps/SM where warps/64 rounds to 0
+    small["est. achieved occupancy %"] = max(1, small["est. achieved occupancy %"])
+    out = [(op, (name, small)) for op, name in _CHAIN]
+    return [*out, (_CHAIN_FUSED, (_CHAIN_FUSED, _kernel_static(24, 0, 8 * sms, 256, sms)))]
+
+
+# output bytes of each _FWD op, in units of activation_memory_bytes
+_FWD_OUT = (1, 3, 1, 1, 1, 1, 4, 4, 1, 1)
+
 # (cpu op, kernel kind, duration field, multiplier) of one transformer layer.
 _FWD = [("aten::native_layer_norm", "layernorm_fwd", "reduction_ns", 1.0),
         ("aten::mm", "gemm_fwd", "gemm_ns", 0.75),
@@ -384,6 +483,11 @@ class RankTrace:
     step_host: list[dict[str, int]] = field(default_factory=list)
     process_groups: list[dict[str, Any]] = field(default_factory=list)
     trace_id: str = ""
+    memory: list[tuple[int, int, int, int, int]] = field(default_factory=list)  # t, addr, bytes, allocated, reserved
+    log: list[tuple[str, int, int, int, Any]] = field(default_factory=list)  # kind, step index, 0 start|1 end, t, info
+    info: dict[str, Any] = field(default_factory=dict)  # facts of the build (buckets, kernel names, memory)
+    window_end: int | None = None  # end of the profiling window when it was cut short (a hang)
+    open_step: tuple[int, int] | None = None  # (step index, host start) of a step still running at the end
 
 
 @dataclass
@@ -404,20 +508,30 @@ class SimulatedJob:
         s0 = self.trace_start_ns
         colls = [{"pg": c.pg, "seq": c.seq, "name": c.name, "ranks": list(c.ranks), "bytes": c.nbytes,
                   "transfer_ns": c.transfer_ns, "arrival_ns": {r: s0 + t for r, t in sorted(c.arrivals.items())},
-                  "end_ns": s0 + c.end} for c in self.collectives]
-        return {"schema": SCHEMA, "config": self.config.to_dict(), "trace_start_ns": s0,
-                "clock_offset_ns": dict(self.clock_offset_ns), "parallel": self.parallel,
-                "faults": self.fault_truth, "steps": self.step_truth, "collectives": colls}
+                  "end_ns": s0 + c.end if c.end >= 0 else None} for c in self.collectives]
+        out = {"schema": SCHEMA, "config": self.config.to_dict(), "trace_start_ns": s0,
+               "clock_offset_ns": dict(self.clock_offset_ns), "parallel": self.parallel,
+               "faults": self.fault_truth, "steps": self.step_truth, "collectives": colls}
+        if self.config.profile_memory:
+            out["memory"] = {tr.rank: tr.info["memory"] for tr in self.ranks}
+        return out
 
     def step_time_ns(self) -> float:
-        """Mean ProfilerStep duration over ranks and steps: the job's iteration time."""
-        return float(np.mean([s["host_end_ns"] - s["host_start_ns"] for s in self.step_truth]))
+        """Mean ProfilerStep duration over ranks and steps: the job's iteration time.
+
+        A step still running when the profiling window was cut short (a hang) counts as lasting
+        until the window's end."""
+        d = [s["host_end_ns"] - s["host_start_ns"] for s in self.step_truth]
+        d += [tr.window_end - tr.open_step[1] for tr in self.ranks
+              if tr.open_step is not None and tr.window_end is not None]
+        return float(np.mean(d))
 
 
 # ------------------------------------------------------------------------------------------------
 # Program building: per-rank instruction lists, all randomness drawn here (the engine is exact).
 
 I_STEP, I_STEP_END, I_BEGIN, I_END, I_DATA, I_KERNEL, I_MEMCPY, I_COLL, I_SYNC_EV, I_SYNC, I_ALLOC = range(11)
+I_IDLE, I_MARK, I_D2H, I_MEM, I_GROW, I_HANG = range(11, 17)
 
 
 class _Draws:
@@ -448,6 +562,57 @@ class _Plan:
     overlap: bool
     bandwidth_gbps: float
     microbatches: int
+    defer: float = 0.0
+
+
+def _round_up(n: float, unit: int) -> int:
+    return int(-(-int(math.ceil(n)) // unit) * unit)
+
+
+class _Memory:
+    """The caching allocator's books on one rank: live blocks, Total Allocated, reused addresses.
+
+    Blocks are rounded to 512 bytes as the CUDA caching allocator does; a freed block's address is
+    reused by the next request of the same size, so steady-state steps repeat their addresses."""
+
+    def __init__(self, cfg: SimConfig, rank: int, emit: bool):
+        self.emit = emit
+        self.allocated = self.peak = cfg.resident_memory_bytes
+        self.pool: dict[int, list[int]] = {}
+        self.next = (0x7F10 + 0x20 * (rank % 8)) << 32
+        self.saved: dict[int, list[list[tuple[int, int]]]] = {}  # microbatch -> per-layer saved blocks
+        self.loss: dict[int, list[tuple[int, int]]] = {}
+        self.temp: tuple[int, int] | None = None
+
+    def alloc(self, prog: list[tuple], nbytes: float) -> tuple[int, int]:
+        n = max(512, _round_up(nbytes, 512))
+        free = self.pool.get(n)
+        if free:
+            addr = free.pop()
+        else:
+            addr = self.next
+            self.next += _round_up(n, 2 * _MIB)
+        self.allocated += n
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+        if self.emit:
+            prog.append((I_MEM, addr, n, self.allocated, 0))
+        return addr, n
+
+    def free(self, prog: list[tuple], blk: tuple[int, int] | None) -> None:
+        if blk is None:
+            return
+        addr, n = blk
+        self.pool.setdefault(n, []).append(addr)
+        self.allocated -= n
+        if self.emit:
+            prog.append((I_MEM, addr, -n, self.allocated, 0))
+
+    def swap_temp(self, prog: list[tuple], nbytes: float) -> None:
+        """Allocate the next gradient temporary, then free the one it replaces."""
+        old = self.temp
+        self.temp = self.alloc(prog, nbytes)
+        self.free(prog, old)
 
 
 class _Builder:
@@ -457,6 +622,8 @@ class _Builder:
         self.cfg, self.plan, self.rank = cfg, plan, rank
         self.stage = rank // cfg.dp
         self.d = _Draws(np.random.default_rng([cfg.seed, 1, rank]))
+        # faults draw from their own stream, so the job without them keeps every other draw
+        self.fd = _Draws(np.random.default_rng([cfg.seed, 3, rank]))
         self.cat, self.pg_of, self.prog = catalog, pg_of, []
         self.seq: dict[str, int] = {}
         own = [f.cpu_op_ns(rank) for f in cfg.faults if f.cpu_op_ns(rank) is not None]
@@ -465,34 +632,160 @@ class _Builder:
         self.kscale = float(np.prod([f.kernel_scale(rank) for f in cfg.faults])) if cfg.faults else 1.0
         self.step = 0
         self.slow = 0.0
+        self.work = 0.0
         self.alloc_cost = (0, 0)
         # a fixed global batch: fewer pipeline microbatches make each one proportionally bigger
         self.mb_scale = cfg.microbatches / plan.microbatches if cfg.parallelism == "pp" else 1.0
         dt = _DTYPES[cfg.grad_dtype]
         self.dtype_name, self.dtype_size = dt[1], dt[2]
+        self.info: dict[str, Any] = {}
+        faults = cfg.faults
+        self.compiled = cfg.compiled or any(f.compiled() for f in faults)
+        if self.compiled:
+            self.cat = {k: (_TRITON.get(k, n), st) for k, (n, st) in catalog.items()}
+        self.compile_id = 0
+        self.chain = next((c for f in faults if (c := f.small_kernel_chain(rank)) is not None), None)
+        if self.chain is not None:
+            ks = _small_kernel_catalog(cfg.gpu_name, self.chain.grid_blocks, self.chain.block_threads)
+            self.chain_ops, self.chain_fused = ks[:-1], ks[-1]
+            self.info["small_kernel_names"] = sorted({self.chain_fused[1][0]} if self.chain.fused
+                                                     else {k[0] for _, k in self.chain_ops})
+        self.frag = next((m for f in faults if (m := f.fragmentation(rank)) is not None), None)
+        self.flush_now, self.regrow_left, self.flush_lows = False, 0, []
+        self.mem = _Memory(cfg, rank, cfg.profile_memory) if cfg.profile_memory or self.frag else None
+        self.batch_blk: tuple[int, int] | None = None
+        self.hang = next((h for f in faults if (h := f.hang(rank)) is not None), None)
+        self.coll_in_step = 0
+        self.hung = False
+        self.pause: tuple[float, int] | None = None
 
-    def _host_costs(self, mult: float = 1.0) -> tuple[int, int, int, int]:
-        cpu = int((self.cpu_lo + self.cpu_span * self.d.uniform()) * mult)
+    def _host_costs(self, mult: float = 1.0, d: _Draws | None = None) -> tuple[int, int, int, int]:
+        d = self.d if d is None else d
+        cpu = int((self.cpu_lo + self.cpu_span * d.uniform()) * mult)
         launch = cpu * 45 // 100 if mult == 1.0 else cpu * 25 // 100
         lo, hi = self.cfg.launch_latency_ns
-        lat = int(lo + (hi - lo) * self.d.uniform())
-        gap = int(self.cfg.op_gap_ns * (0.5 + self.d.uniform()))
+        lat = int(lo + (hi - lo) * d.uniform())
+        gap = int(self.cfg.op_gap_ns * (0.5 + d.uniform()))
         return cpu, launch, lat, gap
 
-    def kernel(self, op: str, kind: str, base_ns: float) -> None:
-        clean = max(1_000, int(base_ns * self.kscale * math.exp(self.cfg.noise * self.d.normal())))
-        dur = int(clean * (1.0 + self.slow))
-        name, static = self.cat[kind]
-        self.prog.append((I_KERNEL, op, name, static, dur, dur - clean, *self._host_costs()))
+    def kernel(self, op: str, kind: str, base_ns: float, work: float = 0.0, d: _Draws | None = None,
+               ks: tuple[str, dict[str, Any]] | None = None) -> None:
+        d = self.d if d is None else d
+        clean = max(1_000, int(base_ns * self.kscale * math.exp(self.cfg.noise * d.normal())))
+        dur = int(clean * (1.0 + self.slow + work))
+        name, static = self.cat[kind] if ks is None else ks
+        self.prog.append((I_KERNEL, op, name, static, dur, dur - clean, *self._host_costs(d=d)))
 
     def layer(self, table: list[tuple[str, str, str, float]]) -> None:
-        cfg, scale = self.cfg, self.mb_scale
+        cfg, scale, work, compiled = self.cfg, self.mb_scale, self.work, self.compiled
         for op, kind, attr, mult in table:
-            self.kernel(op, kind, getattr(cfg, attr) * mult * scale)
+            self.kernel(_TRITON.get(kind, op) if compiled else op, kind, getattr(cfg, attr) * mult * scale, work)
 
+    # --- one layer's forward / backward, with the per-op effects some faults add ---
+    def fwd_layer(self, mb: int = 0) -> None:
+        cfg, scale, work, compiled, prog = self.cfg, self.mb_scale, self.work, self.compiled, self.prog
+        mem, chain = self.mem, self.chain
+        if compiled:
+            prog.append((I_BEGIN, "CompiledFunction", H_CPU_OP))
+        if mem is None and chain is None and self.regrow_left == 0 and not self.flush_now:
+            self.layer(_FWD)
+        else:
+            act = cfg.activation_memory_bytes * scale
+            saved = []
+            for i, (op, kind, attr, mult) in enumerate(_FWD):
+                self._fragmentation(i)
+                self.kernel(_TRITON.get(kind, op) if compiled else op, kind, getattr(cfg, attr) * mult * scale, work)
+                if mem is not None:
+                    saved.append(mem.alloc(prog, _FWD_OUT[i] * act))
+                if i == 1 and chain is not None:
+                    self.small_chain()
+            if mem is not None:
+                mem.saved.setdefault(mb, []).append(saved)
+        if compiled:
+            prog.append((I_END,))
+
+    def bwd_layer(self, mb: int = 0) -> None:
+        cfg, scale, work, compiled, prog = self.cfg, self.mb_scale, self.work, self.compiled, self.prog
+        mem, chain = self.mem, self.chain
+        if compiled:
+            prog.append((I_BEGIN, "autograd::engine::evaluate_function: CompiledFunctionBackward", H_CPU_OP))
+            prog.append((I_BEGIN, "CompiledFunctionBackward", H_CPU_OP))
+        if mem is None and chain is None and self.regrow_left == 0:
+            self.layer(_BWD)
+        else:
+            act = cfg.activation_memory_bytes * scale
+            for i, (op, kind, attr, mult) in enumerate(_BWD):
+                self._fragmentation(-1)
+                self.kernel(_TRITON.get(kind, op) if compiled else op, kind, getattr(cfg, attr) * mult * scale, work)
+                if mem is not None:
+                    mem.swap_temp(prog, act)
+                if i == 10 and chain is not None:
+                    self.small_chain()
+            if mem is not None:
+                for blk in mem.saved[mb].pop():
+                    mem.free(prog, blk)
+        if compiled:
+            prog.append((I_END,))
+            prog.append((I_END,))
+
+    def loss_fwd(self, mb: int = 0) -> None:
+        if self.compiled:
+            self.prog.append((I_BEGIN, "CompiledFunction", H_CPU_OP))
+        self.layer(_LOSS_FWD)
+        if self.mem is not None:
+            act = self.cfg.activation_memory_bytes * self.mb_scale
+            self.mem.loss[mb] = [self.mem.alloc(self.prog, 4 * act), self.mem.alloc(self.prog, 512)]
+        if self.compiled:
+            self.prog.append((I_END,))
+
+    def loss_bwd(self, mb: int = 0) -> None:
+        if self.compiled:
+            self.prog.append((I_BEGIN, "autograd::engine::evaluate_function: CompiledFunctionBackward", H_CPU_OP))
+            self.prog.append((I_BEGIN, "CompiledFunctionBackward", H_CPU_OP))
+        self.layer(_LOSS_BWD)
+        if self.mem is not None:
+            self.mem.swap_temp(self.prog, 4 * self.cfg.activation_memory_bytes * self.mb_scale)
+            for blk in self.mem.loss.pop(mb):
+                self.mem.free(self.prog, blk)
+        if self.compiled:
+            self.prog.append((I_END,))
+            self.prog.append((I_END,))
+
+    def small_chain(self) -> None:
+        """An unfused chain of tiny kernels (or, as the healthy baseline, its one fused kernel)."""
+        c = self.chain
+        if c.fused:
+            self.kernel(self.chain_fused[0], "", c.fused_ns * self.mb_scale, self.work, self.fd, self.chain_fused[1])
+            return
+        ops = self.chain_ops
+        for i in range(c.chain_length):
+            op, ks = ops[i % len(ops)]
+            self.kernel(op, "", c.kernel_ns, self.work, self.fd, ks)
+
+    def _fragmentation(self, i: int) -> None:
+        """Before forward op ``i`` (-1: a backward op): the allocator's flush-and-retry, or a regrowth."""
+        if self.flush_now and i == 6:
+            f, mem = self.frag, self.mem
+            self.flush_lows.append(_round_up((mem.allocated + _FWD_OUT[6] * self.cfg.activation_memory_bytes
+                                              * self.mb_scale) * 1.03, 2 * _MIB))
+            self.prog.append((I_MARK, "flush", 0, f.segments_freed))
+            self.prog.append((I_ALLOC, f.malloc_ns, f.free_ns, f.segments_freed, True))
+            self.prog.append((I_MARK, "flush", 1, f.segments_freed))
+            self.flush_now, self.regrow_left = False, f.regrow_mallocs
+        elif self.regrow_left > 0 and not self.flush_now:
+            self.prog.append((I_GROW, self.frag.malloc_ns))
+            self.regrow_left -= 1
+
+    # --- steps ---
     def begin_step(self, k: int) -> None:
         self.step = k
-        self.slow = sum(f.compute_slowdown(self.rank, self.stage, k) for f in self.cfg.faults)
+        faults, rank = self.cfg.faults, self.rank
+        self.slow = sum(f.compute_slowdown(self.rank, self.stage, k) for f in faults)
+        dp = self.cfg.dp
+        self.work = sum((f.work_scale(rank % dp, dp, k) for f in faults), 0.0)
+        self.pause = next((p for f in faults if (p := f.host_pause(rank, k)) is not None), None)
+        self.flush_now = self.frag is not None and self.frag.flushes(k)
+        self.coll_in_step = 0
         self.prog.append((I_STEP, k, f"ProfilerStep#{self.cfg.first_step + k}"))
         cfg = self.cfg
         dl = max(cfg.dataloader_ns // 10, int(cfg.dataloader_ns + cfg.dataloader_jitter_ns * self.d.normal()))
@@ -501,15 +794,111 @@ class _Builder:
         nb = cfg.batch_bytes
         dur = int(nb / cfg.h2d_bandwidth_gbps * math.exp(cfg.noise * self.d.normal())) + 1_500
         self.prog.append((I_MEMCPY, nb, dur, *self._host_costs()))
+        if self.mem is not None:
+            self.batch_blk = self.mem.alloc(self.prog, nb)
 
     def end_step(self) -> None:
         self.prog.append((I_BEGIN, "Optimizer.step#AdamW.step"))
         n_layers = len(self.local_layers())
+        mem, tmp = self.mem, None
         for op, kind, mult in _OPT:
             self.kernel(op, kind, self.cfg.optimizer_ns_per_layer * n_layers * mult)
+            if mem is not None and kind == "opt_sqrt":
+                tmp = mem.alloc(self.prog, n_layers * self.cfg.layer_param_bytes)
+            elif mem is not None and kind == "opt_addcdiv":
+                mem.free(self.prog, tmp)
         self.prog.append((I_END,))
+        if mem is not None:
+            mem.free(self.prog, mem.temp)
+            mem.free(self.prog, self.batch_blk)
+            mem.temp = self.batch_blk = None
         self.prog.append((I_SYNC, COMPUTE_STREAM, 3_000))
+        ck = next((c for f in self.cfg.faults if (c := f.checkpoint(self.rank, self.step)) is not None), None)
+        if ck is not None:
+            self.checkpoint(ck)
+        if self.hang is not None and self.step == self.hang.step_index and not self.hung:
+            raise ValueError(f"collective_hang: rank {self.rank} has fewer than {self.hang.collective_index + 1} "
+                             f"collectives in step index {self.step}")
         self.prog.append((I_STEP_END,))
+
+    def checkpoint(self, ck: Any) -> None:
+        """A blocking save: D2H copies to pageable memory, then host-only serialization and write."""
+        cfg, prog = self.cfg, self.prog
+        total = ck.bytes_per_rank if ck.bytes_per_rank is not None \
+            else 3 * len(self.local_layers()) * cfg.layer_param_bytes
+        chunk = ck.chunk_bytes or cfg.layer_param_bytes
+        prog.append((I_MARK, "checkpoint", 0, total))
+        if ck.annotation:
+            prog.append((I_BEGIN, ck.annotation))
+        left = total
+        while left > 0:
+            nb = min(chunk, left)
+            left -= nb
+            dur = int(nb / ck.d2h_bandwidth_gbps * math.exp(cfg.noise * self.fd.normal())) + 2_000
+            prog.append((I_D2H, nb, dur, *self._host_costs(d=self.fd)))
+        prog.append((I_IDLE, ck.write_ns, H_ANNOTATION, ck.write_annotation))
+        if ck.annotation:
+            prog.append((I_END,))
+        prog.append((I_MARK, "checkpoint", 1, total))
+
+    def compile_enter(self, first: bool) -> None:
+        """Dynamo's cache lookup, a recompilation when it misses, then the compiled region opens."""
+        prog = self.prog
+        prog.append((I_IDLE, LOOKUP_NS, H_CPU_OP, "TorchDynamo Cache Lookup"))
+        ns = sum(f.recompile_ns(self.rank, self.step) for f in self.cfg.faults) if first else 0
+        if ns > 0:
+            self.compile_id += 1
+            prog.append((I_MARK, "compile", 0, f"0/{self.compile_id}"))
+            for name, before, _ in DYNAMO_TIMED:
+                prog.append((I_BEGIN, name))
+                prog.append((I_IDLE, int(ns * before), None, ""))
+            for _, _, after in reversed(DYNAMO_TIMED):
+                if after:
+                    prog.append((I_IDLE, int(ns * after), None, ""))
+                prog.append((I_END,))
+            prog.append((I_MARK, "compile", 1, f"0/{self.compile_id}"))
+        prog.append((I_BEGIN, f"Torch-Compiled Region: 0/{self.compile_id}", H_CPU_OP))
+
+    def slot(self, i: int, n: int, alloc_calls: int) -> None:
+        """Between layers (slot i of n): allocator churn calls and a GC pause falling here."""
+        for _ in range(alloc_calls):
+            self.prog.append((I_ALLOC, *self.alloc_cost))
+        if self.pause is not None and min(n - 1, int(self.pause[0] * n)) == i:
+            ns = self.pause[1]
+            self.prog.append((I_MARK, "gc", 0, ns))
+            self.prog.append((I_IDLE, ns, None, ""))
+            self.prog.append((I_MARK, "gc", 1, ns))
+
+    def finish(self) -> None:
+        """Settle what needs the whole program: Total Reserved of every [memory] event."""
+        mem = self.mem
+        if mem is None:
+            return
+        healthy = _round_up(mem.peak * 1.06, 2 * _MIB)
+        high = healthy
+        if self.frag is not None:
+            dev = device_properties(self.cfg.gpu_name, 0)["totalGlobalMem"]
+            high = max(healthy, int(self.frag.reserved_fraction * dev) // (2 * _MIB) * 2 * _MIB)
+        self.info["memory"] = {"peak_allocated_bytes": mem.peak, "total_reserved_bytes_max": high,
+                               "total_reserved_bytes_min": min([high, *self.flush_lows])}
+        if not mem.emit:
+            return
+        prog, lows = self.prog, list(self.flush_lows)
+        reserved, step_up, pending, lowest = high, 0, False, high
+        for i, ins in enumerate(prog):
+            op = ins[0]
+            if op == I_MEM:
+                if pending:
+                    reserved, pending = lows.pop(0), False
+                    step_up = _round_up((high - reserved) / max(1, self.frag.regrow_mallocs), 2 * _MIB)
+                value = max(reserved, _round_up(ins[3], 2 * _MIB))
+                lowest = min(lowest, value)
+                prog[i] = (I_MEM, ins[1], ins[2], ins[3], value)
+            elif op == I_ALLOC and len(ins) > 4:
+                pending = True
+            elif op == I_GROW:
+                reserved = min(high, reserved + step_up)
+        self.info["memory"]["total_reserved_bytes_min"] = lowest
 
     def local_layers(self) -> list[int]:
         per, extra = divmod(self.cfg.layers, self.cfg.stages)
@@ -518,6 +907,12 @@ class _Builder:
 
     def coll(self, name: str, stream: int, pg: dict[str, Any], nbytes: int, peer: int | None = None) -> None:
         seq = self.seq.get(pg["pg_name"], 1)
+        h = self.hang
+        if h is not None and self.step == h.step_index and not self.hung and self.coll_in_step == h.collective_index:
+            self.prog.append((I_HANG, pg["pg_name"], seq, name))
+            self.hung = True
+            return
+        self.coll_in_step += 1
         self.seq[pg["pg_name"]] = seq + 1
         nel = nbytes // self.dtype_size
         cargs = {"Collective name": name, "In msg nelems": nel, "Out msg nelems": nel,
@@ -546,10 +941,6 @@ class _Builder:
         self.alloc_cost = (mal, free)
         return counts
 
-    def alloc(self, n: int) -> None:
-        for _ in range(n):
-            self.prog.append((I_ALLOC, *self.alloc_cost))
-
     def allreduce_buckets(self, layers: list[int]) -> list[list[int]]:
         """DDP buckets in backward (reverse) order: close a bucket once it holds bucket_bytes."""
         out, cur, size = [], [], 0
@@ -566,28 +957,37 @@ class _Builder:
 
 def _build_dp(b: _Builder) -> list[tuple]:
     cfg, layers = b.cfg, b.local_layers()
+    L = len(layers)
     pg = b.pg_of[("dp", b.stage)]
     buckets = b.allreduce_buckets(layers)
-    closing = {bk[-1]: bk for bk in buckets}
+    # poor_overlap: the last-closing buckets wait for the end of backward
+    n_def = min(len(buckets), math.ceil(b.plan.defer * len(buckets) - 1e-9)) if b.plan.defer > 0 else 0
+    deferred = buckets[len(buckets) - n_def:]
+    closing = {bk[-1]: bk for bk in buckets[:len(buckets) - n_def]}
+    b.info.update(buckets=len(buckets), deferred_buckets=n_def,
+                  deferred_bytes=sum(len(bk) for bk in deferred) * cfg.layer_param_bytes)
     for k in range(cfg.steps):
         b.begin_step(k)
-        slots = b.alloc_slots(2 * len(layers))
+        slots = b.alloc_slots(2 * L)
         b.prog.append((I_BEGIN, "DistributedDataParallel.forward"))
+        if b.compiled:
+            b.compile_enter(True)
         for i, _ in enumerate(layers):
-            b.layer(_FWD)
-            b.alloc(slots[i])
-        b.layer(_LOSS_FWD)
+            b.fwd_layer()
+            b.slot(i, 2 * L, slots[i])
+        b.loss_fwd()
+        if b.compiled:
+            b.prog.append((I_END,))
         b.prog.append((I_END,))
-        b.layer(_LOSS_BWD)
+        b.loss_bwd()
         for i, layer in enumerate(reversed(layers)):
-            b.layer(_BWD)
-            b.alloc(slots[len(layers) + i])
+            b.bwd_layer()
+            b.slot(L + i, 2 * L, slots[L + i])
             if cfg.dp > 1 and b.plan.overlap and layer in closing:
                 b.coll("allreduce", DP_STREAM, pg, len(closing[layer]) * cfg.layer_param_bytes)
         if cfg.dp > 1:
-            if not b.plan.overlap:
-                for bk in buckets:
-                    b.coll("allreduce", DP_STREAM, pg, len(bk) * cfg.layer_param_bytes)
+            for bk in buckets if not b.plan.overlap else deferred:
+                b.coll("allreduce", DP_STREAM, pg, len(bk) * cfg.layer_param_bytes)
             b.wait_stream(COMPUTE_STREAM, DP_STREAM)
         b.end_step()
     return b.prog
@@ -613,28 +1013,32 @@ def _build_pp(b: _Builder) -> list[tuple]:
     for k in range(cfg.steps):
         b.begin_step(k)
         slots = b.alloc_slots(len(order))
-        for i, (phase, _m) in enumerate(order):
+        for i, (phase, m) in enumerate(order):
             if phase == "F":
                 if s > 0:
                     b.coll("recv", RECV_ACT, b.pg_of[("fwd", prv)], act, prv)
                     b.wait_stream(COMPUTE_STREAM, RECV_ACT)
+                if b.compiled:
+                    b.compile_enter(i == 0)
                 for _ in layers:
-                    b.layer(_FWD)
+                    b.fwd_layer(m)
                 if s == P - 1:
-                    b.layer(_LOSS_FWD)
-                else:
+                    b.loss_fwd(m)
+                if b.compiled:
+                    b.prog.append((I_END,))
+                if s < P - 1:
                     b.coll("send", SEND_ACT, b.pg_of[("fwd", b.rank)], act, nxt)
             else:
                 if s < P - 1:
                     b.coll("recv", RECV_GRAD, b.pg_of[("bwd", b.rank)], act, nxt)
                     b.wait_stream(COMPUTE_STREAM, RECV_GRAD)
                 else:
-                    b.layer(_LOSS_BWD)
+                    b.loss_bwd(m)
                 for _ in layers:
-                    b.layer(_BWD)
+                    b.bwd_layer(m)
                 if s > 0:
                     b.coll("send", SEND_GRAD, b.pg_of[("bwd", prv)], act, prv)
-            b.alloc(slots[i])
+            b.slot(i, len(order), slots[i])
         if cfg.dp > 1 and dp_pg is not None:
             for bk in b.allreduce_buckets(layers):
                 b.coll("allreduce", DP_STREAM, dp_pg, len(bk) * cfg.layer_param_bytes)
@@ -687,8 +1091,12 @@ class _RankSim:
         self.ext = 0
         self.corr = 1000 + 37 * tr.rank
         self.stack: list[list[Any]] = []
+        self.annos: list[int] = []  # external ids of the open user annotations
         self.k = -1
         self.hs: dict[str, int] = {}
+        self.op_t0 = self.mem_t = 0
+        self.pending: tuple | None = None  # a blocking D2H copy waiting for its end
+        self.hung_at: int | None = None
 
     # --- helpers ---
     def _ext(self) -> int:
@@ -706,7 +1114,7 @@ class _RankSim:
 
     def _enqueue(self, g: GpuOp, extra_dep: GpuOp | None = None, anno: int = -1) -> None:
         s = g.stream
-        self.tr.gpu_annotation_ext.append(anno if anno >= 0 else self.stack[-1][2] if self.stack else 0)
+        self.tr.gpu_annotation_ext.append(anno if anno >= 0 else self.annos[-1] if self.annos else 0)
         deps = self.waits.pop(s, None)
         if extra_dep is not None:
             deps = [*(deps or ()), extra_dep]
@@ -723,14 +1131,19 @@ class _RankSim:
         q = self.queues.get(stream)
         return q[-1] if q else None
 
-    def _begin(self, name: str) -> None:
-        self.stack.append([name, self.t, self._ext()])
+    def _begin(self, name: str, cat: int = H_ANNOTATION) -> None:
+        ext = self._ext()
+        self.stack.append([name, self.t, ext, cat])
+        if cat == H_ANNOTATION:
+            self.annos.append(ext)
         self.t += 1_000
 
     def _end(self) -> None:
-        name, start, ext = self.stack.pop()
-        self.tr.host.append((H_ANNOTATION, name, start, self.t, ext, 0, None))
-        self.tr.annotation_names[ext] = name
+        name, start, ext, cat = self.stack.pop()
+        self.tr.host.append((cat, name, start, self.t, ext, 0, None))
+        if cat == H_ANNOTATION:
+            self.tr.annotation_names[ext] = name
+            self.annos.pop()
         self.t += 500
 
     # --- host ---
@@ -749,14 +1162,14 @@ class _RankSim:
             elif op == I_MEMCPY:
                 self._memcpy(ins)
             elif op == I_BEGIN:
-                self._begin(ins[1])
+                self._begin(*ins[1:])
             elif op == I_END:
                 self._end()
             elif op == I_SYNC:
                 if not self._sync(ins[1], ins[2]):
                     break
             elif op == I_ALLOC:
-                if not self._alloc(ins[1], ins[2]):
+                if not self._alloc(ins[1], ins[2], ins[3] if len(ins) > 3 else 1):
                     break
             elif op == I_DATA:
                 self._begin(DATALOADER)
@@ -774,6 +1187,25 @@ class _RankSim:
                 self._end()
                 self.hs["host_end_ns"] = self.t
                 self.tr.step_host.append(self.hs)
+            elif op == I_MEM:
+                self._mem(ins)
+            elif op == I_IDLE:
+                _, ns, cat, name = ins
+                if name:
+                    self.tr.host.append((cat, name, self.t, self.t + ns, self._ext(), 0, None))
+                self.t += ns
+            elif op == I_MARK:
+                self.tr.log.append((ins[1], self.k, ins[2], self.t, ins[3]))
+            elif op == I_D2H:
+                if not self._d2h(ins):
+                    break
+            elif op == I_GROW:
+                self._grow(ins[1])
+            elif op == I_HANG:
+                # the host stops here for good: nothing after it is ever issued
+                self.tr.log.append(("hang", self.k, 0, self.t, ins[1:]))
+                self.hung_at, self.pc = self.t, n
+                return True
             self.pc += 1
             moved = True
         return moved
@@ -781,6 +1213,7 @@ class _RankSim:
     def _kernel(self, ins: tuple) -> None:
         _, op, name, static, dur, extra, cpu, launch, lat, gap = ins
         t0, ext = self.t, self._ext()
+        self.op_t0 = t0
         rt0 = t0 + (cpu - launch) // 2
         self.tr.host.append((H_CPU_OP, op, t0, t0 + cpu, ext, 0, None))
         corr = self._runtime("cudaLaunchKernel", rt0, rt0 + launch, ext)
@@ -794,6 +1227,7 @@ class _RankSim:
     def _memcpy(self, ins: tuple) -> None:
         _, nbytes, dur, cpu, launch, lat, gap = ins
         t0, ext = self.t, self._ext()
+        self.op_t0 = t0
         rt0 = t0 + (cpu - launch) // 2
         self.tr.host.append((H_CPU_OP, "aten::copy_", t0, t0 + cpu, ext, 0, None))
         corr = self._runtime("cudaMemcpyAsync", rt0, rt0 + launch, ext)
@@ -807,7 +1241,7 @@ class _RankSim:
 
     def _coll(self, ins: tuple) -> None:
         _, name, anno, kname, static, stream, pg, seq, nbytes, cargs, cpu, launch, lat, gap = ins
-        t0 = self.t
+        t0 = self.op_t0 = self.t
         outer, ext = self._ext(), self._ext()
         # c10d op > record_param_comms > (event record + stream wait, nccl:* annotation > launch)
         rpc0 = t0 + cpu // 8
@@ -862,22 +1296,76 @@ class _RankSim:
         self.t = rt1 + 3_000
         return True
 
-    def _alloc(self, malloc_ns: int, free_ns: int) -> bool:
+    def _alloc(self, malloc_ns: int, free_ns: int, n_free: int = 1) -> bool:
         # drain compute and all-reduce work; a drain that waited on a pending pipeline receive
         # would hang (its sender may sit in the same call), as it can in real NCCL jobs
         ends = [q[-1].end for s, q in self.queues.items() if q and s in (COMPUTE_STREAM, DP_STREAM)]
         if any(e < 0 for e in ends):
             return False
         t0, ext = self.t, self._ext()
+        self.op_t0 = t0
         f0 = t0 + 3_000
         f1 = max(f0, *ends) + free_ns if ends else f0 + free_ns
         self._runtime("cudaFree", f0, f1, ext)
-        m0 = f1 + 1_000
+        t = f1
+        for _ in range(n_free - 1):  # a cache flush frees every cached segment, one call each
+            self._runtime("cudaFree", t + 600, t + 600 + free_ns, ext)
+            t += 600 + free_ns
+        m0 = t + 1_000
         self._runtime("cudaMalloc", m0, m0 + malloc_ns, ext)
         self.tr.host.append((H_CPU_OP, "aten::empty_strided", t0, m0 + malloc_ns + 2_000, ext, 0, None))
         self.t = m0 + malloc_ns + 4_000
         self.hs["alloc_calls"] += 1
-        self.hs["alloc_ns"] += (f1 - f0) + malloc_ns
+        self.hs["alloc_ns"] += (t - f0) - 600 * (n_free - 1) + malloc_ns
+        return True
+
+    def _grow(self, malloc_ns: int) -> None:
+        """A cudaMalloc of a new segment (no device drain)."""
+        t0, ext = self.t, self._ext()
+        self.op_t0 = t0
+        m0 = t0 + 2_000
+        self._runtime("cudaMalloc", m0, m0 + malloc_ns, ext)
+        self.tr.host.append((H_CPU_OP, "aten::empty_strided", t0, m0 + malloc_ns + 1_500, ext, 0, None))
+        self.t = m0 + malloc_ns + 3_000
+        self.hs["alloc_calls"] += 1
+        self.hs["alloc_ns"] += malloc_ns
+
+    def _mem(self, ins: tuple) -> None:
+        """A [memory] event inside the op that just ran (allocations and frees in program order)."""
+        t = self.op_t0 + 700
+        if t <= self.mem_t:
+            t = self.mem_t + 100
+        self.mem_t = t
+        self.tr.memory.append((t, ins[1], ins[2], ins[3], ins[4]))
+
+    def _d2h(self, ins: tuple) -> bool:
+        """tensor.cpu() into pageable memory: aten::to > _to_copy > copy_, whose cudaMemcpyAsync returns
+        only once the copy is done, then a stream synchronize. False while the copy is still running."""
+        _, nbytes, dur, cpu, launch, lat, gap = ins
+        if self.pending is None:
+            t0 = self.op_t0 = self.t
+            outer, mid, ext = self._ext(), self._ext(), self._ext()
+            rt0 = t0 + 2_500 + (cpu - launch) // 2
+            corr = self._corr()
+            g = GpuOp(K_MEMCPY, DTOH, COMPUTE_STREAM, rt0 + launch + lat, dur, ext, corr, self.k, None)
+            g.nbytes = nbytes
+            self._enqueue(g)
+            self.pending = (g, t0, rt0, outer, mid, ext, corr)
+        g, t0, rt0, outer, mid, ext, corr = self.pending
+        if g.end < 0:
+            return False
+        rt1 = max(rt0 + launch, g.end + 1_500)
+        self.tr.host.append((H_RUNTIME, "cudaMemcpyAsync", rt0, rt1, ext, corr, CBID["cudaMemcpyAsync"]))
+        s0 = rt1 + 800
+        s1 = s0 + 2_500
+        scorr = self._runtime("cudaStreamSynchronize", s0, s1, ext)
+        self.tr.syncs.append((s0 + 300, s1 - 300, ext, scorr, COMPUTE_STREAM))
+        end = s1 + 1_000
+        self.tr.host.append((H_CPU_OP, "aten::to", t0, end + 1_500, outer, 0, None))
+        self.tr.host.append((H_CPU_OP, "aten::_to_copy", t0 + 800, end + 700, mid, 0, None))
+        self.tr.host.append((H_CPU_OP, "aten::copy_", t0 + 1_800, end, ext, 0, None))
+        self.t = end + 1_500 + gap
+        self.pending = None
         return True
 
     # --- GPU ---
@@ -922,7 +1410,7 @@ def _plan(cfg: SimConfig) -> _Plan:
     overlap = cfg.overlap and all(f.allows_overlap() for f in cfg.faults)
     bw = cfg.fabric_bandwidth_gbps / float(np.prod([f.bandwidth_factor() for f in cfg.faults] or [1.0]))
     micro = next((m for f in reversed(cfg.faults) if (m := f.microbatches()) is not None), cfg.microbatches)
-    return _Plan(overlap, bw, micro)
+    return _Plan(overlap, bw, micro, max((f.defer_fraction() for f in cfg.faults), default=0.0))
 
 
 def _run(cfg: SimConfig) -> SimulatedJob:
@@ -959,6 +1447,8 @@ def _run(cfg: SimConfig) -> SimulatedJob:
         tr.process_groups = [pg for pg in pgs if r in pg["ranks"]]
         b = _Builder(cfg, plan, r, catalog, pg_of)
         prog = _build_pp(b) if cfg.parallelism == "pp" else _build_dp(b)
+        b.finish()
+        tr.info = b.info
         sims.append(_RankSim(tr, prog, t0s[r], colls, make_coll))
     while not all(s.done() for s in sims):
         moved = False
@@ -966,18 +1456,44 @@ def _run(cfg: SimConfig) -> SimulatedJob:
             moved |= s.run_host()
             moved |= s.resolve()
         if not moved:
+            if any(s.hung_at is not None for s in sims):
+                _stop_profiler(cfg, sims)
+                break
             stuck = {s.tr.rank: s.pc for s in sims if not s.done()}
             raise RuntimeError(f"simulation deadlocked (rank: program counter) {stuck}")
     ranks = [s.tr for s in sims]
     for tr in ranks:
         _project_annotations(tr)
-    collectives = sorted(colls.values(), key=lambda c: (c.end, int(c.pg), c.seq))
+    # a collective nobody started (queued behind a hung one) leaves no trace
+    collectives = sorted((c for c in colls.values() if c.arrivals),
+                         key=lambda c: (c.end if c.end >= 0 else math.inf, int(c.pg), c.seq))
     job = SimulatedJob(cfg, ranks, collectives, dict(enumerate(offsets)), trace_start_ns,
                        {"dp": cfg.dp, "pp_stages": cfg.stages, "microbatches": plan.microbatches,
                         "overlap": plan.overlap, "fabric_bandwidth_gbps": plan.bandwidth_gbps}, [], [])
     job.step_truth = _step_truth(job)
     job.fault_truth = _fault_truth(job)
     return job
+
+
+def _stop_profiler(cfg: SimConfig, sims: list[_RankSim]) -> None:
+    """A rank hung: end the profiling window ``window_ns`` after the hang, as a watchdog dumping the
+    traces would. Kernels still running are written up to the window's end; work that never
+    started and host spans still open (Kineto drops them) are not written."""
+    hung = [s for s in sims if s.hung_at is not None]
+    window = max(h.window_ns for s in hung for f in cfg.faults if (h := f.hang(s.tr.rank)) is not None)
+    last = max([e[3] for s in sims for e in s.tr.host] + [g.end for s in sims for g in s.tr.gpu])
+    end = max(min(s.hung_at for s in hung) + window, last + 10_000)
+    for s in sims:
+        tr = s.tr
+        keep = [(g, a) for g, a in zip(tr.gpu, tr.gpu_annotation_ext, strict=True) if g.start >= 0]
+        for g, _ in keep:
+            if g.end < 0:
+                g.end = end
+        tr.gpu = [g for g, _ in keep]
+        tr.gpu_annotation_ext = [a for _, a in keep]
+        tr.window_end = end
+        if "host_start_ns" in s.hs and "host_end_ns" not in s.hs:
+            tr.open_step = (s.k, s.hs["host_start_ns"])
 
 
 def _project_annotations(tr: RankTrace) -> None:
@@ -1065,11 +1581,29 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return float(np.mean([r[key] for r in rows])) if rows else 0.0
 
 
+def _by_rank_step(job: SimulatedJob, kind: str) -> dict[int, dict[int, dict[str, Any]]]:
+    """The start/end marks of one kind of injected event, as {rank: {ProfilerStep: {...}}}."""
+    s0, first = job.trace_start_ns, job.config.first_step
+    out: dict[int, dict[int, dict[str, Any]]] = {}
+    for tr in job.ranks:
+        open_: dict[int, tuple[int, Any]] = {}
+        for k_, step, phase, t, info in tr.log:
+            if k_ != kind:
+                continue
+            if phase == 0:
+                open_[step] = (t, info)
+            else:
+                a, info = open_.pop(step)
+                out.setdefault(tr.rank, {})[first + step] = {"start_ns": s0 + a, "duration_ns": t - a, "info": info}
+    return out
+
+
 def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
     cfg, rows = job.config, job.step_truth
+    s0, first = job.trace_start_ns, cfg.first_step
     out = []
     for f in cfg.faults:
-        ranks, steps = f.ranks(cfg.world_size, cfg.stages), f.steps(cfg.steps)
+        ranks, steps = f.hits(cfg.world_size, cfg.stages, cfg.steps)
         hit = [r for r in rows if r["rank"] in ranks and r["step_index"] in steps]
         others = [r for r in rows if r["rank"] not in ranks and r["step_index"] in steps]
         effect: dict[str, Any]
@@ -1101,10 +1635,103 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                           / sum(x["host_end_ns"] - x["host_start_ns"] for x in rows if x["rank"] == r)
                           for r in range(cfg.world_size)},
                       "extra_compute_ns_per_step": _mean(hit, "compute_extra_ns")}
+        elif f.fault == "poor_overlap":
+            info = job.ranks[0].info
+            effect = {"buckets": info.get("buckets", 0), "deferred_buckets": info.get("deferred_buckets", 0),
+                      "deferred_bytes": info.get("deferred_bytes", 0),
+                      "exposed_comm_ns_per_step": _mean(rows, "exposed_comm_ns"),
+                      "comm_transfer_ns_per_step": _mean(rows, "comm_transfer_ns"),
+                      "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
+                      "overlap": job.parallel["overlap"]}
+        elif f.fault == "sequence_imbalance":
+            dp = cfg.dp
+            heavy = {first + k: [r for r in range(cfg.world_size) if r % dp == f.heavy_index(dp, k)] for k in steps}
+            heavy_rows = [r for r in rows if r["rank"] in heavy.get(r["step"], ())]
+            light_rows = [r for r in rows if r["step"] in heavy and r["rank"] not in heavy[r["step"]]]
+            effect = {"work_multiplier_by_rank_step": {
+                          r: {first + k: f.multipliers(dp, k)[r % dp] for k in steps} for r in range(cfg.world_size)},
+                      "heavy_ranks_by_step": heavy,
+                      "extra_compute_ns_by_rank_step": {
+                          r: {x["step"]: x["compute_extra_ns"] for x in hit if x["rank"] == r} for r in ranks},
+                      "heavy_comm_wait_ns_per_step": _mean(heavy_rows, "comm_wait_ns"),
+                      "peer_comm_wait_ns_per_step": _mean(light_rows, "comm_wait_ns")}
+        elif f.fault == "checkpoint_stall":
+            saves = _by_rank_step(job, "checkpoint")
+            for r, per in saves.items():
+                for step, sv in per.items():
+                    copies = [g for g in job.ranks[r].gpu if g.name == DTOH and g.step == step - first]
+                    sv.pop("info")
+                    sv.update(d2h_copies=len(copies), d2h_bytes=sum(g.nbytes for g in copies),
+                              d2h_ns=sum(g.end - g.start for g in copies))
+            effect = {"saves": saves, "write_ns": f.write_ns, "annotation": f.annotation,
+                      "save_ns_per_save": float(np.mean([v["duration_ns"] for p in saves.values() for v in p.values()]
+                                                        or [0])),
+                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
+        elif f.fault == "small_kernels":
+            n_k = ns = 0
+            for r in ranks:
+                names = set(job.ranks[r].info.get("small_kernel_names", ()))
+                for g in job.ranks[r].gpu:
+                    if g.name in names:
+                        n_k += 1
+                        ns += g.end - g.start
+            n_rs = max(1, len(hit))
+            tr0 = job.ranks[ranks[0]] if ranks else None
+            st = next((g.static for g in tr0.gpu if g.name in set(tr0.info.get("small_kernel_names", ()))), {}) \
+                if tr0 is not None else {}
+            effect = {"small_kernels_per_step": n_k / n_rs, "small_kernel_ns_per_step": ns / n_rs,
+                      "ns_per_small_kernel": ns / max(1, n_k), "grid_blocks": st.get("grid", [0])[0],
+                      "block_threads": st.get("block", [0])[0],
+                      "num_sms": device_properties(cfg.gpu_name, 0)["numSms"],
+                      "blocks_per_sm": st.get("blocks per SM", 0.0),
+                      "est_achieved_occupancy_pct": st.get("est. achieved occupancy %", 0),
+                      "gpu_busy_fraction": float(np.mean([r["gpu_busy_ns"] / (r["host_end_ns"] - r["host_start_ns"])
+                                                          for r in hit] or [0.0]))}
+        elif f.fault == "gc_pause":
+            pauses = _by_rank_step(job, "gc")
+            flat = sorted(({"rank": r, "step": step, "start_ns": v["start_ns"], "duration_ns": v["duration_ns"]}
+                           for r, per in pauses.items() for step, v in per.items()), key=lambda x: x["start_ns"])
+            paused = {(p["rank"], p["step"]) for p in flat}
+            peers = [r for r in rows if r["step"] in {p["step"] for p in flat} and (r["rank"], r["step"]) not in paused]
+            effect = {"pauses": flat,
+                      "pause_ns_by_rank_step": {r: {s: v["duration_ns"] for s, v in per.items()}
+                                                for r, per in pauses.items()},
+                      "peer_comm_wait_ns_per_step": _mean(peers, "comm_wait_ns"),
+                      "gpu_idle_ns_per_step": _mean([r for r in rows if (r["rank"], r["step"]) in paused],
+                                                    "gpu_idle_ns")}
+        elif f.fault == "recompilation":
+            comp = _by_rank_step(job, "compile")
+            for per in comp.values():
+                for v in per.values():
+                    v["compile_id"] = v.pop("info")
+            effect = {"recompiles": comp, "compile_ns": f.compile_ns,
+                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
+        elif f.fault == "memory_fragmentation":
+            flushes = _by_rank_step(job, "flush")
+            for per in flushes.values():
+                for v in per.values():
+                    v["cuda_free_calls"] = v.pop("info")
+            effect = {"device_memory_bytes": device_properties(cfg.gpu_name, 0)["totalGlobalMem"],
+                      "memory_by_rank": {r: job.ranks[r].info["memory"] for r in ranks},
+                      "flushes": flushes, "regrow_mallocs": f.regrow_mallocs,
+                      "alloc_ns_per_step": _mean(hit, "alloc_ns"), "profile_memory": cfg.profile_memory}
+        elif f.fault == "collective_hang":
+            mark = next((m for m in job.ranks[f.rank].log if m[0] == "hang"), None)
+            effect = {"triggered": mark is not None}
+            if mark is not None:
+                pg, seq, name = mark[4]
+                c = next((c for c in job.collectives if c.pg == pg and c.seq == seq), None)
+                waiting = dict(sorted(c.arrivals.items())) if c is not None else {}
+                effect.update(rank=f.rank, step=first + mark[1], step_index=mark[1], pg=pg, seq=seq,
+                              collective=name, hang_start_ns=s0 + mark[3],
+                              window_end_ns=s0 + job.ranks[f.rank].window_end,
+                              waiting_ranks=sorted(waiting), waiting_since_ns={r: s0 + t for r, t in waiting.items()},
+                              open_steps={tr.rank: first + tr.open_step[0] for tr in job.ranks
+                                          if tr.open_step is not None})
         else:  # allocator_churn and future faults: the allocator's own host time
             effect = {"alloc_calls_per_step": _mean(hit, "alloc_calls"), "alloc_ns_per_step": _mean(hit, "alloc_ns"),
                       "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
-        out.append({"fault": f.fault, "ranks": ranks, "steps": [cfg.first_step + k for k in steps],
+        out.append({"fault": f.fault, "ranks": ranks, "steps": [first + k for k in steps],
                     "step_indices": steps, "params": f.params(), "effect": effect})
     return out
 
