@@ -123,6 +123,29 @@ def demo(
 
 
 @app.command()
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="baseline samples: CSV, Parquet or a records table")],
+    candidate: Annotated[Path, typer.Argument(help="candidate samples, same columns")],
+    metric: Annotated[str, typer.Option(help="metric column(s), comma-separated")],
+    group_by: Annotated[list[str] | None, typer.Option("--group-by", help="compare per value of these columns (FDR-controlled)")] = None,
+    cluster_by: Annotated[list[str] | None, typer.Option("--cluster-by", help="nesting, outermost first: node,run")] = None,
+    threshold: Annotated[float, typer.Option(help="smallest relative effect that matters (0.02 = 2%)")] = 0.02,
+    higher_is_better: Annotated[bool | None, typer.Option("--higher-is-better/--lower-is-better",
+                                                          help="direction of 'worse' (default: from the metric's name)")] = None,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """Did CANDIDATE regress against BASELINE, by how much, and how sure (exit 1 on a regression)."""
+    from perfsleuth.commands.compare_cmd import compare_command
+
+    if format in (OutputFormat.html, OutputFormat.md):
+        typer.echo("perfsleuth: error: compare writes text or json", err=True)
+        raise typer.Exit(2)
+    raise typer.Exit(compare_command(baseline, candidate, metric, group_by or [], cluster_by or [], threshold,
+                                     higher_is_better, format.value, out))
+
+
+@app.command()
 def formats() -> None:
     """What perfsleuth can read."""
     typer.echo("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "

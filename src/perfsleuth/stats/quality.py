@@ -76,11 +76,11 @@ def _outliers(x: np.ndarray) -> int:
     return int((np.abs(x - med) > OUTLIER_Z * sd).sum())
 
 
-def bimodal_split(x: np.ndarray) -> tuple[float, float, float] | None:
+def bimodal_split(x: np.ndarray, *, min_n: int = 20) -> tuple[float, float, float] | None:
     """Best two-group split of a 1-D sample: (separation in pooled SD, smaller share, threshold)."""
     s = np.sort(np.asarray(x, dtype=float))
     n = len(s)
-    if n < 20:
+    if n < min_n:
         return None
     c1, c2 = np.cumsum(s), np.cumsum(s * s)
     k = np.arange(1, n)
@@ -133,20 +133,31 @@ def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, ord
     if len(x) < MIN_SAMPLES:
         out.append(Caveat("too_few_samples", f"{name}: only {len(x)} values (fewer than {MIN_SAMPLES})"))
         return out
+    within = x
+    population = x
     if clusters is not None:
-        units = len(np.unique(clusters))
+        codes, units_idx = np.unique(np.asarray(clusters), return_inverse=True)
+        units = len(codes)
         if units < MIN_UNITS:
             out.append(Caveat("too_few_units", f"{name}: only {units} independent units; intervals are wide and "
                                                "the verdict rests on very few machines or runs"))
+        # nodes differ by design: judge populations on unit means, outliers on deviations within a unit
+        sums = np.bincount(units_idx, weights=x, minlength=units)
+        counts = np.bincount(units_idx, minlength=units)
+        unit_means = sums / np.maximum(counts, 1)
+        population = unit_means
+        within = x - unit_means[units_idx]
     w = detect_warmup(x if order is None else x[np.argsort(order, kind="stable")])
     if w:
         out.append(Caveat("warmup", f"{name}: the first {w} values look like a warm-up (far from the steady state)"))
-    split = bimodal_split(x)
-    if split and split[0] >= BIMODAL_SEPARATION:
+    few = len(population) < 20
+    split = bimodal_split(population, min_n=6 if clusters is not None else 20)
+    # with few units only a glaring gap counts (twice the separation)
+    if split and split[0] >= BIMODAL_SEPARATION * (2 if few else 1):
         out.append(Caveat("bimodal", f"{name}: two populations (split at {split[2]:.4g}, the smaller holds "
                                      f"{split[1]:.0%}; {split[0]:.1f} SD apart): different node types or configs mixed?"))
     else:  # the smaller of two populations is not 'outliers'
-        n_out = _outliers(x)
+        n_out = _outliers(within)
         if n_out:
             out.append(Caveat("outliers", f"{name}: {n_out} outliers beyond {OUTLIER_Z:g} robust SD ({n_out / len(x):.1%})"))
     d = _drift(x, order)
