@@ -146,6 +146,25 @@ def compare(
 
 
 @app.command()
+def changes(
+    file: Annotated[Path, typer.Argument(help="a time-ordered history: CSV, Parquet or a records table")],
+    metric: Annotated[str | None, typer.Option(help="metric column (default: the only numeric column)")] = None,
+    time: Annotated[str | None, typer.Option("--time", help="time column (default: the only timestamp column, else row order)")] = None,
+    series_by: Annotated[list[str] | None, typer.Option("--series-by", help="one history per value of these columns")] = None,
+    alpha: Annotated[float, typer.Option(help="false-alarm rate per series")] = 0.01,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """Where did this history change, and is it real."""
+    from perfsleuth.commands.changes_cmd import changes_command
+
+    if format in (OutputFormat.html, OutputFormat.md):
+        typer.echo("perfsleuth: error: changes writes text or json", err=True)
+        raise typer.Exit(2)
+    raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha))
+
+
+@app.command()
 def formats() -> None:
     """What perfsleuth can read."""
     typer.echo("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "

@@ -1,0 +1,531 @@
+"""Change points in a metric's history: where the level moved, by how much, and whether it is real.
+
+``changes(values, times=...)`` cleans the series (sorts by time, drops NaN/inf, excludes a warm-up
+that ``stats.quality`` detects), turns it into rank scores, asks a locator
+(``changepoint_locate``) for candidate positions and a test (``changepoint_test.ScanTest``) which of
+them the data supports, then measures each kept change in the data's own units: the median level
+before and after with intervals, and the relative change. The false-alarm rate is per series: on a
+series with no change, at most ``alpha`` of series report one, whatever their length.
+
+``ChangeTracker`` is the incremental form for dashboards: it keeps the change points that later
+data can no longer move and re-examines only the tail.
+
+This module does not judge whether a change is a regression (direction and size are reported;
+which way is bad depends on the metric) and does not detect slow drifts, variance changes or
+periodic patterns: a level that moves gradually shows up as several steps or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr
+
+from perfsleuth.errors import Caveat, InputError
+from perfsleuth.model import Interval
+from perfsleuth.stats.changepoint_locate import make_locator
+from perfsleuth.stats.changepoint_test import NoiseModel, RankCusum, ScanTest, estimate_noise, normal_scores
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_SIZE = 5
+LEVEL_CONFIDENCE_Z = 1.959963984540054  # 95 %
+AUTOCORRELATION_NOTE = 0.2  # lag-1 autocorrelation above which a caveat says the test was widened
+WARMUP_TREND_P = 0.01  # a stretch settles if it trends towards the steady level (rank-trend p below this)
+STEADY_MIN = 50  # a stretch this long without a change is a regime, not part of a warm-up
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePoint:
+    """One change in level. ``index`` is the 0-based position (in time order, counting dropped rows)
+    of the first point of the new segment; ``time`` is its timestamp, if the series had times."""
+
+    index: int
+    time: Any
+    before: Interval
+    after: Interval
+    relative_change: float | None
+    p_value: float
+    statistic: float  # standardised CUSUM of the rank scores at the split, in its own segment
+    effect_sd: float  # (after - before) in robust noise standard deviations
+    n_before: int
+    n_after: int
+
+    @property
+    def direction(self) -> str:
+        return "up" if self.after.value > self.before.value else "down"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "time": _time_json(self.time),
+            "before": self.before.to_json(),
+            "after": self.after.to_json(),
+            "relative_change": self.relative_change,
+            "p_value": self.p_value,
+            "statistic": self.statistic,
+            "effect_sd": self.effect_sd,
+            "direction": self.direction,
+            "n_before": self.n_before,
+            "n_after": self.n_after,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeReport:
+    """The change points of one series, with what limits them (caveats) and how they were found."""
+
+    change_points: tuple[ChangePoint, ...]
+    n: int
+    caveats: tuple[Caveat, ...]
+    method: str
+    alpha: float
+    n_analysed: int = 0
+    warmup_excluded: int = 0
+    noise_ar1: float = 0.0
+    unit: str = ""
+
+    @property
+    def indices(self) -> list[int]:
+        return [cp.index for cp in self.change_points]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "n_analysed": self.n_analysed,
+            "warmup_excluded": self.warmup_excluded,
+            "alpha": self.alpha,
+            "method": self.method,
+            "unit": self.unit,
+            "noise_ar1": self.noise_ar1,
+            "change_points": [cp.to_json() for cp in self.change_points],
+            "caveats": [c.to_json() for c in self.caveats],
+        }
+
+
+def _time_json(t: Any) -> Any:
+    if t is None:
+        return None
+    if isinstance(t, np.datetime64):
+        if np.isnat(t):
+            return None
+        return t.astype("datetime64[us]").item().isoformat()
+    if isinstance(t, np.integer):
+        return int(t)
+    if isinstance(t, np.floating):
+        return float(t)
+    return t
+
+
+# --- input cleaning ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Prepared:
+    values: np.ndarray  # finite values, time order, warm-up included
+    positions: np.ndarray  # their positions in the time-ordered input
+    times: np.ndarray | None  # time-ordered input times (all rows)
+    n: int
+    caveats: list[Caveat] = field(default_factory=list)
+
+
+def _as_values(series: Any, name: str) -> np.ndarray:
+    try:
+        x = np.asarray(series, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(None, f"{name}: the values are not numeric", hint="pass numbers (NaN for missing ones)") from None
+    if x.ndim != 1:
+        raise InputError(None, f"{name}: expected a 1-D series, got an array of shape {x.shape}")
+    return x
+
+
+def _as_times(times: Any, n: int, name: str) -> np.ndarray:
+    t = np.asarray(times)
+    if t.ndim != 1 or len(t) != n:
+        raise InputError(None, f"{name}: {len(t) if t.ndim == 1 else t.shape} times for {n} values")
+    if t.dtype.kind in "OUS":
+        try:
+            t = t.astype("datetime64[ns]")
+        except (TypeError, ValueError):
+            raise InputError(None, f"{name}: the times are neither numbers nor timestamps",
+                             hint="use ISO 8601 timestamps or numbers") from None
+    elif t.dtype.kind not in "iufM":
+        raise InputError(None, f"{name}: the times are neither numbers nor timestamps (dtype {t.dtype})")
+    return t
+
+
+def _missing_time(t: np.ndarray) -> np.ndarray:
+    if t.dtype.kind == "M":
+        return np.isnat(t)
+    if t.dtype.kind == "f":
+        return ~np.isfinite(t)
+    return np.zeros(len(t), dtype=bool)
+
+
+def _prepare(series: Any, times: Any, name: str) -> _Prepared:
+    x = _as_values(series, name)
+    n = len(x)
+    if n == 0:
+        raise InputError(None, f"{name}: the series is empty")
+    caveats: list[Caveat] = []
+    t = None
+    if times is not None:
+        t = _as_times(times, n, name)
+        missing = _missing_time(t)
+        if missing.any():
+            x = x.copy()
+            x[missing] = np.nan  # dropped below with the non-finite values, but keep the row positions
+            caveats.append(Caveat("missing_time", f"{name}: {int(missing.sum())} rows have no time and are ignored"))
+        key = t.astype("int64") if t.dtype.kind == "M" else t
+        present = ~missing
+        if np.any(np.diff(key[present]) < 0):
+            order = np.argsort(np.where(missing, np.iinfo(np.int64).max if key.dtype.kind in "iM" else np.inf, key),
+                               kind="stable")
+            x, t, key = x[order], t[order], key[order]
+            caveats.append(Caveat("unsorted_time", f"{name}: the rows were not in time order; sorted by time "
+                                                   "(indices refer to the sorted order)"))
+        kp = key[~_missing_time(t)]
+        dups = int((np.diff(kp) == 0).sum()) if len(kp) > 1 else 0
+        if dups:
+            caveats.append(Caveat("duplicate_times", f"{name}: {dups} rows share a timestamp with the row before; "
+                                                     "kept in file order"))
+    finite = np.isfinite(x)
+    positions = np.flatnonzero(finite)
+    if len(positions) == 0:
+        raise InputError(None, f"{name}: none of the {n} values is a finite number")
+    no_time = int(_missing_time(t).sum()) if t is not None else 0
+    bad = n - len(positions) - no_time
+    if bad:
+        caveats.append(Caveat("non_finite", f"{name}: {bad} NaN/inf values ignored"))
+    return _Prepared(x[positions], positions, t, n, caveats)
+
+
+def _quality_module():
+    try:
+        from perfsleuth.stats import quality
+    except ImportError:  # the quality checks are optional for this analysis
+        return None
+    return quality
+
+
+def _trend(seg: np.ndarray, inflation: float = 1.0) -> tuple[float, float]:
+    """Rank correlation (normal scores) of the values with their order and its two-sided p-value,
+    widened for autocorrelated noise (a trend test on AR(1) noise is otherwise far too eager);
+    (0, 1) if undefined."""
+    n = len(seg)
+    if n < 4 or np.ptp(seg) == 0:
+        return 0.0, 1.0
+    rho = float(np.corrcoef(np.arange(n), normal_scores(seg))[0, 1]) if n > 2 else 0.0
+    if not np.isfinite(rho):
+        return 0.0, 1.0
+    z = abs(rho) * np.sqrt(n - 1) / np.sqrt(max(1.0, inflation))
+    return rho, float(2.0 * ndtr(-z))
+
+
+def _settles(seg: np.ndarray, towards: float, inflation: float) -> bool:
+    """The stretch trends (p < 0.01) in the direction of the level ``towards``."""
+    rho, p = _trend(seg, inflation)
+    return p < WARMUP_TREND_P and np.sign(rho) == np.sign(towards - float(np.median(seg)))
+
+
+def _warmup_region(cps: list[int], n: int) -> int:
+    """End of the first regime: the first change point after a stretch of at least ``STEADY_MIN``
+    points (change points inside a warm-up come after short stretches); the whole series if none."""
+    prev = 0
+    for c in cps:
+        if c - prev >= STEADY_MIN:
+            return c
+        prev = c
+    return n
+
+
+def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha: float, inflation: float) -> int:
+    """How many leading values are a warm-up, given a head of ``flagged`` values that the quality
+    check found far from the steady state (judged within the first regime, ``values[:region]``).
+
+    A warm-up settles. Flat plateaus at the end of the head are history, not warm-up (an early
+    level before a real step is far from the later level too), so they are cut off; then the end is
+    moved to where an exponential fitted to the head's distance from the steady state falls to half
+    a noise SD (the quality check stops at 3.5 SD, while the level is still settling), at most
+    ``max(3 w, 2 min_size)`` further."""
+    if flagged == 0:
+        return 0
+    w = flagged
+    head = values[:flagged]
+    regime = values[flagged:region] if region > flagged + 1 else values[flagged:]
+    steady = float(np.median(regime[len(regime) // 2:])) if len(regime) else float(values[-1])
+    if flagged >= 3 * min_size:
+        decisions = _detect(head, alpha=alpha, min_size=min_size, locator="binseg")[0]
+        bounds = [0, *(d.index for d in decisions), flagged]
+        while len(bounds) > 1 and (bounds[-1] - bounds[-2] >= 2 * min_size
+                                   and not _settles(head[bounds[-2]:bounds[-1]], steady, inflation)):
+            bounds.pop()
+        w = bounds[-1] if len(bounds) > 1 else 0
+    if w == 0:
+        return 0
+    sd = _robust_noise_sd(values[w:])
+    d = np.abs(values[:w] - steady)
+    far = d > 1.5 * sd
+    if sd <= 0 or far.sum() < 2:
+        return w
+    t = np.arange(w)[far]
+    slope, intercept = np.polyfit(t, np.log(d[far]), 1)
+    if slope >= 0:
+        return w
+    end = (intercept - np.log(0.5 * sd)) / -slope
+    return int(np.clip(np.ceil(end), w, min(len(values), w + max(3 * w, 2 * min_size))))
+
+
+# --- levels --------------------------------------------------------------------------------------
+
+
+def level_interval(segment: np.ndarray, unit: str, inflation: float) -> Interval:
+    """Median with a distribution-free 95 % order-statistic interval, widened by the autocorrelation's
+    variance inflation (fewer effective points than points)."""
+    m = len(segment)
+    mid = (m - 1) / 2.0
+    half = LEVEL_CONFIDENCE_Z * np.sqrt(m * inflation) / 2.0
+    ranks = sorted({max(0, int(np.floor(mid - half))), int(np.floor(mid)), int(np.ceil(mid)),
+                    min(m - 1, int(np.ceil(mid + half)))})
+    s = np.partition(segment, ranks)
+    median = (s[int(np.floor(mid))] + s[int(np.ceil(mid))]) / 2.0
+    method = f"median of {m} points, 95% order-statistic interval"
+    if inflation > 1.0 + 1e-9:
+        method += f" widened x{np.sqrt(inflation):.2f} for autocorrelation"
+    return Interval(float(median), float(s[ranks[0]]), float(s[ranks[-1]]), unit, method)
+
+
+def _robust_noise_sd(x: np.ndarray) -> float:
+    d = np.diff(x)
+    if len(d) == 0:
+        return 0.0
+    mad = float(np.median(np.abs(d - np.median(d))))
+    return 1.4826 * mad / np.sqrt(2.0)
+
+
+# --- the analysis --------------------------------------------------------------------------------
+
+
+def _method(locator: str, alpha: float, min_size: int) -> str:
+    return (f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
+            f"neighbouring changes, Siegmund approximation, AR(1)-corrected noise) has p <= {alpha:g}; "
+            f"segments of at least {min_size} points")
+
+
+def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
+            locator: str = "binseg", exclude_warmup: bool = True, unit: str = "", name: str = "series") -> ChangeReport:
+    """Change points of a time-ordered series (or of any series with ``times``, sorted first).
+
+    ``alpha`` is the false-alarm rate per series: a series without a change reports one with at most
+    this probability (for independent or AR(1) noise). ``min_size`` is the shortest segment a change
+    can create, so shorter bursts (a single spike) are never changes. Raises ``InputError`` for input
+    that cannot be a series (empty, not numeric, no finite value); everything else that limits the
+    answer is a caveat in the report.
+    """
+    if not 0 < alpha < 1:
+        raise InputError(None, f"alpha must be between 0 and 1, got {alpha}")
+    if min_size < 2:
+        raise InputError(None, f"min_size must be at least 2, got {min_size}")
+    prep = _prepare(series, times, name)
+    return _analyse(prep, alpha=alpha, min_size=min_size, locator=locator, exclude_warmup=exclude_warmup,
+                    unit=unit, name=name)
+
+
+def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list, NoiseModel]:
+    """Locate and decide on a clean, non-constant series: the kept decisions and the noise model."""
+    stat = RankCusum(x, 1.0, min_size)
+    noise = estimate_noise(stat.scores(0, len(x)))
+    stat.inflation = max(1.0, noise.variance_inflation)
+    candidates = make_locator(locator, min_size=min_size).locate(stat)
+    return ScanTest(alpha=alpha, min_size=min_size).decide(stat, candidates), noise
+
+
+def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, exclude_warmup: bool, unit: str,
+             name: str) -> ChangeReport:
+    caveats = list(prep.caveats)
+    method = _method(locator, alpha, min_size)
+
+    def report(cps=(), n_analysed=0, warmup=0, ar1=0.0):
+        return ChangeReport(tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit)
+
+    x_all = prep.values
+    if len(x_all) < 2 * min_size:
+        caveats.append(Caveat("too_few_samples", f"{name}: only {len(x_all)} usable values; a change needs at least "
+                                                 f"{min_size} on each side"))
+        return report(n_analysed=len(x_all))
+    quality = _quality_module()
+    first_check = quality.check_series(x_all, name=name) if quality is not None else []
+    # warm-up and outliers are re-judged below: the first regime's warm-up, outliers within segments
+    caveats.extend(c for c in first_check if c.code not in ("non_finite", "too_few_samples", "warmup", "outliers"))
+    decisions, noise = [], NoiseModel(0.0, 0.0, 0.0)
+    if np.ptp(x_all) > 0:
+        decisions, noise = _detect(x_all, alpha=alpha, min_size=min_size, locator=locator)
+    warmup = 0
+    if quality is not None and exclude_warmup and np.ptp(x_all) > 0:
+        # the steady state is judged within the first regime, not across later level shifts
+        region = _warmup_region([d.index for d in decisions], len(x_all))
+        flagged = int(quality.detect_warmup(x_all[:region]))
+        warmup = _warmup(x_all, flagged, region, min_size, alpha, noise.variance_inflation)
+        if flagged and warmup == 0:
+            caveats.append(Caveat("early_level", f"{name}: the first {flagged} values sit far from the later level "
+                                                 "but hold steady instead of settling, so they are analysed as "
+                                                 "history, not excluded as a warm-up"))
+        if warmup:
+            caveats.append(Caveat("warmup", f"{name}: the first {warmup} values look like a warm-up (far from the "
+                                            "steady state and settling) and are excluded before looking for changes"))
+            rest = x_all[warmup:]
+            decisions, noise = ([], noise) if len(rest) < 2 * min_size or np.ptp(rest) == 0 else \
+                _detect(rest, alpha=alpha, min_size=min_size, locator=locator)
+    x = x_all[warmup:]
+    positions = prep.positions[warmup:]
+    if len(x) < 2 * min_size:
+        caveats.append(Caveat("too_few_samples", f"{name}: only {len(x)} usable values after the warm-up; a change "
+                                                 f"needs at least {min_size} on each side"))
+        return report(n_analysed=len(x), warmup=warmup)
+    if np.ptp(x) == 0:
+        caveats.append(Caveat("constant", f"{name}: all {len(x)} values are equal ({x[0]:g}): nothing changed"))
+        return report(n_analysed=len(x), warmup=warmup)
+    if noise.ar1 >= AUTOCORRELATION_NOTE:
+        caveats.append(Caveat("autocorrelated", f"{name}: consecutive values are correlated (lag-1 about "
+                                                f"{noise.ar1:.2f}); the test and the intervals are widened for it"))
+    cps = _measure(x, positions, prep.times, decisions, noise, unit)
+    if quality is not None:
+        caveats.extend(_outliers(quality, x, decisions, name) if decisions or warmup else
+                       [c for c in first_check if c.code == "outliers"])
+    return report(cps, len(x), warmup, noise.ar1)
+
+
+def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:
+    """The quality module's outlier rule applied within segments (another level is not an outlier)."""
+    res = _residuals(x, decisions)
+    med, sd = quality.robust_scale(res)
+    if sd <= 0:
+        return []
+    count = int((np.abs(res - med) > quality.OUTLIER_Z * sd).sum())
+    if not count:
+        return []
+    return [Caveat("outliers", f"{name}: {count} outliers beyond {quality.OUTLIER_Z:g} robust SD of their segment's "
+                               "level (ranks are used, so they cannot make a change point on their own)")]
+
+
+def _residuals(x: np.ndarray, decisions) -> np.ndarray:
+    """The series with each segment's median moved to the overall median (outliers judged within segments)."""
+    bounds = [0, *(d.index for d in decisions), len(x)]
+    out = x.copy()
+    med = float(np.median(x))
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+        out[a:b] += med - float(np.median(x[a:b]))
+    return out
+
+
+def _measure(x: np.ndarray, positions: np.ndarray, times: np.ndarray | None, decisions, noise: NoiseModel,
+             unit: str) -> list[ChangePoint]:
+    if not decisions:
+        return []
+    bounds = [0, *(d.index for d in decisions), len(x)]
+    inflation = noise.variance_inflation
+    levels = [level_interval(x[bounds[i]:bounds[i + 1]], unit, inflation) for i in range(len(bounds) - 1)]
+    sd = _robust_noise_sd(x)
+    out = []
+    for i, d in enumerate(decisions):
+        before, after = levels[i], levels[i + 1]
+        index = int(positions[d.index])
+        rel = (after.value - before.value) / abs(before.value) if before.value != 0 else None
+        effect = (after.value - before.value) / sd if sd > 0 else float("inf") * np.sign(after.value - before.value)
+        out.append(ChangePoint(
+            index=index,
+            time=None if times is None else times[index],
+            before=before,
+            after=after,
+            relative_change=None if rel is None else float(rel),
+            p_value=float(d.p_value),
+            statistic=float(d.statistic),
+            effect_sd=float(effect),
+            n_before=bounds[i + 1] - bounds[i],
+            n_after=bounds[i + 2] - bounds[i + 1],
+        ))
+    return out
+
+
+# --- incremental ---------------------------------------------------------------------------------
+
+
+class ChangeTracker:
+    """Change points of a growing history without recomputing it from the start.
+
+    Change points followed by another change point are settled (new data after the next change
+    cannot move them); each ``append`` re-examines only the tail from the last settled change point
+    (cut to ``max_window`` points, but always including every new point), so the work per append does
+    not grow with the history. On clear
+    changes the answer equals a full recompute; near the threshold the tail's own noise estimate can
+    differ slightly from the whole series'.
+    """
+
+    def __init__(self, *, alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE, locator: str = "binseg",
+                 max_window: int = 10_000, unit: str = "", name: str = "series"):
+        if max_window < 4 * min_size:
+            raise InputError(None, f"max_window must be at least {4 * min_size}")
+        self.alpha, self.min_size, self.locator = alpha, min_size, locator
+        self.max_window, self.unit, self.name = max_window, unit, name
+        self._values = np.zeros(0)
+        self._times: np.ndarray | None = None
+        self._settled: list[ChangePoint] = []
+        self._pending: list[ChangePoint] = []  # the last change point, which new data may still move
+        self._anchor = 0  # the tail window starts here
+        self._head_caveats: tuple[Caveat, ...] = ()
+        self._warmup = 0
+        self.report: ChangeReport | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self._values)
+
+    def append(self, values: Any, times: Any = None) -> ChangeReport:
+        new = _as_values(values, self.name)
+        if len(new) == 0:
+            if self.report is None:
+                raise InputError(None, f"{self.name}: nothing appended to an empty history")
+            return self.report
+        if (times is None) != (self._times is None) and self.n:
+            raise InputError(None, f"{self.name}: give times with every append or with none")
+        if times is not None:
+            t = _as_times(times, len(new), self.name)
+            key = t.astype("int64") if t.dtype.kind == "M" else t
+            last = None if self._times is None or not len(self._times) else self._times[-1:]
+            if last is not None:
+                key = np.concatenate([last.astype("int64") if t.dtype.kind == "M" else last, key])
+            if np.any(_missing_time(t)) or np.any(np.diff(key) < 0):
+                raise InputError(None, f"{self.name}: appended points must have times, newer than the history and in "
+                                       "time order", hint="recompute with changes() to sort")
+            self._times = t if self._times is None else np.concatenate([self._times, t])
+        previous = self.n
+        self._values = np.concatenate([self._values, new])
+        return self._update(previous)
+
+    def _update(self, previous: int) -> ChangeReport:
+        n = self.n
+        # the tail from the last settled change point, cut to max_window but never past new points
+        start = max(self._anchor, min(n - self.max_window, previous))
+        # a pending change point that the window no longer reaches is settled as it stands
+        self._settled.extend(cp for cp in self._pending if cp.index < start + self.min_size)
+        window_times = None if self._times is None else self._times[start:]
+        first = start == 0
+        prep = _prepare(self._values[start:], window_times, self.name)
+        tail = _analyse(prep, alpha=self.alpha, min_size=self.min_size, locator=self.locator, exclude_warmup=first,
+                        unit=self.unit, name=self.name)
+        shifted = [dataclasses.replace(cp, index=cp.index + start) for cp in tail.change_points]
+        if first:
+            self._head_caveats = tuple(c for c in tail.caveats if c.code in ("warmup", "early_level"))
+            self._warmup = tail.warmup_excluded
+        shifted = [cp for cp in shifted if not self._settled or cp.index > self._settled[-1].index + self.min_size]
+        if len(shifted) >= 2:
+            self._settled.extend(shifted[:-1])
+            self._anchor = shifted[-2].index
+        self._pending = shifted[-1:]
+        caveats = list(self._head_caveats) + [c for c in tail.caveats if c.code not in ("warmup", "early_level")]
+        self.report = ChangeReport(tuple(self._settled) + tuple(shifted[-1:]), n, tuple(caveats),
+                                   tail.method + f"; incremental, re-examining the last {n - start} points",
+                                   self.alpha, n - self._warmup, self._warmup, tail.noise_ar1, self.unit)
+        return self.report
