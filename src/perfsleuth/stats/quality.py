@@ -119,20 +119,28 @@ def _drift(x: np.ndarray, order: np.ndarray | None) -> tuple[float, float] | Non
     return (rel, float(rho.pvalue)) if abs(rel) >= DRIFT_MIN_RELATIVE else None
 
 
-def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, order: np.ndarray | None = None,
-                  name: str = "sample") -> list[Caveat]:
-    """Quality of one arm of a comparison (steps, possibly nested in clusters)."""
+def _usable(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, list[Caveat], bool]:
+    """The finite values, the mask that kept them, the caveats so far, and whether enough remain."""
     x = np.asarray(values, dtype=float)
-    out: list[Caveat] = []
     finite = np.isfinite(x)
+    out: list[Caveat] = []
     if not finite.all():
         out.append(Caveat("non_finite", f"{name}: {int((~finite).sum())} NaN/inf values dropped"))
         x = x[finite]
-        clusters = None if clusters is None else np.asarray(clusters)[finite]
-        order = None if order is None else np.asarray(order)[finite]
     if len(x) < MIN_SAMPLES:
         out.append(Caveat("too_few_samples", f"{name}: only {len(x)} values (fewer than {MIN_SAMPLES})"))
+        return x, finite, out, False
+    return x, finite, out, True
+
+
+def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, order: np.ndarray | None = None,
+                  name: str = "sample") -> list[Caveat]:
+    """Quality of one arm of a comparison (steps, possibly nested in clusters)."""
+    x, kept, out, enough = _usable(values, name)
+    if not enough:
         return out
+    clusters = None if clusters is None else np.asarray(clusters)[kept]
+    order = None if order is None else np.asarray(order)[kept]
     within = x
     population = x
     if clusters is not None:
@@ -169,14 +177,8 @@ def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, ord
 def check_series(values: np.ndarray, *, name: str = "series") -> list[Caveat]:
     """Quality of a time-ordered history (change-point detection handles level shifts itself, so
     drift is not flagged here)."""
-    x = np.asarray(values, dtype=float)
-    out: list[Caveat] = []
-    finite = np.isfinite(x)
-    if not finite.all():
-        out.append(Caveat("non_finite", f"{name}: {int((~finite).sum())} NaN/inf values dropped"))
-        x = x[finite]
-    if len(x) < MIN_SAMPLES:
-        out.append(Caveat("too_few_samples", f"{name}: only {len(x)} values (fewer than {MIN_SAMPLES})"))
+    x, _, out, enough = _usable(values, name)
+    if not enough:
         return out
     w = detect_warmup(x)
     if w:
