@@ -60,6 +60,7 @@ DEFAULT_HTA_PYTHON = "/work/htavenv/bin/python"
 MANIFEST = ".bench_manifest"  # no .json suffix: neither HTA nor perfsleuth picks it up as a trace
 TOL_PP = 0.5
 TARGETS = {"hta_over_perfsleuth_time": (">=", 25.0), "perfsleuth_over_hta_peak_rss": ("<=", 0.25),
+           "perfsleuth_over_hta_peak_pss": ("<=", 0.25),
            "perfsleuth_over_orjson_loads_time": ("<", 1.0)}
 
 
@@ -266,22 +267,26 @@ def child_main(argv: list[str]) -> None:
 # --- parent: run, poll, report -------------------------------------------------------------------
 
 
-def _tree_rss(proc, per_pid: dict) -> tuple[int, int]:  # noqa: ANN001
-    """Summed RSS of ``proc`` and all its descendants, and how many processes that was; keeps each
-    process's own peak in ``per_pid`` (pid -> [peak bytes, short command line])."""
+def _tree_rss(proc, per_pid: dict) -> tuple[int, int, int]:  # noqa: ANN001
+    """Summed RSS and summed PSS of ``proc`` and all its descendants, and how many processes that
+    was; keeps each process's own peak RSS in ``per_pid`` (pid -> [peak bytes, short command line]).
+    PSS splits pages shared between processes (forked workers share their parent's) among them, so
+    its sum is the memory the tree really holds; the RSS sum counts shared pages once per process."""
     import psutil
 
-    total = 0
+    total = total_pss = 0
     try:
         procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
         return 0, 0
     for p in procs:
         try:
-            rss = p.memory_info().rss
+            full = p.memory_full_info()
         except psutil.Error:
             continue
+        rss = full.rss
         total += rss
+        total_pss += getattr(full, "pss", rss)
         ent = per_pid.get(p.pid)
         if ent is None:
             try:
@@ -290,7 +295,7 @@ def _tree_rss(proc, per_pid: dict) -> tuple[int, int]:  # noqa: ANN001
                 cmd = "?"
             per_pid[p.pid] = ent = [0, cmd]
         ent[0] = max(ent[0], rss)
-    return total, len(procs)
+    return total, total_pss, len(procs)
 
 
 def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: float, workers: str, logdir: Path) -> dict:
@@ -308,12 +313,13 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
             print(f"  {tool}: FAILED to start {python}: {exc}")
             return {"tool": tool, "failed": True, "rc": None, "subprocess_s": 0.0}
         proc = psutil.Process(popen.pid)
-        peak = 0
+        peak = peak_pss = 0
         n_polls = max_procs = 0
         per_pid: dict[int, list] = {}
         while popen.poll() is None:
-            rss, n_procs = _tree_rss(proc, per_pid)
+            rss, pss, n_procs = _tree_rss(proc, per_pid)
             peak, max_procs = max(peak, rss), max(max_procs, n_procs)
+            peak_pss = max(peak_pss, pss)
             n_polls += 1
             if time.perf_counter() - t0 > timeout_s:
                 popen.kill()
@@ -327,7 +333,8 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
         return {"tool": tool, "failed": True, "rc": rc, "subprocess_s": wall}
     res = json.loads(out.read_text())
     main_peak = per_pid.get(popen.pid, [0])[0]
-    res.update(tool=tool, subprocess_s=wall, peak_tree_rss_mib=peak / 2**20, peak_main_rss_mib=main_peak / 2**20,
+    res.update(tool=tool, subprocess_s=wall, peak_tree_rss_mib=peak / 2**20, peak_tree_pss_mib=peak_pss / 2**20,
+               peak_main_rss_mib=main_peak / 2**20,
                polls=n_polls, max_processes=max_procs,
                per_process_peak_mib=sorted(([round(v[0] / 2**20, 1), v[1]] for v in per_pid.values()), reverse=True))
     return res
@@ -351,6 +358,8 @@ def _ratios(s: dict) -> dict[str, float]:
         out["hta_over_perfsleuth_time"] = hta["work_s"] / ps["work_s"]
         out["hta_over_perfsleuth_subprocess_time"] = hta["subprocess_s"] / ps["subprocess_s"]
         out["perfsleuth_over_hta_peak_rss"] = ps["peak_tree_rss_mib"] / hta["peak_tree_rss_mib"]
+        if ps.get("peak_tree_pss_mib") and hta.get("peak_tree_pss_mib"):
+            out["perfsleuth_over_hta_peak_pss"] = ps["peak_tree_pss_mib"] / hta["peak_tree_pss_mib"]
     if ps and ps.get("work_s") and oj and oj.get("loads_s"):
         out["perfsleuth_over_orjson_loads_time"] = ps["work_s"] / oj["loads_s"]
         out["perfsleuth_over_orjson_read_loads_time"] = ps["work_s"] / oj["work_s"]
@@ -464,19 +473,20 @@ def main() -> int:
                         for mib, cmd in r["per_process_peak_mib"]:
                             print(f"        {mib:8.1f} MiB  {cmd}")
         summary, summary_min = {}, {}
-        fields = ("work_s", "subprocess_s", "peak_tree_rss_mib", "peak_main_rss_mib", "loads_s", "read_s")
+        fields = ("work_s", "subprocess_s", "peak_tree_rss_mib", "peak_tree_pss_mib", "peak_main_rss_mib", "loads_s", "read_s")
         for t in tools:
             summary[t] = {k: _median(runs[t], k) for k in fields}
             summary_min[t] = {k: _min(runs[t], k) for k in fields}
         print(f"\nmedians over {args.repeat} run(s); work s excludes interpreter start and imports, subprocess s includes them;"
               " peak RSS = max over polls of the summed RSS of the process tree\n")
-        print(f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'peak summed RSS MiB':>20}")
+        print(f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'peak summed RSS MiB':>20} {'peak summed PSS MiB':>20}")
         for t in tools:
             s, m = summary[t], summary_min[t]
             if s["work_s"] is None:
                 print(f"{t:<12} {'failed':>9}")
                 continue
-            print(f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['peak_tree_rss_mib']:20.0f}")
+            print(f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['peak_tree_rss_mib']:20.0f}"
+                  f" {s['peak_tree_pss_mib'] or 0:20.0f}")
             if t == "orjson":
                 print(f"{'  loads only':<12} {s['loads_s']:9.2f} {m['loads_s']:7.2f}")
         ratios, ratios_min, ratios_paired = _ratios(summary), _ratios(summary_min), {}
