@@ -22,6 +22,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="perfsleuth: why is this GPU job slower than it should be, and how sure are we.")
 
 
+FORMATS = (
+    ("kineto", "PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: CUDA and ROCm, "
+               "2021-era to current category names, ns or µs timestamps  [analyze]"),
+    ("csv", "a table of samples or a history, one row per sample  [compare, changes]"),
+    ("parquet", "the same as Parquet, including perfsleuth's records table  [compare, changes]"),
+)
+
+
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
@@ -167,8 +175,8 @@ def changes(
 @app.command()
 def formats() -> None:
     """What perfsleuth can read."""
-    typer.echo("kineto  PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: "
-               "CUDA and ROCm, 2021-era to current category names, ns or µs timestamps")
+    for name, what in FORMATS:
+        typer.echo(f"{name:<8} {what}")
 
 
 @app.command()
