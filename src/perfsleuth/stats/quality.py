@@ -48,7 +48,8 @@ def robust_scale(x: np.ndarray) -> tuple[float, float]:
 def detect_warmup(values: np.ndarray, *, max_share: float = 0.25) -> int:
     """Number of leading points that belong to a warm-up (0 if none).
 
-    A warm-up is a run of early points far from the steady state (judged on the last half): the
+    A warm-up is a run of early points far from the steady state (judged on the stretch right after
+    the first ``max_share`` of the series): the
     warm-up ends after the last point in the first ``max_share`` of the series that is more than
     3.5 robust SD away, provided most points before it are far too (so one early spike is an
     outlier, not a warm-up)."""
@@ -56,8 +57,11 @@ def detect_warmup(values: np.ndarray, *, max_share: float = 0.25) -> int:
     n = len(x)
     if n < 8:
         return 0
-    med, sd = robust_scale(x[n // 2:])
-    head = x[: int(n * max_share)]
+    cut = int(n * max_share)
+    # the steady state right after the warm-up zone, not the end of the series: a history may shift
+    # level later, and that is a change, not the end of a warm-up
+    med, sd = robust_scale(x[cut: 2 * cut] if cut >= 4 else x[n // 2:])
+    head = x[:cut]
     far = head != med if sd == 0.0 else np.abs(head - med) > WARMUP_Z * sd
     idx = np.flatnonzero(far)
     if len(idx) == 0:
