@@ -52,7 +52,8 @@ def detect_warmup(values: np.ndarray, *, max_share: float = 0.25) -> int:
     the first ``max_share`` of the series): the
     warm-up ends after the last point in the first ``max_share`` of the series that is more than
     3.5 robust SD away, provided most points before it are far too (so one early spike is an
-    outlier, not a warm-up)."""
+    outlier, not a warm-up). A level shift inside the reference stretch can still read as a warm-up;
+    ``stats.changes`` therefore judges warm-ups within the first regime it finds."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 8:
