@@ -172,6 +172,51 @@ def changes(
     raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha))
 
 
+cases_app = typer.Typer(no_args_is_help=True, help="Labeled cases: make a simulated suite, or add an investigated real job.")
+app.add_typer(cases_app, name="cases")
+
+
+@cases_app.command("make")
+def cases_make(
+    out: Annotated[Path, typer.Argument(help="directory to write the suite into")],
+    n: Annotated[int, typer.Option("--n", "-n", help="number of cases")] = 100,
+    seed: Annotated[int, typer.Option(help="suite seed")] = 0,
+    workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+) -> None:
+    """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs)."""
+    from perfsleuth.commands.cases_cmd import cases_make as run
+
+    raise typer.Exit(run(out, n, seed, workers))
+
+
+@cases_app.command("add")
+def cases_add(
+    trace_dir: Annotated[Path, typer.Argument(help="the investigated job's trace directory")],
+    out: Annotated[Path, typer.Argument(help="the case directory to create")],
+    fault: Annotated[str, typer.Option(help="the engineer's verdict: taxonomy id(s), comma-separated, or 'healthy'")],
+    scope: Annotated[str | None, typer.Option(help="e.g. ranks=3 or ranks=0,1;steps=5-9")] = None,
+    magnitude: Annotated[float | None, typer.Option(help="fraction of step time lost, if known")] = None,
+    notes: Annotated[str, typer.Option(help="free text: how it was decided")] = "",
+) -> None:
+    """Turn an investigated real job into a labeled case."""
+    from perfsleuth.commands.cases_cmd import cases_add as run
+
+    raise typer.Exit(run(trace_dir, out, fault, scope, notes, magnitude))
+
+
+@app.command()
+def evaluate(
+    cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+) -> None:
+    """Score the diagnosis on labeled cases: per-class F1, confusion, misleading findings, calibration."""
+    from perfsleuth.commands.evaluate_cmd import evaluate_command
+
+    raise typer.Exit(evaluate_command(cases, format, out, workers))
+
+
 @app.command()
 def formats() -> None:
     """What perfsleuth can read."""

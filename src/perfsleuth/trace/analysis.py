@@ -14,11 +14,11 @@ import pyarrow as pa
 from perfsleuth.errors import Caveat
 from perfsleuth.model import STEPS
 from perfsleuth.stats.quality import check_samples, check_trace
-from perfsleuth.trace.collectives import ClockAlignment, align_clocks, collective_instances, with_arrivals
+from perfsleuth.trace.collectives import RANK_COLLECTIVES, ClockAlignment, align_clocks, collective_instances, with_arrivals
 from perfsleuth.trace.job import TraceJob
 from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
 from perfsleuth.trace.launch import SCHEMA as LAUNCH_SCHEMA
-from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
+from perfsleuth.trace.rank_analysis import SIGNALS, RankResult, analyze_rank
 from perfsleuth.trace.stragglers import StragglerReport, analyze_stragglers
 
 
@@ -40,6 +40,9 @@ class JobAnalysis:
     caveats: list[Caveat] = field(default_factory=list)
     gpu_span: dict[int, dict[str, float]] = field(default_factory=dict)
     job: TraceJob | None = None
+    signals: pa.Table = field(default_factory=SIGNALS.empty_table)  # per rank and step: causes of lost time (rank_analysis)
+    collectives: pa.Table = field(default_factory=RANK_COLLECTIVES.empty_table)  # every collective kernel of every rank
+    rank_facts: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: trace end, memory events, ...
 
     @property
     def run_id(self) -> str:
@@ -113,6 +116,9 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
         launch=_concat([r.launch for r in results], LAUNCH_SCHEMA),
         instances=arrivals, alignment=alignment, stragglers=stragglers, caveats=caveats,
         gpu_span={r.rank: r.gpu_span for r in results}, job=job,
+        signals=_concat([r.signals for r in results], SIGNALS),
+        collectives=_concat([r.collectives for r in results], RANK_COLLECTIVES),
+        rank_facts={r.rank: r.facts for r in results},
     )
     analysis.caveats.extend(check_trace(analysis))
     analysis.caveats.extend(_step_time_quality(steps))

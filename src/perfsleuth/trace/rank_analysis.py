@@ -2,21 +2,103 @@
 
 This is what lets a job of many large ranks be analysed with memory bounded by one rank: a worker
 parses a rank file, runs ``analyze_rank`` on it, and sends back only this (steps, kernel tables,
-launch statistics and the rank's collective kernels); the rank's events never leave the worker.
-The cross-rank analyses (clock alignment, stragglers) then need only these results.
+launch statistics, the rank's collective kernels and the per-step signals the detectors read); the
+rank's events never leave the worker. The cross-rank analyses (clock alignment, stragglers) then
+need only these results.
+
+The per-step signals (``signals``, schema ``SIGNALS``) say what the host was doing while the GPU
+was not computing or communicating, so a detector can name the cause of lost time without the
+events. Lost time is charged to the first cause, in this order, whose host span covers it:
+
+    checkpoint   a host annotation named like a checkpoint save/load (``checkpoint``, ``ckpt``, ``save``)
+    compile      Dynamo/Inductor compilation spans (``(dynamo_timed)``, ``compile_fx``, ...)
+    dataloader   the data-loader annotation (``enumerate(DataLoader)#...``, ``batch-generator``)
+    silent       host gaps of at least ``SILENT_GAP_NS`` with no event on any thread (GC, I/O, a
+                 Python stall the profiler does not see)
+    alloc        cudaMalloc / cudaFree (and the driver's cuMemAlloc / cuMemFree), each up to the end of
+                 the next kernel launch, at most ``RELAUNCH_MAX_NS`` later (a cudaFree drains the GPU;
+                 re-issuing work is part of its cost)
+    d2h          device-to-host copies (state being saved without an annotation, ``.cpu()`` calls)
+    sync         host blocked in a synchronization call
+
+``lost_launch_ns`` is time the compute stream waits for a kernel the host has not launched yet
+that none of these explain: the host was busy issuing ordinary ops (launch-bound). A cause's lost time is time in the
+step window covered by its spans and by neither compute nor collective kernels (idle, exposed
+copies, or pipeline receives waiting for their sender), so a host stall while the GPU still
+drains queued work costs nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from perfsleuth.trace.breakdown import gpu_span_breakdown, rank_steps
-from perfsleuth.trace.collectives import rank_collectives
-from perfsleuth.trace.job import RankView
+from perfsleuth.trace.breakdown import _host_wait_coverage, gpu_span_breakdown, rank_steps
+from perfsleuth.trace.collectives import P2P_OPS, rank_collectives
+from perfsleuth.trace.intervals import Coverage
+from perfsleuth.trace.job import RankView, _dictionary
 from perfsleuth.trace.kernels import kernel_class_breakdown, top_kernels
-from perfsleuth.trace.launch import launch_stats
+from perfsleuth.trace.launch import SHORT_KERNEL_NS, launch_stats
+from perfsleuth.trace.steps import Windows, step_windows
+
+SILENT_GAP_NS = 1_000_000
+"""A host gap shorter than 1 ms is interpreter and dispatcher overhead; a longer one with no event
+on any thread is a stall the profiler cannot see (garbage collection, blocking I/O)."""
+
+CHAIN_GAP_NS = 3_000
+"""Kernels on one stream that start within 3 µs of the previous one's end ran back to back from a
+queue the host had filled: the GPU was busy, not waiting for launches."""
+
+CHAIN_MIN_KERNELS = 4
+
+RELAUNCH_MAX_NS = 200_000
+"""Issuing the next op after an allocator call takes microseconds; longer is something else's time."""
+
+CAUSES = ("checkpoint", "compile", "dataloader", "silent", "alloc", "d2h", "sync")
+
+_CHECKPOINT = re.compile(r"checkpoint|ckpt|(?<![a-z])save(?![a-z])|state_dict|torch\.save|dcp\.", re.I)
+_NOT_CHECKPOINT = re.compile(r"activation|CheckpointFunction|recompute|non_reentrant", re.I)
+_COMPILE = re.compile(r"dynamo_timed|compile_inner|compile_fx|call_user_compiler|compile_to_module|"
+                      r"aot_dispatch|inductor_compile|torch\._inductor\.compile", re.I)
+_DATALOADER = re.compile(r"DataLoader|data_loader|dataloader|batch-generator|batch_generator|get_batch", re.I)
+_ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free)(_v2)?$|^cuMem(Alloc|Free)(_v2)?$")
+_FREE = re.compile(r"Free", re.I)
+_D2H = re.compile(r"DtoH|Device -> Pageable|Device -> Pinned", re.I)
+_DTYPE_BYTES = {"float": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4,
+                "long": 8, "int64": 8, "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "short": 2,
+                "float8_e4m3fn": 1, "float8_e5m2": 1}
+_COMPILED_REGION = re.compile(r"Torch-Compiled Region|CompiledFunction")
+
+SIGNALS = pa.schema([
+    ("rank", pa.int32()), ("step", pa.int32()),
+    ("step_time_ns", pa.int64()),
+    # communication split: collectives (all-reduce, ...) versus pipeline point-to-point
+    ("collective_ns", pa.int64()), ("exposed_collective_ns", pa.int64()), ("collectives", pa.int64()),
+    # exposed collective time while compute work was already launched and waiting (on the critical
+    # path); the rest ran while the compute stream waited for the host anyway
+    ("exposed_collective_blocking_ns", pa.int64()),
+    ("collective_bus_bytes", pa.int64()),  # bytes x NCCL's bus factor (2(n-1)/n for all-reduce), for bus bandwidth
+    ("p2p_ns", pa.int64()), ("exposed_p2p_ns", pa.int64()), ("p2p_ops", pa.int64()),
+    # lost time (not compute, not communication) charged to a host cause, in CAUSES order
+    *[(f"lost_{c}_ns", pa.int64()) for c in CAUSES],
+    ("lost_launch_ns", pa.int64()),
+    # host spans per cause inside the window, whatever the GPU did meanwhile
+    ("checkpoint_span_ns", pa.int64()), ("compile_span_ns", pa.int64()), ("dataloader_span_ns", pa.int64()),
+    ("silent_ns", pa.int64()), ("silent_max_gap_ns", pa.int64()),
+    ("d2h_copies", pa.int64()), ("d2h_bytes", pa.int64()),
+    ("malloc_calls", pa.int64()), ("free_calls", pa.int64()), ("free_burst_max", pa.int64()),
+    ("alloc_host_ns", pa.int64()),
+    # caching-allocator state from profile_memory events (null without them)
+    ("mem_events", pa.int64()), ("mem_allocated_max_bytes", pa.int64()), ("mem_reserved_max_bytes", pa.int64()),
+    ("mem_reserved_min_bytes", pa.int64()), ("mem_reserved_drops", pa.int64()),
+    # chains of short kernels run back to back (busy GPU, little work per kernel)
+    ("kernels", pa.int64()), ("short_kernels", pa.int64()), ("chain_kernels", pa.int64()),
+    ("chain_ns", pa.int64()), ("chains", pa.int64()),
+])
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +112,13 @@ class RankResult:
     has_gpu: bool
     has_profiler_steps: bool
     gpu_span: dict[str, float]  # whole-trace breakdown over [first GPU start, last GPU end] (HTA's window)
+    signals: pa.Table = field(default_factory=SIGNALS.empty_table)  # per step, see the module docstring
+    facts: dict[str, float] = field(default_factory=dict)  # rank-level facts (trace end, memory events, ...)
 
 
 def analyze_rank(view: RankView, run_id: str) -> RankResult:
-    steps = rank_steps(view, run_id)
+    windows = step_windows(view)
+    steps = rank_steps(view, run_id, windows)
     return RankResult(
         rank=view.rank,
         steps=steps,
@@ -44,4 +129,263 @@ def analyze_rank(view: RankView, run_id: str) -> RankResult:
         has_gpu=view.has_gpu,
         has_profiler_steps=bool((steps["step"].to_numpy() >= 0).any()) if steps.num_rows else False,
         gpu_span=gpu_span_breakdown(view),
+        signals=rank_signals(view, windows),
+        facts=rank_facts(view),
     )
+
+
+# --- per-step signals --------------------------------------------------------------------------
+
+
+def _name_mask(view: RankView, pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None) -> np.ndarray:
+    """Rows whose name matches, deciding once per distinct name."""
+    codes, values = _dictionary(view.table["name"])
+    hit = np.array([bool(pattern.search(v or "")) and not (exclude is not None and exclude.search(v or ""))
+                    for v in values], dtype=bool)
+    return hit[codes]
+
+
+def _leaf_coverage(view: RankView, host: np.ndarray) -> Coverage:
+    """Union of host events that contain no other host event of their thread (the innermost spans)."""
+    idx = np.flatnonzero(host & (view.end > view.ts))
+    if len(idx) == 0:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    tid = view.table["tid"].fill_null(-1).to_numpy()[idx]
+    ts, end = view.ts[idx], view.end[idx]
+    order = np.lexsort((-(end - ts), ts, tid))
+    tid, ts, end = tid[order], ts[order], end[order]
+    leaf = np.ones(len(ts), dtype=bool)
+    same = tid[1:] == tid[:-1]
+    leaf[:-1] = ~(same & (ts[1:] < end[:-1]))
+    return Coverage.of(ts[leaf], end[leaf])
+
+
+def _window_index(windows: Windows, t: np.ndarray) -> np.ndarray:
+    """Index of the window containing each time, -1 outside every window."""
+    if len(windows) == 0:
+        return np.full(len(t), -1)
+    i = np.searchsorted(windows.start, t, side="right") - 1
+    ok = (i >= 0) & (t < windows.end[np.maximum(i, 0)])
+    return np.where(ok, i, -1)
+
+
+def _per_window(windows: Windows, t: np.ndarray, values: np.ndarray | None = None, how: str = "sum") -> np.ndarray:
+    n = len(windows)
+    i = _window_index(windows, t)
+    ok = i >= 0
+    v = np.ones(len(t), np.int64) if values is None else np.asarray(values)
+    if how == "sum":
+        out = np.zeros(n, np.int64)
+        np.add.at(out, i[ok], v[ok])
+        return out
+    out = np.full(n, np.iinfo(np.int64).min if how == "max" else np.iinfo(np.int64).max, np.int64)
+    (np.maximum if how == "max" else np.minimum).at(out, i[ok], v[ok])
+    return out
+
+
+def _chains(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
+    """Runs of >= CHAIN_MIN_KERNELS short compute kernels on one stream, each starting within
+    CHAIN_GAP_NS of the previous one's end; counted in the window where the run starts."""
+    n = len(windows)
+    out = {k: np.zeros(n, np.int64) for k in ("chain_kernels", "chain_ns", "chains")}
+    k = np.flatnonzero(view.kind == "kernel")
+    if len(k) == 0:
+        return out
+    stream = view.table["stream"].fill_null(-1).to_numpy()[k]
+    order = np.lexsort((view.ts[k], stream))
+    k, stream = k[order], stream[order]
+    ts, end = view.ts[k], view.end[k]
+    short = (end - ts) < SHORT_KERNEL_NS
+    linked = np.zeros(len(k), dtype=bool)  # kernel i continues the run of kernel i-1
+    linked[1:] = short[1:] & short[:-1] & (stream[1:] == stream[:-1]) & (ts[1:] - end[:-1] <= CHAIN_GAP_NS)
+    starts = np.flatnonzero(short & ~linked)
+    run_id = np.cumsum(short & ~linked) - 1
+    in_run = short
+    lengths = np.bincount(run_id[in_run], minlength=len(starts))
+    durs = np.bincount(run_id[in_run], weights=(end - ts)[in_run], minlength=len(starts))
+    keep = lengths >= CHAIN_MIN_KERNELS
+    w = _window_index(windows, ts[starts[keep]])
+    ok = w >= 0
+    np.add.at(out["chain_kernels"], w[ok], lengths[keep][ok])
+    np.add.at(out["chain_ns"], w[ok], durs[keep][ok].astype(np.int64))
+    np.add.at(out["chains"], w[ok], 1)
+    return out
+
+
+def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
+    n = len(windows)
+    m = np.flatnonzero(view.kind == "memory")
+    nulls = {k: pa.nulls(n, pa.int64()) for k in ("mem_allocated_max_bytes", "mem_reserved_max_bytes",
+                                                  "mem_reserved_min_bytes", "mem_reserved_drops")}
+    if len(m) == 0:
+        return {"mem_events": np.zeros(n, np.int64), **nulls}
+    ts = view.ts[m]
+    order = np.argsort(ts, kind="stable")
+    m, ts = m[order], ts[order]
+    alloc = view.table["mem_allocated_bytes"].fill_null(0).to_numpy()[m]
+    res = view.table["mem_reserved_bytes"].fill_null(0).to_numpy()[m]
+    drop = np.zeros(len(m), np.int64)
+    drop[1:] = (res[1:] < 0.9 * res[:-1]).astype(np.int64)
+    count = _per_window(windows, ts)
+    has = count > 0
+
+    def masked(v: np.ndarray) -> pa.Array:
+        return pa.array(np.where(has, v, 0), pa.int64(), mask=~has)
+
+    return {"mem_events": count,
+            "mem_allocated_max_bytes": masked(_per_window(windows, ts, alloc, "max")),
+            "mem_reserved_max_bytes": masked(_per_window(windows, ts, res, "max")),
+            "mem_reserved_min_bytes": masked(_per_window(windows, ts, res, "min")),
+            "mem_reserved_drops": masked(_per_window(windows, ts, drop))}
+
+
+def _free_bursts(view: RankView, alloc: np.ndarray, windows: Windows) -> np.ndarray:
+    """Per window, the longest run of consecutive free calls among the allocator calls."""
+    n = len(windows)
+    a = np.flatnonzero(alloc)
+    out = np.zeros(n, np.int64)
+    if len(a) == 0:
+        return out
+    a = a[np.argsort(view.ts[a], kind="stable")]
+    is_free = _name_mask(view, _FREE)[a]
+    run = np.zeros(len(a), np.int64)
+    cur = 0
+    for j, f in enumerate(is_free):  # allocator calls are few: a plain loop is fine
+        cur = cur + 1 if f else 0
+        run[j] = cur
+    w = _window_index(windows, view.ts[a])
+    ok = w >= 0
+    np.maximum.at(out, w[ok], run[ok])
+    return out
+
+
+def _alloc_coverage(view: RankView, alloc: np.ndarray) -> Coverage:
+    """Allocator calls, each extended to the end of the next launch after it: a cudaFree drains the
+    GPU, so the time the host then needs to issue work again is the allocator's cost too."""
+    a = np.flatnonzero(alloc)
+    if len(a) == 0:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    lo, hi = view.ts[a], view.end[a]
+    g = np.flatnonzero(view.is_gpu & (view.launch_ts >= 0))
+    if len(g):
+        order = g[np.argsort(view.launch_ts[g], kind="stable")]
+        lts, lend = view.launch_ts[order], view.launch_end[order]
+        nxt = np.searchsorted(lts, hi, side="left")
+        ok = nxt < len(order)
+        nxt_end = np.minimum(lend[np.minimum(nxt, len(order) - 1)], hi + RELAUNCH_MAX_NS)
+        hi = np.where(ok, np.maximum(hi, nxt_end), hi)
+    return Coverage.of(lo, hi)
+
+
+def rank_signals(view: RankView, windows: Windows) -> pa.Table:
+    """One row per step window of the rank (see the module docstring and ``SIGNALS``)."""
+    n = len(windows)
+    if n == 0 or view.table.num_rows == 0:
+        return SIGNALS.empty_table()
+    lo, hi = windows.start.astype(np.int64), windows.end.astype(np.int64)
+    kind = view.kind
+    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
+    api = (kind == "runtime") | (kind == "driver")
+    named_span = (kind == "annotation") | (kind == "cpu_op")
+    ckpt = (kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT)
+    comp = named_span & _name_mask(view, _COMPILE)
+    data = named_span & _name_mask(view, _DATALOADER)
+    alloc = api & _name_mask(view, _ALLOC)
+
+    def cov(mask: np.ndarray) -> Coverage:
+        return Coverage.of(view.ts[mask], view.end[mask])
+
+    leaves = _leaf_coverage(view, host)
+    if host.any():
+        h_lo, h_hi = int(view.ts[host].min()), int(view.end[host].max())
+        g_lo, g_hi = leaves.gaps(h_lo, h_hi)
+        big = (g_hi - g_lo) >= SILENT_GAP_NS
+        silent = Coverage.of(g_lo[big], g_hi[big])
+    else:
+        silent = Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    d2h = (kind == "memcpy") & _name_mask(view, _D2H)
+    covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "alloc": _alloc_coverage(view, alloc),
+              "d2h": cov(d2h), "silent": silent, "sync": view.host_sync}
+
+    cc = view.comm_or_compute
+    cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step,
+                               "step_time_ns": hi - lo}
+    # communication split
+    coll = view.kind == "collective"
+    op = pc.cast(view.table["coll_op"], pa.string()).fill_null("").to_numpy(zero_copy_only=False)
+    p2p = coll & np.isin(op, P2P_OPS)
+    coll_np = coll & ~p2p
+    compute = view.compute
+    c_np, c_p2p = cov(coll_np), cov(p2p)
+    cols["collective_ns"] = c_np.measure(lo, hi)
+    cols["exposed_collective_ns"] = Coverage.union(c_np, compute).measure(lo, hi) - compute.measure(lo, hi)
+    cols["collectives"] = _per_window(windows, view.ts[coll_np])
+    if view.has_gpu:
+        cg_lo, cg_hi = compute.gaps(int(lo.min()), int(hi.max()))
+        w_host = _host_wait_coverage(view, cg_lo, cg_hi)
+        overlap_host = c_np.measure(lo, hi) + w_host.measure(lo, hi) - Coverage.union(c_np, w_host).measure(lo, hi)
+        cols["exposed_collective_blocking_ns"] = cols["exposed_collective_ns"] - overlap_host
+    else:
+        cols["exposed_collective_blocking_ns"] = np.zeros(n, np.int64)
+    codes, values = _dictionary(view.table["coll_dtype"])
+    elem = np.array([_DTYPE_BYTES.get((v or "").lower(), 0) for v in values], np.int64)[codes]
+    nel = view.table["coll_in_nelems"].fill_null(0).to_numpy()
+    size = view.table["coll_group_size"].fill_null(1).to_numpy().astype(float)
+    part = np.maximum(size - 1, 0) / np.maximum(size, 1)
+    factor = np.select([op == "allreduce", np.isin(op, ("allgather", "reducescatter", "alltoall"))], [2 * part, part], 1.0)
+    cols["collective_bus_bytes"] = _per_window(windows, view.ts[coll_np], (nel * elem * factor).astype(np.int64)[coll_np])
+    cols["p2p_ns"] = c_p2p.measure(lo, hi)
+    cols["exposed_p2p_ns"] = cc.measure(lo, hi) - Coverage.union(c_np, compute).measure(lo, hi)
+    cols["p2p_ops"] = _per_window(windows, view.ts[p2p])
+    # lost time per cause, first cause wins; pipeline receives waiting for their sender are not work
+    productive = Coverage.union(compute, c_np)
+    base = productive.measure(lo, hi)
+    acc: list[Coverage] = []
+    prev = base
+    for c in CAUSES:
+        acc.append(covers[c])
+        now = Coverage.union(productive, *acc).measure(lo, hi)
+        cols[f"lost_{c}_ns"] = now - prev
+        prev = now
+    explained = Coverage.union(*acc)
+    if view.has_gpu:
+        # the compute stream waiting for the host to launch its next kernel (collectives may run meanwhile)
+        cols["lost_launch_ns"] = Coverage.union(w_host, explained).measure(lo, hi) - explained.measure(lo, hi)
+    else:
+        cols["lost_launch_ns"] = np.zeros(n, np.int64)
+    # host spans
+    cols["checkpoint_span_ns"] = covers["checkpoint"].measure(lo, hi)
+    cols["compile_span_ns"] = covers["compile"].measure(lo, hi)
+    cols["dataloader_span_ns"] = covers["dataloader"].measure(lo, hi)
+    cols["silent_ns"] = silent.measure(lo, hi)
+    mid = (silent.starts + silent.ends) // 2
+    gap_max = _per_window(windows, mid, silent.ends - silent.starts, "max") if len(mid) else np.zeros(n, np.int64)
+    cols["silent_max_gap_ns"] = np.maximum(gap_max, 0)
+    cols["d2h_copies"] = _per_window(windows, view.ts[d2h])
+    nbytes = view.table["bytes"].fill_null(0).to_numpy()
+    cols["d2h_bytes"] = _per_window(windows, view.ts[d2h], nbytes[d2h])
+    is_free = _name_mask(view, _FREE)
+    cols["malloc_calls"] = _per_window(windows, view.ts[alloc & ~is_free])
+    cols["free_calls"] = _per_window(windows, view.ts[alloc & is_free])
+    cols["free_burst_max"] = _free_bursts(view, alloc, windows)
+    cols["alloc_host_ns"] = covers["alloc"].measure(lo, hi)
+    cols.update(_memory(view, windows))
+    kern = kind == "kernel"
+    cols["kernels"] = _per_window(windows, view.ts[kern])
+    cols["short_kernels"] = _per_window(windows, view.ts[kern & ((view.end - view.ts) < SHORT_KERNEL_NS)])
+    cols.update(_chains(view, windows))
+    return pa.table({k: cols[k] for k in SIGNALS.names}, schema=SIGNALS)
+
+
+def rank_facts(view: RankView) -> dict[str, float]:
+    """Rank-level facts: where its trace ends, whether it has memory events and compiled regions."""
+    if view.table.num_rows == 0:
+        return {}
+    compiled = ((view.kind == "cpu_op") | (view.kind == "annotation")) & _name_mask(view, _COMPILED_REGION)
+    return {
+        "trace_start_ns": float(view.ts.min()),
+        "trace_end_ns": float(view.end.max()),
+        "gpu_end_ns": float(view.end[view.is_gpu].max()) if view.has_gpu else float("nan"),
+        "memory_events": float((view.kind == "memory").sum()),
+        "compiled_regions": float(compiled.sum()),
+    }

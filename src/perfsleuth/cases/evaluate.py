@@ -1,0 +1,352 @@
+"""Grade the diagnoses on labeled cases: per-class precision/recall/F1, confusion, calibration.
+
+``evaluate(case_dirs)`` runs ``perfsleuth.api.analyze`` on every case and compares its findings
+with the case's label. The rules (stated once here, reported with the scores):
+
+- A fault is *expected* when the case labels it detectable. A finding of an expected class is a
+  true positive; an expected class with no finding is a miss (false negative).
+- A finding whose class the case does not hold at all is a false positive. On a healthy case it
+  is a false alarm; with confidence >= ``MISLEADING_CONFIDENCE`` it is *misleading* (an engineer
+  would act on it).
+- A fault labeled undetectable is neither expected nor wrong to report: an "insufficient
+  evidence" answer on it is counted as correct abstention, silence as fine, and a finding as a
+  detection below the bar (not scored).
+- Macro F1 averages the per-class F1 over the classes that occur in the labels (detectable) or in
+  the findings.
+- The confusion matrix has one row per expected fault (or ``none`` for a finding that explains no
+  expected fault) and one column per answer: the class found, the wrong class the diagnosis gave
+  instead (its most confident unexplained finding), or ``none``.
+- Calibration: every finding is a probability forecast (its confidence) that its fault is present
+  (detectable or not). Reliability table over confidence bins, expected calibration error
+  (bin-size-weighted |accuracy - confidence|) and Brier score.
+
+This module grades; it does not make cases (``suite.py``) or render (``commands/evaluate_cmd.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfsleuth.cases.case import Case, read_case
+
+SCHEMA = "perfsleuth.evaluation/1"
+MISLEADING_CONFIDENCE = 0.8
+HEALTHY_IMPACT_BAR = 0.05
+BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+BAR = {"macro_f1": 0.90, "class_f1": 0.75, "misleading": 0, "healthy_over_5pct": 0, "ece": 0.10}
+"""The bar the diagnoses must clear on a fresh simulated suite (the issue's acceptance criteria)."""
+NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One finding of the diagnosis on a case."""
+
+    fault: str
+    confidence: float
+    impact: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fault": self.fault, "confidence": round(self.confidence, 3), "impact": round(self.impact, 4)}
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """What the diagnosis said on one case, against its label."""
+
+    name: str
+    path: str
+    expected: tuple[str, ...]
+    undetectable: tuple[str, ...]
+    findings: tuple[Answer, ...]
+    insufficient: tuple[str, ...]
+    magnitude: dict[str, float | None]
+    error: str | None = None
+
+    @property
+    def found(self) -> set[str]:
+        return {a.fault for a in self.findings}
+
+    @property
+    def missed(self) -> list[str]:
+        return [c for c in self.expected if c not in self.found]
+
+    @property
+    def wrong(self) -> list[Answer]:
+        ok = set(self.expected) | set(self.undetectable)
+        return [a for a in self.findings if a.fault not in ok]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.expected and not self.undetectable
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.name, "path": self.path, "expected": list(self.expected),
+                "undetectable": list(self.undetectable), "findings": [a.to_json() for a in self.findings],
+                "insufficient_evidence": list(self.insufficient), "magnitude": self.magnitude,
+                "missed": self.missed, "wrong": [a.to_json() for a in self.wrong], "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class ClassScore:
+    fault: str
+    tp: int
+    fp: int
+    fn: int
+    support: int  # cases where the class was expected
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+    @property
+    def f1(self) -> float:
+        d = 2 * self.tp + self.fp + self.fn
+        return 2 * self.tp / d if d else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fault": self.fault, "tp": self.tp, "fp": self.fp, "fn": self.fn, "support": self.support,
+                "precision": self.precision, "recall": self.recall, "f1": self.f1}
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationBin:
+    low: float
+    high: float
+    count: int
+    mean_confidence: float | None
+    accuracy: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high, "count": self.count, "mean_confidence": self.mean_confidence,
+                "accuracy": self.accuracy}
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    bins: tuple[CalibrationBin, ...]
+    ece: float | None
+    brier: float | None
+    n: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bins": [b.to_json() for b in self.bins], "expected_calibration_error": self.ece,
+                "brier_score": self.brier, "findings": self.n}
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """Scores of the diagnoses over a set of cases (see the module docstring for the rules)."""
+
+    cases: tuple[CaseResult, ...]
+    per_class: dict[str, ClassScore]
+    confusion_labels: tuple[str, ...]
+    confusion: tuple[tuple[int, ...], ...]
+    calibration: Calibration
+    rules: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def macro_f1(self) -> float | None:
+        scores = [s.f1 for s in self.per_class.values() if s.support or s.fp]
+        return float(np.mean(scores)) if scores else None
+
+    @property
+    def micro(self) -> dict[str, float | None]:
+        tp = sum(s.tp for s in self.per_class.values())
+        fp = sum(s.fp for s in self.per_class.values())
+        fn = sum(s.fn for s in self.per_class.values())
+        p = tp / (tp + fp) if tp + fp else None
+        r = tp / (tp + fn) if tp + fn else None
+        f = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
+        return {"precision": p, "recall": r, "f1": f}
+
+    @property
+    def misleading(self) -> list[tuple[str, Answer, tuple[str, ...]]]:
+        return [(c.name, a, c.expected + c.undetectable) for c in self.cases for a in c.wrong
+                if a.confidence >= MISLEADING_CONFIDENCE]
+
+    @property
+    def missed(self) -> list[tuple[str, str, float | None]]:
+        return [(c.name, f, c.magnitude.get(f)) for c in self.cases for f in c.missed]
+
+    @property
+    def false_alarms_healthy(self) -> list[tuple[str, Answer]]:
+        return [(c.name, a) for c in self.cases if c.healthy for a in c.findings]
+
+    @property
+    def healthy_over_bar(self) -> list[tuple[str, Answer]]:
+        return [(n, a) for n, a in self.false_alarms_healthy if a.impact > HEALTHY_IMPACT_BAR]
+
+    @property
+    def undetectable_outcomes(self) -> dict[str, int]:
+        """On faults labeled undetectable: how often the diagnosis said insufficient evidence, stayed
+        silent, or reported the fault anyway."""
+        out = Counter()
+        for c in self.cases:
+            for f in c.undetectable:
+                if f in c.found:
+                    out["reported_anyway"] += 1
+                elif f in c.insufficient:
+                    out["insufficient_evidence"] += 1
+                else:
+                    out["silent"] += 1
+        return {k: out.get(k, 0) for k in ("insufficient_evidence", "silent", "reported_anyway")}
+
+    def bar(self) -> list[tuple[str, str, bool]]:
+        """(criterion, measured, met) for each criterion of ``BAR``."""
+        worst = min(self.per_class.values(), key=lambda s: s.f1, default=None)
+        macro, ece = self.macro_f1, self.calibration.ece
+        return [
+            (f"macro F1 >= {BAR['macro_f1']}", f"{macro:.3f}" if macro is not None else "n/a",
+             macro is not None and macro >= BAR["macro_f1"]),
+            (f"every class F1 >= {BAR['class_f1']}", f"{worst.fault} {worst.f1:.3f}" if worst else "n/a",
+             worst is None or worst.f1 >= BAR["class_f1"]),
+            ("no misleading findings", str(len(self.misleading)), len(self.misleading) <= BAR["misleading"]),
+            (f"no finding above {HEALTHY_IMPACT_BAR:.0%} impact on healthy jobs", str(len(self.healthy_over_bar)),
+             len(self.healthy_over_bar) <= BAR["healthy_over_5pct"]),
+            (f"expected calibration error <= {BAR['ece']}", f"{ece:.3f}" if ece is not None else "n/a",
+             ece is None or ece <= BAR["ece"]),
+        ]
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        return [(c.name, c.error) for c in self.cases if c.error]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "cases": len(self.cases),
+            "healthy_cases": sum(c.healthy for c in self.cases),
+            "rules": self.rules,
+            "macro_f1": self.macro_f1,
+            "micro": self.micro,
+            "per_class": {k: v.to_json() for k, v in self.per_class.items()},
+            "confusion": {"labels": list(self.confusion_labels), "matrix": [list(r) for r in self.confusion],
+                          "rows": "expected fault (none: nothing expected)", "columns": "answer"},
+            "misleading": [{"case": n, **a.to_json(), "truth": list(t)} for n, a, t in self.misleading],
+            "missed": [{"case": n, "fault": f, "magnitude": m} for n, f, m in self.missed],
+            "false_alarms_on_healthy": [{"case": n, **a.to_json()} for n, a in self.false_alarms_healthy],
+            "healthy_findings_over_5pct_impact": len(self.healthy_over_bar),
+            "undetectable": self.undetectable_outcomes,
+            "calibration": self.calibration.to_json(),
+            "bar": [{"criterion": c, "measured": m, "met": ok} for c, m, ok in self.bar()],
+            "errors": [{"case": n, "error": e} for n, e in self.errors],
+            "results": [c.to_json() for c in self.cases],
+        }
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def diagnose_case(case: Case) -> CaseResult:
+    """Analyse one case's files and compare with its label."""
+    from perfsleuth.api import analyze
+    from perfsleuth.errors import PerfsleuthError
+
+    mags = {f.fault: f.magnitude for f in case.faults}
+    base = dict(name=case.name, path=str(case.path), expected=tuple(sorted(case.detectable)),
+                undetectable=tuple(sorted(case.undetectable)), magnitude=mags)
+    try:
+        report = analyze([case.path], workers=1)
+    except PerfsleuthError as e:
+        return CaseResult(findings=(), insufficient=(), error=str(e), **base)
+    d = report.diagnosis
+    answers = tuple(Answer(f.fault, float(f.confidence), float(f.impact.value)) for f in d.findings)
+    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in d.insufficient_evidence})), **base)
+
+
+def _run_one(path: str) -> CaseResult:
+    return diagnose_case(read_case(path))
+
+
+def score(results: Sequence[CaseResult]) -> EvaluationReport:
+    """Scores from per-case results (no analysis: the part the exact-metric tests pin down)."""
+    classes = sorted({f for c in results for f in (*c.expected, *c.undetectable)} | {a.fault for c in results for a in c.findings})
+    tp, fp, fn, sup = Counter(), Counter(), Counter(), Counter()
+    labels = [*classes, NONE]
+    idx = {k: i for i, k in enumerate(labels)}
+    mat = np.zeros((len(labels), len(labels)), dtype=int)
+    for c in results:
+        found = c.found
+        for f in c.expected:
+            sup[f] += 1
+            if f in found:
+                tp[f] += 1
+                mat[idx[f], idx[f]] += 1
+            else:
+                fn[f] += 1
+        wrong = sorted(c.wrong, key=lambda a: -a.confidence)
+        for a in wrong:
+            fp[a.fault] += 1
+        spare = [a.fault for a in wrong]
+        for f in c.missed:
+            mat[idx[f], idx[spare.pop(0) if spare else NONE]] += 1
+        for f in spare:
+            mat[idx[NONE], idx[f]] += 1
+        if not c.expected and not c.wrong:
+            mat[idx[NONE], idx[NONE]] += 1
+    per_class = {k: ClassScore(k, tp[k], fp[k], fn[k], sup[k]) for k in classes}
+    return EvaluationReport(tuple(results), per_class, tuple(labels), tuple(tuple(int(x) for x in r) for r in mat),
+                            calibrate(results), RULES)
+
+
+def calibrate(results: Sequence[CaseResult]) -> Calibration:
+    conf, hit = [], []
+    for c in results:
+        ok = set(c.expected) | set(c.undetectable)
+        for a in c.findings:
+            conf.append(a.confidence)
+            hit.append(1.0 if a.fault in ok else 0.0)
+    if not conf:
+        return Calibration(tuple(CalibrationBin(lo, hi, 0, None, None) for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)),
+                           None, None, 0)
+    p, y = np.array(conf), np.array(hit)
+    bins, ece = [], 0.0
+    for i, (lo, hi) in enumerate(zip(BINS[:-1], BINS[1:], strict=True)):
+        m = (p >= lo) & ((p < hi) if i < len(BINS) - 2 else (p <= hi))
+        n = int(m.sum())
+        if n:
+            mc, acc = float(p[m].mean()), float(y[m].mean())
+            ece += n / len(p) * abs(acc - mc)
+            bins.append(CalibrationBin(lo, hi, n, mc, acc))
+        else:
+            bins.append(CalibrationBin(lo, hi, 0, None, None))
+    return Calibration(tuple(bins), float(ece), float(np.mean((p - y) ** 2)), len(p))
+
+
+RULES = {
+    "expected": "faults labeled detectable; a finding of that class is a true positive, its absence a miss",
+    "false_positive": "a finding whose class the case does not hold at all",
+    "misleading": f"a false positive with confidence >= {MISLEADING_CONFIDENCE}",
+    "undetectable": "faults labeled undetectable are not scored: insufficient evidence or silence is right, a finding "
+                    "is a detection below the bar",
+    "macro_f1": "mean per-class F1 over classes that are expected somewhere or reported somewhere",
+    "calibration": "each finding forecasts its fault present with its confidence; bins " +
+                   ", ".join(f"[{lo}, {hi})" for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)),
+}
+
+
+def evaluate(case_dirs: Sequence[str | Path], *, workers: int | None = None) -> EvaluationReport:
+    """Run the diagnosis on every case and score it (see the module docstring)."""
+    paths = [str(p) for p in case_dirs]
+    workers = workers or min(len(paths), os.cpu_count() or 1) or 1
+    if workers <= 1 or len(paths) <= 1:
+        results = [_run_one(p) for p in paths]
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            results = list(pool.map(_run_one, paths, chunksize=2))
+    return score(results)

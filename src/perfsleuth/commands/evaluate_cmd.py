@@ -1,0 +1,130 @@
+"""``perfsleuth evaluate CASES...``: how good are the diagnoses on labeled cases.
+
+Runs ``perfsleuth.cases.evaluate`` on every case directory found under the given paths and renders
+the scores: per-class precision/recall/F1, the confusion matrix, misleading findings, misses,
+false alarms on healthy jobs, answers on undetectable faults, calibration, and whether the bar is
+met. Text (rich) for people, JSON (schema ``perfsleuth.evaluation/1``) for machines. It computes
+nothing itself.
+
+Exit status: 0 when the bar is met, 1 when it is not (so CI can gate on it), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfsleuth.cases.case import find_cases
+from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
+from perfsleuth.errors import PerfsleuthError
+from perfsleuth.report.text_report import make_console, safe
+
+FORMATS = ("text", "json")
+SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubble": "pipe", "sequence_imbalance": "seq",
+         "dataloader_stall": "data", "checkpoint_stall": "ckpt", "host_launch_bound": "launch", "small_kernels": "small",
+         "gc_pause": "gc", "recompilation": "comp", "allocator_churn": "alloc", "memory_fragmentation": "frag",
+         "straggler_rank": "strag", "collective_hang": "hang", "none": "none"}
+
+
+def evaluate_command(cases: list[Path], format: str = "text", out: Path | None = None,
+                     workers: int | None = None) -> int:
+    """Run the verb; returns the exit status (0 bar met, 1 bar not met, 2 bad input)."""
+    if format not in FORMATS:
+        print(f"perfsleuth: error: --format must be one of {', '.join(FORMATS)}, not {format!r}", file=sys.stderr)
+        return 2
+    try:
+        dirs = find_cases(list(cases))
+        if not dirs:
+            print(f"perfsleuth: error: no case.json under {', '.join(map(str, cases))} — make cases with "
+                  "`perfsleuth cases make`", file=sys.stderr)
+            return 2
+        report = evaluate(dirs, workers=workers)
+    except PerfsleuthError as exc:
+        print(f"perfsleuth: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if format == "json":
+            payload = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+            if out:
+                Path(out).write_text(payload, encoding="utf-8")
+            else:
+                sys.stdout.write(payload)
+        elif out:
+            with open(out, "w", encoding="utf-8") as fh:
+                render_text(report, make_console(fh))
+        else:
+            render_text(report, make_console())
+    except OSError as exc:
+        print(f"perfsleuth: error: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0 if all(ok for _, _, ok in report.bar()) else 1
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def render_text(report: EvaluationReport, console: Console) -> None:
+    n, healthy = len(report.cases), sum(c.healthy for c in report.cases)
+    console.print(Text(f"Evaluation on {n} cases ({healthy} healthy)", style="bold"))
+    macro, micro = report.macro_f1, report.micro
+    console.print(f"  macro F1 {_f(macro, 3)}   micro precision {_f(micro['precision'], 3)}  recall "
+                  f"{_f(micro['recall'], 3)}  F1 {_f(micro['f1'], 3)}")
+
+    t = Table(box=box.SIMPLE_HEAD, title="Per class", title_justify="left")
+    for col in ("fault", "expected", "TP", "FP", "FN", "precision", "recall", "F1"):
+        t.add_column(col, justify="left" if col == "fault" else "right")
+    for s in report.per_class.values():
+        t.add_row(safe(s.fault, 30), str(s.support), str(s.tp), str(s.fp), str(s.fn), _f(s.precision), _f(s.recall),
+                  Text(_f(s.f1), style="red" if s.f1 < 0.75 else ""))
+    console.print(t)
+
+    labels = report.confusion_labels
+    short = [SHORT.get(lab, lab[:6]) for lab in labels]
+    c = Table(box=box.SIMPLE_HEAD, title="Confusion (rows: expected, columns: answer; · = 0)", title_justify="left")
+    c.add_column("")
+    for s in short:
+        c.add_column(s, justify="right")
+    for lab, row in zip(labels, report.confusion, strict=True):
+        c.add_row(safe(SHORT.get(lab, lab), 24), *[Text(str(v) if v else "·", style="bold" if v and lab == col else "")
+                                   for v, col in zip(row, labels, strict=True)])
+    console.print(c)
+    console.print(Text("  " + ", ".join(f"{SHORT.get(lab, lab[:6])} = {lab}" for lab in labels if lab != "none"), style="dim"))
+
+    cal = report.calibration
+    k = Table(box=box.SIMPLE_HEAD, title=f"Calibration ({cal.n} findings): ECE {_f(cal.ece, 3)}, Brier {_f(cal.brier, 3)}",
+              title_justify="left")
+    for col in ("confidence", "findings", "mean confidence", "accuracy"):
+        k.add_column(col, justify="right")
+    for b in cal.bins:
+        if b.count:
+            k.add_row(f"[{b.low:.1f}, {b.high:.1f}{']' if b.high >= 1 else ')'}", str(b.count), _f(b.mean_confidence), _f(b.accuracy))
+    console.print(k)
+
+    und = report.undetectable_outcomes
+    console.print(f"  undetectable faults: insufficient evidence {und['insufficient_evidence']}, silent {und['silent']}, "
+                  f"reported anyway {und['reported_anyway']} (none of these is scored)")
+    for title, rows in (
+        ("Misleading findings (wrong class, confidence >= 0.8)",
+         [f"{name}: {a.fault} ({a.confidence:.2f}) — truth {', '.join(t) or 'healthy'}" for name, a, t in report.misleading]),
+        ("Missed problems", [f"{name}: {f} (magnitude {_f(m, 3)})" for name, f, m in report.missed]),
+        ("False alarms on healthy jobs",
+         [f"{name}: {a.fault} impact {a.impact:.1%} ({a.confidence:.2f})" for name, a in report.false_alarms_healthy]),
+        ("Errors", [f"{name}: {e}" for name, e in report.errors]),
+    ):
+        console.print(Text(f"{title}: {len(rows)}", style="bold"))
+        for r in rows[:20]:
+            console.print(Text("  " + r))
+        if len(rows) > 20:
+            console.print(f"  … {len(rows) - 20} more (use --format json)")
+    console.print(Text("Bar", style="bold"))
+    for crit, measured, ok in report.bar():
+        console.print(Text.assemble("  ", ("met  " if ok else "MISSED", "green" if ok else "bold red"),
+                                    f" {crit}: {measured}"))
+    console.print(Text("Rules: " + "; ".join(f"{k}: {v}" for k, v in RULES.items()), style="dim"))

@@ -1,0 +1,258 @@
+"""What every detector reads, computed once per job: rank-step frames, the pipeline's shape, waits.
+
+Detectors stay small because the shared intermediates live here: one frame of steps and per-step
+signals per (rank, step), the job's step time per step, collective waits and transfer times per
+(rank, step), the pipeline topology (stage of each rank, microbatches per step) and the helpers
+that turn a per-step loss into an impact with an interval. Nothing here judges; it measures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from perfsleuth.model import Interval
+from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.collectives import P2P_OPS
+
+MIN_IMPACT = 0.03
+"""Below 3 % of step time a cause is not worth an engineer's hour, and step noise is of that order."""
+
+INSUFFICIENT_FLOOR = 0.015
+"""A cause measured between this and ``MIN_IMPACT`` is reported as insufficient evidence, not absent."""
+
+MIN_STEPS = 3
+THIN_TRACE_FACTOR = 0.85
+
+CONFIDENCE_CEILING = 0.97
+CONFIDENCE_FLOOR = 0.7
+
+BOOTSTRAP = 1000
+_CACHE = "_perfsleuth_diagnose_context"
+
+
+def ratio_interval(num: np.ndarray, den: np.ndarray, *, what: str = "steps", confidence: float = 0.95) -> Interval:
+    """sum(num) / sum(den) with a percentile-bootstrap interval over the units (steps)."""
+    num = np.asarray(num, dtype=float)
+    den = np.asarray(den, dtype=float)
+    ok = np.isfinite(num) & np.isfinite(den)
+    num, den = num[ok], den[ok]
+    total = den.sum()
+    value = float(num.sum() / total) if total > 0 else 0.0
+    n = len(num)
+    if n < 3:
+        return Interval(value, None, None, "fraction", f"share of step time over {n} {what} (too few for an interval)")
+    if np.ptp(num / np.where(den > 0, den, 1)) == 0:
+        return Interval(value, value, value, "fraction", f"share of step time over {n} {what} (all equal)")
+    idx = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP, n))
+    ratios = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-9)
+    a = (1 - confidence) / 2
+    lo, hi = np.quantile(ratios, [a, 1 - a])
+    return Interval(value, float(lo), float(hi), "fraction",
+                    f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}")
+
+
+def fraction_interval(x: np.ndarray, *, what: str = "steps") -> Interval:
+    """Median of per-unit fractions with a bootstrap interval."""
+    from perfsleuth.stats.summary import median_interval
+
+    out = median_interval(np.asarray(x, dtype=float), "fraction", what=what)
+    return out if out is not None else Interval(0.0, unit="fraction", method=f"no {what}")
+
+
+def graded_confidence(value: float, threshold: float, *, specificity: float = 1.0, full_at: float = 2.0) -> float:
+    """Confidence that a finding names the right fault, from how far its measure clears its bar.
+
+    A cause measured right at its threshold is as likely noise or a neighbouring class's spill-over
+    as the fault (``CONFIDENCE_FLOOR``); at ``full_at`` times the threshold the class's signature
+    decides it (``CONFIDENCE_CEILING``). ``specificity`` (<= 1) scales it down when the signature
+    itself is ambiguous (an alternative the trace cannot rule out). The two anchors were checked
+    against the accuracy of findings on simulated cases (``perfsleuth evaluate``)."""
+    margin = value / threshold if threshold > 0 else full_at
+    frac = min(1.0, max(0.0, (margin - 1) / (full_at - 1)))
+    return float((CONFIDENCE_FLOOR + (CONFIDENCE_CEILING - CONFIDENCE_FLOOR) * frac) * specificity)
+
+
+@dataclass
+class Pipeline:
+    """Pipeline-parallel shape recovered from point-to-point transfers."""
+
+    stage_of: dict[int, int]  # rank -> stage (0 = first)
+    stages: int
+    microbatches: float | None
+
+
+class JobContext:
+    """Shared intermediates of one job (see the module docstring)."""
+
+    def __init__(self, a: JobAnalysis):
+        self.a = a
+
+    # --- frames ----------------------------------------------------------------------------------
+    @cached_property
+    def rs(self) -> pd.DataFrame:
+        """One row per (rank, step) with the steps breakdown and the per-step signals."""
+        steps = self.a.steps.to_pandas()
+        if steps.empty:
+            return steps
+        if (steps["step"] >= 0).any():
+            steps = steps[steps["step"] >= 0]
+        sig = self.a.signals.to_pandas()
+        if not sig.empty:
+            sig = sig.drop(columns=["step_time_ns"])
+            steps = steps.merge(sig, on=["rank", "step"], how="left")
+        steps = steps.merge(self.waits, on=["rank", "step"], how="left")
+        for c in ("wait_ns", "transfer_ns"):
+            steps[c] = steps[c].fillna(0.0)
+        return steps.reset_index(drop=True)
+
+    @cached_property
+    def has_signals(self) -> bool:
+        return self.a.signals.num_rows > 0
+
+    @cached_property
+    def step_time(self) -> pd.Series:
+        """Job step time per step: median over ranks."""
+        if self.rs.empty:
+            return pd.Series(dtype=float)
+        return self.rs.groupby("step")["step_time_ns"].median().astype(float)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.step_time)
+
+    def confidence(self, value: float, threshold: float, *, specificity: float = 1.0) -> float:
+        """``graded_confidence``, lowered when the trace has fewer than ``MIN_STEPS`` steps: a cause
+        seen on one or two steps may be the start-up or the end of the profiling window."""
+        thin = THIN_TRACE_FACTOR if self.n_steps < MIN_STEPS else 1.0
+        return graded_confidence(value, threshold, specificity=specificity * thin)
+
+    @cached_property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.rs["rank"].unique()) if not self.rs.empty else []
+
+    def per_step(self, col: str, how: str = "max") -> pd.Series:
+        """A column aggregated over ranks per step (max: the job waits for the worst rank)."""
+        if self.rs.empty or col not in self.rs:
+            return pd.Series(dtype=float)
+        g = self.rs.groupby("step")[col]
+        out = g.max() if how == "max" else g.median() if how == "median" else g.sum()
+        return out.reindex(self.step_time.index).fillna(0).astype(float)
+
+    def impact(self, loss_per_step: pd.Series) -> Interval:
+        """Lost time over step time (ratio of sums over steps) with a bootstrap interval."""
+        loss = loss_per_step.reindex(self.step_time.index).fillna(0).to_numpy(dtype=float)
+        return ratio_interval(loss, self.step_time.to_numpy(dtype=float))
+
+    def per_rank_share(self, col: str) -> pd.Series:
+        """Per rank: the column's total over its step time total."""
+        g = self.rs.groupby("rank")
+        return (g[col].sum() / g["step_time_ns"].sum().clip(lower=1)).astype(float)
+
+    # --- collectives: waits, transfers, bandwidth ------------------------------------------------
+    @cached_property
+    def instances(self) -> pd.DataFrame:
+        inst = self.a.instances
+        if inst.num_rows == 0:
+            return pd.DataFrame(columns=["instance", "rank", "step", "op", "wait_ns", "arrival_ns", "aligned_end_ns"])
+        df = inst.to_pandas()
+        return df[~df["op"].isin(P2P_OPS)]
+
+    @cached_property
+    def waits(self) -> pd.DataFrame:
+        """Per (rank, step): time its collectives waited for the last arrival, and transfer time."""
+        df = self.instances
+        if df.empty:
+            return pd.DataFrame({"rank": pd.Series(dtype="int32"), "step": pd.Series(dtype="int32"),
+                                 "wait_ns": pd.Series(dtype=float), "transfer_ns": pd.Series(dtype=float)})
+        last = df.groupby("instance")["arrival_ns"].transform("max")
+        end = df.groupby("instance")["aligned_end_ns"].transform("median")
+        df = df.assign(transfer_ns=(end - last).clip(lower=0))
+        out = df.groupby(["rank", "step"]).agg(wait_ns=("wait_ns", "sum"), transfer_ns=("transfer_ns", "sum"))
+        out = out.reset_index()
+        out["rank"] = out["rank"].astype("int32")
+        out["step"] = out["step"].astype("int32")
+        return out
+
+    @cached_property
+    def busbw_gbps(self) -> float | None:
+        """Achieved bus bandwidth of the collectives (NCCL-tests convention), from bytes and the time
+        after the last participant arrived; None without matched collectives."""
+        rs = self.rs
+        if rs.empty or "collective_bus_bytes" not in rs:
+            return None
+        ok = (rs["transfer_ns"] > 0) & (rs["collective_bus_bytes"] > 0)
+        if not ok.any():
+            return None
+        return float(rs.loc[ok, "collective_bus_bytes"].sum() / rs.loc[ok, "transfer_ns"].sum())
+
+    # --- pipeline --------------------------------------------------------------------------------
+    @cached_property
+    def pipeline(self) -> Pipeline | None:
+        """Stages and microbatches from 2-rank point-to-point groups; None without pipeline traffic."""
+        coll = self.a.collectives
+        if coll.num_rows == 0:
+            return None
+        df = coll.to_pandas()
+        p2p = df[df["op"].isin(P2P_OPS)]
+        if p2p.empty:
+            return None
+        members = p2p.groupby("group")["rank"].unique()
+        edges = {tuple(sorted(int(r) for r in m)) for m in members if len(m) == 2}
+        if not edges:
+            return Pipeline({}, 0, None)
+        adj: dict[int, set[int]] = {}
+        for x, y in edges:
+            adj.setdefault(x, set()).add(y)
+            adj.setdefault(y, set()).add(x)
+        first_op = p2p.sort_values("start_ns").groupby("rank")["op"].first()
+        stage_of: dict[int, int] = {}
+        seen: set[int] = set()
+        stages = 0
+        for start in sorted(adj):
+            if start in seen:
+                continue
+            comp, todo = [], [start]
+            seen.add(start)
+            while todo:
+                r = todo.pop()
+                comp.append(r)
+                for nb in adj[r]:
+                    if nb not in seen:
+                        seen.add(nb)
+                        todo.append(nb)
+            ends = sorted(r for r in comp if len(adj[r]) == 1)
+            if len(ends) != 2:  # not a chain (a ring or a lone pair's both ends): order by rank
+                order = sorted(comp)
+            else:
+                head = next((r for r in ends if first_op.get(r) == "send"), ends[0])
+                order, prev = [head], None
+                while len(order) < len(comp):
+                    nxt = [n for n in adj[order[-1]] if n != prev]
+                    if not nxt:
+                        break
+                    prev = order[-1]
+                    order.append(nxt[0])
+            for i, r in enumerate(order):
+                stage_of[r] = i
+            stages = max(stages, len(order))
+        rs = self.rs
+        mb = None
+        if not rs.empty and "p2p_ops" in rs:
+            end_ranks = [r for r, s in stage_of.items() if s in (0, stages - 1)]
+            ops = rs[rs["rank"].isin(end_ranks)]["p2p_ops"]
+            if len(ops):
+                mb = float(ops.median()) / 2
+        return Pipeline(stage_of, stages, mb)
+
+
+def context(a: JobAnalysis) -> JobContext:
+    """The job's shared intermediates, computed once and kept on the analysis object."""
+    ctx = a.__dict__.get(_CACHE)
+    if ctx is None:
+        ctx = JobContext(a)
+        a.__dict__[_CACHE] = ctx
+    return ctx

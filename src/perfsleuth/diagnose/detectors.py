@@ -1,0 +1,19 @@
+"""The one place that lists the detectors: importing this module registers every one of them.
+
+Each module holds the detectors of one layer (communication, imbalance, host, memory, kernels);
+``registry.diagnose`` runs them all.
+"""
+
+from __future__ import annotations
+
+from perfsleuth.diagnose import communication, host, imbalance, kernels, memory  # noqa: F401  (registration)
+from perfsleuth.diagnose.registry import DETECTORS
+
+TRACE_FAULTS = (
+    "exposed_communication", "poor_overlap", "pipeline_bubble", "sequence_imbalance", "dataloader_stall",
+    "checkpoint_stall", "host_launch_bound", "small_kernels", "gc_pause", "recompilation", "allocator_churn",
+    "memory_fragmentation", "straggler_rank", "collective_hang",
+)
+"""Every fault class a PyTorch-profiler trace can reveal, each with a registered detector."""
+
+assert set(TRACE_FAULTS) <= set(DETECTORS)  # noqa: S101  (a programming error, caught at import)

@@ -1,0 +1,300 @@
+"""Host-side detectors: data-loader stall (T5), checkpoint stall (T6), host/launch-bound (T7),
+GC pause (T10), recompilation (T11).
+
+Each reads the lost time the per-rank analysis charged to its cause (``lost_<cause>_ns``: time in
+a step window covered by the cause's host spans while the GPU neither computed nor communicated;
+see ``trace.rank_analysis``). Ranks meet at every collective, so a step is as late as its worst
+rank: the job's loss per step is the maximum over ranks, and the impact is that loss over the step
+time, summed over steps, with a bootstrap interval over steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
+from perfsleuth.diagnose.imbalance import straggler_symptom
+from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.trace.analysis import JobAnalysis
+
+DATALOADER_BUDGET = 0.05
+"""A synchronous batch hand-off costs a few percent of a step even in a healthy job (the host fetches
+while the GPU finishes the previous step's tail); above 5 % prefetching would pay for itself."""
+
+CHECKPOINT_D2H_BYTES = 32 << 20
+"""A step that copies at least 32 MiB device-to-host is saving state (a checkpoint without an
+annotation: ``torch.save`` of GPU tensors copies them to host memory first)."""
+
+
+def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
+    if ctx.rs.empty or not ctx.has_signals:
+        return NotAssessed(fault, "a PyTorch-profiler trace with ProfilerStep annotations and host events")
+    if not ctx.a.ranks_with_gpu:
+        return NotAssessed(fault, "GPU events in the trace (GPU idle time is what these stalls cost)")
+    return None
+
+
+def _scope(ctx: JobContext, col: str, loss: pd.Series) -> dict:
+    share = ctx.per_rank_share(col)
+    top = float(share.max()) if len(share) else 0.0
+    ranks = sorted(int(r) for r, v in share.items() if v >= max(0.5 * top, 0.005))
+    st = ctx.step_time
+    steps = sorted(int(s) for s, v in loss.items() if v >= 0.01 * st.get(s, np.inf))
+    return {"ranks": ranks, "steps": steps}
+
+
+def _threshold_result(fault: str, imp: Interval, what: str) -> NotAssessed | None:
+    if imp.value >= INSUFFICIENT_FLOOR:
+        return insufficient(fault, f"a larger effect or a longer trace: {what} cost {imp.value:.1%} of step time, "
+                            "under the 3% bar", imp)
+    return None
+
+
+def _impact_evidence(name: str, imp: Interval, note: str) -> Evidence:
+    return Evidence(name, imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"), note)
+
+
+def checkpoint_loss(rs: pd.DataFrame) -> pd.Series:
+    """Per (rank, step) row: time lost to checkpointing, annotated or recognised by its copies."""
+    unannotated = (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES) & (rs["checkpoint_span_ns"] == 0)
+    return rs["lost_checkpoint_ns"] + np.where(unannotated, rs["lost_silent_ns"] + rs["lost_d2h_ns"], 0)
+
+
+@detector("dataloader_stall", needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",))
+def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs_signals(ctx, "dataloader_stall")) is not None:
+        return na
+    rs = ctx.rs
+    if not (rs["dataloader_span_ns"] > 0).any():
+        return NotAssessed("dataloader_stall", "the data-loader annotation (iterate the DataLoader inside the profiled "
+                           "steps, or a record_function around batch fetching)")
+    loss = ctx.per_step("lost_dataloader_ns")
+    imp = ctx.impact(loss)
+    if imp.value < DATALOADER_BUDGET:
+        if imp.value >= DATALOADER_BUDGET - 0.01:
+            return insufficient("dataloader_stall", f"a larger effect: the GPU waits for the data loader {imp.value:.1%} "
+                                f"of step time, under the {DATALOADER_BUDGET:.0%} budget", imp)
+        return None
+    scope = _scope(ctx, "lost_dataloader_ns", loss)
+    share = ctx.per_rank_share("lost_dataloader_ns")
+    span = ctx.per_rank_share("dataloader_span_ns")
+    subset = len(scope["ranks"]) < len(ctx.ranks)
+    others = share.drop(scope["ranks"]) if subset else share
+    launch = ctx.impact(ctx.per_step("lost_launch_ns"))
+    evidence = [
+        Evidence("dataloader_wait_fraction", imp, Interval(DATALOADER_BUDGET, unit="fraction", method="budget for a "
+                 "synchronous batch hand-off"), "GPU idle while the host fetched the batch (worst rank per step)"),
+        Evidence("dataloader_span_fraction", Interval(float(span.max()), unit="fraction", method="host time in the "
+                 "data-loader annotation, worst rank"), Interval(float(span.median()), unit="fraction", method="median rank")),
+    ]
+    if subset:
+        evidence.append(Evidence("dataloader_wait_fraction_by_rank",
+                                 Interval(float(share[scope["ranks"]].median()), unit="fraction", method=f"ranks {scope['ranks']}"),
+                                 Interval(float(others.median()), unit="fraction", method="the other ranks")))
+    alternatives = [
+        Alternative("host_launch_bound", "ruled_out" if launch.value < MIN_IMPACT else "supports",
+                    f"outside the data loader the GPU waits for launches only {launch.value:.1%} of the step"),
+        Alternative("straggler_rank", "ruled_out" if subset else "ruled_out",
+                    f"rank(s) {scope['ranks']} are late because their data loader is; their compute is as fast"
+                    if subset else "every rank waits for its data loader alike"),
+        Alternative("cpu_contention", "cannot_rule_out",
+                    "the loader shares the host's CPUs; host CPU usage decides whether it is starved or just slow"),
+    ]
+    return Finding(
+        fault="dataloader_stall",
+        confidence=ctx.confidence(imp.value, DATALOADER_BUDGET),
+        impact=imp,
+        scope=scope,
+        symptom=(f"the GPU idles {imp.value:.0%} of each step while the host fetches the next batch"
+                 + (f" on rank(s) {scope['ranks']}; their peers wait for them" if subset else "")),
+        evidence=tuple(evidence),
+        alternatives=tuple(alternatives),
+        action=("Prefetch batches: DataLoader(num_workers>0, pin_memory=True, prefetch_factor>=2, persistent_workers=True); "
+                "move decoding/augmentation off the training process. To confirm: the loader's per-batch time and "
+                "the host's CPU usage."),
+        attached=straggler_symptom(a, "lost_dataloader_ns"),
+    )
+
+
+@detector("checkpoint_stall", needs=("kineto trace with checkpoint annotations or device-to-host copies",))
+def checkpoint_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs_signals(ctx, "checkpoint_stall")) is not None:
+        return na
+    rs = ctx.rs.assign(ckpt_loss=checkpoint_loss(ctx.rs))
+    if not ((rs["checkpoint_span_ns"] > 0) | (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES)).any():
+        return None  # no checkpoint annotation and no bulk device-to-host copies: no save in this window
+    ctx.rs["ckpt_loss"] = rs["ckpt_loss"]
+    loss = ctx.per_step("ckpt_loss")
+    imp = ctx.impact(loss)
+    if imp.value < MIN_IMPACT:
+        return _threshold_result("checkpoint_stall", imp, "checkpoint saves")
+    scope = _scope(ctx, "ckpt_loss", loss)
+    annotated = bool((rs["lost_checkpoint_ns"] > 0).any())
+    d2h = rs[rs["step"].isin(scope["steps"])]["d2h_bytes"]
+    saves = int((rs["ckpt_loss"] > 0.01 * rs["step_time_ns"]).sum())
+    worst = float((loss / ctx.step_time).max())
+    evidence = (
+        _impact_evidence("checkpoint_blocked_fraction", imp, "training blocked in checkpoint saves, summed over steps"),
+        Evidence("worst_step_blocked_fraction", Interval(worst, unit="fraction", method="step with the longest save")),
+        Evidence("d2h_bytes_per_saving_rank", Interval(float(d2h[d2h > 0].median()) if (d2h > 0).any() else 0.0, unit="bytes",
+                 method="median over (rank, step) that copied"), note="state copied to host memory before writing"),
+        Evidence("saves", Interval(float(saves), unit="rank-steps", method="rank-steps blocked > 1% of a step")),
+    )
+    alternatives = (
+        Alternative("gc_pause", "ruled_out", "the stall sits inside a checkpoint annotation" if annotated else
+                    "the stall follows a bulk device-to-host copy of model state, as a save does"),
+        Alternative("dataloader_stall", "ruled_out", "it is not inside the data-loader annotation"),
+        Alternative("collective_hang", "ruled_out", "the job resumes after the save"),
+    )
+    return Finding(
+        fault="checkpoint_stall",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if annotated else 0.85),
+        impact=imp,
+        scope=scope,
+        symptom=(f"checkpoint saves block training on step(s) {scope['steps']}: {worst:.0%} of the worst step, "
+                 f"{imp.value:.0%} of the traced steps' time"),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=("Save asynchronously: copy to pinned host memory and write from a background thread/process "
+                "(torch.distributed.checkpoint async_save), shard the save across ranks, checkpoint less often. "
+                "To confirm: save duration and checkpoint interval from the training log."),
+        attached=straggler_symptom(a, "lost_checkpoint_ns"),
+    )
+
+
+@detector("recompilation", needs=("kineto trace of a torch.compile job (Dynamo/Inductor compile spans)",))
+def recompilation(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs_signals(ctx, "recompilation")) is not None:
+        return na
+    rs = ctx.rs
+    if not (rs["compile_span_ns"] > 0).any():
+        return None  # no compile spans in the traced steps
+    loss = ctx.per_step("lost_compile_ns")
+    imp = ctx.impact(loss)
+    if imp.value < MIN_IMPACT:
+        return _threshold_result("recompilation", imp, "compilation")
+    scope = _scope(ctx, "lost_compile_ns", loss)
+    first = int(ctx.step_time.index.min())
+    only_first = scope["steps"] == [first]
+    compiled = sum(f.get("compiled_regions", 0) for f in a.rank_facts.values())
+    evidence = (
+        _impact_evidence("compile_blocked_fraction", imp, "GPU idle while Dynamo/Inductor compiled"),
+        Evidence("compile_span_ns", Interval(float(rs["compile_span_ns"].max()), unit="ns", method="longest per rank-step")),
+        Evidence("compiled_region_calls", Interval(float(compiled), unit="count", method="Torch-Compiled Region / "
+                 "CompiledFunction spans, all ranks")),
+    )
+    alternatives = (
+        Alternative("checkpoint_stall", "ruled_out", "the stall is inside Dynamo/Inductor compile spans"),
+        Alternative("gc_pause", "ruled_out", "the host is busy compiling, not silent"),
+    )
+    return Finding(
+        fault="recompilation",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.85 if only_first else 1.0),
+        impact=imp,
+        scope=scope,
+        symptom=(f"torch.compile (re)compiles during training on step(s) {scope['steps']}; the GPU idles "
+                 f"{imp.value:.0%} of the traced steps' time" + (" (the first traced step: it may be the warm-up compile)"
+                                                                 if only_first else "")),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=("Find what triggers the recompile (TORCH_LOGS=recompiles): changing shapes (mark_dynamic, pad to "
+                "buckets), Python values in guards, new dtypes; raise cache_size_limit only after that. To confirm: "
+                "the recompile reasons in TORCH_LOGS."),
+        attached=straggler_symptom(a, "lost_compile_ns"),
+    )
+
+
+@detector("gc_pause", needs=("kineto trace with host events (a silent host gap is what a GC pause leaves)",))
+def gc_pause(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs_signals(ctx, "gc_pause")) is not None:
+        return na
+    rs = ctx.rs
+    unannotated = (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES) & (rs["checkpoint_span_ns"] == 0)
+    ctx.rs["gc_loss"] = np.where(unannotated, 0, rs["lost_silent_ns"])
+    loss = ctx.per_step("gc_loss")
+    imp = ctx.impact(loss)
+    if imp.value < MIN_IMPACT:
+        return _threshold_result("gc_pause", imp, "silent host stalls")
+    rs = ctx.rs
+    hit = rs[rs["gc_loss"] >= 0.01 * rs["step_time_ns"]]
+    pauses = len(hit)
+    n_ranks, n_steps = hit["rank"].nunique(), hit["step"].nunique()
+    scope = {"ranks": sorted(int(r) for r in hit["rank"].unique()), "steps": sorted(int(s) for s in hit["step"].unique())}
+    gap = float(hit["silent_max_gap_ns"].median()) if pauses else 0.0
+    spread = n_ranks >= 2 or n_steps >= 2
+    evidence = (
+        _impact_evidence("silent_stall_fraction", imp, "GPU idle while the host wrote no event at all (worst rank per step)"),
+        Evidence("pauses", Interval(float(pauses), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
+        Evidence("pause_ns", Interval(gap, unit="ns", method="median longest silent host gap of a paused rank-step"),
+                 Interval(1e6, unit="ns", method="gaps under 1 ms are interpreter overhead")),
+    )
+    alternatives = (
+        Alternative("checkpoint_stall", "ruled_out", "no checkpoint annotation or bulk device-to-host copy near the gaps"),
+        Alternative("dataloader_stall", "ruled_out", "the gaps are outside the data-loader annotation"),
+        Alternative("straggler_rank", "ruled_out" if spread else "cannot_rule_out",
+                    "the stalls hit different ranks and steps" if spread else "a single stall: it could be any one-off"),
+    )
+    return Finding(
+        fault="gc_pause",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if spread else 0.7),
+        impact=imp,
+        scope=scope,
+        symptom=(f"the host goes silent (no event on any thread) for ~{gap / 1e6:.0f} ms on {pauses} rank-step(s) "
+                 f"across {n_ranks} rank(s); the GPU drains and peers wait: {imp.value:.0%} of step time"),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=("Take GC off the critical path: gc.freeze() after model setup, gc.disable() and a planned gc.collect() "
+                "on all ranks every N steps. To confirm: gc.callbacks timing per rank (or py-spy) during the slow steps."),
+        attached=straggler_symptom(a, "lost_silent_ns"),
+    )
+
+
+@detector("host_launch_bound", needs=("kineto trace with CUDA runtime launches joined to their kernels",))
+def host_launch_bound(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs_signals(ctx, "host_launch_bound")) is not None:
+        return na
+    loss = ctx.per_step("lost_launch_ns")
+    imp = ctx.impact(loss)
+    if imp.value < MIN_IMPACT:
+        return _threshold_result("host_launch_bound", imp, "waiting for kernel launches")
+    scope = _scope(ctx, "lost_launch_ns", loss)
+    launch = a.launch.to_pandas()
+    launch = launch[launch["rank"].isin(scope["ranks"])] if not launch.empty else launch
+    evidence = [_impact_evidence("launch_wait_fraction", imp, "GPU idle before work the host had not launched yet, "
+                                 "with no data loader, allocator, checkpoint or silent stall to blame")]
+    if not launch.empty:
+        evidence += [
+            Evidence("gpu_kernel_p50_ns", Interval(float(launch["gpu_p50_ns"].median()), unit="ns", method="median kernel"),
+                     Interval(float(launch["cpu_launch_p50_ns"].median()), unit="ns", method="median launch call")),
+            Evidence("kernels_shorter_than_their_launch", Interval(float(launch["gpu_shorter_than_launch_share"].median()),
+                     unit="fraction", method="share of launched kernels")),
+        ]
+    busy = ctx.rs["busy_ns"].sum() / max(ctx.rs["step_time_ns"].sum(), 1)
+    evidence.append(Evidence("gpu_busy_fraction", Interval(float(busy), unit="fraction", method="all ranks and steps")))
+    alternatives = (
+        Alternative("small_kernels", "ruled_out", "the GPU is idle between kernels, not busy with many tiny ones"),
+        Alternative("dataloader_stall", "ruled_out", "time in the data loader is counted separately"),
+        Alternative("cpu_contention", "cannot_rule_out" if len(scope["ranks"]) < len(ctx.ranks) else "ruled_out",
+                    "only some ranks are launch-bound: their host may be contended" if len(scope["ranks"]) < len(ctx.ranks)
+                    else "every rank is launch-bound alike: the program issues too many small ops"),
+    )
+    return Finding(
+        fault="host_launch_bound",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if len(scope["ranks"]) == len(ctx.ranks) else 0.9),
+        impact=imp,
+        scope=scope,
+        symptom=f"the GPU waits for the CPU to launch work {imp.value:.0%} of each step; kernels finish faster than they are issued",
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=("Issue fewer, larger ops: CUDA graphs (torch.compile mode='reduce-overhead'), fused optimizers "
+                "(foreach/fused=True), larger batches per launch; keep the Python loop lean. To confirm: the host "
+                "thread's CPU usage (100% on the launching thread)."),
+        attached=straggler_symptom(a, "lost_launch_ns"),
+    )

@@ -1,0 +1,176 @@
+"""Allocator detectors: allocator churn (T12) and memory fragmentation (T13).
+
+Both cost time the same way: cudaFree blocks the host until the device drains, so the GPU idles
+while the host sits in the allocator (``lost_alloc_ns``). They differ in shape:
+
+- churn: malloc/free pairs in (nearly) every steady-state step, one free at a time;
+- fragmentation: the caching allocator failing to serve a request, freeing its whole cache (a burst
+  of back-to-back cudaFree calls, one per cached segment) and retrying, on a few steps; with
+  ``profile_memory`` the memory events show reserved memory far above allocated and dropping at
+  the flush.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
+from perfsleuth.diagnose.imbalance import straggler_symptom
+from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.trace.analysis import JobAnalysis
+
+FLUSH_BURST = 4
+"""At least 4 cudaFree calls back to back is the allocator emptying its cache, not churn."""
+
+RESERVED_OVER_ALLOCATED = 1.5
+"""Reserved memory 1.5x what is allocated: the cached pool is fragmented (a healthy cache keeps ~1.1x)."""
+
+STEADY_SHARE = 0.5
+"""Churn is steady-state when allocator calls happen on at least half of the steps."""
+
+
+def _split(ctx: JobContext) -> pd.DataFrame:
+    """Per (rank, step): allocator lost time split into flush (fragmentation) and churn."""
+    rs = ctx.rs
+    flush = (rs["free_burst_max"] >= FLUSH_BURST) | (rs["mem_reserved_drops"].fillna(0) > 0)
+    calls = (rs["malloc_calls"] + rs["free_calls"]) > 0
+    plain = rs[calls & ~flush].groupby("rank")["lost_alloc_ns"].median()
+    base = rs["rank"].map(plain).fillna(0)
+    churn = np.where(flush, np.minimum(rs["lost_alloc_ns"], base), rs["lost_alloc_ns"])
+    out = rs[["rank", "step", "step_time_ns", "malloc_calls", "free_calls", "free_burst_max", "lost_alloc_ns"]].copy()
+    out["flush"] = flush
+    out["churn_ns"] = churn
+    out["flush_ns"] = np.where(flush, rs["lost_alloc_ns"] - churn, 0)
+    out["calls"] = calls & ~flush
+    return out
+
+
+def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
+    if ctx.rs.empty or not ctx.has_signals:
+        return NotAssessed(fault, "a PyTorch-profiler trace with ProfilerStep annotations and CUDA runtime events")
+    if not ctx.a.ranks_with_gpu:
+        return NotAssessed(fault, "GPU events in the trace (GPU idle time is what allocator calls cost)")
+    return None
+
+
+@detector("allocator_churn", needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",))
+def allocator_churn(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs(ctx, "allocator_churn")) is not None:
+        return na
+    sp = _split(ctx)
+    if not sp["calls"].any():
+        return None
+    ctx.rs["churn_ns"] = sp["churn_ns"].to_numpy()
+    loss = ctx.per_step("churn_ns")
+    imp = ctx.impact(loss)
+    steady = float(sp.groupby("step")["calls"].any().mean())
+    if imp.value < MIN_IMPACT:
+        if imp.value >= INSUFFICIENT_FLOOR:
+            return insufficient("allocator_churn", f"a larger effect: allocator calls cost {imp.value:.1%} of step time, "
+                                "under the 3% bar", imp)
+        return None
+    if steady < STEADY_SHARE:
+        return insufficient("allocator_churn", f"allocator calls on more steps: they appear on {steady:.0%} of steps, "
+                            "which is warm-up or one-off growth rather than steady-state churn", imp)
+    hit = sp[sp["calls"]]
+    ranks = sorted(int(r) for r in hit["rank"].unique())
+    per_step_calls = hit.groupby(["rank", "step"])[["malloc_calls", "free_calls"]].sum().median()
+    evidence = (
+        Evidence("allocator_blocked_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+                 "GPU idle while the host sat in cudaMalloc/cudaFree (worst rank per step)"),
+        Evidence("cudaMalloc_per_step", Interval(float(per_step_calls["malloc_calls"]), unit="calls", method="median rank-step"),
+                 Interval(0.0, unit="calls", method="steady state of a warmed-up caching allocator")),
+        Evidence("cudaFree_per_step", Interval(float(per_step_calls["free_calls"]), unit="calls", method="median rank-step")),
+        Evidence("steps_with_allocator_calls", Interval(steady, unit="fraction", method="share of steps")),
+    )
+    alternatives = (
+        Alternative("memory_fragmentation", "ruled_out", "frees come one at a time, not as a cache flush"),
+        Alternative("host_launch_bound", "ruled_out", "launch waits outside allocator calls are counted separately"),
+    )
+    return Finding(
+        fault="allocator_churn",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if steady >= 0.8 else 0.9),
+        impact=imp,
+        scope={"ranks": ranks, "steps": sorted(int(s) for s in hit["step"].unique())},
+        symptom=(f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps "
+                 f"({per_step_calls['malloc_calls']:.0f} mallocs per step); each cudaFree drains the GPU: "
+                 f"{imp.value:.0%} of step time"),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=("Keep memory in the caching allocator: remove torch.cuda.empty_cache() from the loop, reuse buffers, "
+                "avoid shape changes that defeat block reuse, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. "
+                "To confirm: torch.cuda.memory_stats() num_device_alloc/num_device_free per step."),
+        attached=straggler_symptom(a, "lost_alloc_ns"),
+    )
+
+
+@detector("memory_fragmentation", needs=("kineto trace with profile_memory=True (allocator memory events)",
+                                         "CUDA runtime events (cudaFree bursts)"))
+def memory_fragmentation(a: JobAnalysis) -> Finding | NotAssessed | None:
+    ctx = context(a)
+    if (na := _needs(ctx, "memory_fragmentation")) is not None:
+        return na
+    rs = ctx.rs
+    has_mem = bool((rs["mem_events"] > 0).any())
+    sp = _split(ctx)
+    ctx.rs["flush_ns"] = sp["flush_ns"].to_numpy()
+    loss = ctx.per_step("flush_ns")
+    imp = ctx.impact(loss)
+    ratio = None
+    if has_mem:
+        m = rs[rs["mem_events"] > 0]
+        ratio = float((m["mem_reserved_max_bytes"] / m["mem_allocated_max_bytes"].clip(lower=1)).median())
+    flushes = sp[sp["flush"] & (sp["flush_ns"] > 0)]
+    if imp.value < MIN_IMPACT:
+        if ratio is not None and ratio >= RESERVED_OVER_ALLOCATED:
+            return insufficient("memory_fragmentation", f"allocator retries that cost time: reserved memory is {ratio:.1f}x "
+                                f"allocated (fragmented pool) but cache flushes cost {imp.value:.1%} of step time",
+                                Interval(ratio, unit="ratio", method="reserved / allocated, median step"))
+        if imp.value >= INSUFFICIENT_FLOOR:
+            return insufficient("memory_fragmentation", f"a larger effect: cache flushes cost {imp.value:.1%} of step time",
+                                imp)
+        if not has_mem:
+            return NotAssessed("memory_fragmentation", "allocator memory events (torch.profiler profile_memory=True) "
+                               "or torch.cuda.memory_stats() num_alloc_retries")
+        return None
+    ranks = sorted(int(r) for r in flushes["rank"].unique())
+    steps = sorted(int(s) for s in flushes["step"].unique())
+    evidence = [
+        Evidence("cache_flush_blocked_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+                 "GPU idle while the allocator freed its cache and retried (worst rank per step)"),
+        Evidence("cudaFree_burst", Interval(float(flushes["free_burst_max"].median()), unit="calls",
+                                            method="median back-to-back cudaFree calls at a flush"),
+                 Interval(float(FLUSH_BURST), unit="calls", method="threshold")),
+    ]
+    if ratio is not None:
+        evidence.append(Evidence("reserved_over_allocated", Interval(ratio, unit="ratio", method="median step, max reserved / "
+                                 "max allocated"), Interval(RESERVED_OVER_ALLOCATED, unit="ratio", method="threshold")))
+        drops = int(rs["mem_reserved_drops"].fillna(0).sum())
+        evidence.append(Evidence("reserved_memory_drops", Interval(float(drops), unit="count", method="reserved memory falling "
+                                 "> 10% between allocator events")))
+    fragmented = ratio is not None and ratio >= RESERVED_OVER_ALLOCATED
+    alternatives = (
+        Alternative("allocator_churn", "ruled_out", "the frees come as bursts on a few steps, not as steady pairs"),
+        Alternative("explicit_empty_cache", "ruled_out" if fragmented else "cannot_rule_out",
+                    f"reserved memory is {ratio:.1f}x allocated before the flush: the pool was fragmented" if fragmented
+                    else "an explicit torch.cuda.empty_cache() flushes the same way; memory events or num_alloc_retries decide it"),
+    )
+    return Finding(
+        fault="memory_fragmentation",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if fragmented else 0.85 if has_mem else 0.8),
+        impact=imp,
+        scope={"ranks": ranks, "steps": steps},
+        symptom=(f"the caching allocator empties its cache and retries on step(s) {steps} "
+                 f"({flushes['free_burst_max'].median():.0f} cudaFree calls back to back)"
+                 + (f"; reserved memory is {ratio:.1f}x allocated" if ratio is not None else "")
+                 + f": {imp.value:.0%} of step time"),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=("Reduce fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, avoid varying tensor sizes "
+                "(pad to buckets), lower peak memory (activation checkpointing, smaller microbatch). To confirm: "
+                "torch.cuda.memory_stats() num_alloc_retries rising after warm-up."),
+        attached=straggler_symptom(a, "lost_alloc_ns"),
+    )
