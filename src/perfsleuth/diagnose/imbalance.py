@@ -208,8 +208,10 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         g = ctx.rs[ctx.rs["rank"].isin(members) & (ctx.rs["rank"] != exclude)]
         piv = g.pivot_table(index="step", columns="rank", values="compute_ns", aggfunc="first")
         excess = (piv[r] - piv.drop(columns=[r]).median(axis=1)).clip(lower=0)
+        # it costs only what its peers actually wait for it (nothing when they wait for their host anyway)
+        waited = g[g["rank"] != r].groupby("step")["wait_ns"].median().reindex(excess.index).fillna(0)
         st = ctx.step_time.reindex(excess.index)
-        imp = fraction_interval((excess / st).to_numpy())
+        imp = fraction_interval((np.minimum(excess, waited) / st).to_numpy())
         if best is None or imp.value > best[1].value:
             best = (r, imp, hv, float(piv[r].median()), float(piv.drop(columns=[r]).median(axis=1).median()))
     if best is None:
@@ -218,7 +220,7 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
     if imp.value < MIN_IMPACT:
         if imp.value >= INSUFFICIENT_FLOOR:
             return insufficient("straggler_rank", f"a larger effect: rank {r}'s compute is the slowest on every step but "
-                                f"costs {imp.value:.1%} of it, under the 3% bar", imp)
+                                f"its peers wait {imp.value:.1%} of the step for it, under the 3% bar", imp)
         return None
     late = f"; rank {exclude} arrives later still, for host reasons reported on their own" if exclude is not None else ""
     return Finding(
@@ -226,8 +228,9 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.9),
         impact=imp,
         scope={"ranks": [r], "steps": [int(s) for s in hv.heaviest.index]},
-        symptom=(f"rank {r}'s compute is the slowest of its peers on {hv.top_share:.0%} of steps, "
-                 f"{comp_me / max(comp_others, 1) - 1:.0%} longer than the median rank's{late}"),
+        symptom=(f"its peers wait {imp.value:.0%} of each step for rank {r}, whose compute is the slowest of its peers "
+                 f"on {hv.top_share:.0%} of steps, {comp_me / max(comp_others, 1) - 1:.0%} longer than the median "
+                 f"rank's{late}"),
         evidence=(
             Evidence("compute_ns_per_step", Interval(comp_me, unit="ns", method="median over steps"),
                      Interval(comp_others, unit="ns", method="median of the other ranks")),
