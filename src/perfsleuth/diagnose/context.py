@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from perfsleuth.diagnose.registry import NotAssessed
 from perfsleuth.model import Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
@@ -247,6 +248,18 @@ class JobContext:
             if len(ops):
                 mb = float(ops.median()) / 2
         return Pipeline(stage_of, stages, mb)
+
+
+def require_host_and_gpu(ctx: JobContext, fault: str, *, host_events: str, gpu_cost: str) -> NotAssessed | None:
+    """The precondition of every host-side detector: per-step host signals and GPU events.
+
+    ``host_events`` names the host events the detector reads; ``gpu_cost`` says why GPU events are
+    needed (GPU idle time is what the host-side cause costs)."""
+    if ctx.rs.empty or not ctx.has_signals:
+        return NotAssessed(fault, f"a PyTorch-profiler trace with ProfilerStep annotations and {host_events}")
+    if not ctx.a.ranks_with_gpu:
+        return NotAssessed(fault, f"GPU events in the trace ({gpu_cost})")
+    return None
 
 
 def context(a: JobAnalysis) -> JobContext:

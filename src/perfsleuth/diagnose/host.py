@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -29,11 +29,8 @@ annotation: ``torch.save`` of GPU tensors copies them to host memory first)."""
 
 
 def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
-    if ctx.rs.empty or not ctx.has_signals:
-        return NotAssessed(fault, "a PyTorch-profiler trace with ProfilerStep annotations and host events")
-    if not ctx.a.ranks_with_gpu:
-        return NotAssessed(fault, "GPU events in the trace (GPU idle time is what these stalls cost)")
-    return None
+    return require_host_and_gpu(ctx, fault, host_events="host events",
+                                gpu_cost="GPU idle time is what these stalls cost")
 
 
 def _scope(ctx: JobContext, col: str, loss: pd.Series) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -48,11 +48,8 @@ def _split(ctx: JobContext) -> pd.DataFrame:
 
 
 def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
-    if ctx.rs.empty or not ctx.has_signals:
-        return NotAssessed(fault, "a PyTorch-profiler trace with ProfilerStep annotations and CUDA runtime events")
-    if not ctx.a.ranks_with_gpu:
-        return NotAssessed(fault, "GPU events in the trace (GPU idle time is what allocator calls cost)")
-    return None
+    return require_host_and_gpu(ctx, fault, host_events="CUDA runtime events",
+                                gpu_cost="GPU idle time is what allocator calls cost")
 
 
 @detector("allocator_churn", needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",))
