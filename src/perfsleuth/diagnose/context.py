@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.registry import NotAssessed
+from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.model import Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
@@ -248,6 +248,12 @@ class JobContext:
             if len(ops):
                 mb = float(ops.median()) / 2
         return Pipeline(stage_of, stages, mb)
+
+
+def below_bar(fault: str, imp: Interval, needs: str) -> NotAssessed | None:
+    """What an impact under the 3% reporting bar gets: "insufficient evidence" (naming what would
+    decide it) when it is at least ``INSUFFICIENT_FLOOR``, silence below that."""
+    return insufficient(fault, needs, imp) if imp.value >= INSUFFICIENT_FLOOR else None
 
 
 def require_host_and_gpu(ctx: JobContext, fault: str, *, host_events: str, gpu_cost: str) -> NotAssessed | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context, require_host_and_gpu
+from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, context, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -43,10 +43,8 @@ def _scope(ctx: JobContext, col: str, loss: pd.Series) -> dict:
 
 
 def _threshold_result(fault: str, imp: Interval, what: str) -> NotAssessed | None:
-    if imp.value >= INSUFFICIENT_FLOOR:
-        return insufficient(fault, f"a larger effect or a longer trace: {what} cost {imp.value:.1%} of step time, "
-                            "under the 3% bar", imp)
-    return None
+    return below_bar(fault, imp, f"a larger effect or a longer trace: {what} cost {imp.value:.1%} of step time, "
+                                 "under the 3% bar")
 
 
 def _impact_evidence(name: str, imp: Interval, note: str) -> Evidence:

@@ -23,6 +23,7 @@ from perfsleuth.diagnose.context import (
     INSUFFICIENT_FLOOR,
     MIN_IMPACT,
     JobContext,
+    below_bar,
     context,
     fraction_interval,
     ratio_interval,
@@ -218,10 +219,8 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         return None
     r, imp, hv, comp_me, comp_others = best
     if imp.value < MIN_IMPACT:
-        if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("straggler_rank", f"a larger effect: rank {r}'s compute is the slowest on every step but "
-                                f"its peers wait {imp.value:.1%} of the step for it, under the 3% bar", imp)
-        return None
+        return below_bar("straggler_rank", imp, f"a larger effect: rank {r}'s compute is the slowest on every step but "
+                                                f"its peers wait {imp.value:.1%} of the step for it, under the 3% bar")
     late = f"; rank {exclude} arrives later still, for host reasons reported on their own" if exclude is not None else ""
     return Finding(
         fault="straggler_rank",
@@ -298,10 +297,8 @@ def sequence_imbalance(a: JobAnalysis) -> Finding | NotAssessed | None:
     loss = pd.concat(losses, axis=1).max(axis=1)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("sequence_imbalance", f"a larger effect or per-rank token counts: compute differs by "
-                                f"{imp.value:.1%} of the step across ranks, under the 3% bar", imp)
-        return None
+        return below_bar("sequence_imbalance", imp, f"a larger effect or per-rank token counts: compute differs by "
+                                                    f"{imp.value:.1%} of the step across ranks, under the 3% bar")
     if persistent and len(persistent) == len(heavy):
         return None  # one rank is the heaviest on (nearly) every step: a straggler, not shifting work
     if ambiguous and len(ambiguous) + len(persistent) == len(heavy):

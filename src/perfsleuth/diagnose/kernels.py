@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, context
+from perfsleuth.diagnose.context import MIN_IMPACT, below_bar, context
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
@@ -35,10 +35,8 @@ def small_kernels(a: JobAnalysis) -> Finding | NotAssessed | None:
     loss = ctx.per_step("small_kernel_saving_ns")
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("small_kernels", f"a larger effect: fusing the short-kernel chains would save "
-                                f"{imp.value:.1%} of step time, under the 3% bar", imp)
-        return None
+        return below_bar("small_kernels", imp, f"a larger effect: fusing the short-kernel chains would save "
+                                               f"{imp.value:.1%} of step time, under the 3% bar")
     launch = ctx.impact(ctx.per_step("lost_launch_ns"))
     if launch.value >= MIN_IMPACT and launch.value >= 2 * imp.value:
         return insufficient("small_kernels", f"a job not launch-bound: the GPU waits for launches {launch.value:.0%} of the "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context, require_host_and_gpu
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, below_bar, context, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -65,10 +65,8 @@ def allocator_churn(a: JobAnalysis) -> Finding | NotAssessed | None:
     imp = ctx.impact(loss)
     steady = float(sp.groupby("step")["calls"].any().mean())
     if imp.value < MIN_IMPACT:
-        if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("allocator_churn", f"a larger effect: allocator calls cost {imp.value:.1%} of step time, "
-                                "under the 3% bar", imp)
-        return None
+        return below_bar("allocator_churn", imp, f"a larger effect: allocator calls cost {imp.value:.1%} of step time, "
+                                                 "under the 3% bar")
     if steady < STEADY_SHARE:
         return insufficient("allocator_churn", f"allocator calls on more steps: they appear on {steady:.0%} of steps, "
                             "which is warm-up or one-off growth rather than steady-state churn", imp)
