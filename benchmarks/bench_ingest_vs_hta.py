@@ -8,14 +8,14 @@ One run of this script:
    (rank, world_size) and every ``"ts": <int>`` (shifted by ``rank * --shift-us`` µs) is rewritten;
    the rest is byte-for-byte what the profiler wrote (kineto's layout, one event per few lines).
 2. runs every measured tool in its own subprocess and polls the whole process tree (the process and
-   all its descendants, e.g. perfsleuth's forkserver workers and HTA's fork pool) every ``--poll-ms``
+   all its descendants, e.g. perfsleuth's forked workers and HTA's fork pool) every ``--poll-ms``
    with psutil, summing RSS; the peak of that sum is reported (a 20 ms poll can miss a short spike:
    the child's own ru_maxrss is printed next to it as a check). Inside the subprocess, imports happen
    first and are NOT timed ("work s"; for perfsleuth this includes the pandas import that pyarrow's
    first pa.array() triggers in the main process; its workers' start-up and imports stay timed);
    "subprocess s" is the child's whole life (interpreter start, imports, work, teardown).
-       perfsleuth  read_trace_job([dir]) -> TraceJob -> steps_table -> gpu_span_breakdown per rank
-                   (rank files are decoded in parallel worker processes, started inside the timing)
+       perfsleuth  perfsleuth.api.analyze_streaming([dir]): each rank parsed and analysed (steps, breakdown with
+                   overlap, whole-trace breakdown, ...) in a forked worker started inside the timing
        hta         TraceAnalysis(trace_dir=dir); get_temporal_breakdown(); get_comm_comp_overlap()
        orjson      read_bytes + orjson.loads of each file, one after the other in one process
                    (each decoded document is dropped before the next file); "loads s" = loads only
@@ -440,7 +440,7 @@ def main() -> int:
                     help=f"interpreter with holistictraceanalysis==0.5.0 (default: {DEFAULT_HTA_PYTHON} if it exists, "
                          "else this one)")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the perfsleuth and orjson children")
-    ap.add_argument("--workers", default="auto", help="perfsleuth read_trace_job workers (default: its own choice)")
+    ap.add_argument("--workers", default="auto", help="perfsleuth rank-file workers (default: its own choice)")
     ap.add_argument("--poll-ms", type=float, default=20.0)
     ap.add_argument("--timeout", type=float, default=3600.0, help="per subprocess, seconds")
     ap.add_argument("--json", type=Path, help="write all results here")

@@ -52,7 +52,6 @@ class ChromeTraceStream(Generic[T]):
     block_bytes: int = BLOCK_BYTES
     metadata: dict[str, Any] = field(default_factory=dict)
     bad_events: list[tuple[int, str]] = field(default_factory=list)
-    events_seen: int = 0
     _index: int = 0
     _consumed: int = 0
 
@@ -112,8 +111,6 @@ class ChromeTraceStream(Generic[T]):
                 events, consumed, tail = self._finish(buf, offset)
                 if events:
                     yield Chunk(events, index, offset)
-                    index += len(events)
-                self.events_seen = index
                 self._parse_tail(tail, offset + consumed)
                 return
             cut = self._decode_prefix(buf)
@@ -139,14 +136,14 @@ class ChromeTraceStream(Generic[T]):
             cut = buf.rfind(b"},", 0, end)
             if cut < 0:
                 return None
-            events = self._decode(b"[" + buf[: cut + 1] + b"]", cut_ok=True)
+            events = self._decode(b"[" + buf[: cut + 1] + b"]")
             if events is not None:
                 return events, cut + 2
             end = cut
             candidates += 1
         return None
 
-    def _decode(self, text: bytes, *, cut_ok: bool) -> list[T] | None:
+    def _decode(self, text: bytes) -> list[T] | None:
         try:
             return self.decoder.decode(text)
         except msgspec.ValidationError:
@@ -186,7 +183,7 @@ class ChromeTraceStream(Generic[T]):
             body = buf[:close].rstrip()
             if not body:
                 return [], close + 1, tail
-            events = self._decode(b"[" + body + b"]", cut_ok=False)
+            events = self._decode(b"[" + body + b"]")
             if events is not None:
                 return events, close + 1, tail
         raise InputError(self.path, "the traceEvents array is not valid JSON", place=f"after byte {offset}",

@@ -334,8 +334,8 @@ def _finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
     else:
         table = pa.Table.from_batches(batches).unify_dictionaries().combine_chunks()
         table = table.cast(pa.schema([_EMPTY_CHUNK_SCHEMA.field(n) for n in table.column_names]))
-    kind = table["kind"].to_numpy() if table.num_rows else np.array([], dtype=object)
-    kind = np.asarray(pc.cast(table["kind"], pa.string()).to_numpy(zero_copy_only=False)) if table.num_rows else kind
+    kind = (np.asarray(pc.cast(table["kind"], pa.string()).to_numpy(zero_copy_only=False)) if table.num_rows
+            else np.array([], dtype=object))
     ts = table["ts_ns"].to_numpy()
     corr = table["correlation"].to_numpy()
     launch_ts, launch_dur = _join_launches(kind, ts, table["dur_ns"].to_numpy(), corr)

@@ -23,25 +23,26 @@ def read_table(path: str | Path) -> pa.Table:
     """Read a CSV or Parquet file (by content, not only by suffix) into an Arrow table."""
     p = Path(path)
     if p.is_dir():
-        try:
-            return pq.read_table(p)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(p, f"not a Parquet dataset: {exc}") from None
+        return _read_parquet(p, "not a Parquet dataset")
     if not p.exists():
         raise InputError(p, "no such file")
     with open(p, "rb") as fh:
         head = fh.read(4)
     if head == PARQUET_MAGIC:
-        try:
-            return pq.read_table(p)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(p, f"unreadable Parquet file: {exc}") from None
+        return _read_parquet(p, "unreadable Parquet file")
     if not head.strip():
         raise InputError(p, "the file is empty")
     try:
         return pacsv.read_csv(p)
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise InputError(p, f"not a readable CSV or Parquet file: {str(exc).splitlines()[0]}") from None
+
+
+def _read_parquet(p: Path, what: str) -> pa.Table:
+    try:
+        return pq.read_table(p)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(p, f"{what}: {exc}") from None
 
 
 def numeric_columns(table: pa.Table) -> list[str]:

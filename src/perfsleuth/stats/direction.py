@@ -51,29 +51,24 @@ def _normalise(metric: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", metric.lower()).strip("_")
 
 
-def _higher_evidence(name: str) -> str | None:
-    words = name.split("_")
-    for w in _HIGHER_WORDS:
-        if w in words:
+def _evidence(name: str, words: tuple[str, ...], phrases: tuple[str, ...], suffixes: tuple[str, ...] = ()) -> str | None:
+    """The first word, phrase or suffix of the normalised name that points one way, or None."""
+    parts = name.split("_")
+    for w in words:
+        if w in parts:
             return w
-    for phrase in _HIGHER_PHRASES:
+    for phrase in phrases:
         if re.search(rf"(^|_){phrase}(_|$)", name):
             return phrase
-    for suffix in _HIGHER_SUFFIXES:
-        if name.endswith(suffix):
-            return suffix
-    return None
+    return next((s for s in suffixes if name.endswith(s)), None)
+
+
+def _higher_evidence(name: str) -> str | None:
+    return _evidence(name, _HIGHER_WORDS, _HIGHER_PHRASES, _HIGHER_SUFFIXES)
 
 
 def _lower_evidence(name: str) -> str | None:
-    words = name.split("_")
-    for w in _LOWER_WORDS:
-        if w in words:
-            return w
-    for phrase in _LOWER_PHRASES:
-        if re.search(rf"(^|_){phrase}(_|$)", name):
-            return phrase
-    return None
+    return _evidence(name, _LOWER_WORDS, _LOWER_PHRASES)
 
 
 def _lower_suffix(name: str) -> str | None:
