@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from perfsleuth.model import STEPS
 from perfsleuth.trace.intervals import Coverage
-from perfsleuth.trace.job import RankView, TraceJob
+from perfsleuth.trace.job import RankView
 from perfsleuth.trace.steps import Windows, step_windows
 
 COLUMNS = (
@@ -104,12 +104,6 @@ def rank_steps(view: RankView, run_id: str, windows: Windows | None = None) -> p
         "comm_comp_overlap": overlap,
     }
     return pa.table(data, schema=STEPS)
-
-
-def steps_table(job: TraceJob) -> pa.Table:  # in-memory convenience; the pipeline uses rank_steps
-    """The ``steps`` table of a job: one row per rank and step window."""
-    parts = [rank_steps(v, job.run_id) for v in job.ranks.values()]
-    return pa.concat_tables(parts) if parts else STEPS.empty_table()
 
 
 def gpu_span_breakdown(view: RankView) -> dict[str, float]:
