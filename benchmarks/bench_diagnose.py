@@ -77,6 +77,8 @@ def main() -> None:
     fresh = copy.copy(analysis)
     fresh.__dict__ = {k: v for k, v in analysis.__dict__.items() if not k.startswith("_perfsleuth")}
     for name, det in DETECTORS.items():
+        if det.source != "trace":
+            continue
         t = time.perf_counter()
         det.fn(fresh)
         per_detector[name] = time.perf_counter() - t

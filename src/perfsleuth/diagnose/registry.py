@@ -7,6 +7,12 @@ is there but the evidence is too thin to name the fault (``reason="insufficient_
 what was seen and what would decide it). Thin evidence is said, never turned into a
 low-confidence finding. Registration declares the signals a detector needs, so perfsleuth can
 tell which signals a platform should collect first.
+
+Trace detectors (``source="trace"``) take the job's ``JobAnalysis``; detectors of other sources
+(``source="dcgm"``, ``"nccl"``, ``"steplog"``, ``"inference"``, ``"ncu"``) take the ``JobSignals``
+bundle and read its tables. One fault may have a detector per source (a checkpoint stall shows in a
+trace and in a step log): the engine keeps the most confident finding and carries the others'
+symptoms with it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from perfsleuth.model import Finding, Interval
 
 if TYPE_CHECKING:
+    from perfsleuth.diagnose.signals import JobSignals
     from perfsleuth.trace.analysis import JobAnalysis
 
 MISSING_SIGNAL = "missing_signal"
@@ -45,7 +52,8 @@ def insufficient(fault: str, needs: str, observed: Interval | None = None) -> No
     return NotAssessed(fault, needs, INSUFFICIENT_EVIDENCE, observed)
 
 
-DetectorFn = Callable[["JobAnalysis"], "Finding | NotAssessed | None"]
+DetectorFn = Callable[[Any], "Finding | NotAssessed | None"]
+TRACE = "trace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +61,27 @@ class Detector:
     fault: str
     needs: tuple[str, ...]
     fn: DetectorFn
+    source: str = TRACE
+
+    @property
+    def key(self) -> str:
+        return detector_key(self.fault, self.source)
+
+
+def detector_key(fault: str, source: str = TRACE) -> str:
+    """Registry key: the fault id for trace detectors, ``fault@source`` for the others."""
+    return fault if source == TRACE else f"{fault}@{source}"
 
 
 DETECTORS: dict[str, Detector] = {}
 
 
-def detector(fault: str, needs: tuple[str, ...]) -> Callable[[DetectorFn], DetectorFn]:
+def detector(fault: str, needs: tuple[str, ...], source: str = TRACE) -> Callable[[DetectorFn], DetectorFn]:
     def register(fn: DetectorFn) -> DetectorFn:
-        if fault in DETECTORS:
-            raise ValueError(f"detector for {fault} registered twice")
-        DETECTORS[fault] = Detector(fault, needs, fn)
+        key = detector_key(fault, source)
+        if key in DETECTORS:
+            raise ValueError(f"detector for {key} registered twice")
+        DETECTORS[key] = Detector(fault, needs, fn, source)
         return fn
 
     return register
@@ -90,20 +109,50 @@ def load_detectors() -> dict[str, Detector]:
     return DETECTORS
 
 
-def diagnose(analysis: JobAnalysis) -> Diagnosis:
+def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
     """Run every detector; findings sorted by impact.
 
     Root cause over symptom is the detectors' job: a detector whose symptom another cause explains
     (exposed communication that is really waiting for a straggler, a "straggler" that is really
     waiting for its data loader) reports only the unexplained part or nothing, and the cause's
     finding carries the symptom in ``attached``."""
-    findings: list[Finding] = []
-    skipped: list[NotAssessed] = []
+    from perfsleuth.diagnose.signals import JobSignals
+
+    signals = job if isinstance(job, JobSignals) else JobSignals(trace=job)
+    by_fault: dict[str, list[Finding]] = {}
+    skipped: dict[str, list[NotAssessed]] = {}
     for det in load_detectors().values():
-        out = det.fn(analysis)
+        if det.source == TRACE:
+            out = det.fn(signals.trace) if signals.trace is not None else NotAssessed(det.fault, det.needs[0])
+        else:
+            out = det.fn(signals)
         if isinstance(out, Finding):
-            findings.append(out)
+            by_fault.setdefault(out.fault, []).append(out)
         elif isinstance(out, NotAssessed):
-            skipped.append(out)
+            skipped.setdefault(out.fault, []).append(out)
+    findings = [_merge(fs) for fs in by_fault.values()]
     findings.sort(key=lambda f: -f.impact.value)
-    return Diagnosis(tuple(findings), tuple(skipped))
+    not_assessed = [_best_reason(ns) for fault, ns in skipped.items() if fault not in by_fault]
+    return Diagnosis(tuple(findings), tuple(not_assessed))
+
+
+def _merge(findings: list[Finding]) -> Finding:
+    """One finding per fault: the most confident, carrying the other sources' symptoms as support."""
+    best = max(findings, key=lambda f: f.confidence)
+    others = tuple(f"also seen: {f.symptom}" for f in findings if f is not best)
+    if not others:
+        return best
+    from dataclasses import replace
+
+    return replace(best, attached=best.attached + others)
+
+
+def _best_reason(items: list[NotAssessed]) -> NotAssessed:
+    """Several sources could not decide one fault: insufficient evidence (a signal was seen) beats a
+    missing signal; among missing signals, name the first (every one would decide it)."""
+    seen = [n for n in items if n.reason == INSUFFICIENT_EVIDENCE]
+    if seen:
+        return seen[0]
+    if len(items) == 1:
+        return items[0]
+    return NotAssessed(items[0].fault, " or ".join(dict.fromkeys(n.missing_signal for n in items)))

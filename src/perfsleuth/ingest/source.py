@@ -1,0 +1,92 @@
+"""The contract every non-trace adapter meets, and the registry that detects formats by content.
+
+An adapter module (``perfsleuth.ingest.<format>``) exposes ``detect(path) -> bool`` (a cheap sniff of
+the file's first bytes, never its extension) and ``read(path) -> SourceData``, and registers itself
+here with ``register``. ``perfsleuth analyze`` hands every input file to ``detect_format``, so a job's
+files can come in any mix and any name.
+
+``SourceData.tables`` holds canonical tables (``samples``, ``records``, ``steps``, ``events``) and
+source-specific ones (``nccl_tests``, ``nccl_log``, ``kernel_metrics``, ...): each adapter documents
+the schema of the tables it writes next to its reader, with units in column names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from perfsleuth.errors import Caveat, InputError
+
+SNIFF_BYTES = 64 << 10
+
+
+@dataclass(slots=True)
+class SourceData:
+    """What one input file contributed: its tables, by name, and what limits them."""
+
+    format: str
+    path: str
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    caveats: list[Caveat] = field(default_factory=list)
+    meta: dict[str, object] = field(default_factory=dict)  # host, gpu model, versions read from the file
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    name: str
+    description: str
+    detect: Callable[[Path], bool]
+    read: Callable[[Path], SourceData]
+
+
+ADAPTERS: dict[str, Adapter] = {}
+
+
+def register(name: str, description: str, detect: Callable[[Path], bool], read: Callable[[Path], SourceData]) -> None:
+    if name in ADAPTERS:
+        raise ValueError(f"adapter {name} registered twice")
+    ADAPTERS[name] = Adapter(name, description, detect, read)
+
+
+def sniff(path: Path, n: int = SNIFF_BYTES) -> bytes:
+    """The first ``n`` bytes of a file, gunzipped when it is gzip (a truncated archive sniffs what it has)."""
+    import gzip
+    import zlib
+
+    with open(path, "rb") as fh:
+        head = fh.read(n)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, n)
+        except zlib.error:
+            return b""
+    del gzip
+    return head
+
+
+def sniff_text(path: Path, n: int = SNIFF_BYTES) -> str:
+    return sniff(path, n).decode("utf-8", errors="replace")
+
+
+def detect_format(path: Path) -> Adapter | None:
+    """The registered adapter whose ``detect`` accepts this file (first match in registration order)."""
+    from perfsleuth.ingest import adapters  # noqa: F401  (registration)
+
+    for adapter in ADAPTERS.values():
+        try:
+            if adapter.detect(path):
+                return adapter
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return None
+
+
+def concat(tables: list[pa.Table]) -> pa.Table | None:
+    """One table from several sources' parts (schemas unified), or None when there are none."""
+    tables = [t for t in tables if t is not None]
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="permissive")
