@@ -30,7 +30,7 @@ def loss_fn(params, x):
 @jax.jit
 def train_step(params, x):
     loss, grads = jax.value_and_grad(loss_fn)(params, x)
-    return [(w1 - 1e-4 * g1, w2 - 1e-4 * g2) for (w1, w2), (g1, g2) in zip(params, grads)], loss
+    return [(w1 - 1e-4 * g1, w2 - 1e-4 * g2) for (w1, w2), (g1, g2) in zip(params, grads, strict=True)], loss
 
 
 def main() -> None:

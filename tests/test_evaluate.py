@@ -162,3 +162,15 @@ def test_small_suite_end_to_end_through_cases_make_and_evaluate(tmp_path: Path, 
     assert evaluate_command([tmp_path / "suite"], "text", tmp_path / "eval.txt", workers=1) == status
     assert "macro F1" in (tmp_path / "eval.txt").read_text()
     assert evaluate_command([tmp_path / "nowhere"], "text", None) == 2
+
+
+def test_evaluation_html_escapes_case_names_and_reports_the_same_numbers(tiny) -> None:
+    from perfsleuth.report.evaluation_html import render_evaluation_html
+
+    hostile = score([result("<script>alert(1)</script>", ["gc_pause"], findings=[("<img src=x>", 0.9, 0.2)])])
+    page = render_evaluation_html(hostile)
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    tiny_page = render_evaluation_html(tiny)
+    assert f"macro F1 {tiny.macro_f1:.3f}" in tiny_page
+    assert "NOT met" in tiny_page  # the tiny example misses the bar

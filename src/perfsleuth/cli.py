@@ -207,7 +207,7 @@ def cases_add(
 @app.command()
 def evaluate(
     cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
+    format: Annotated[str, typer.Option("--format", "-f", help="text, json or html (one self-contained page)")] = "text",
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
@@ -215,6 +215,19 @@ def evaluate(
     from perfsleuth.commands.evaluate_cmd import evaluate_command
 
     raise typer.Exit(evaluate_command(cases, format, out, workers))
+
+
+@app.command()
+def signals(
+    cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+) -> None:
+    """Which signals to collect first: what each signal group buys in diagnosis quality, against its cost."""
+    from perfsleuth.commands.signals_cmd import signals_command
+
+    raise typer.Exit(signals_command(cases, format, out, workers))
 
 
 @app.command()

@@ -31,11 +31,14 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfsleuth.cases.case import Case, read_case
+
+if TYPE_CHECKING:
+    from perfsleuth.diagnose import Diagnosis
 
 SCHEMA = "perfsleuth.evaluation/1"
 MISLEADING_CONFIDENCE = 0.8
@@ -255,16 +258,23 @@ def diagnose_case(case: Case) -> CaseResult:
     from perfsleuth.api import analyze
     from perfsleuth.errors import PerfsleuthError
 
-    mags = {f.fault: f.magnitude for f in case.faults}
-    base = dict(name=case.name, path=str(case.path), expected=tuple(sorted(case.detectable)),
-                undetectable=tuple(sorted(case.undetectable)), magnitude=mags)
     try:
         report = analyze([case.path], workers=1)
     except PerfsleuthError as e:
-        return CaseResult(findings=(), insufficient=(), error=str(e), **base)
-    d = report.diagnosis
-    answers = tuple(Answer(f.fault, float(f.confidence), float(f.impact.value)) for f in d.findings)
-    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in d.insufficient_evidence})), **base)
+        return case_result(case, error=str(e))
+    return case_result(case, report.diagnosis)
+
+
+def case_result(case: Case, diagnosis: Diagnosis | None = None, error: str | None = None) -> CaseResult:
+    """What a diagnosis (or an error) says on one case, against its label."""
+    mags = {f.fault: f.magnitude for f in case.faults}
+    base = dict(name=case.name, path=str(case.path), expected=tuple(sorted(case.detectable)),
+                undetectable=tuple(sorted(case.undetectable)), magnitude=mags)
+    if diagnosis is None:
+        return CaseResult(findings=(), insufficient=(), error=error or "no diagnosis", **base)
+    answers = tuple(Answer(f.fault, float(f.confidence), float(f.impact.value)) for f in diagnosis.findings)
+    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in diagnosis.insufficient_evidence})),
+                      **base)
 
 
 def _run_one(path: str) -> CaseResult:

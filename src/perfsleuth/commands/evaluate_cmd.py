@@ -3,8 +3,8 @@
 Runs ``perfsleuth.cases.evaluate`` on every case directory found under the given paths and renders
 the scores: per-class precision/recall/F1, the confusion matrix, misleading findings, misses,
 false alarms on healthy jobs, answers on undetectable faults, calibration, and whether the bar is
-met. Text (rich) for people, JSON (schema ``perfsleuth.evaluation/1``) for machines. It computes
-nothing itself.
+met. Text (rich) for people, HTML (one self-contained page with a reliability diagram) to share,
+JSON (schema ``perfsleuth.evaluation/1``) for machines. It computes nothing itself.
 
 Exit status: 0 when the bar is met, 1 when it is not (so CI can gate on it), 2 for bad input.
 """
@@ -23,9 +23,10 @@ from rich.text import Text
 from perfsleuth.cases.case import find_cases
 from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
 from perfsleuth.errors import PerfsleuthError
+from perfsleuth.report.evaluation_html import render_evaluation_html
 from perfsleuth.report.text_report import make_console, safe
 
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "html")
 SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubble": "pipe", "sequence_imbalance": "seq",
          "dataloader_stall": "data", "checkpoint_stall": "ckpt", "host_launch_bound": "launch", "small_kernels": "small",
          "gc_pause": "gc", "recompilation": "comp", "allocator_churn": "alloc", "memory_fragmentation": "frag",
@@ -49,8 +50,9 @@ def evaluate_command(cases: list[Path], format: str = "text", out: Path | None =
         print(f"perfsleuth: error: {exc}", file=sys.stderr)
         return 2
     try:
-        if format == "json":
-            payload = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+        if format in ("json", "html"):
+            payload = (json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n" if format == "json"
+                       else render_evaluation_html(report))
             if out:
                 Path(out).write_text(payload, encoding="utf-8")
             else:

@@ -683,17 +683,22 @@ def _kernels(analysis: JobAnalysis) -> str:
 def render_html(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
     """One self-contained HTML page (UTF-8 text) for one job: header, findings, breakdown, step times,
     straggler heat map and top kernels. Write it with ``encoding="utf-8"``."""
-    title = f"perfsleuth · run {analysis.run_id}"
     body = "".join([
         _header(analysis), _findings(diagnosis), _breakdown(analysis), _steps(analysis),
         _stragglers(analysis), _kernels(analysis),
-        f"<footer>perfsleuth {esc(__version__)} · self-contained page: no scripts, nothing loaded from the network."
-        "</footer>",
     ])
+    return page(f"perfsleuth · run {analysis.run_id}", body)
+
+
+def page(title: str, body: str) -> str:
+    """The self-contained page around ``body`` (already escaped HTML): the CSS inline and a
+    Content-Security-Policy that forbids scripts and every network load."""
     return ("<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
             "img-src data:; form-action 'none'; base-uri 'none'\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="generator" content="perfsleuth {esc(__version__)}">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>{body}</body></html>\n")
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>{body}"
+            f"<footer>perfsleuth {esc(__version__)} · self-contained page: no scripts, nothing loaded from the network."
+            "</footer></body></html>\n")

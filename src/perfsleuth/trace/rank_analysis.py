@@ -378,7 +378,8 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
 
 
 def rank_facts(view: RankView) -> dict[str, float]:
-    """Rank-level facts: where its trace ends, whether it has memory events and compiled regions."""
+    """Rank-level facts: where its trace ends, whether it has memory events, compiled regions and host
+    operators (without them a host gap cannot be called silent)."""
     if view.table.num_rows == 0:
         return {}
     compiled = ((view.kind == "cpu_op") | (view.kind == "annotation")) & _name_mask(view, _COMPILED_REGION)
@@ -388,4 +389,5 @@ def rank_facts(view: RankView) -> dict[str, float]:
         "gpu_end_ns": float(view.end[view.is_gpu].max()) if view.has_gpu else float("nan"),
         "memory_events": float((view.kind == "memory").sum()),
         "compiled_regions": float(compiled.sum()),
+        "cpu_ops": float((view.kind == "cpu_op").sum()),
     }

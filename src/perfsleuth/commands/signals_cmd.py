@@ -1,0 +1,97 @@
+"""``perfsleuth signals CASES...``: which signals buy the most diagnosis, against what they cost.
+
+Runs the leave-one-out ablation (``perfsleuth.cases.ablation``) and renders the ranked list: for
+each signal group, the diagnosis quality lost without it (macro F1 and the classes it decides) and
+its measured collection cost (profiler overhead on a GPU-bound and a launch-bound loop, trace bytes
+per step). Text for people, JSON (``perfsleuth.signals/1``) for machines. Computes nothing itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from perfsleuth.cases.ablation import MATTERS, AblationReport, ablate
+from perfsleuth.cases.case import find_cases
+from perfsleuth.errors import PerfsleuthError
+from perfsleuth.report.text_report import make_console, safe
+
+FORMATS = ("text", "json")
+
+
+def signals_command(cases: list[Path], format: str = "text", out: Path | None = None, workers: int | None = None) -> int:
+    """Run the verb; returns the exit status (0 done, 2 bad input)."""
+    if format not in FORMATS:
+        print(f"perfsleuth: error: --format must be one of {', '.join(FORMATS)}, not {format!r}", file=sys.stderr)
+        return 2
+    try:
+        dirs = find_cases(list(cases))
+        if not dirs:
+            print(f"perfsleuth: error: no case.json under {', '.join(map(str, cases))} — make cases with "
+                  "`perfsleuth cases make`", file=sys.stderr)
+            return 2
+        report = ablate(dirs, workers=workers)
+    except PerfsleuthError as exc:
+        print(f"perfsleuth: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if format == "json":
+            payload = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+            if out:
+                Path(out).write_text(payload, encoding="utf-8")
+            else:
+                sys.stdout.write(payload)
+        elif out:
+            with open(out, "w", encoding="utf-8") as fh:
+                render_text(report, make_console(fh))
+        else:
+            render_text(report, make_console())
+    except OSError as exc:
+        print(f"perfsleuth: error: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _kb(b: int) -> str:
+    return f"{b / 1024:,.0f}" if b else "~0"
+
+
+def render_text(report: AblationReport, console: Console) -> None:
+    base = report.baseline.macro_f1
+    console.print(f"[bold]Which signals to collect first[/] — leave-one-out over {len(report.baseline.cases)} cases; "
+                  f"macro F1 with every signal: {base:.3f}" if base is not None else "no scored class in these cases")
+    t = Table(box=box.SIMPLE_HEAD)
+    t.add_column("#", justify="right")
+    t.add_column("signal group")
+    t.add_column("macro F1 lost", justify="right")
+    t.add_column("overhead GPU-/launch-bound", justify="right")
+    t.add_column("trace KB/step", justify="right")
+    t.add_column(f"classes it decides (F1 lost >= {MATTERS})", overflow="fold")
+    ranked = report.ranking()
+    for i, v in enumerate(ranked, 1):
+        losses = list(v.class_losses.items())
+        decides = ", ".join(f"{k} -{x:.2f}" for k, x in losses[:4]) or "—"
+        if len(losses) > 4:
+            decides += f", +{len(losses) - 4} more"
+        extra = [f"+{n} {what}" for n, what in ((v.new_false_alarms, "false alarms"), (v.new_misleading, "misleading")) if n > 0]
+        if extra:
+            decides += f" ({', '.join(extra)})"
+        c = v.group.cost
+        t.add_row(str(i), safe(v.group.name), f"{v.macro_f1_loss:+.3f}", f"{_pct(c.overhead_gpu_bound)} / {_pct(c.overhead_launch_bound)}",
+                  f"{_kb(c.bytes_gpu_bound)} / {_kb(c.bytes_launch_bound)}", safe(decides))
+    console.print(t)
+    console.print("[bold]How to collect each[/]")
+    for i, v in enumerate(ranked, 1):
+        console.print(f"  {i}. {safe(v.group.name)}: {safe(v.group.what)} — {safe(v.group.cost.how)}")
+    console.print("Costs: measured on one H200 (torch 2.11) for a GPU-bound and a launch-bound loop; each group's cost is "
+                  "what it adds over the profiler configuration without it. Quality: the same grading as `perfsleuth "
+                  "evaluate`, so a group is only as valuable as these cases say.", style="dim")
