@@ -121,6 +121,7 @@ def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
     signals = job if isinstance(job, JobSignals) else JobSignals(trace=job)
     by_fault: dict[str, list[Finding]] = {}
     skipped: dict[str, list[NotAssessed]] = {}
+    absent: set[str] = set()  # a source looked and found the fault absent
     for det in load_detectors().values():
         if det.source == TRACE:
             out = det.fn(signals.trace) if signals.trace is not None else NotAssessed(det.fault, det.needs[0])
@@ -130,9 +131,18 @@ def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
             by_fault.setdefault(out.fault, []).append(out)
         elif isinstance(out, NotAssessed):
             skipped.setdefault(out.fault, []).append(out)
+        else:
+            absent.add(det.fault)
     findings = [_merge(fs) for fs in by_fault.values()]
     findings.sort(key=lambda f: -f.impact.value)
-    not_assessed = [_best_reason(ns) for fault, ns in skipped.items() if fault not in by_fault]
+    not_assessed = []
+    for fault, ns in skipped.items():
+        if fault in by_fault:
+            continue
+        if fault in absent:  # decided by another source: only a weak signal seen elsewhere is still worth saying
+            ns = [n for n in ns if n.reason == INSUFFICIENT_EVIDENCE]
+        if ns:
+            not_assessed.append(_best_reason(ns))
     return Diagnosis(tuple(findings), tuple(not_assessed))
 
 
