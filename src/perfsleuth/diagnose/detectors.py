@@ -1,13 +1,14 @@
 """The one place that lists the detectors: importing this module registers every one of them.
 
 Each module holds the detectors of one layer (communication, imbalance, host, memory, kernels) or
-of one non-trace source (telemetry: DCGM and nvidia-smi; kernel_context: Nsight Compute);
+of one non-trace source (telemetry: DCGM and nvidia-smi; kernel_context: Nsight Compute; nccl:
+nccl-tests and NCCL logs);
 ``registry.diagnose`` runs them all.
 """
 
 from __future__ import annotations
 
-from perfsleuth.diagnose import communication, host, imbalance, kernel_context, kernels, memory, telemetry  # noqa: F401
+from perfsleuth.diagnose import communication, host, imbalance, kernel_context, kernels, memory, nccl, telemetry  # noqa: F401
 from perfsleuth.diagnose.registry import DETECTORS
 
 TRACE_FAULTS = (

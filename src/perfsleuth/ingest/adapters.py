@@ -7,4 +7,4 @@ Trace formats (Kineto, JAX, Nsight Systems) are read per rank by the trace pipel
 
 from __future__ import annotations
 
-from perfsleuth.ingest import dcgm, jax_trace, ncu, nvidia_smi  # noqa: F401  (registration)
+from perfsleuth.ingest import dcgm, jax_trace, nccl_log, nccl_tests, ncu, nvidia_smi  # noqa: F401  (registration)
