@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -60,7 +61,7 @@ def run(loop: Loop, cfg: dict | None) -> tuple[float, int]:
         if r == 0:
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 prof.export_chrome_trace(f.name)
-                size = len(gzip.compress(open(f.name, "rb").read(), 6)) // STEPS
+                size = len(gzip.compress(Path(f.name).read_bytes(), 6)) // STEPS
     return statistics.median(times), size
 
 

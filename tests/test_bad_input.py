@@ -114,7 +114,7 @@ def test_multi_file_job_without_rank_information(tmp_path: Path) -> None:
 
 def test_empty_directory(tmp_path: Path) -> None:
     out = _cli_error([str(tmp_path)])
-    assert "no trace files" in out and str(tmp_path) in out
+    assert "no signal files" in out and str(tmp_path) in out
 
 
 def test_missing_path(tmp_path: Path) -> None:

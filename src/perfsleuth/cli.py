@@ -233,8 +233,13 @@ def signals(
 @app.command()
 def formats() -> None:
     """What perfsleuth can read."""
-    for name, what in FORMATS:
-        typer.echo(f"{name:<8} {what}")
+    from perfsleuth.ingest import adapters  # noqa: F401  (registration)
+    from perfsleuth.ingest.source import ADAPTERS
+
+    rows = [FORMATS[0], *((a.name, f"{a.description}  [analyze]") for a in ADAPTERS.values()), *FORMATS[1:]]
+    width = max(len(n) for n, _ in rows) + 2
+    for name, what in rows:
+        typer.echo(f"{name:<{width}} {what}")
 
 
 @app.command()

@@ -2,13 +2,25 @@
 
 Each module holds the detectors of one layer (communication, imbalance, host, memory, kernels) or
 of one non-trace source (telemetry: DCGM and nvidia-smi; kernel_context: Nsight Compute; nccl:
-nccl-tests and NCCL logs);
+nccl-tests and NCCL logs; inference: serving benchmarks and vLLM metrics; steplog: Megatron,
+DeepSpeed and JSON Lines step logs);
 ``registry.diagnose`` runs them all.
 """
 
 from __future__ import annotations
 
-from perfsleuth.diagnose import communication, host, imbalance, kernel_context, kernels, memory, nccl, telemetry  # noqa: F401
+from perfsleuth.diagnose import (  # noqa: F401  (registration)
+    communication,
+    host,
+    imbalance,
+    inference,
+    kernel_context,
+    kernels,
+    memory,
+    nccl,
+    steplog,
+    telemetry,
+)
 from perfsleuth.diagnose.registry import DETECTORS
 
 TRACE_FAULTS = (

@@ -1,10 +1,24 @@
-"""The one place that lists the non-trace adapters: importing this module registers every one.
+"""The one place that lists the adapters: importing this module registers every one.
 
-Order matters only where two formats could both accept a file: the more specific sniff goes first.
-Trace formats (Kineto, JAX, Nsight Systems) are read per rank by the trace pipeline
-(``perfsleuth.ingest.traces``); they register here too so ``perfsleuth formats`` lists them.
+Trace formats (JAX, Nsight Systems) are read per rank by the trace pipeline (``ingest.traces``);
+they register here too so ``perfsleuth formats`` lists them. ``FIRST`` names the adapters whose
+sniff must run before the others': a Megatron log of a job run with ``NCCL_DEBUG=INFO`` also holds
+NCCL lines, and it is a step log.
 """
 
 from __future__ import annotations
 
-from perfsleuth.ingest import dcgm, jax_trace, nccl_log, nccl_tests, ncu, nvidia_smi  # noqa: F401  (registration)
+from perfsleuth.ingest import (  # noqa: F401  (registration)
+    dcgm,
+    inference_bench,
+    jax_trace,
+    nccl_log,
+    nccl_tests,
+    ncu,
+    nsys,
+    nvidia_smi,
+    steplog,
+    vllm_metrics,
+)
+
+FIRST = ("steplog",)

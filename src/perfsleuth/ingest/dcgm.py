@@ -457,5 +457,5 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
 
 
 register(EXPORTER, "dcgm-exporter Prometheus text: a scrape, a file of scrapes, or a directory of periodic scrapes",
-         detect, read)
+         detect, read, series=True)
 register(DMON, "dcgmi dmon tabular output (#Entity header, one row per GPU per sample)", detect_dmon, read_dmon)

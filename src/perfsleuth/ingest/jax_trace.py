@@ -22,7 +22,7 @@ What the trace looks like, and how it maps (``_line_role`` decides each line, ``
                                    ``StepTraceAnnotation``), which is what ``trace.steps`` reads;
                                    without one, the device "Steps" line gives the steps
 
-Launches are joined and steps assigned exactly as for Kineto (``kineto._finish_rank``): device work
+Launches are joined and steps assigned exactly as for Kineto (``kineto.finish_rank``): device work
 gets the step of the API call that launched it (``correlation_id``; with CUDA graphs, every kernel of
 the graph shares the ``cuGraphLaunch`` id). Times are the trace's µs since the profile start -> ns.
 
@@ -566,7 +566,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, rank: int | No
         else:
             raise InputError(path, "cannot tell which JAX process this file is: no process number in its path",
                              hint="put the profiles of each process in folders named process_<index>, or use analyze_jax")
-    table = kineto._finish_rank(events.to_batches())  # launches and steps exactly as for Kineto
+    table = kineto.finish_rank(events.to_batches())  # launches and steps exactly as for Kineto
     span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
     meta: dict[str, Any] = {k: v for k, v in raw.metadata.items() if isinstance(v, str | int | float)}
     meta.update({"host": host_of(path), "jax_source": source})
@@ -597,30 +597,23 @@ def read(path: Path) -> SourceData:
 _PRIORITY = (XPLANE_SUFFIX, ".trace.json.gz", ".trace.json")
 
 
-def expand_inputs(paths: Sequence[str | Path]) -> list[Path]:
-    """Files named directly are kept; a directory gives its JAX profiles, one per host and folder:
-    the ``.xplane.pb`` when there is one, else the ``.trace.json(.gz)`` beside it, else
-    ``perfetto_trace.json.gz`` (jax writes the same capture in up to three forms)."""
+def choose_forms(files: list[Path], *, prefer: bool = True) -> list[Path]:
+    """One file per capture: jax writes the same capture in up to three forms per host and folder;
+    keep the ``.xplane.pb`` when there is one, else the ``.trace.json(.gz)``, else
+    ``perfetto_trace.json.gz``. With ``prefer=False`` (files the user named) nothing is chosen, and
+    two forms of one capture are an error."""
+    by_folder: dict[Path, list[Path]] = {}
+    for f in files:
+        by_folder.setdefault(f.parent, []).append(f)
     out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_file():
-            out.append(p)
-            continue
-        if not p.is_dir():
-            raise InputError(p, "no such file or directory")
-        by_folder: dict[Path, list[Path]] = {}
-        for f in sorted(p.rglob("*")):
-            if f.is_file() and detect(f):
-                by_folder.setdefault(f.parent, []).append(f)
-        for files in by_folder.values():
-            for suffix in _PRIORITY:
-                chosen = [f for f in files if f.name.endswith(suffix)]
-                if chosen:
-                    break
-            out.extend(chosen or files)
-        if not by_folder:
-            raise InputError(p, "no JAX profiles in this directory (looked for .xplane.pb and trace JSON with /host: processes)")
+    for group in by_folder.values() if prefer else []:
+        for suffix in _PRIORITY:
+            chosen = [f for f in group if f.name.endswith(suffix)]
+            if chosen:
+                break
+        out.extend(chosen or group)
+    if not prefer:
+        out = list(files)
     hosts: dict[tuple[Path, str], Path] = {}
     for f in out:
         key = (f.parent, host_of(f))
@@ -628,6 +621,24 @@ def expand_inputs(paths: Sequence[str | Path]) -> list[Path]:
             raise InputError(f, f"the same capture as {hosts[key]} (host {key[1]}) in another form", hint="pass one of them")
         hosts[key] = f
     return out
+
+
+def expand_inputs(paths: Sequence[str | Path]) -> list[Path]:
+    """Files named directly are kept; a directory gives its JAX profiles, one per capture (``choose_forms``)."""
+    named: list[Path] = []
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            named.append(p)
+            continue
+        if not p.is_dir():
+            raise InputError(p, "no such file or directory")
+        inside = [f for f in sorted(p.rglob("*")) if f.is_file() and detect(f)]
+        if not inside:
+            raise InputError(p, "no JAX profiles in this directory (looked for .xplane.pb and trace JSON with /host: processes)")
+        found.extend(inside)
+    return choose_forms(named, prefer=False) + choose_forms(found)
 
 
 def plan_ranks(files: Sequence[Path]) -> tuple[dict[str, tuple[int, str]], list[Caveat]]:

@@ -36,7 +36,7 @@ from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
 FORMAT = "kineto"
 T = TypeVar("T")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
+RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
 _NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
 # Communication kernels outside NCCL: PyTorch symmetric-memory / NVLS all-reduce and vLLM's and
 # TensorRT-LLM's custom all-reduce. HTA counts these as compute.
@@ -127,7 +127,7 @@ class _KindCache(dict):
         return kind
 
 
-class _CollectiveCache(dict):
+class CollectiveOpCache(dict):
     """Kernel name -> normalised collective op ('' when not a communication kernel)."""
 
     def __missing__(self, name: str) -> str:
@@ -183,7 +183,7 @@ def _subset_str(args: list[fmt.Args], rows: np.ndarray, field: str, n: int) -> p
     return _str_column(out)
 
 
-def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: _CollectiveCache, dropped: list[int]) -> pa.RecordBatch | None:
+def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int]) -> pa.RecordBatch | None:
     """One Arrow batch from one chunk of decoded events.
 
     Speed matters here (it is most of the ingest time): the Python work per event is a handful of
@@ -285,7 +285,7 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
         rank = _as_int(info.get("rank"))
         if rank >= 0:
             return rank, "distributedInfo"
-    m = _RANK_IN_NAME.search(path.name)
+    m = RANK_IN_NAME.search(path.name)
     if m:
         return int(m.group(1)), "file name"
     if single_file:
@@ -301,7 +301,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     1 KB per event) are the reader's transient memory, so it stays small."""
     path = Path(path)
     stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event, block_bytes=block_bytes)
-    kinds, colls = _KindCache(), _CollectiveCache()
+    kinds, colls = _KindCache(), CollectiveOpCache()
     dropped = [0]
     batches = []
     for chunk in stream:
@@ -319,7 +319,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     rank, source = _rank_of(path, stream.metadata, single_file)
     if source == "single file":
         caveats.append(Caveat("rank_assumed", "no distributedInfo and no rank in the file name: analysed as rank 0", str(path)))
-    table = _finish_rank(batches)
+    table = finish_rank(batches)
     span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
     return RankFile(str(path), rank, source, stream.metadata, table, caveats, span)
 
@@ -327,7 +327,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
 _EMPTY_CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
 
 
-def _finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
+def finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
     """Concatenate chunks, join launches, assign steps."""
     if not batches:
         table = _EMPTY_CHUNK_SCHEMA.empty_table()
@@ -338,15 +338,15 @@ def _finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
             else np.array([], dtype=object))
     ts = table["ts_ns"].to_numpy()
     corr = table["correlation"].to_numpy()
-    launch_ts, launch_dur = _join_launches(kind, ts, table["dur_ns"].to_numpy(), corr)
-    step = _assign_steps(table, kind, ts, launch_ts)
+    launch_ts, launch_dur = join_launches(kind, ts, table["dur_ns"].to_numpy(), corr)
+    step = assign_steps(table, kind, ts, launch_ts)
     table = table.append_column(pa.field("step", pa.int32()), pa.array(step, pa.int32()))
     table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
     table = table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(launch_dur, pa.int64(), mask=launch_dur < 0))
     return table
 
 
-def _join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = len(kind)
     launch_ts = np.full(n, -1, dtype=np.int64)
     launch_dur = np.full(n, -1, dtype=np.int64)
@@ -368,7 +368,7 @@ def _join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.n
     return launch_ts, launch_dur
 
 
-def _assign_steps(table: pa.Table, kind: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
+def assign_steps(table: pa.Table, kind: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
     n = table.num_rows
     step = np.full(n, -1, dtype=np.int32)
     if n == 0:
@@ -449,7 +449,7 @@ def default_run_id(files: Sequence[Path]) -> str:
     if len(parents) == 1 and len(files) > 1:
         return next(iter(parents)).name or "run"
     stem = files[0].name.split(".")[0]
-    return _RANK_IN_NAME.sub("", stem).strip("-_.") or stem or "run"
+    return RANK_IN_NAME.sub("", stem).strip("-_.") or stem or "run"
 
 
 def check_one_job(ranks: Sequence[RankFile]) -> tuple[int, list[Caveat]]:

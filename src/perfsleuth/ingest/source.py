@@ -40,15 +40,19 @@ class Adapter:
     description: str
     detect: Callable[[Path], bool]
     read: Callable[[Path], SourceData]
+    series: bool = False  # periodic scrapes: a folder of them is one time series, read together
 
 
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def register(name: str, description: str, detect: Callable[[Path], bool], read: Callable[[Path], SourceData]) -> None:
+def register(name: str, description: str, detect: Callable[[Path], bool], read: Callable[[Path], SourceData], *,
+             series: bool = False) -> None:
+    """``series=True``: the format comes as periodic scrapes, one file each; ``read`` also accepts the
+    folder that holds them (and reads only its own files there), so rates between scrapes can be taken."""
     if name in ADAPTERS:
         raise ValueError(f"adapter {name} registered twice")
-    ADAPTERS[name] = Adapter(name, description, detect, read)
+    ADAPTERS[name] = Adapter(name, description, detect, read, series)
 
 
 def sniff(path: Path, n: int = SNIFF_BYTES) -> bytes:
@@ -72,10 +76,11 @@ def sniff_text(path: Path, n: int = SNIFF_BYTES) -> str:
 
 
 def detect_format(path: Path) -> Adapter | None:
-    """The registered adapter whose ``detect`` accepts this file (first match in registration order)."""
-    from perfsleuth.ingest import adapters  # noqa: F401  (registration)
+    """The registered adapter whose ``detect`` accepts this file (``adapters.FIRST`` first, then in
+    registration order)."""
+    from perfsleuth.ingest import adapters
 
-    for adapter in ADAPTERS.values():
+    for adapter in sorted(ADAPTERS.values(), key=lambda a: a.name not in adapters.FIRST):
         try:
             if adapter.detect(path):
                 return adapter
