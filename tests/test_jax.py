@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pytest
 from conftest import REPO
 
+from perfsleuth.api import analyze_streaming, load_trace_job
 from perfsleuth.diagnose import diagnose
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import jax_trace, kineto
@@ -149,7 +150,7 @@ def test_kernels_join_their_graph_launch_and_take_its_step() -> None:
 
 
 def test_whole_job_analysis_and_diagnosis_run_end_to_end() -> None:
-    analysis = jax_trace.analyze_jax([TRACE_JSON])
+    analysis = analyze_streaming([TRACE_JSON])
     assert analysis.runs["source_format"].to_pylist() == ["jax"]
     assert analysis.steps.num_rows == 5 and analysis.ranks_with_gpu == frozenset({0})
     assert [c.code for c in analysis.caveats] == ["rank_assumed"]
@@ -159,7 +160,7 @@ def test_whole_job_analysis_and_diagnosis_run_end_to_end() -> None:
     diagnosis = diagnose(analysis)
     assert all(0.0 <= f.confidence <= 1.0 for f in diagnosis.findings)
     # the in-memory path agrees with the streaming one
-    in_memory = analyze_job(jax_trace.load_jax_job([TRACE_JSON]))
+    in_memory = analyze_job(load_trace_job([TRACE_JSON]))
     assert in_memory.steps["busy_ns"].to_pylist() == analysis.steps["busy_ns"].to_pylist()
 
 
@@ -171,7 +172,7 @@ def test_a_profile_directory_is_read_once_preferring_the_xplane(tmp_path: Path) 
         shutil.copy(f, run / f.name)
     before = sorted(p.name for p in run.iterdir())
     assert jax_trace.expand_inputs([tmp_path]) == [run / "vm.xplane.pb"]
-    analysis = jax_trace.analyze_jax([tmp_path])
+    analysis = analyze_streaming([tmp_path])
     assert analysis.steps.num_rows == 5
     assert sorted(p.name for p in run.iterdir()) == before  # the converter wrote nothing beside the input
 
@@ -325,7 +326,7 @@ def test_tpu_planes_take_their_work_from_the_xla_ops_line(tmp_path: Path) -> Non
 def test_process_folders_give_the_ranks_and_collectives_match_across_them(tmp_path: Path) -> None:
     for p in (0, 1):
         _write(tmp_path / f"process_{p}" / "plugins" / "profile" / "run1" / f"node{p}.trace.json.gz", _gpu_doc())
-    analysis = jax_trace.analyze_jax([tmp_path])
+    analysis = analyze_streaming([tmp_path])
     assert sorted(analysis.rank_files) == [0, 1] and "rank_from_host_order" not in [c.code for c in analysis.caveats]
     assert analysis.runs["world_size"].to_pylist() == [2]
     # all-reduce and reduce-scatter x 3 steps, seen on both ranks (the collective-permute has no group

@@ -23,7 +23,7 @@ from perfsleuth.cases.nsys_writer import NsysStyle
 from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.diagnose import diagnose
 from perfsleuth.errors import InputError
-from perfsleuth.ingest import kineto, nsys
+from perfsleuth.ingest import kineto, nsys, read_trace_job
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.ingest.source import ADAPTERS
 from perfsleuth.model import EVENTS
@@ -293,7 +293,7 @@ def test_adapter_detects_by_content_and_reads_canonical_tables(tmp_path) -> None
     data = nsys.read(path)
     assert data.format == "nsys" and data.tables["events"].schema.equals(EVENTS)
     assert data.tables["runs"]["source_format"].to_pylist() == ["nsys"] and data.meta["ranks"] == [0]
-    job = nsys.read_job([tiny(tmp_path / "rank-0.sqlite"), tiny(tmp_path / "rank-1.sqlite", utc=EPOCH + 10)])
+    job = read_trace_job([tiny(tmp_path / "rank-0.sqlite"), tiny(tmp_path / "rank-1.sqlite", utc=EPOCH + 10)])
     assert job.events["rank"].unique().to_pylist() == [0, 1] and job.runs["world_size"].to_pylist() == [2]
 
 

@@ -39,7 +39,6 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,9 +55,7 @@ from perfsleuth.ingest.source import SourceData, register, sniff
 from perfsleuth.model import EVENT_KINDS, EVENTS
 
 if TYPE_CHECKING:
-    from perfsleuth.trace.analysis import JobAnalysis
-    from perfsleuth.trace.job import TraceJob
-    from perfsleuth.trace.rank_analysis import RankResult
+    pass
 
 FORMAT = "jax"
 STEP_CATEGORY = "StepTraceAnnotation"
@@ -653,55 +650,6 @@ def plan_ranks(files: Sequence[Path]) -> tuple[dict[str, tuple[int, str]], list[
     caveat = Caveat("rank_from_host_order", "JAX profiles do not record jax.process_index(): ranks are the hosts in "
                     f"name order ({', '.join(host_of(f) for f in order[:4])}{', ...' if len(order) > 4 else ''})")
     return {str(f): (i, "host order") for i, f in enumerate(order)}, [caveat]
-
-
-def _read_planned(job: tuple[str, bool], plan: dict[str, tuple[int, str]]) -> kineto.RankFile:
-    path, single = job
-    rank, source = plan.get(path, (None, None))
-    return read_rank_file(path, single_file=single, rank=rank, rank_source=source)
-
-
-def _parse_and_analyze(job: tuple[str, bool], run_id: str, plan: dict[str, tuple[int, str]]) -> tuple[kineto.RankFile, RankResult]:
-    from perfsleuth.trace.job import RankView
-    from perfsleuth.trace.rank_analysis import analyze_rank
-
-    rank_file = _read_planned(job, plan)
-    return rank_file.without_events(), analyze_rank(RankView(rank_file.rank, rank_file.events), run_id)
-
-
-def _runs(run_id: str, rank_files: Sequence[kineto.RankFile], world: int) -> pa.Table:
-    runs = kineto.runs_table(run_id, rank_files, world)
-    i = runs.schema.get_field_index("source_format")
-    return runs.set_column(i, runs.schema.field(i), pa.array([FORMAT] * runs.num_rows, pa.string()))
-
-
-def analyze_jax(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> JobAnalysis:
-    """Every per-job trace analysis on a JAX job, one process's profile at a time per worker (the
-    JAX twin of ``perfsleuth.api.analyze_streaming``)."""
-    from perfsleuth.trace.analysis import combine_ranks
-
-    files = expand_inputs(paths)
-    rid = run_id or kineto.default_run_id(files)
-    plan, caveats = plan_ranks(files)
-    pairs = kineto.map_rank_files(files, partial(_parse_and_analyze, run_id=rid, plan=plan), workers=workers)
-    rank_files = [p[0] for p in pairs]
-    world, more = kineto.check_one_job(rank_files)
-    return combine_ranks([p[1] for p in pairs], _runs(rid, rank_files, world),
-                         {r.rank: r.path for r in rank_files}, caveats + more)
-
-
-def load_jax_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> TraceJob:
-    """All events of a JAX job in memory (for ``trace.analysis.analyze_job`` and digging in)."""
-    from perfsleuth.trace.job import TraceJob
-
-    files = expand_inputs(paths)
-    rid = run_id or kineto.default_run_id(files)
-    plan, caveats = plan_ranks(files)
-    rank_files = kineto.map_rank_files(files, partial(_read_planned, plan=plan), workers=workers)
-    world, more = kineto.check_one_job(rank_files)
-    events = pa.concat_tables([with_identity(r.events, rid, r.rank) for r in sorted(rank_files, key=lambda r: r.rank)])
-    return TraceJob(_runs(rid, rank_files, world), events.unify_dictionaries(), caveats + more,
-                    {r.rank: r.path for r in rank_files})
 
 
 register(FORMAT, "JAX/XLA profiler output: <host>.xplane.pb (via xprof) or its trace-viewer JSON (<host>.trace.json.gz)",

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto
-from perfsleuth.ingest.kineto import KinetoJob, RankFile, normalise_collective
+from perfsleuth.ingest.kineto import RankFile, normalise_collective
 from perfsleuth.ingest.source import SourceData, register
 from perfsleuth.model import EVENT_KINDS, EVENTS
 
@@ -943,30 +943,6 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, step_pattern: 
     return ranks[0]
 
 
-def _read_worker(job: tuple[str, bool]) -> list[RankFile]:
-    path, single = job
-    return read_report(path, single_file=single)
-
-
-def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
-    """Read the reports of one job (one per rank or per node) into the canonical tables."""
-    files = [Path(p) for p in paths]
-    ranks = [r for per_file in kineto.map_rank_files(files, _read_worker, workers=workers) for r in per_file]
-    job = kineto.assemble_job(ranks, run_id=run_id or kineto.default_run_id(files))
-    job.runs = _as_nsys(job.runs)
-    return job
-
-
-def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
-    """``kineto.runs_table`` with ``source_format`` = nsys (for ``api.analyze_streaming``)."""
-    return _as_nsys(kineto.runs_table(run_id, ranks, world))
-
-
-def _as_nsys(runs: pa.Table) -> pa.Table:
-    i = runs.schema.get_field_index("source_format")
-    return runs.set_column(i, runs.schema.field(i), pa.array([FORMAT] * runs.num_rows, pa.string()))
-
-
 def read(path: Path) -> SourceData:
     """The source-registry adapter: one export's ``events`` (all its ranks) and ``runs`` tables."""
     ranks = read_report(path)
@@ -978,7 +954,9 @@ def read(path: Path) -> SourceData:
     if gpus:
         meta["gpu"] = gpus[0]
     meta["ranks"] = [r.rank for r in ranks]
-    return SourceData(FORMAT, str(path), {"events": job.events, "runs": _as_nsys(job.runs)},
+    from perfsleuth.ingest.traces import with_source_format
+
+    return SourceData(FORMAT, str(path), {"events": job.events, "runs": with_source_format(job.runs, FORMAT)},
                       list(job.caveats), meta)
 
 
