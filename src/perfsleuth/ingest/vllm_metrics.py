@@ -1,0 +1,517 @@
+"""vLLM (and SGLang) Prometheus ``/metrics`` scrapes: one file, or a directory of periodic scrapes.
+
+A scrape is the Prometheus text exposition the server answers on ``/metrics``. Its time is, in order:
+the samples' own timestamps (``name{...} value <epoch ms>``), an epoch or ISO time in the file name
+(``scrape-1717171717.prom``, ``metrics-20250530T203806.txt``), or the file's mtime (with a caveat).
+
+Names drift across versions (``vllm:gpu_cache_usage_perc`` became ``vllm:kv_cache_usage_perc``, the
+per-token ``vllm:time_per_output_token_seconds`` became ``vllm:inter_token_latency_seconds``) and
+SGLang has its own (``sglang:num_queue_reqs``, ``sglang:token_usage``). ``REGISTRY`` maps every alias
+to one canonical vLLM name, once; a fallback alias is used only when its canonical name is absent
+from the scrape (the old TPOT name means inter-token latency only where the new one is missing).
+
+``samples`` (canonical ``SAMPLES``: ``gpu`` = -1, ``host`` = the ``instance`` label when present):
+
+- counters as ``<name>_total`` cumulative values; gauges as they are;
+- histograms kept whole as cumulative ``<name>_count``, ``<name>_sum`` and ``<name>_bucket{le="x"}``
+  (the ``le`` bound folded into the metric name), so any interval's mean or quantile can be derived;
+- labels other than ``model_name`` and ``engine`` folded into the name (``{finished_reason="stop"}``);
+  data-parallel engines summed (the KV-cache usage takes the fullest engine: preemption starts there);
+- ``*_info`` gauges (``vllm:cache_config_info``) as one sample per numeric label,
+  ``vllm:cache_config_info.num_gpu_blocks``;
+- names outside ``REGISTRY`` kept as written (engine label folded in, never summed) with a caveat.
+
+``inference_intervals`` (derived, one row per pair of consecutive scrapes): gauges at the interval's
+end and their mean, counter increments, histogram increments with interval means and quantiles
+(linear within a bucket; a quantile in the ``+Inf`` bucket is the last finite bound, a lower bound).
+
+The text format is parsed here (one regular expression per line, labels unescaped) rather than with
+``prometheus_client.parser``: that parser costs ~30 ms per 200-line scrape, a minute for an hour of
+10-second scrapes of a real server.
+
+What it does not do: judge (``diagnose.inference``), or read GPU telemetry (DCGM has its own adapter).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest.source import SourceData, register, sniff_text
+from perfsleuth.model import SAMPLES
+
+NAME = "vllm_metrics"
+DESCRIPTION = "vLLM / SGLang Prometheus /metrics scrapes (one file or a directory of periodic scrapes)"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    kind: str  # gauge, counter, histogram, info
+    unit: str
+    aliases: tuple[str, ...] = ()
+    fallback: tuple[str, ...] = ()  # used only when the canonical name is absent from the scrape
+    combine: str = "sum"  # across data-parallel engines: sum or max
+
+
+REGISTRY: dict[str, MetricDef] = {
+    "vllm:num_requests_running": MetricDef("gauge", "requests", ("sglang:num_running_reqs",)),
+    "vllm:num_requests_waiting": MetricDef("gauge", "requests", ("sglang:num_queue_reqs",)),
+    "vllm:num_requests_swapped": MetricDef("gauge", "requests"),
+    "vllm:kv_cache_usage_perc": MetricDef("gauge", "fraction", ("vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+                                          combine="max"),
+    "vllm:cpu_cache_usage_perc": MetricDef("gauge", "fraction", combine="max"),
+    "vllm:num_preemptions": MetricDef("counter", "preemptions", ("vllm:num_preemption", "sglang:num_retracted_reqs")),
+    "vllm:prompt_tokens": MetricDef("counter", "tokens", ("sglang:prompt_tokens",)),
+    "vllm:generation_tokens": MetricDef("counter", "tokens", ("sglang:generation_tokens",)),
+    "vllm:request_success": MetricDef("counter", "requests", ("sglang:num_requests",)),
+    "vllm:prefix_cache_queries": MetricDef("counter", "tokens", ("vllm:gpu_prefix_cache_queries",)),
+    "vllm:prefix_cache_hits": MetricDef("counter", "tokens", ("vllm:gpu_prefix_cache_hits",)),
+    "vllm:time_to_first_token_seconds": MetricDef("histogram", "s", ("sglang:time_to_first_token_seconds",)),
+    "vllm:inter_token_latency_seconds": MetricDef("histogram", "s", ("sglang:inter_token_latency_seconds",),
+                                                  fallback=("vllm:time_per_output_token_seconds",
+                                                            "sglang:time_per_output_token_seconds")),
+    "vllm:request_time_per_output_token_seconds": MetricDef("histogram", "s"),
+    "vllm:e2e_request_latency_seconds": MetricDef("histogram", "s", ("sglang:e2e_request_latency_seconds",)),
+    "vllm:request_queue_time_seconds": MetricDef("histogram", "s", ("sglang:queue_time_seconds",)),
+    "vllm:request_inference_time_seconds": MetricDef("histogram", "s"),
+    "vllm:request_prefill_time_seconds": MetricDef("histogram", "s"),
+    "vllm:request_decode_time_seconds": MetricDef("histogram", "s"),
+    "vllm:time_per_prefill_token_request_seconds": MetricDef("histogram", "s"),
+    "vllm:iteration_tokens_total": MetricDef("histogram", "tokens"),
+    "vllm:request_prompt_tokens": MetricDef("histogram", "tokens"),
+    "vllm:request_generation_tokens": MetricDef("histogram", "tokens"),
+    "vllm:request_max_num_generation_tokens": MetricDef("histogram", "tokens"),
+    "vllm:request_params_n": MetricDef("histogram", "count"),
+    "vllm:request_params_max_tokens": MetricDef("histogram", "tokens"),
+    "vllm:cache_config_info": MetricDef("info", "", combine="max"),
+    "sglang:max_total_num_tokens": MetricDef("gauge", "tokens", combine="max"),
+    "sglang:gen_throughput": MetricDef("gauge", "tokens/s"),
+    "sglang:num_used_tokens": MetricDef("gauge", "tokens"),
+    "vllm:avg_prompt_throughput_toks_per_s": MetricDef("gauge", "tokens/s"),
+    "vllm:avg_generation_throughput_toks_per_s": MetricDef("gauge", "tokens/s"),
+}
+"""Canonical metric -> kind, unit, aliases (vLLM v0/v1 and SGLang spellings)."""
+
+ALIASES: dict[str, str] = {a: c for c, d in REGISTRY.items() for a in (c, *d.aliases)}
+FALLBACKS: dict[str, str] = {a: c for c, d in REGISTRY.items() for a in d.fallback}
+_CLIENT_LIBRARY = ("process_", "python_", "http_", "go_")
+_DROP_LABELS = {"model_name", "engine", "instance", "job"}
+_HIST_SUFFIX = ("_bucket", "_sum", "_count")
+
+
+INTERVALS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("host", pa.string()),
+        pa.field("start_ns", pa.int64(), metadata={"unit": "ns"}),
+        pa.field("end_ns", pa.int64(), metadata={"unit": "ns"}),
+        pa.field("dur_s", pa.float64(), metadata={"unit": "s"}),
+        *[pa.field(c, pa.float64(), metadata={"unit": u}) for c, u in (
+            ("running", "requests"), ("running_mean", "requests"), ("waiting", "requests"), ("waiting_mean", "requests"),
+            ("kv_usage", "fraction"), ("kv_usage_mean", "fraction"), ("kv_usage_max", "fraction"), ("kv_capacity_tokens", "tokens"),
+            ("gpu_memory_utilization", "fraction"),
+            ("preemptions", "count"), ("prompt_tokens", "tokens"), ("generation_tokens", "tokens"),
+            ("requests_finished", "requests"), ("steps", "engine steps"), ("step_tokens", "tokens"),
+            ("request_prompt_tokens", "tokens"),
+        )],
+        *[pa.field(f"{h}_{s}", pa.float64(), metadata={"unit": "count" if s == "count" else "s"})
+          for h in ("ttft", "itl", "e2e", "queue", "prefill", "decode", "inference") for s in ("count", "sum_s", "mean_s")],
+        *[pa.field(f"{h}_{q}_s", pa.float64(), metadata={"unit": "s"}) for h in ("ttft", "itl") for q in ("p50", "p90", "p99")],
+    ],
+    metadata={"table": "inference_intervals"},
+)
+
+_HIST_COLS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",
+              "e2e": "vllm:e2e_request_latency_seconds", "queue": "vllm:request_queue_time_seconds",
+              "prefill": "vllm:request_prefill_time_seconds", "decode": "vllm:request_decode_time_seconds",
+              "inference": "vllm:request_inference_time_seconds"}
+_SNIFF = re.compile(r"^(?:# (?:TYPE|HELP) )?(?:vllm|sglang):[A-Za-z_]", re.MULTILINE)
+
+
+# --- detect --------------------------------------------------------------------------------------
+
+
+def _is_scrape(path: Path) -> bool:
+    try:
+        return path.is_file() and _SNIFF.search(sniff_text(path, 16 << 10)) is not None
+    except OSError:
+        return False
+
+
+def detect(path: Path) -> bool:
+    """A Prometheus text file with vllm:/sglang: metrics, or a directory whose files are such scrapes."""
+    try:
+        if path.is_dir():
+            files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith("."))
+            return any(_is_scrape(f) for f in files[:5])
+    except OSError:
+        return False
+    return _is_scrape(path)
+
+
+# --- read ----------------------------------------------------------------------------------------
+
+
+def read(path: Path) -> SourceData:
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and _is_scrape(f))
+        if not files:
+            raise InputError(p, "no vLLM/SGLang /metrics scrape in this directory")
+    elif p.is_file():
+        files = [p]
+    else:
+        raise InputError(p, "no such file or directory")
+    run_id = p.name.split(".")[0]
+    caveats: list[Caveat] = []
+    meta: dict[str, object] = {"models": set(), "engines": set(), "info": {}}
+    unknown: set[str] = set()
+    rows: list[tuple[str | None, str, int, float]] = []
+    for f in files:
+        rows.extend(_read_scrape(f, caveats, meta, unknown))
+    if not rows:
+        raise InputError(p, "the scrape has no samples")
+    if unknown:
+        shown = sorted(unknown)
+        caveats.append(Caveat("unknown_metric", f"{len(shown)} metric name(s) not in perfsleuth's vLLM/SGLang registry "
+                              f"were kept as written: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}", str(p)))
+    samples = _samples_table(rows, run_id)
+    data = SourceData(NAME, str(p), caveats=caveats)
+    data.tables["samples"] = samples
+    intervals = scrape_intervals(samples, caveats, str(p))
+    if intervals.num_rows:
+        data.tables["inference_intervals"] = intervals
+    else:
+        caveats.append(Caveat("single_scrape", "one scrape only: gauges are known, rates and interval latencies are not "
+                              "(scrape /metrics periodically, e.g. every 10 s, into a directory)", str(p)))
+    data.meta.update({"models": sorted(meta["models"]), "engines": len(meta["engines"]) or 1,
+                      "info": meta["info"], "scrapes": len(set(samples.column("ts_ns").to_pylist()))})
+    return data
+
+
+def _read_text(f: Path) -> str:
+    try:
+        raw = f.read_bytes()
+    except OSError as exc:
+        raise InputError(f, f"cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        import gzip
+
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f, f"truncated or corrupt gzip: {exc}") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+_NAME_TIME = (
+    (re.compile(r"(?<!\d)(\d{13})(?!\d)"), lambda s: int(s) * 1_000_000),
+    (re.compile(r"(?<!\d)(\d{10}(?:\.\d+)?)(?![\d])"), lambda s: int(float(s) * 1e9)),
+    (re.compile(r"(\d{8}T\d{6})"), lambda s: int(datetime.strptime(s, "%Y%m%dT%H%M%S").replace(tzinfo=UTC).timestamp() * 1e9)),
+    (re.compile(r"(\d{8}-\d{6})"), lambda s: int(datetime.strptime(s, "%Y%m%d-%H%M%S").replace(tzinfo=UTC).timestamp() * 1e9)),
+)
+
+
+def _file_time_ns(f: Path, caveats: list[Caveat]) -> int:
+    for rx, conv in _NAME_TIME:
+        if (m := rx.search(f.name)) is not None:
+            try:
+                return conv(m.group(1))
+            except ValueError:
+                continue
+    if not any(c.code == "time_from_mtime" for c in caveats):
+        caveats.append(Caveat("time_from_mtime", "scrape times taken from file modification times (no timestamps in the "
+                              "samples or the file names): intervals are as exact as the copy preserved them", str(f)))
+    return int(os.stat(f).st_mtime_ns)
+
+
+def _canonical(sample_name: str, present: set[str]) -> tuple[str, str, MetricDef | None]:
+    """(canonical base, suffix, definition) of a sample name; unknown names come back as written."""
+    for suffix in ("", "_total", *_HIST_SUFFIX):
+        if suffix and not sample_name.endswith(suffix):
+            continue
+        base = sample_name[: len(sample_name) - len(suffix)] if suffix else sample_name
+        canon = ALIASES.get(base)
+        if canon is None and base in FALLBACKS and FALLBACKS[base] not in present:
+            canon = FALLBACKS[base]
+        if canon is None:
+            continue
+        d = REGISTRY[canon]
+        if (d.kind == "histogram") == (suffix in _HIST_SUFFIX) and (suffix != "_total" or d.kind == "counter"):
+            return canon, suffix, d
+    return sample_name, "", None
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$")
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One line of a Prometheus text exposition."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    timestamp_s: float | None
+
+
+def _labels(text: str) -> dict[str, str] | None:
+    out: dict[str, str] = {}
+    pos = 0
+    text = text.rstrip().rstrip(",")
+    while pos < len(text):
+        m = _LABEL.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        out[m.group(1)] = _UNESCAPE.sub(lambda x: "\n" if x.group(1) == "n" else x.group(1), m.group(2))
+        pos = m.end()
+    return out
+
+
+def parse_exposition(text: str, path: Path) -> list[Sample]:
+    """Samples of a Prometheus (or OpenMetrics) text exposition; a line that is neither a comment nor a
+    sample is an error naming the line. Timestamps: integers are epoch milliseconds (Prometheus),
+    decimals epoch seconds (OpenMetrics)."""
+    out: list[Sample] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        labels = _labels(m.group(2)) if m is not None and m.group(2) else {}
+        try:
+            value = float(m.group(3)) if m is not None else None
+            ts = m.group(4) if m is not None else None
+            stamp = None if ts is None else float(ts) if "." in ts or "e" in ts.lower() else int(ts) / 1e3
+        except ValueError:
+            value = None
+        if m is None or labels is None or value is None:
+            raise InputError(path, f"not a Prometheus text exposition: cannot read {line[:80]!r}", place=f"line {n}",
+                             hint="save the body of GET /metrics as it is")
+        out.append(Sample(m.group(1), labels, value, stamp))
+    return out
+
+
+def _read_scrape(f: Path, caveats: list[Caveat], meta: dict, unknown: set[str]) -> list[tuple[str | None, str, int, float]]:
+    text = _read_text(f)
+    if not text.strip():
+        raise InputError(f, "the scrape is empty")
+    if not text.endswith("\n"):
+        cut = text.rfind("\n")
+        caveats.append(Caveat("truncated_scrape", f"{f.name} does not end with a newline: its last line "
+                              f"({text[cut + 1:][:60]!r}) was cut while being written and is dropped", str(f)))
+        text = text[: cut + 1]
+    parsed = [x for x in parse_exposition(text, f) if not x.name.endswith("_created")]
+    last = {(x.name, tuple(sorted(x.labels.items())), x.timestamp_s): x for x in parsed}
+    if len(last) < len(parsed):  # scrapes appended to one file with no timestamps to tell them apart
+        caveats.append(Caveat("repeated_series", f"{f.name}: {len(parsed) - len(last)} series repeat without timestamps "
+                              "(several scrapes in one file?): only the last value of each is kept; save one scrape "
+                              "per file, or keep the samples' timestamps", str(f)))
+    samples = list(last.values())
+    present = {s.name for s in samples}
+    present |= {s.name[: -len(x)] for s in samples for x in ("_total", *_HIST_SUFFIX) if s.name.endswith(x)}
+    file_ts = None
+    out: dict[tuple[str | None, str, int], list[float]] = defaultdict(list)
+    combine: dict[str, str] = {}
+    hist_parts: dict[str, set[str]] = defaultdict(set)
+    for s in samples:
+        if s.timestamp_s is not None:
+            ts = int(s.timestamp_s * 1e9)
+        else:
+            file_ts = _file_time_ns(f, caveats) if file_ts is None else file_ts
+            ts = file_ts
+        labels = dict(s.labels)
+        host = labels.get("instance")
+        if "model_name" in labels:
+            meta["models"].add(labels["model_name"])
+        if "engine" in labels:
+            meta["engines"].add(labels["engine"])
+        canon, suffix, d = _canonical(s.name, present)
+        if d is None:
+            if not s.name.startswith(_CLIENT_LIBRARY) and not any(s.name.startswith(fb) for fb in FALLBACKS):
+                unknown.add(s.name)
+            keep = {k: v for k, v in labels.items() if k not in ("model_name", "instance", "job")}
+            out[(host, _with_labels(s.name, keep), ts)].append(float(s.value))
+            combine[_with_labels(s.name, keep)] = "first"
+            continue
+        if d.kind == "info":
+            for k, v in labels.items():
+                if k in _DROP_LABELS:
+                    continue
+                try:
+                    val = float(v)
+                except ValueError:
+                    meta["info"][f"{canon}.{k}"] = v
+                    continue
+                out[(host, f"{canon}.{k}", ts)].append(val)
+                combine[f"{canon}.{k}"] = "max"
+            continue
+        rest = {k: v for k, v in labels.items() if k not in _DROP_LABELS and k != "le"}
+        if d.kind == "counter":
+            name = _with_labels(f"{canon}_total", rest)
+        elif d.kind == "histogram":
+            hist_parts[_with_labels(canon, rest)].add(suffix)
+            le = labels.get("le")
+            name = _with_labels(f"{canon}_bucket", {**rest, "le": _le(le)}) if suffix == "_bucket" else \
+                _with_labels(f"{canon}{suffix}", rest)
+        else:
+            name = _with_labels(canon, rest)
+        out[(host, name, ts)].append(float(s.value))
+        combine[name] = d.combine
+    for hist, parts in hist_parts.items():
+        if {"_sum", "_count"} - parts:
+            caveats.append(Caveat("incomplete_histogram", f"{f.name}: histogram {hist} lacks "
+                                  f"{', '.join(sorted({'_sum', '_count'} - parts))} (a cut scrape?)", str(f)))
+    rows = []
+    for (host, name, ts), vals in out.items():
+        how = combine.get(name, "sum")
+        val = max(vals) if how == "max" else vals[0] if how == "first" else float(sum(vals))
+        rows.append((host, name, ts, val))
+    return rows
+
+
+def _le(le: str | None) -> str:
+    if le is None:
+        return "+Inf"
+    try:
+        v = float(le)
+    except ValueError:
+        return le
+    return "+Inf" if math.isinf(v) else f"{v:g}"
+
+
+def _with_labels(name: str, labels: dict[str, str]) -> str:
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{labels[k]}"' for k in sorted(labels)) + "}"
+
+
+def _samples_table(rows: list[tuple[str | None, str, int, float]], run_id: str) -> pa.Table:
+    hosts, names, ts, vals = zip(*rows, strict=True)
+    return pa.table({
+        "run_id": pa.array([run_id] * len(rows), pa.string()),
+        "host": pa.array(hosts, pa.string()),
+        "gpu": pa.array(np.full(len(rows), -1, dtype=np.int32)),
+        "metric": pa.array(names, pa.string()),
+        "ts_ns": pa.array(ts, pa.int64()),
+        "value": pa.array(vals, pa.float64()),
+    }, schema=SAMPLES)
+
+
+# --- per-interval derivation -----------------------------------------------------------------------
+
+
+def _bucket_bound(metric: str) -> float:
+    m = re.search(r'le="([^"]+)"', metric)
+    return math.inf if m is None or m.group(1) == "+Inf" else float(m.group(1))
+
+
+def histogram_quantile(bounds: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """Quantile ``q`` of one interval's histogram from cumulative bucket increments (Prometheus'
+    ``histogram_quantile``: linear within the bucket; in the ``+Inf`` bucket, the last finite bound)."""
+    order = np.argsort(bounds)
+    b, c = bounds[order], np.maximum.accumulate(np.maximum(counts[order], 0))
+    total = c[-1] if len(c) else 0.0
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    i = int(np.searchsorted(c, rank, side="left"))
+    i = min(i, len(b) - 1)
+    if math.isinf(b[i]):
+        finite = b[np.isfinite(b)]
+        return float(finite[-1]) if len(finite) else math.nan
+    lo_b = b[i - 1] if i > 0 else 0.0
+    lo_c = c[i - 1] if i > 0 else 0.0
+    width = c[i] - lo_c
+    return float(lo_b + (b[i] - lo_b) * ((rank - lo_c) / width if width > 0 else 1.0))
+
+
+def scrape_intervals(samples: pa.Table, caveats: list[Caveat] | None = None, path: str | None = None) -> pa.Table:
+    """One row per pair of consecutive scrapes of each (run, host): the numbers the detectors read."""
+    df = samples.to_pandas()
+    df = df[df["metric"].str.startswith(("vllm:", "sglang:"))]
+    out = []
+    for (run_id, host), g in df.groupby(["run_id", df["host"].fillna("")], sort=False):
+        wide = g.pivot_table(index="ts_ns", columns="metric", values="value", aggfunc="last").sort_index()
+        if len(wide) < 2:
+            continue
+        out.extend(_interval_rows(wide, run_id, host or None, caveats, path))
+    return pa.Table.from_pylist(out, schema=INTERVALS)
+
+
+def _delta(wide: pd.DataFrame, col: str, caveats: list[Caveat] | None, path: str | None) -> np.ndarray:
+    if col not in wide:
+        return np.full(len(wide) - 1, np.nan)
+    v = wide[col].to_numpy(dtype=float)
+    d = np.diff(v)
+    reset = d < 0
+    if reset.any():
+        d = np.where(reset, v[1:], d)  # a counter that went down restarted from zero (server restart)
+        if caveats is not None and not any(c.code == "counter_reset" for c in caveats):
+            caveats.append(Caveat("counter_reset", f"{col} decreased between scrapes: the server restarted; the "
+                                  "increment after the restart is counted from zero", path))
+    return d
+
+
+def _interval_rows(wide: pd.DataFrame, run_id: str, host: str | None, caveats: list[Caveat] | None,
+                   path: str | None) -> list[dict]:
+    ts = wide.index.to_numpy(dtype=np.int64)
+    n = len(ts) - 1
+    rows = {"run_id": [run_id] * n, "host": [host] * n, "start_ns": ts[:-1], "end_ns": ts[1:],
+            "dur_s": np.diff(ts) / 1e9}
+
+    def gauge(col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if col not in wide:
+            nan = np.full(n, np.nan)
+            return nan, nan, nan
+        v = wide[col].to_numpy(dtype=float)
+        return v[1:], (v[1:] + v[:-1]) / 2, np.fmax(v[1:], v[:-1])
+
+    rows["running"], rows["running_mean"], _ = gauge("vllm:num_requests_running")
+    rows["waiting"], rows["waiting_mean"], _ = gauge("vllm:num_requests_waiting")
+    rows["kv_usage"], rows["kv_usage_mean"], rows["kv_usage_max"] = gauge("vllm:kv_cache_usage_perc")
+    blocks, _, _ = gauge("vllm:cache_config_info.num_gpu_blocks")
+    size, _, _ = gauge("vllm:cache_config_info.block_size")
+    sg, _, _ = gauge("sglang:max_total_num_tokens")
+    rows["kv_capacity_tokens"] = np.where(np.isfinite(blocks * size), blocks * size, sg)
+    rows["gpu_memory_utilization"], _, _ = gauge("vllm:cache_config_info.gpu_memory_utilization")
+    rows["preemptions"] = _delta(wide, "vllm:num_preemptions_total", caveats, path)
+    rows["prompt_tokens"] = _delta(wide, "vllm:prompt_tokens_total", caveats, path)
+    rows["generation_tokens"] = _delta(wide, "vllm:generation_tokens_total", caveats, path)
+    rows["steps"] = _delta(wide, "vllm:iteration_tokens_total_count", caveats, path)
+    rows["step_tokens"] = _delta(wide, "vllm:iteration_tokens_total_sum", caveats, path)
+    rows["request_prompt_tokens"] = _delta(wide, "vllm:request_prompt_tokens_sum", caveats, path)
+    for short, canon in _HIST_COLS.items():
+        cnt = _delta(wide, f"{canon}_count", caveats, path)
+        tot = _delta(wide, f"{canon}_sum", caveats, path)
+        rows[f"{short}_count"], rows[f"{short}_sum_s"] = cnt, tot
+        rows[f"{short}_mean_s"] = np.where(cnt > 0, tot / np.where(cnt > 0, cnt, 1), np.nan)
+    rows["requests_finished"] = rows["e2e_count"]
+    for short in ("ttft", "itl"):
+        canon = _HIST_COLS[short]
+        cols = [c for c in wide.columns if c.startswith(f"{canon}_bucket{{")]
+        if not cols:
+            for q in ("p50", "p90", "p99"):
+                rows[f"{short}_{q}_s"] = np.full(n, np.nan)
+            continue
+        bounds = np.array([_bucket_bound(c) for c in cols])
+        deltas = np.diff(wide[cols].to_numpy(dtype=float), axis=0)
+        deltas = np.where(np.isfinite(deltas), deltas, 0.0)
+        for q, qv in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            rows[f"{short}_{q}_s"] = np.array([histogram_quantile(bounds, d, qv) for d in deltas])
+    frame = pd.DataFrame(rows)
+    return frame.to_dict("records")
+
+
+register(NAME, DESCRIPTION, detect, read, series=True)
