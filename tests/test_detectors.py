@@ -220,3 +220,15 @@ def test_per_rank_signals_are_identical_on_the_streaming_and_in_memory_paths(tmp
     assert streamed.analysis.collectives.equals(in_memory.analysis.collectives)
     assert streamed.analysis.rank_facts == in_memory.analysis.rank_facts
     assert streamed.to_json()["findings"] == in_memory.to_json()["findings"]
+
+
+def test_one_traced_rank_of_many_does_not_blame_the_network_for_a_stall_elsewhere(tmp_path: Path) -> None:
+    # rank 1's data loader stalls; rank 0 waits in every all-reduce. With every rank traced that is a
+    # data-loader stall; with only rank 0's file, the wait cannot be told from slow transfer.
+    write_job(simulate(SINGLE["dataloader_stall"]), tmp_path)
+    only0 = [p for p in tmp_path.iterdir() if "rank-0" in p.name or "rank0" in p.name]
+    assert len(only0) == 1
+    d = analyze(only0, workers=1).diagnosis
+    assert "exposed_communication" not in found(d)
+    why = next(n for n in d.not_assessed if n.fault == "exposed_communication")
+    assert why.reason == INSUFFICIENT_EVIDENCE and "traces of every rank" in why.missing_signal

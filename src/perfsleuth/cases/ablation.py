@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.cases.case import Case, read_case
@@ -93,7 +94,11 @@ def _without(job: Any, group: SignalGroup) -> Any:
 
     events = group.drop(job.events)
     ranks = set(pc.unique(events["rank"]).to_pylist()) if events.num_rows else set()
-    return TraceJob(job.runs, events, list(job.caveats), {r: f for r, f in job.rank_files.items() if r in ranks})
+    runs = job.runs
+    if ranks and len(ranks) < len(job.rank_files):  # fewer rank files read: the runs table says so, as a real read would
+        i = runs.schema.get_field_index("ranks_present")
+        runs = runs.set_column(i, runs.schema.field(i), pa.array([len(ranks)] * runs.num_rows, pa.int32()))
+    return TraceJob(runs, events, list(job.caveats), {r: f for r, f in job.rank_files.items() if r in ranks})
 
 
 def _diagnosed(case: Case, job: Any) -> CaseResult:

@@ -113,6 +113,19 @@ def _straggler_alternative(a: JobAnalysis, v: _CommView) -> Alternative:
     return Alternative("straggler_rank", "ruled_out", "collectives wait little for late ranks: the time is transfer")
 
 
+def _untraced_ranks(a: JobAnalysis) -> int:
+    """Ranks of the job's process groups that have no trace here (0 when every participant is traced).
+
+    Profiling one rank of many is common and cheap; the ablation over labeled cases showed what it
+    costs: with only the lowest rank, every stall on another rank turned into a confident exposed-
+    communication finding on this one."""
+    runs = a.runs.to_pylist()
+    if not runs:
+        return 0
+    world, present = runs[0].get("world_size") or 0, runs[0].get("ranks_present") or 0
+    return max(0, int(world) - int(present))
+
+
 @detector("exposed_communication", needs=("kineto trace with communication kernels",
                                           "collectives matched across ranks (for bus bandwidth)"))
 def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
@@ -125,6 +138,10 @@ def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
     poor = _poor_overlap_fires(v)
     fires = (imp.value >= EXPOSED_COMM_MIN and (v.bandwidth_low or v.busbw is None)) or \
             (imp.value >= EXPOSED_COMM_HIGH and not poor)
+    if fires and (untraced := _untraced_ranks(a)):
+        return insufficient("exposed_communication", f"traces of every rank: {untraced} of the job's ranks are not traced, "
+                            "so time inside collectives cannot be split into transfer and waiting for a late untraced rank "
+                            "(a stall elsewhere looks exactly like exposed communication here)", imp)
     if not fires:
         if imp.value >= EXPOSED_COMM_MIN - INSUFFICIENT_FLOOR and not poor and v.bandwidth_low:
             return insufficient("exposed_communication", "a larger effect or a measured nccl-tests baseline: "
