@@ -182,11 +182,13 @@ def cases_make(
     n: Annotated[int, typer.Option("--n", "-n", help="number of cases")] = 100,
     seed: Annotated[int, typer.Option(help="suite seed")] = 0,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    sources: Annotated[str, typer.Option(help="signals to simulate, comma-separated: trace, telemetry, nccl, steplog, "
+                                              "inference, or all (classes balanced across them)")] = "trace",
 ) -> None:
     """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs)."""
     from perfsleuth.commands.cases_cmd import cases_make as run
 
-    raise typer.Exit(run(out, n, seed, workers))
+    raise typer.Exit(run(out, n, seed, workers, sources))
 
 
 @cases_app.command("add")

@@ -8,12 +8,14 @@ errors, lost scrapes and an exporter gap on one host. A fault changes the signal
 diagnosis should name it (``DETECTABLE_RULES``), so "too small to see" cases grade silence as right.
 
 ``simulate(config)`` returns the samples as the ``samples`` table (what the DCGM reader would produce) plus the
-truth; ``write_exporter_text`` writes the same job as dcgm-exporter scrape files for end-to-end tests;
+truth; ``write_exporter_text`` writes the same job as dcgm-exporter scrape files for end-to-end tests, and
+``write_case`` as a labeled case directory (``cases.case``) for ``perfsleuth evaluate``;
 ``make_suite``/``evaluate`` grade the telemetry detectors per class. This module does not diagnose.
 """
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from perfsleuth.cases.case import Case, CaseFault
+from perfsleuth.cases.case import write_case as write
 from perfsleuth.ingest.gpu_fields import BY_NAME, CLOCK_EVENT_BITS, build_samples
 from perfsleuth.ingest.source import SourceData
 
@@ -402,27 +406,69 @@ def source_data(job: TelemetryJob) -> SourceData:
                       meta={"truth": job.truth})
 
 
-def write_exporter_text(job: TelemetryJob, out_dir: Path) -> list[Path]:
-    """The job as dcgm-exporter scrape files, one per host, every sample with its timestamp (ms)."""
+def _host_text(job: TelemetryJob, h: int, names: dict[str, str]) -> str:
+    """One host's scrape lines, time-major (each scrape's metrics, each metric's GPUs), lost samples left out."""
+    host = job.hosts[h]
+    heads = np.array([f'{exp}{{gpu="{g}",UUID="GPU-{h:04x}{g:04x}-0000-0000-0000-000000000000",'
+                      f'pci_bus_id="00000000:{0x18 + g:02X}:00.0",device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
+                      f'Hostname="{host}"}} ' for exp in names.values() for g in range(GPUS_PER_NODE)], dtype=object)
+    values = np.stack([job.data[m][h].T for m in names], axis=1).reshape(job.bins, -1)  # (scrape, metric x gpu)
+    stamps = np.array([f" {t}\n" for t in (job.ts_ns() // 1_000_000).tolist()], dtype=object)
+    t_idx, k_idx = np.nonzero(~np.isnan(values))
+    return "".join(f"{head}{v:g}{stamp}" for head, v, stamp in
+                   zip(heads[k_idx].tolist(), values[t_idx, k_idx].tolist(), stamps[t_idx].tolist(), strict=True))
+
+
+def write_exporter_text(job: TelemetryJob, out_dir: Path, *, compress: bool = False) -> list[Path]:
+    """The job as dcgm-exporter scrape files, one per host, every sample with its timestamp (ms);
+    ``compress`` writes them gzipped (``.prom.gz``: a long job's text is tens of MB per host)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    ts_ms = job.ts_ns() // 1_000_000
     names = {m: BY_NAME[m].dcgm_names[0] for m in job.data if BY_NAME[m].dcgm_names}
     paths = []
     for h, host in enumerate(job.hosts):
-        lines: list[str] = []
-        for t in range(job.bins):
-            for metric, exp in names.items():
-                for g in range(GPUS_PER_NODE):
-                    v = job.data[metric][h, g, t]
-                    if np.isnan(v):
-                        continue
-                    labels = (f'gpu="{g}",UUID="GPU-{h:04x}{g:04x}-0000-0000-0000-000000000000",pci_bus_id="00000000:{0x18 + g:02X}:00.0",'
-                              f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{host}"')
-                    lines.append(f"{exp}{{{labels}}} {v:g} {ts_ms[t]}\n")
-        p = out_dir / f"{host}.prom"
-        p.write_text("".join(lines))
+        text = _host_text(job, h, names).encode()
+        if compress:
+            p = out_dir / f"{host}.prom.gz"
+            p.write_bytes(gzip.compress(text, compresslevel=3, mtime=0))
+        else:
+            p = out_dir / f"{host}.prom"
+            p.write_bytes(text)
         paths.append(p)
     return paths
+
+
+def _plain(x: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays as Python numbers and lists."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | np.ndarray):
+        return [_plain(v) for v in x]
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def case_faults(job: TelemetryJob) -> tuple[CaseFault, ...]:
+    """The job's ground truth as case labels (the simulator's own ``detectable`` rule decides each)."""
+    return tuple(CaseFault(t["fault"], _plain(t["scope"]), None if t["magnitude"] is None else round(float(t["magnitude"]), 5),
+                           bool(t["detectable"])) for t in job.truth)
+
+
+def describe(job: TelemetryJob) -> str:
+    c = job.config
+    what = "healthy" if not job.truth else "; ".join(f"{t['fault']} {_plain(t['params'])}" for t in job.truth)
+    return (f"simulated dcgm-exporter telemetry: {c.nodes} node(s) x {GPUS_PER_NODE} GPUs, {c.minutes:g} min every "
+            f"{c.interval_s:g} s, seed {c.seed}; {what}")
+
+
+def write_case(config_or_job: TelemetryConfig | TelemetryJob, out_dir: str | Path) -> Path:
+    """A labeled case directory: the job's gzipped exporter scrapes under ``dcgm/`` and its ``case.json``."""
+    job = simulate(config_or_job) if isinstance(config_or_job, TelemetryConfig) else config_or_job
+    d = Path(out_dir)
+    write_exporter_text(job, d / "dcgm", compress=True)
+    rule = "; ".join(f"{t['fault']}: {t['rule']}" for t in job.truth)
+    c = job.config
+    write(Case(d, case_faults(job), "simulated", describe(job), rule,
+               {"telemetry": {"nodes": c.nodes, "minutes": c.minutes, "interval_s": c.interval_s, "seed": c.seed}}))
+    return d
 
 
 # --- a labelled suite and its grade --------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """``perfsleuth cases make`` and ``perfsleuth cases add``: labeled cases to grade the diagnoses on.
 
-``cases make OUT -n N --seed S`` simulates a suite of labeled cases (``perfsleuth.cases.suite``).
+``cases make OUT -n N --seed S [--sources trace,telemetry,nccl,steplog,inference|all]`` simulates a suite
+of labeled cases: Kineto traces only by default (``perfsleuth.cases.suite``), any other mix of signals
+through ``perfsleuth.cases.signal_suite``.
 ``cases add TRACE_DIR OUT --fault ID[,ID] [--scope ...] [--notes ...]`` turns a real job an engineer
 investigated into a case: its trace files are copied into OUT and ``case.json`` records the verdict
 (``--fault healthy`` for a job found healthy). These verbs parse and write; the case format lives
@@ -28,26 +30,49 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def cases_make(out: Path, n: int, seed: int, workers: int | None = None) -> int:
-    """Simulate ``n`` labeled cases into ``out``; returns the exit status."""
-    from perfsleuth.cases.suite import make_suite
+def parse_sources(text: str | None) -> tuple[str, ...]:
+    """``trace,telemetry`` or ``all`` into source names (in the suite's order); raises on an unknown one."""
+    from perfsleuth.cases.signal_suite import SOURCES
 
+    names = [x.strip().lower() for x in (text or "trace").split(",") if x.strip()]
+    if "all" in names:
+        return SOURCES
+    unknown = [x for x in names if x not in SOURCES]
+    if unknown or not names:
+        raise InputError(None, f"--sources {', '.join(unknown) or '(empty)'}: not a signal source",
+                         hint=f"one or more of {', '.join(SOURCES)}, comma-separated, or 'all'")
+    return tuple(s for s in SOURCES if s in names)
+
+
+def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources: str = "trace") -> int:
+    """Simulate ``n`` labeled cases of the given signal ``sources`` into ``out``; returns the exit status."""
     if n < 1:
         return _fail(f"-n must be >= 1, not {n}")
+    try:
+        kinds = parse_sources(sources)
+    except PerfsleuthError as exc:
+        return _fail(str(exc))
     out = Path(out)
     if out.exists() and not out.is_dir():
         return _fail(f"{out}: exists and is not a directory")
     try:
-        paths = make_suite(out, n, seed, workers=workers)
+        if kinds == ("trace",):
+            from perfsleuth.cases.suite import make_suite
+
+            paths = make_suite(out, n, seed, workers=workers)
+        else:
+            from perfsleuth.cases.signal_suite import make_signal_suite
+
+            paths = make_signal_suite(out, n, seed, kinds, workers=workers)
     except OSError as exc:
         return _fail(f"{out}: cannot write: {exc.strerror or exc}")
     counts: dict[str, int] = {}
     for p in paths:
         doc = json.loads((p / "case.json").read_text())
-        kinds = sorted(f["fault"] for f in doc["faults"]) or ["healthy"]
-        for k in kinds:
+        found = sorted(f["fault"] + ("" if f.get("detectable", True) else " (undetectable)") for f in doc["faults"])
+        for k in found or ["healthy"]:
             counts[k] = counts.get(k, 0) + 1
-    print(f"wrote {len(paths)} cases to {out} (seed {seed}): "
+    print(f"wrote {len(paths)} cases to {out} (seed {seed}, sources {','.join(kinds)}): "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0
 

@@ -30,7 +30,13 @@ FORMATS = ("text", "json", "html")
 SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubble": "pipe", "sequence_imbalance": "seq",
          "dataloader_stall": "data", "checkpoint_stall": "ckpt", "host_launch_bound": "launch", "small_kernels": "small",
          "gc_pause": "gc", "recompilation": "comp", "allocator_churn": "alloc", "memory_fragmentation": "frag",
-         "straggler_rank": "strag", "collective_hang": "hang", "none": "none"}
+         "straggler_rank": "strag", "collective_hang": "hang", "cpu_contention": "cpu", "slow_node": "slownd",
+         "degraded_nvlink": "nvlink", "degraded_network": "net", "pcie_downtraining": "pcie", "thermal_throttling": "therm",
+         "power_capping": "power", "clock_capping": "clock", "gpu_hardware_errors": "hwerr",
+         "nccl_algorithm_selection": "algo", "nccl_transport_fallback": "xport", "numeric_anomaly": "numer",
+         "restart_overhead": "restrt", "kv_cache_preemption": "kvpre", "prefill_decode_interference": "pdint",
+         "low_batch_occupancy": "lowbat", "request_queueing": "queue", "host_bound_serving": "hostsv",
+         "memory_bound_decode": "membw", "regression": "regr", "none": "none"}
 
 
 def evaluate_command(cases: list[Path], format: str = "text", out: Path | None = None,

@@ -40,6 +40,8 @@ SOURCE = "dcgm"
 CLOCK_BAR = 0.03
 """Report a clock cause when it costs the worst GPU >= 3% of its loaded time (the trace detectors' bar)."""
 MIN_CAUSE_SAMPLES = 6
+MIN_CLEAN_PEERS = 3
+"""GPUs free of a clock cause needed to serve as its baseline; with fewer, the job as a whole is judged."""
 PEER_MARGIN = 0.01
 LOAD_UTIL_PCT = 50.0
 LOAD_SM_ACTIVE = 0.2
@@ -275,6 +277,19 @@ def clock_causes(g: Grid) -> ClockCauses | None:
     return ClockCauses(deficit, {"thermal": thermal, "power": power, "setting": setting}, load, ref, how)
 
 
+def _peer_baseline(loss: np.ndarray) -> tuple[float, float, str]:
+    """Median and MAD of the GPUs' losses that a limited GPU is judged against, and what they are.
+
+    The GPUs not themselves near the bar (below half of it), when there are ``MIN_CLEAN_PEERS`` of them:
+    one throttled host of a two-host job is half of its GPUs, and with them in, the median and MAD
+    describe the fault rather than the job (its median lands between the two groups and its MAD spans
+    them, so no GPU stands out). Else every GPU (the job as a whole is limited)."""
+    clean = loss[loss < CLOCK_BAR / 2]
+    if len(clean) >= MIN_CLEAN_PEERS and len(clean) < len(loss):
+        return float(np.median(clean)), _mad(clean), f"the {len(clean)} GPUs below half the bar (of {len(loss)})"
+    return float(np.median(loss)), _mad(loss), f"the job's {len(loss)} GPUs"
+
+
 _CAUSE_FAULT = {"thermal": "thermal_throttling", "power": "power_capping", "setting": "clock_capping"}
 _FAULT_CAUSE = {v: k for k, v in _CAUSE_FAULT.items()}
 
@@ -287,17 +302,19 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
     cause = _FAULT_CAUSE[fault]
     loss = cc.loss(cause)
     n_on = cc.active_bins(cause)
-    peer_med, peer_mad = float(np.median(loss)), _mad(loss)
+    peer_med, peer_mad, peers_what = _peer_baseline(loss)
     strong = (loss >= CLOCK_BAR) & (n_on >= MIN_CAUSE_SAMPLES)
-    job_wide = peer_med >= CLOCK_BAR
+    # the median GPU is limited, or too few GPUs are free of the cause to be its baseline: the job as a whole
+    job_wide = float(np.median(loss)) >= CLOCK_BAR or int((loss < CLOCK_BAR / 2).sum()) < MIN_CLEAN_PEERS
     if not job_wide:
         strong &= loss - peer_med >= max(PEER_MARGIN, 4 * peer_mad)
     if not strong.any():
         worst = float(loss.max()) if len(loss) else 0.0
         if worst >= CLOCK_BAR / 2 and n_on.max() >= 3:
+            why = (f"under the {CLOCK_BAR:.0%} bar" if worst < CLOCK_BAR or n_on.max() < MIN_CAUSE_SAMPLES else
+                   f"not apart from its peers ({peers_what}: median {peer_med:.1%}, MAD {peer_mad:.2%})")
             return insufficient(fault, f"a longer or stronger episode: the worst GPU lost {worst:.1%} of its loaded time to "
-                                f"{cause} clock events, under the {CLOCK_BAR:.0%} bar",
-                                _iv(worst, "fraction", "clock deficit x time share"))
+                                f"{cause} clock events, {why}", _iv(worst, "fraction", "clock deficit x time share"))
         return None
     scope_mask = strong | ((loss >= CLOCK_BAR / 2) & (n_on >= 3) & (job_wide | (loss - peer_med >= PEER_MARGIN)))
     idx = np.flatnonzero(scope_mask)
@@ -313,7 +330,7 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
     same_bins = on_any.any(axis=0)
     peers_clk = clk[others][:, same_bins] if len(others) else np.array([])
     evidence = [
-        Evidence(f"{cause}_clock_loss", imp, _iv(peer_med, "fraction", f"median GPU of the job ({len(loss)} GPUs); MAD {peer_mad:.4f}")),
+        Evidence(f"{cause}_clock_loss", imp, _iv(peer_med, "fraction", f"median of {peers_what}; MAD {peer_mad:.4f}")),
         Evidence(f"{cause}_time_share", _iv(on.sum() / max(1, cc.load[worst].sum()), "fraction",
                  f"share of loaded samples with the {cause} reason active ({cc.how}), {g.label(worst)}"),
                  _iv(float(np.median((cc.causes[cause] & cc.load).sum(axis=1) / np.maximum(1, cc.load.sum(axis=1)))), "fraction",
@@ -345,7 +362,7 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
         impact=imp,
         scope=scope,
         symptom=(f"{len(idx)} GPU(s) on {', '.join(scope['hosts'])} run below their maximum SM clock for {cause} reasons: the worst, "
-                 f"{g.label(worst)}, loses {loss[worst]:.1%} of its loaded time" + (" (every GPU of the job)" if job_wide else
+                 f"{g.label(worst)}, loses {loss[worst]:.1%} of its loaded time" + (" (every GPU of the job)" if len(idx) == len(loss) else
                                                                                     "; their peers do not")),
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
@@ -565,7 +582,10 @@ def degraded_nvlink(signals: JobSignals) -> Finding | NotAssessed | None:
         per_bin_med = np.nanmedian(np.where(both, bw, np.nan), axis=0)
         rel = np.where(both & (per_bin_med > 0), bw / per_bin_med, np.nan)
         ratio = np.array([_lower_segment_mean(r) for r in rel])
-        spread = _mad(ratio)
+        # peers' spread from the GPUs that are not themselves candidates: two slow links of one 8-GPU node
+        # would otherwise inflate the MAD they are judged against (the same reason as ``_peer_baseline``)
+        clean = ratio[ratio > NVLINK_BW_RATIO]
+        spread = _mad(clean) if len(clean) >= MIN_CLEAN_PEERS else _mad(ratio)
         bw_hit = (ratio <= NVLINK_BW_RATIO) & (1 - ratio >= 5 * spread) & (both.sum(axis=1) >= MIN_CAUSE_SAMPLES)
     hit = err_hit | bw_hit
     if not hit.any():
@@ -586,7 +606,7 @@ def degraded_nvlink(signals: JobSignals) -> Finding | NotAssessed | None:
         lo, hi = _block_bootstrap_mean(rel[idx[np.argmin(ratio[idx])]]) if bw_parts else (None, None)
         evidence.append(Evidence("nvlink_bandwidth_ratio", _iv(float(ratio[idx].min()), "ratio", "GPU / median GPU at the same "
                                  "times, loaded samples; 95% moving-block bootstrap", lo, hi),
-                                 _iv(1.0, "ratio", f"peers (robust spread {_mad(ratio):.3f})")))
+                                 _iv(1.0, "ratio", f"peers (robust spread {spread:.3f})")))
     alternatives = (
         Alternative("exposed_communication", "cannot_rule_out", "a job whose collectives are exposed suffers more from a slow link; "
                     "a trace measures how much of the step waits on it"),
@@ -691,6 +711,18 @@ def _longest_run(flag: np.ndarray, valid: np.ndarray, gap: int = 1) -> tuple[int
     return best
 
 
+def _peer_spread(rel: np.ndarray, job_load: np.ndarray, k: int) -> float:
+    """Host-to-host noise of ``rel`` (hosts x bins, relative to the median host) that host ``k`` is judged
+    against: per loaded bin the MAD of the *other* hosts (scaled to a standard deviation), its median over
+    time. Leaving the judged host out keeps a slow host from inflating its own bar: among three hosts, with
+    it in, the MAD is the whole gap between the two healthy ones and the bar grows with every host offset."""
+    if not job_load.any():
+        return 0.0
+    others = np.delete(rel, k, axis=0)[:, job_load]
+    per_bin = 1.4826 * np.nanmedian(np.abs(others - np.nanmedian(others, axis=0)), axis=0)
+    return float(np.nan_to_num(np.nanmedian(per_bin))) if np.isfinite(per_bin).any() else 0.0
+
+
 @detector("slow_node", needs=("per-GPU SM activity (DCGM_FI_PROF_SM_ACTIVE) or GPU utilisation from >= 3 hosts of one job",),
           source=SOURCE)
 @_quiet
@@ -710,13 +742,12 @@ def slow_node(signals: JobSignals) -> Finding | NotAssessed | None:
                           if (g.hosts == h).any() else np.full(g.bins, np.nan) for h in hosts])
     med = np.nanmedian(host_vals, axis=0)
     rel = host_vals / np.where(med > 0, med, np.nan) - 1
-    spread = np.nanmedian(1.4826 * np.nanmedian(np.abs(rel - np.nanmedian(rel, axis=0)), axis=0)[job_load]) if job_load.any() else 0.0
-    bar = max(SLOW_NODE_BIN_DEFICIT, 3.5 * float(np.nan_to_num(spread)))
     min_bins = int(np.ceil(SLOW_NODE_MINUTES * 60e9 / g.interval_ns))
     cc = clock_causes(g)
-    best: tuple[float, int, tuple[int, int], float] | None = None
+    best: tuple[float, int, tuple[int, int], float, float] | None = None
     near: tuple[float, str] | None = None
     for k, h in enumerate(hosts):
+        bar = max(SLOW_NODE_BIN_DEFICIT, 3.5 * _peer_spread(rel, job_load, k))
         valid = job_load & np.isfinite(rel[k])
         t0, t1 = _longest_run(rel[k] <= -bar, valid)
         run = np.zeros(g.bins, bool)
@@ -738,14 +769,14 @@ def slow_node(signals: JobSignals) -> Finding | NotAssessed | None:
         gpu_rel = np.nanmean(v[rows][:, run] / med[run], axis=1) - 1
         if np.mean(gpu_rel <= -bar) < 0.5:
             continue  # one or two GPUs, not the machine: a straggler rank, not a slow node
-        if best is None or deficit * run.sum() > best[0] * best[1]:
-            best = (deficit, k, (t0, t1), float(run.sum()))
+        if best is None or deficit * run.sum() > best[0] * best[3]:
+            best = (deficit, k, (t0, t1), float(run.sum()), bar)
     if best is None:
         if near is not None:
             return insufficient(fault, f"a longer or larger divergence: {near[1]} (bar {SLOW_NODE_DEFICIT:.0%} for "
                                 f"{SLOW_NODE_MINUTES:g} min)", _iv(near[0], "fraction", "mean deficit over the longest run"))
         return None
-    deficit, k, (t0, t1), n_run = best
+    deficit, k, (t0, t1), n_run, bar = best
     h = hosts[k]
     loaded = float(job_load.sum())
     share = n_run / max(1.0, loaded)
@@ -757,8 +788,9 @@ def slow_node(signals: JobSignals) -> Finding | NotAssessed | None:
     dlo, dhi = _block_bootstrap_mean(x)
     evidence = (
         Evidence(f"{metric}_deficit", _iv(deficit, "fraction", f"1 - host median / median host, mean over {minutes:.1f} min; 95% "
-                 "moving-block bootstrap", dlo, dhi), _iv(float(bar), "fraction", f"per-sample bar: max({SLOW_NODE_BIN_DEFICIT:.0%}, "
-                                                                                f"3.5 x robust spread across {len(hosts)} hosts)")),
+                 "moving-block bootstrap", dlo, dhi),
+                 _iv(float(bar), "fraction", f"per-sample bar: max({SLOW_NODE_BIN_DEFICIT:.0%}, 3.5 x robust spread of the other "
+                     f"{len(hosts) - 1} hosts)")),
         Evidence("divergence_minutes", _iv(minutes, "min", "longest run below the bar (gaps of one sample bridged)"),
                  _iv(SLOW_NODE_MINUTES, "min", "minimum duration (Minder: the same machine must stay the outlier)")),
     )
