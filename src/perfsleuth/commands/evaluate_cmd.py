@@ -12,7 +12,6 @@ Exit status: 0 when the bar is met, 1 when it is not (so CI can gate on it), 2 f
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from rich import box
@@ -20,11 +19,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfsleuth.cases.case import find_cases
 from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
-from perfsleuth.errors import PerfsleuthError
+from perfsleuth.commands.case_verbs import emit, run_on_cases
 from perfsleuth.report.evaluation_html import render_evaluation_html
-from perfsleuth.report.text_report import make_console, safe
+from perfsleuth.report.text_report import safe
 
 FORMATS = ("text", "json", "html")
 SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubble": "pipe", "sequence_imbalance": "seq",
@@ -42,36 +40,16 @@ SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubb
 def evaluate_command(cases: list[Path], format: str = "text", out: Path | None = None,
                      workers: int | None = None) -> int:
     """Run the verb; returns the exit status (0 bar met, 1 bar not met, 2 bad input)."""
-    if format not in FORMATS:
-        print(f"perfsleuth: error: --format must be one of {', '.join(FORMATS)}, not {format!r}", file=sys.stderr)
-        return 2
-    try:
-        dirs = find_cases(list(cases))
-        if not dirs:
-            print(f"perfsleuth: error: no case.json under {', '.join(map(str, cases))} — make cases with "
-                  "`perfsleuth cases make`", file=sys.stderr)
-            return 2
-        report = evaluate(dirs, workers=workers)
-    except PerfsleuthError as exc:
-        print(f"perfsleuth: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        if format in ("json", "html"):
-            payload = (json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n" if format == "json"
-                       else render_evaluation_html(report))
-            if out:
-                Path(out).write_text(payload, encoding="utf-8")
-            else:
-                sys.stdout.write(payload)
-        elif out:
-            with open(out, "w", encoding="utf-8") as fh:
-                render_text(report, make_console(fh))
-        else:
-            render_text(report, make_console())
-    except OSError as exc:
-        print(f"perfsleuth: error: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    return 0 if all(ok for _, _, ok in report.bar()) else 1
+    report = run_on_cases(cases, format, FORMATS, lambda dirs: evaluate(dirs, workers=workers))
+    if isinstance(report, int):
+        return report
+    if format == "json":
+        status = emit(out, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    elif format == "html":
+        status = emit(out, render_evaluation_html(report))
+    else:
+        status = emit(out, render=lambda console: render_text(report, console))
+    return status or (0 if all(ok for _, _, ok in report.bar()) else 1)
 
 
 def _f(x: float | None, digits: int = 2) -> str:

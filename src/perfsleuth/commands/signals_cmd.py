@@ -9,7 +9,6 @@ per step). Text for people, JSON (``perfsleuth.signals/1``) for machines. Comput
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from rich import box
@@ -17,44 +16,20 @@ from rich.console import Console
 from rich.table import Table
 
 from perfsleuth.cases.ablation import MATTERS, AblationReport, ablate
-from perfsleuth.cases.case import find_cases
-from perfsleuth.errors import PerfsleuthError
-from perfsleuth.report.text_report import make_console, safe
+from perfsleuth.commands.case_verbs import emit, run_on_cases
+from perfsleuth.report.text_report import safe
 
 FORMATS = ("text", "json")
 
 
 def signals_command(cases: list[Path], format: str = "text", out: Path | None = None, workers: int | None = None) -> int:
     """Run the verb; returns the exit status (0 done, 2 bad input)."""
-    if format not in FORMATS:
-        print(f"perfsleuth: error: --format must be one of {', '.join(FORMATS)}, not {format!r}", file=sys.stderr)
-        return 2
-    try:
-        dirs = find_cases(list(cases))
-        if not dirs:
-            print(f"perfsleuth: error: no case.json under {', '.join(map(str, cases))} — make cases with "
-                  "`perfsleuth cases make`", file=sys.stderr)
-            return 2
-        report = ablate(dirs, workers=workers)
-    except PerfsleuthError as exc:
-        print(f"perfsleuth: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        if format == "json":
-            payload = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
-            if out:
-                Path(out).write_text(payload, encoding="utf-8")
-            else:
-                sys.stdout.write(payload)
-        elif out:
-            with open(out, "w", encoding="utf-8") as fh:
-                render_text(report, make_console(fh))
-        else:
-            render_text(report, make_console())
-    except OSError as exc:
-        print(f"perfsleuth: error: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    return 0
+    report = run_on_cases(cases, format, FORMATS, lambda dirs: ablate(dirs, workers=workers))
+    if isinstance(report, int):
+        return report
+    if format == "json":
+        return emit(out, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    return emit(out, render=lambda console: render_text(report, console))
 
 
 def _pct(x: float) -> str:
