@@ -91,7 +91,11 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         for sym in f.attached:
             console.print(Text("    explains " + sym))
         console.print(Text("    next: " + f.action))
-    for n in diagnosis.not_assessed:
-        console.print(Text(f"  not assessed: {n.fault} (needs {n.missing_signal})", style="dim"))
+    for n in diagnosis.insufficient_evidence:
+        console.print(Text(f"  insufficient evidence: {n.fault} (would decide it: {n.missing_signal})", style="dim"))
+    missing = [n.fault for n in diagnosis.missing_signals]
+    if missing:  # what each needs is in --format json / md; here one line keeps the findings in view
+        console.print(Text(f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
+                           "--format json names the file that would decide each", style="dim"))
     for c in analysis.caveats:
         console.print(Text(f"  caveat [{c.code}] {c.message}", style="yellow"))
