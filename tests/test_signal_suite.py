@@ -15,7 +15,7 @@ from perfsleuth.api import analyze
 from perfsleuth.cases import signal_suite as S
 from perfsleuth.cases import steplog_sim, telemetry_sim
 from perfsleuth.cases.case import find_cases, read_case
-from perfsleuth.cases.evaluate import diagnose_case, evaluate
+from perfsleuth.cases.evaluate import diagnose_case
 from perfsleuth.commands.cases_cmd import cases_make, parse_sources
 from perfsleuth.commands.evaluate_cmd import SHORT, evaluate_command
 from perfsleuth.diagnose.detectors import TRACE_FAULTS
@@ -61,12 +61,12 @@ def test_every_source_round_trips_through_cases_make_and_evaluate(tmp_path: Path
         assert case.extra["suite"]["source"] == kind_of(d)
         assert all(f.fault in SHORT for f in case.faults)
         assert case.healthy or case.detectable_rule
-    report = evaluate(dirs, workers=1)
-    assert len(report.cases) == 8 and not report.errors
     status = evaluate_command([out], "json", tmp_path / "eval.json", workers=1)
     doc = json.loads((tmp_path / "eval.json").read_text())
-    assert doc["cases"] == 8 and not doc["errors"]
+    assert doc["cases"] == 8 and not doc["errors"] and all(r["error"] is None for r in doc["results"])
     assert status == (0 if all(b["met"] for b in doc["bar"]) else 1)
+    labeled = {r["case"]: set(r["expected"]) | set(r["undetectable"]) for r in doc["results"]}
+    assert labeled == {d.name: {f.fault for f in read_case(d).faults} for d in dirs}
 
 
 def test_names_are_unique_and_stable_for_a_seed(tmp_path: Path) -> None:
@@ -223,3 +223,22 @@ def test_two_slow_nvlinks_of_a_one_node_job_are_judged_against_the_other_six() -
     assert truth["detectable"] and truth["params"]["errors"] == 0 and len(truth["scope"]["gpus"]) == 2
     f = telemetry.degraded_nvlink(JobSignals(sources=[telemetry_sim.source_data(job)]))
     assert isinstance(f, telemetry.Finding) and f.scope["gpus"] == truth["scope"]["gpus"]
+
+
+def test_low_occupancy_against_an_assumed_capacity_is_not_a_confident_answer(tmp_path: Path) -> None:
+    """An SGLang result (no --max-num-seqs, no GPU model) of a host-bound server whose real cap is 64: judged
+    against vLLM's default 256 its batch looks tiny, but neither the cap nor a per-step host overhead is known,
+    so the answer stays below the confidence an engineer would act on (a misleading finding of the 600-case
+    evaluation, at 0.90)."""
+    from perfsleuth.cases import inference_sim
+    from perfsleuth.cases.evaluate import MISLEADING_CONFIDENCE
+
+    case = inference_sim.make_case(tmp_path / "inference-x", "host_bound_serving", 929866437, bench_format="sglang")
+    assert [(f.fault, f.detectable) for f in case.faults] == [("host_bound_serving", False)]
+    assert case.extra["config"]["server"]["max_num_seqs"] == 64
+    findings = {f.fault: f for f in analyze([case.path], workers=1).diagnosis.findings}
+    low = findings.get("low_batch_occupancy")
+    assert low is None or low.confidence < MISLEADING_CONFIDENCE
+    if low is not None:
+        alt = {a.fault: a.verdict for a in low.alternatives}
+        assert alt["host_bound_serving"] == "cannot_rule_out"

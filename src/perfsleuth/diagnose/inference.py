@@ -77,6 +77,9 @@ KV_BYTES_PER_TOKEN_MAX = 1 << 20
 (Llama-2-13B without GQA needs 0.8 MB, Llama-3-70B 0.33 MB)."""
 DEFAULT_MAX_NUM_SEQS = 256
 """vLLM's long-standing default ``--max-num-seqs``, used when the run does not state its own."""
+ASSUMED_SPECIFICITY = 0.85
+"""Low occupancy judged against an assumed capacity (the default ``--max-num-seqs``; deployments set 64-256), or
+without the GPU model (a host-bound engine not ruled out, the loss an upper bound): each scales the confidence."""
 
 
 def _confidence(value: float, threshold: float, *, specificity: float = 1.0, full_at: float = 2.0,
@@ -576,7 +579,11 @@ def low_batch_occupancy(signals: JobSignals) -> Finding | NotAssessed | None:
     occupancy = batch.value / cap
     lost = _occupancy_loss(v, batch.value, cap)
     # an assumed max_num_seqs may be above the server's real one: then ask for twice the gap
-    bar = OCCUPANCY_MAX if stated or kv_allowed <= max_seqs else OCCUPANCY_MAX / 2
+    assumed_cap = not stated and kv_allowed > max_seqs
+    bar = OCCUPANCY_MAX / 2 if assumed_cap else OCCUPANCY_MAX
+    # without the GPU model no decode step is set against its floor: a host-bound engine (slow scheduler per
+    # step), which also keeps the batch small, cannot be ruled out, and the loss is only an upper bound
+    steps_known = v.decode_steps is not None and v.hardware is not None
     if lost.value < OCCUPANCY_LOST or occupancy > bar:
         return insufficient(fault, f"a larger gap: the batch is {occupancy:.0%} of what fits and a full batch would "
                             f"give {1 / max(1 - lost.value, 1e-9):.1f}x the throughput", lost) if lost.value >= 0.65 else None
@@ -593,13 +600,17 @@ def low_batch_occupancy(signals: JobSignals) -> Finding | NotAssessed | None:
     alternatives = (
         Alternative("request_queueing", "ruled_out", "no requests wait"),
         Alternative("kv_cache_preemption", "ruled_out", f"KV cache {float(bb['kv_usage_mean'].median()):.0%} full, no preemption"),
-        Alternative("host_bound_serving", "ruled_out", "time outside the engine core is "
-                    + (f"{api.value:.0%} of E2E" if api is not None else "not measured")),
+        Alternative("host_bound_serving", "ruled_out" if steps_known else "cannot_rule_out", "time outside the engine core is "
+                    + (f"{api.value:.0%} of E2E" if api is not None else "not measured")
+                    + ("" if steps_known else "; without the GPU model the decode step time is not set against its floor, "
+                       "so host overhead per step is not measured")),
         Alternative("memory_bound_decode", "supports", "at this batch each step reads all weights for few tokens: decode "
                     "is bandwidth-bound, and batching is the lever"),
     )
     return Finding(
-        fault=fault, confidence=_confidence(lost.value, OCCUPANCY_LOST, full_at=1.2),
+        fault=fault, confidence=_confidence(lost.value, OCCUPANCY_LOST, full_at=1.2,
+                                            specificity=(ASSUMED_SPECIFICITY if assumed_cap else 1.0)
+                                            * (1.0 if steps_known else ASSUMED_SPECIFICITY)),
         impact=lost, scope=_scope(v),
         symptom=(f"the engine runs {batch.value:.0f} sequences where {cap:.0f} fit, with nothing waiting: a full batch "
                  f"would give about {1 / max(1 - lost.value, 1e-9):.0f}x the tokens/s"),
