@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from perfsleuth import __version__
+from perfsleuth.commands.output import write_atomically as _write_atomically
 from perfsleuth.errors import PerfsleuthError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -69,12 +70,6 @@ def _render_document(report, fmt: OutputFormat) -> str:
     from perfsleuth.report.markdown_report import render_markdown
 
     return render_markdown(report.analysis, report.diagnosis)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 @app.command()
@@ -170,6 +165,32 @@ def changes(
         typer.echo("perfsleuth: error: changes writes text or json", err=True)
         raise typer.Exit(2)
     raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha))
+
+
+@app.command()
+def localize(
+    file: Annotated[Path, typer.Argument(help="a leaf table (CSV or Parquet): one row per combination of dimension values, "
+                                              "or one row per run; every column not named as a metric is a dimension")],
+    current: Annotated[str, typer.Option(help="metric column of the current window (the numerator of a ratio)")],
+    baseline: Annotated[str, typer.Option(help="metric column of the baseline window")],
+    current_denominator: Annotated[str | None, typer.Option(help="denominator column (current), for ratio metrics "
+                                                                 "such as tokens / GPU-seconds")] = None,
+    baseline_denominator: Annotated[str | None, typer.Option(help="denominator column (baseline)")] = None,
+    workload_dims: Annotated[str | None, typer.Option(help="dimensions that describe the workload (model, tp, pp, ...), "
+                                                          "comma-separated: culprits are compared like with like")] = None,
+    engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
+    bootstrap: Annotated[int, typer.Option(help="bootstrap resamples over runs for intervals and selection frequency")] = 20,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text or json")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """Which machines, versions and configs explain a fleet change: mix vs rate, culprits with evidence."""
+    from perfsleuth.commands.localize_cmd import localize_command
+
+    dims = None if workload_dims is None else [d.strip() for d in workload_dims.split(",") if d.strip()]
+    raise typer.Exit(localize_command(file, current, baseline, current_denominator, baseline_denominator, format.value, out,
+                                      engine, dims, bootstrap=bootstrap, seed=seed, master=master))
 
 
 cases_app = typer.Typer(no_args_is_help=True, help="Labeled cases: make a simulated suite, or add an investigated real job.")

@@ -11,13 +11,9 @@ from typing import Any
 from rich.console import Console
 
 from perfsleuth.cases.case import find_cases
+from perfsleuth.commands.output import fail, write_atomically
 from perfsleuth.errors import PerfsleuthError
 from perfsleuth.report.text_report import make_console
-
-
-def fail(message: str) -> int:
-    print(f"perfsleuth: error: {message}", file=sys.stderr)
-    return 2
 
 
 def run_on_cases(cases: list[Path], format: str, formats: tuple[str, ...], compute: Callable[[list[Path]], Any]) -> Any:
@@ -39,7 +35,7 @@ def emit(out: Path | None, text: str | None = None, render: Callable[[Console], 
     try:
         if text is not None:
             if out:
-                Path(out).write_text(text, encoding="utf-8")
+                write_atomically(Path(out), text)
             else:
                 sys.stdout.write(text)
         elif out:

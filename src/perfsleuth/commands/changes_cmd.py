@@ -8,7 +8,6 @@ statistics live in ``perfsleuth.stats.changes``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsleuth.commands.output import deliver_doc
 from perfsleuth.errors import Caveat, InputError, PerfsleuthError
 from perfsleuth.ingest.tables import metric_values, numeric_columns, pick_metric, read_table, require_columns
 from perfsleuth.stats.changes import ChangeReport, changes
@@ -33,18 +33,7 @@ def changes_command(file: Path, metric: str | None, time_col: str | None, series
     except PerfsleuthError as exc:
         print(f"perfsleuth: error: {exc}", file=sys.stderr)
         return 2
-    payload = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if format == "json" else text
-    if out is not None:
-        try:
-            tmp = Path(out).with_name(Path(out).name + ".tmp")
-            tmp.write_text(payload, encoding="utf-8")
-            tmp.replace(out)
-        except OSError as exc:
-            print(f"perfsleuth: error: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-    else:
-        sys.stdout.write(payload)
-    return 0
+    return deliver_doc(doc, text, format, out)
 
 
 def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str,

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from perfsleuth.commands.output import write_atomically
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.ingest.tables import pick_metric, read_table, require_columns
 from perfsleuth.report.text_report import make_console, safe
@@ -283,9 +284,7 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
         if format == "json":
             text = json.dumps(to_json(results, ctx), indent=2, ensure_ascii=False, allow_nan=False)
             if out:
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(text + "\n", encoding="utf-8")
-                tmp.replace(out)
+                write_atomically(out, text + "\n")
             else:
                 sys.stdout.write(text + "\n")
         elif out:

@@ -1,0 +1,156 @@
+"""``perfsleuth localize FILE``: which machines, versions and configs explain a fleet change; mix vs rate.
+
+Reads a leaf table (CSV or Parquet, one row per combination of dimension values, or one row per run)
+through the chosen engine, names the metric columns, treats every other column as a dimension, and
+reports ``segment.localize`` as text (rich) or JSON (schema ``perfsleuth.localize/1``). It only parses,
+connects and renders: the analysis lives in ``perfsleuth.segment``.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from perfsleuth import engine as engines
+from perfsleuth.commands.output import deliver_doc
+from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.segment.localize import Localization, localize
+from perfsleuth.segment.mixrate import LeafSpec
+
+SCHEMA = "perfsleuth.localize/1"
+
+
+def localize_command(file: Path, current: str, baseline: str, current_denominator: str | None = None,
+                     baseline_denominator: str | None = None, format: str = "text", out: Path | None = None,
+                     engine: str = "duckdb", workload_dims: Sequence[str] | None = None, *, bootstrap: int = 20,
+                     seed: int = 0, master: str | None = None) -> int:
+    """Run the verb; returns the exit status (0 done, 2 bad input or options)."""
+    try:
+        doc, text = _run(Path(file), current, baseline, current_denominator, baseline_denominator, format, engine,
+                         workload_dims, bootstrap, seed, master)
+    except PerfsleuthError as exc:
+        print(f"perfsleuth: error: {exc}", file=sys.stderr)
+        return 2
+    return deliver_doc(doc, text, format, out)
+
+
+def _run(path: Path, current: str, baseline: str, current_den: str | None, baseline_den: str | None, format: str,
+         engine: str, workload_dims: Sequence[str] | None, bootstrap: int, seed: int,
+         master: str | None) -> tuple[dict[str, Any], str]:
+    if format not in ("text", "json"):
+        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if engine not in engines.ENGINES:
+        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
+    if bootstrap < 0:
+        raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+    if (current_den is None) != (baseline_den is None):
+        raise InputError(path, "give both denominators or neither",
+                         hint="--current-denominator and --baseline-denominator go together")
+    if not path.exists():
+        raise InputError(path, "no such file")
+    con = engines.connect(engine, master=master)
+    table = engines.table(con, path)
+    metrics = [c for c in (current, baseline, current_den, baseline_den) if c]
+    _check_metrics(table, metrics, path)
+    dims = tuple(c for c in table.columns if c not in metrics)
+    if not dims:
+        raise InputError(path, "no dimension columns: every column is a metric",
+                         hint="a leaf table needs columns such as driver, node, model besides the metric")
+    if workload_dims is not None:
+        unknown = [d for d in workload_dims if d not in dims]
+        if unknown:
+            raise InputError(path, f"--workload-dims names no dimension column: {', '.join(unknown)}",
+                             hint=f"dimensions are: {', '.join(dims)}")
+    spec = LeafSpec(dims, current, baseline, current_den, baseline_den)
+    if table.count().execute() == 0:
+        raise InputError(path, "the table has no rows")
+    result = localize(table, spec, workload_dims=workload_dims, bootstrap=bootstrap, seed=seed)
+    doc = {"schema": SCHEMA, "file": str(path), **result.to_json()}
+    return doc, render_text(path, result)
+
+
+def _check_metrics(table: Any, metrics: list[str], path: Path) -> None:
+    schema = table.schema()
+    missing = [m for m in metrics if m not in schema]
+    if missing:
+        raise InputError(path, f"no column(s) {', '.join(map(repr, missing))}",
+                         hint=f"columns are: {', '.join(schema.names)}")
+    for m in metrics:
+        if not schema[m].is_numeric():
+            raise InputError(path, f"column {m!r} is not numeric (it holds {schema[m]})", place=f"column {m}")
+    if len(set(metrics)) != len(metrics):
+        raise InputError(path, "the same column is named twice as a metric")
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+
+def _n(v: float | None, digits: int = 4) -> str:
+    if v is None:
+        return "?"
+    return f"{v:.{digits}g}" if abs(v) < 1e6 else f"{v:.3e}"
+
+
+def _pct(v: float | None) -> str:
+    return "?" if v is None else f"{v:+.1%}"
+
+
+def _ci(iv: Any, pct: bool = False) -> str:
+    fmt = _pct if pct else _n
+    if iv.low is None:
+        return fmt(iv.value)
+    return f"{fmt(iv.value)} [{fmt(iv.low)}, {fmt(iv.high)}]"
+
+
+def render_text(path: Path, r: Localization) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=160, force_terminal=False, color_system=None, highlight=False)
+    m = r.mix
+    what = "ratio " + (f"{r.spec.current}/{r.spec.current_denominator}" if r.spec.ratio else "") \
+        if r.spec.ratio else f"sum of {r.spec.current}"
+    con.print(f"{path.name}: fleet {what}: {_n(m.baseline)} -> {_n(m.current)} "
+              f"({_pct(m.delta / m.baseline if m.baseline else None)}), {m.leaves:,} cells, engine {r.engine}")
+    con.print(f"  mix (shares moved): {_n(m.mix)}   rate (same cells changed): {_n(m.rate)}   "
+              f"residual {_n(m.residual, 2)}")
+    if r.spec.ratio:
+        con.print(f"  had the mix not changed: {_n(m.counterfactual_same_mix)}; had no rate changed: "
+                  f"{_n(m.counterfactual_same_rates)}")
+    for t in m.top_mix[:3]:
+        (d, v), = t["elements"].items()
+        con.print(f"  mix shift: {d}={v} share {t['share_baseline']:.1%} -> {t['share_current']:.1%} "
+                  f"(mix term {_n(t['mix'])})")
+    if r.culprits:
+        tab = Table(title="culprits of the rate change", title_justify="left")
+        tab.add_column("element", no_wrap=True)
+        for col in ("share of rate", "same cells, change [95% CI]", "rate: baseline -> current [95% CI]",
+                    "same workloads elsewhere", "runs", "chosen", "fleet without it"):
+            tab.add_column(col, overflow="fold")
+        for c in r.culprits:
+            sib = "-" if c.siblings_relative_change is None else f"{c.siblings_relative_change:+.1%} ({c.siblings_cells} cells)"
+            chosen = "-" if c.selection_frequency is None else f"{c.selection_frequency:.0%}"
+            tab.add_row(c.label + ("" if c.kind == "suspect" else f" ({c.kind})"), _pct(c.share_of_rate).lstrip("+"),
+                        _ci(c.relative_change, pct=True), f"{_ci(c.rate_baseline)} -> {_ci(c.rate_current)}", sib,
+                        f"{c.support.runs_baseline}/{c.support.runs_current}", chosen, _n(c.counterfactual_without))
+        con.print(tab)
+        for c in r.culprits:
+            for alias in c.inseparable_from:
+                (d, v), = alias.items()
+                con.print(f"  note: {c.label} covers exactly the cells of {d}={v}: this data cannot separate them")
+    else:
+        con.print("  no element of the recorded dimensions explains the rate change")
+    if r.unexplained:
+        share = "none" if not r.explained_share else f"{max(r.explained_share, 0.0):.0%}"
+        con.print(f"  {r.unexplained} (the culprits explain {share} of the rate change)")
+    elif r.explained_share is not None:
+        con.print(f"  the culprits explain {r.explained_share:.0%} of the rate change")
+    for c in r.confounded:
+        con.print(f"  confounded: {c.message}")
+    for cav in r.caveats:
+        con.print(f"  note: {cav.message}")
+    return buf.getvalue()

@@ -1,0 +1,143 @@
+"""Culprit localization over a leaf table: the entry point of ``perfsleuth localize``.
+
+Input: an Ibis table with one row per combination of dimension values (or per run: rows of the same
+combination are summed), the metric's numerator in both windows and, for a ratio metric, its
+denominator in both. Output: the mix/rate split, the culprits with their evidence, how much of the
+rate change they leave unexplained, and the confounding checks. The engine does every reduction; the
+leaf terms are kept on the engine between the steps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import ibis.expr.types as ir
+
+from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, to_arrow
+from perfsleuth.errors import Caveat, InputError
+from perfsleuth.segment.evidence import (
+    Confounding,
+    CulpritEvidence,
+    confounding,
+    culprit_evidence,
+    element_mask,
+    split_dims,
+    with_poisson_weight,
+)
+from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, search
+from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
+
+UNEXPLAINED = "unexplained — a cause outside the recorded dimensions"
+_TERMS, _RAW = "ps_localize_terms", "ps_localize_raw"
+
+
+@dataclass(frozen=True, slots=True)
+class Localization:
+    """What ``localize`` found: the split, the culprits with evidence, and what is left unexplained."""
+
+    engine: str
+    spec: LeafSpec
+    workload_dims: tuple[str, ...]
+    suspect_dims: tuple[str, ...]
+    mix: MixRate
+    search: LatticeResult
+    culprits: tuple[CulpritEvidence, ...]
+    explained_share: float | None  # of the rate change, by all culprits together
+    unexplained: str | None
+    confounded: tuple[Confounding, ...]
+    bootstrap: int
+    caveats: tuple[Caveat, ...] = field(default=())
+
+    def to_json(self) -> dict:
+        rate_left = None if self.explained_share is None else self.mix.rate * (1.0 - self.explained_share)
+        return {
+            "engine": self.engine,
+            "metric": {"kind": self.mix.kind, "current": self.spec.current, "baseline": self.spec.baseline,
+                       "current_denominator": self.spec.current_denominator,
+                       "baseline_denominator": self.spec.baseline_denominator},
+            "dimensions": {"workload": list(self.workload_dims), "suspect": list(self.suspect_dims),
+                           "searched": list(self.search.dims),
+                           "nested": [{"dim": a, "within": b} for a, b in self.search.dependencies],
+                           "constant": list(self.search.constant_dims)},
+            "fleet": self.mix.to_json(),
+            "mix": self.mix.mix,
+            "rate": self.mix.rate,
+            "culprits": [c.to_json() for c in self.culprits],
+            "explained_share_of_rate": self.explained_share,
+            "unexplained": {"message": self.unexplained, "rate": rate_left} if self.unexplained else
+            {"message": None, "rate": rate_left},
+            "confounded": [c.to_json() for c in self.confounded],
+            "search": {"cutoff": self.search.cutoff, "abnormal_change": self.search.abnormal_change,
+                       "cuboids_scanned": self.search.cuboids_scanned, "queries": self.search.queries,
+                       "notes": list(self.search.notes)},
+            "bootstrap_replicates": self.bootstrap,
+            "caveats": [c.to_json() for c in self.caveats],
+        }
+
+
+def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | None = None,
+             options: SearchOptions = DEFAULT_OPTIONS, bootstrap: int = 20, seed: int = 0,
+             min_explained: float = 0.5) -> Localization:
+    """Split the fleet change into mix and rate, find the culprits of the rate change, and back them up."""
+    con = backend_of(table)
+    missing = [c for c in (*spec.dims, spec.current, spec.baseline, spec.current_denominator, spec.baseline_denominator)
+               if c is not None and c not in table.columns]
+    if missing:
+        raise InputError(None, f"no column(s) {', '.join(map(repr, missing))}",
+                         hint=f"columns are: {', '.join(table.columns)}")
+    if not spec.dims:
+        raise InputError(None, "no dimension columns to search", hint="every column that is not a metric is a dimension")
+    work, suspect = split_dims(spec.dims, workload_dims)
+    keyed = table.mutate(**{d: table[d].cast("string").fill_null(NULL_VALUE) for d in spec.dims})
+    materialize(con, _RAW, keyed)
+    raw = con.table(_RAW)
+    materialize(con, _TERMS, compiled(con, ("terms", _RAW, spec), lambda: leaf_terms(leaf_table(raw, spec), spec.ratio)))
+    terms = con.table(_TERMS)
+    mix = decompose(terms, spec.ratio, work)
+    found = search(terms, spec.dims, options)
+    freq = _selection_frequency(terms, spec.dims, options, bootstrap, seed) if bootstrap and found.culprits else {}
+    culprits = tuple(culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work,
+                                      selection_frequency=freq.get(c.label), seed=seed + i)
+                     for i, c in enumerate(found.culprits))
+    share = _explained_share(terms, found, mix)
+    caveats: list[Caveat] = []
+    unexplained = None
+    if mix.rate and (share is None or share < min_explained):
+        unexplained = UNEXPLAINED
+    if mix.new_leaves or mix.gone_leaves:
+        caveats.append(Caveat("one-window-cells", f"{mix.new_leaves} cells appear only in the current window and "
+                                                  f"{mix.gone_leaves} only in the baseline: counted as mix"))
+    conf = confounding(terms, spec, work, suspect)
+    for name in (_TERMS, _RAW):
+        drop(con, name)
+    return Localization(engine_name(con), spec, work, suspect, mix, found, culprits, share, unexplained, conf,
+                        bootstrap if found.culprits else 0, tuple(caveats))
+
+
+def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> float | None:
+    """The part of the rate change under any culprit (cells under two culprits count once)."""
+    if not mix.rate:
+        return None
+    if not found.culprits:
+        return 0.0
+    under = None
+    for c in found.culprits:
+        m = element_mask(terms, c.elements)
+        under = m if under is None else under | m
+    explained = to_arrow(terms.filter(under).aggregate(s=terms.rate.sum())).to_pylist()[0]["s"] or 0.0
+    return explained / mix.rate
+
+
+def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOptions, reps: int,
+                         seed: int) -> dict[str, float]:
+    """How often each element is chosen again when the cells are resampled (Poisson weights)."""
+    counts: Counter[str] = Counter()
+    order = list(dims)
+    for b in range(reps):
+        boot = with_poisson_weight(terms, order, seed * 1009 + b)
+        boot = boot.mutate(real=boot.real * boot.bw, predict=boot.predict * boot.bw)
+        res = search(boot, dims, options)
+        counts.update(set(res.labels))
+    return {label: n / reps for label, n in counts.items()}
