@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""2: ``records`` gained the factor-tree columns (``metrics.tree``); the other tables are unchanged."""
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -134,9 +135,38 @@ RECORDS = pa.schema(
         _f("time_ns", pa.int64(), "when the unit was measured (epoch)", "ns"),
         _f("unit", pa.string(), "what one row is: run, window, benchmark"),
         _f("dims", pa.map_(pa.string(), pa.string()), "dimensions of the run"),
-        _f("step_time_ns", pa.float64(), "median step time", "ns"),
+        _f("step_time_ns", pa.float64(), "typical step time of the job (statistic in step_time_stat)", "ns"),
         _f("tokens_per_s_per_gpu", pa.float64(), "throughput", "tokens/s/GPU"),
-        _f("mfu", pa.float64(), "model FLOPs utilisation", "fraction"),
+        _f("mfu", pa.float64(), "model FLOPs utilisation: model_flops_per_step / (step_time x gpus x peak_flop_per_s)", "fraction"),
+        # --- the factor tree (metrics.tree); null where the sources do not tell -------------------------
+        _f("step_time_stat", pa.string(), "how step_time_ns summarises the steps: median (step logs) or mean (traces: "
+           "the tiled windows' total / steps, so the components add up to it)"),
+        _f("steps", pa.int64(), "steps the row measures", "steps"),
+        _f("gpus", pa.int32(), "GPUs of the job", "GPUs"),
+        _f("gpu_seconds", pa.float64(), "GPU time the row measures: steps x step_time x gpus (weight for fleet means)", "GPU*s"),
+        _f("tokens_per_step", pa.float64(), "tokens per step, whole job", "tokens"),
+        _f("tokens", pa.float64(), "tokens the row measures: steps x tokens_per_step", "tokens"),
+        _f("gpu_sku", pa.string(), "GPU model the peak is taken for (metrics.hardware key)"),
+        _f("precision", pa.string(), "precision of the peak (bf16, fp8, ...)"),
+        _f("peak_flop_per_s", pa.float64(), "dense peak of one GPU at that precision (metrics.hardware)", "FLOP/s"),
+        _f("model_flops_per_step", pa.float64(), "model FLOPs of one step, whole job (no recompute)", "FLOP"),
+        _f("model_flops_method", pa.string(), "where model_flops_per_step comes from (formula or log field)"),
+        _f("hardware_flops_per_step", pa.float64(), "FLOPs the GPUs execute per step, recompute included", "FLOP"),
+        _f("sync_factor", pa.float64(), "f_sync = ideal step (no rank waits for another) / step time", "fraction"),
+        _f("busy_fraction", pa.float64(), "f_busy = compute time / ideal step time", "fraction"),
+        _f("model_flop_ratio", pa.float64(), "f_model = model FLOPs / hardware FLOPs (MFU/HFU); null when hardware FLOPs are unknown",
+           "fraction"),
+        _f("hardware_flop_efficiency", pa.float64(), "f_hw = hardware FLOPs (model FLOPs when unknown) / (gpus x peak x compute time)",
+           "fraction"),
+        _f("compute_fraction", pa.float64(), "compute kernels' union / step time", "fraction"),
+        _f("exposed_comm_fraction", pa.float64(), "communication not hidden by compute / step time", "fraction"),
+        _f("memcpy_fraction", pa.float64(), "memcpy/memset nothing hides / step time", "fraction"),
+        _f("host_launch_fraction", pa.float64(), "GPU idle waiting for the host to launch work / step time", "fraction"),
+        _f("sync_idle_fraction", pa.float64(), "GPU idle while the host blocks in a synchronize call / step time", "fraction"),
+        _f("data_wait_fraction", pa.float64(), "waiting for input data (step-log timers) / step time", "fraction"),
+        _f("checkpoint_fraction", pa.float64(), "checkpoint stalls / step time", "fraction"),
+        _f("idle_other_fraction", pa.float64(), "GPU idle not explained by the above / step time", "fraction"),
+        _f("straggler_wait_fraction", pa.float64(), "1 - sync_factor: waiting for the slowest rank / step time", "fraction"),
     ],
     metadata={"table": "records", "schema_version": SCHEMA_VERSION},
 )

@@ -614,7 +614,7 @@ def records_row(run_id: str, rows: pd.DataFrame, settings: dict[str, str], frame
     t0 = rows["time_ns"].dropna()
     return pa.Table.from_pylist([{
         "run_id": run_id, "time_ns": int(t0.min()) if len(t0) else None, "unit": "run", "dims": sorted(dims.items()),
-        "step_time_ns": step_ns, "tokens_per_s_per_gpu": tps, "mfu": None,
+        "step_time_ns": step_ns, "tokens_per_s_per_gpu": tps, "mfu": None, "step_time_stat": "median", "gpus": gpus,
     }], schema=RECORDS)
 
 
