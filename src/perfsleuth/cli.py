@@ -193,6 +193,23 @@ def localize(
                                       engine, dims, bootstrap=bootstrap, seed=seed, master=master))
 
 
+@app.command()
+def diff(
+    baseline: Annotated[Path, typer.Argument(help="the baseline job's traces: a folder or a file (Kineto, nsys, JAX)")],
+    candidate: Annotated[Path, typer.Argument(help="the candidate job's traces (any trace format)")],
+    top: Annotated[int, typer.Option(help="rows to show in text, md and html")] = 15,
+    threshold: Annotated[float, typer.Option(help="smallest relative change of a row that matters (0.02 = 2%)")] = 0.02,
+    method: Annotated[str, typer.Option(help="interval over steps: auto (Welch t) or bootstrap")] = "auto",
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+) -> None:
+    """Which kernels, collectives and phases made CANDIDATE's steps slower (or faster) than BASELINE's."""
+    from perfsleuth.commands.diff_cmd import diff_command
+
+    raise typer.Exit(diff_command(baseline, candidate, format.value, out, top, threshold, method, workers))
+
+
 cases_app = typer.Typer(no_args_is_help=True, help="Labeled cases: make a simulated suite, or add an investigated real job.")
 app.add_typer(cases_app, name="cases")
 
