@@ -11,10 +11,14 @@ from typing import Any
 import pyarrow as pa
 
 from perfsleuth.diagnose import Diagnosis, diagnose
+from perfsleuth.diagnose.correlate import join_telemetry
+from perfsleuth.diagnose.ncu_join import join_ncu
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.errors import Caveat
 from perfsleuth.ingest import read_trace_job, traces
-from perfsleuth.ingest.inputs import classify_inputs
-from perfsleuth.ingest.kineto import RankFile, check_one_job, default_run_id, map_rank_files
+from perfsleuth.ingest.inputs import JobInputs, classify_inputs
+from perfsleuth.ingest.kineto import KinetoJob, RankFile, check_one_job, default_run_id, map_rank_files
+from perfsleuth.ingest.placement import Slot, TraceRank, build_placement, explicit_placement, read_placement_file, trace_rank
 from perfsleuth.ingest.source import SourceData
 from perfsleuth.model import RUNS
 from perfsleuth.report.json_report import analysis_to_json
@@ -31,11 +35,15 @@ class JobReport:
     analysis: JobAnalysis
     diagnosis: Diagnosis
     sources: tuple[SourceData, ...] = field(default=())
+    placement: pa.Table | None = None  # per traced rank: host, GPU, epoch window (ingest.placement)
+    rank_telemetry: pa.Table | None = None  # per traced rank: its GPU's telemetry during the trace (diagnose.correlate)
 
     def to_json(self) -> dict[str, Any]:
         doc = analysis_to_json(self.analysis, self.diagnosis)
         doc["sources"] = [{"format": s.format, "path": s.path, "tables": {k: t.num_rows for k, t in s.tables.items()}}
                           for s in self.sources]
+        doc["placement"] = self.placement.to_pylist() if self.placement is not None else None
+        doc["rank_telemetry"] = self.rank_telemetry.to_pylist() if self.rank_telemetry is not None else None
         return doc
 
 
@@ -45,24 +53,55 @@ def load_trace_job(paths: Sequence[str | Path], *, run_id: str | None = None, wo
     return TraceJob(k.runs, k.events, k.caveats, k.rank_files)
 
 
-def _parse_and_analyze(job: tuple[str, bool], run_id: str, fmt: str, plan: traces.Plan) -> list[tuple[RankFile, RankResult]]:
-    """Worker: one trace file in, its ranks' analyses out; their events stay here."""
+def _parse_and_analyze(job: tuple[str, bool], run_id: str, fmt: str,
+                       plan: traces.Plan) -> list[tuple[RankFile, RankResult, TraceRank]]:
+    """Worker: one trace file in, its ranks' analyses and placement facts out; their events stay here."""
     path, single = job
-    return [(rf.without_events(), analyze_rank(RankView(rf.rank, rf.events), run_id))
+    return [(rf.without_events(), analyze_rank(RankView(rf.rank, rf.events), run_id), trace_rank(rf))
             for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)]
+
+
+def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None) -> tuple[JobAnalysis, list[TraceRank]]:
+    rid = run_id or default_run_id(files)
+    plan, caveats = traces.plan_ranks(fmt, files)
+    per_file = map_rank_files(files, partial(_parse_and_analyze, run_id=rid, fmt=fmt, plan=plan), workers=workers)
+    triples = [p for ranks in per_file for p in ranks]
+    rank_files = [p[0] for p in triples]
+    world, more = check_one_job(rank_files)
+    analysis = combine_ranks([p[1] for p in triples], traces.runs_table(fmt, rid, rank_files, world),
+                             {r.rank: r.path for r in rank_files}, caveats + more)
+    return analysis, [p[2] for p in triples]
 
 
 def analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None = None, workers: int | None = None) -> JobAnalysis:
     """Analyse one job's trace files holding one file's events at a time per worker (memory bounded
     by the largest file, not the job)."""
-    rid = run_id or default_run_id(files)
-    plan, caveats = traces.plan_ranks(fmt, files)
-    per_file = map_rank_files(files, partial(_parse_and_analyze, run_id=rid, fmt=fmt, plan=plan), workers=workers)
-    pairs = [p for ranks in per_file for p in ranks]
-    rank_files = [p[0] for p in pairs]
-    world, more = check_one_job(rank_files)
-    return combine_ranks([p[1] for p in pairs], traces.runs_table(fmt, rid, rank_files, world),
-                         {r.rank: r.path for r in rank_files}, caveats + more)
+    return _analyze_traces(fmt, files, run_id=run_id, workers=workers)[0]
+
+
+def _trace_ranks_in_memory(k: KinetoJob) -> list[TraceRank]:
+    """Placement facts of a job read whole (the same as the workers compute per file)."""
+    import pyarrow.compute as pc
+
+    out = []
+    for rank, path in k.rank_files.items():
+        ev = k.events.filter(pc.equal(k.events["rank"], rank))
+        span = (pc.min(ev["ts_ns"]).as_py(), pc.max(ev["ts_ns"]).as_py()) if ev.num_rows else None
+        out.append(trace_rank(RankFile(path, rank, "", k.metadata.get(rank, {}), ev, [], span)))
+    return out
+
+
+def _placement(found: JobInputs, trace_ranks: list[TraceRank],
+               explicit: tuple[dict[int, Slot], str] | None) -> tuple[pa.Table | None, list[Caveat]]:
+    """The placement table: the ``placement`` option first, else placement files among the inputs."""
+    if not trace_ranks:
+        return None, []
+    if explicit is None and found.placement_files:
+        merged: dict[int, Slot] = {}
+        for f in found.placement_files:
+            merged.update(read_placement_file(f))
+        explicit = (merged, "placement file " + ", ".join(f.name for f in found.placement_files))
+    return build_placement(trace_ranks, explicit)
 
 
 def analyze_streaming(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> JobAnalysis:
@@ -81,21 +120,39 @@ def _no_trace(run_id: str, sources: Sequence[SourceData]) -> JobAnalysis:
 
 
 def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None,
-            keep_events: bool = False) -> JobReport:
+            keep_events: bool = False, placement: str | Path | None = None) -> JobReport:
     """Read, analyse and diagnose one job from whatever signal files it has: per-rank traces (Kineto,
     JAX, Nsight Systems) and any mix of telemetry, NCCL, Nsight Compute, step-log and inference files.
 
     ``keep_events=True`` also keeps every trace event in memory (``report.analysis.job``), for digging in.
+    ``placement`` (a file, or ``"0=node-a:0,1=node-a:1"``) says which host and GPU each rank ran on, for
+    joining telemetry to the ranks (``ingest.placement`` lists the other ways it is found).
     """
     found = classify_inputs(paths)
+    explicit = explicit_placement(placement)  # a bad option fails before any trace is parsed
     sources = tuple(adapter.read(p) for adapter, p in found.others)
+    trace_ranks: list[TraceRank] = []
     if found.trace_format is None:
         rid = run_id or default_run_id([p for _, p in found.others])
         analysis = _no_trace(rid, sources)
     elif keep_events:
-        analysis = analyze_job(load_trace_job(found.trace_files, run_id=run_id, workers=workers))
+        k = read_trace_job(found.trace_files, run_id=run_id, workers=workers)
+        analysis = analyze_job(TraceJob(k.runs, k.events, k.caveats, k.rank_files))
+        trace_ranks = _trace_ranks_in_memory(k)
     else:
-        analysis = analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers)
+        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers)
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
-    return JobReport(analysis, diagnose(signals), sources)
+    diagnosis = diagnose(signals)
+    places, place_caveats = _placement(found, trace_ranks, explicit)
+    joined = join_telemetry(diagnosis, signals, places)
+    diagnosis, analysis.top_kernels = join_ncu(joined.diagnosis, analysis.top_kernels, signals.table("kernel_metrics"),
+                                               _gpu_sku(analysis))
+    if joined.rank_telemetry is not None or joined.caveats:  # placement caveats matter only where something is joined
+        analysis.caveats.extend(place_caveats)
+    analysis.caveats.extend(joined.caveats)
+    return JobReport(analysis, diagnosis, sources, places, joined.rank_telemetry)
+
+
+def _gpu_sku(analysis: JobAnalysis) -> str | None:
+    return analysis.runs["gpu_sku"][0].as_py() if analysis.runs.num_rows and "gpu_sku" in analysis.runs.column_names else None

@@ -80,12 +80,15 @@ def analyze(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
     run_id: Annotated[str | None, typer.Option(help="name of the run (default: the directory name)")] = None,
     workers: Annotated[int | None, typer.Option(help="processes that parse rank files (default: one per core)")] = None,
+    placement: Annotated[str | None, typer.Option(
+        help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
+             "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
 ) -> None:
     """What is wrong with this job, from its PyTorch-profiler (Kineto) traces."""
     from perfsleuth.api import analyze as run_analysis
 
     try:
-        report = run_analysis(paths, run_id=run_id, workers=workers)
+        report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement)
     except PerfsleuthError as exc:
         _fail(exc)
     _emit(report, format, out)

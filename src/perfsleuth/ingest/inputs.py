@@ -3,7 +3,8 @@
 A job's evidence comes in any mix and any names: per-rank traces of one format (Kineto JSON, JAX
 profiles, Nsight Systems exports), read per rank by the trace pipeline, and whole-file signals (DCGM
 scrapes, nvidia-smi, nccl-tests, NCCL logs, Nsight Compute CSV, step logs, inference benchmarks),
-each read by its adapter. Every file is recognised by its content, never its extension.
+each read by its adapter. Every file is recognised by its content, never its extension. A placement
+file (which rank ran on which host and GPU, ``ingest.placement``) is recognised the same way and kept apart.
 
 A file named directly must be recognised (else a clear error). In a directory, files nothing
 recognises are skipped with a caveat (READMEs, configs), except perfsleuth's own case files.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest import placement
 from perfsleuth.ingest.source import Adapter, detect_format
 
 KINETO_NAMES = (".json", ".json.gz")
@@ -49,6 +51,7 @@ class JobInputs:
     trace_files: list[Path] = field(default_factory=list)
     others: list[tuple[Adapter, Path]] = field(default_factory=list)
     caveats: list[Caveat] = field(default_factory=list)
+    placement_files: list[Path] = field(default_factory=list)
 
 
 def _trace_format_of(path: Path, formats: Sequence[TraceFormat]) -> TraceFormat | None:
@@ -92,6 +95,9 @@ def classify_inputs(paths: Sequence[str | Path]) -> JobInputs:
         fmt = _trace_format_of(f, formats)
         if fmt is not None:
             traces.setdefault(fmt.name, []).append(f)
+            return
+        if placement.detect(f):
+            out.placement_files.append(f)
             return
         adapter = detect_format(f)
         if adapter is not None:

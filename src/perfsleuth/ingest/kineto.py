@@ -510,6 +510,23 @@ def _check_same_time(ranks: Sequence[RankFile]) -> None:
                          hint="these rank files come from different runs; analyse each run separately")
 
 
+EPOCH_RANGE_NS = (1_420_070_400 * 10**9, 4_102_444_800 * 10**9)
+"""2015-01-01 .. 2100-01-01 UTC: an epoch time outside it means the clock is not the wall clock."""
+
+
+def epoch_offset_ns(metadata: dict[str, Any], first_ts_ns: int | None) -> int | None:
+    """What to add to this file's event times to get UTC epoch ns, or None when the file cannot say.
+
+    Kineto writes ``ts`` relative to ``baseTimeNanoseconds`` (the wall clock floored to a 3-month
+    boundary, so a double keeps nanoseconds); traces from before that key have epoch-µs ``ts`` already.
+    Anything that does not land between 2015 and 2100 is another clock (monotonic): unknown."""
+    base = metadata.get("baseTimeNanoseconds")
+    offset = _as_int(base, 0) if base is not None else 0
+    if first_ts_ns is None or not EPOCH_RANGE_NS[0] <= offset + first_ts_ns <= EPOCH_RANGE_NS[1]:
+        return None
+    return offset
+
+
 def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
     """The one-row ``runs`` table of a job, from its rank files' metadata."""
     first = min(ranks, key=lambda r: r.rank)
@@ -521,6 +538,9 @@ def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
     started = min(starts) if starts else None
     skip = ("displayTimeUnit", "schemaVersion", "baseTimeNanoseconds", "traceName")
     dims = {k: str(v) for k, v in meta.items() if isinstance(v, str | int | float) and k not in skip}
+    offset = epoch_offset_ns(meta, first.span_ns[0] if first.span_ns else None)
+    if offset is not None:  # event time + this = UTC epoch ns (the join with telemetry needs it)
+        dims["epoch_offset_ns"] = str(offset)
     row = {
         "run_id": [run_id],
         "started_at_ns": [started],

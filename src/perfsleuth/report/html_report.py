@@ -667,6 +667,8 @@ def _kernels(analysis: JobAnalysis) -> str:
                        f'<td class="l">{esc(k["kernel_class"])}</td><td>{int(k["count"])}</td><td>{fmt_ms(k["total_ns"])}</td>'
                        f"<td>{esc(fmt_quantity(k['mean_ns'], 'ns'))}</td><td>{esc(fmt_quantity(k['p50_ns'], 'ns'))}</td>"
                        f"<td>{esc(fmt_quantity(k['max_ns'], 'ns'))}</td><td>{fmt_pct(k['share'])}</td></tr>")
+            if k.get("ncu"):  # Nsight Compute's verdict on this kernel (diagnose.ncu_join)
+                out.append(f'<tr><td class="l note" colspan="8">ncu: {esc(k["ncu"])}</td></tr>')
         out.append("</table>")
         if classes.get(rank):
             out.append('<p class="note">by class: ' + ", ".join(

@@ -76,6 +76,9 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
                 continue
             k.add_row(safe(row["name"], 60), row["kernel_class"], str(row["count"]), _ms(row["total_ns"]), _pct(row["share"]))
         console.print(k)
+        for row in analysis.top_kernels.to_pylist():  # Nsight Compute's verdict on a kernel (diagnose.ncu_join)
+            if row["rank"] == first and row.get("ncu"):
+                console.print(Text.assemble("  ncu ", safe(row["name"], 50), ": ", safe(row["ncu"], 200)), style="dim")
 
     console.print(Text("Findings", style="bold"))
     if not diagnosis.findings:
@@ -88,6 +91,9 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         console.print(Text("    " + f.symptom))
         for alt in f.alternatives:
             console.print(Text(f"    vs {alt.fault}: {alt.verdict} — {alt.reason}"))
+        for e in f.evidence:
+            if e.metric.startswith("joined_"):  # what another source says about this finding (diagnose.correlate, ncu_join)
+                console.print(Text("    joined: " + terminal_text(e.note, 400)))
         for sym in f.attached:
             console.print(Text("    explains " + sym))
         console.print(Text("    next: " + f.action))
