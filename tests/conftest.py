@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,22 @@ def traces_dir() -> Path:
     if not TRACES.exists():
         pytest.skip(f"real trace fixtures not found at {TRACES}")
     return TRACES
+
+
+@pytest.fixture(scope="module")
+def duck():
+    """An embedded DuckDB connection through Ibis (the default fleet engine)."""
+    from perfsleuth import engine
+
+    return engine.connect("duckdb")
+
+
+@pytest.fixture(scope="session")
+def spark_con():
+    """Spark local mode through Ibis; one SparkSession per process (getOrCreate shares it across modules)."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime for Spark")
+    from perfsleuth import engine
+
+    return engine.connect("spark")

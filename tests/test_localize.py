@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from itertools import product
 
 import numpy as np
@@ -38,19 +37,6 @@ def _leaves(dims: dict[str, int], effects: dict[str, float], seed: int = 0, nois
         mask = np.array([all(cols[d][i] == v for d, v in parts.items()) for i in range(len(combos))])
         real = np.where(mask, predict * factor, real)
     return pa.table({**cols, "real": real, "predict": predict})
-
-
-@pytest.fixture(scope="module")
-def duck():
-    return engine.connect("duckdb")
-
-
-@pytest.fixture(scope="session")
-def spark_con():
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None:
-        pytest.skip("no Java runtime for Spark")
-    return engine.connect("spark")
 
 
 def test_one_cause_on_one_dimension_is_found_alone(duck):

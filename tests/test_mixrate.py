@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -19,19 +18,6 @@ RATIO = LeafSpec(("cell",), "n1", "n0", "d1", "d0")
 def _split(con, data: pa.Table, spec: LeafSpec = RATIO, workload=()):
     terms = leaf_terms(leaf_table(engine.table(con, data), spec), spec.ratio)
     return decompose(terms, spec.ratio, workload)
-
-
-@pytest.fixture(scope="module")
-def duck():
-    return engine.connect("duckdb")
-
-
-@pytest.fixture(scope="session")
-def spark_con():
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None:
-        pytest.skip("no Java runtime for Spark")
-    return engine.connect("spark")  # one SparkSession per process: getOrCreate shares it across modules
 
 
 def test_two_cells_match_the_hand_computed_split(duck):
