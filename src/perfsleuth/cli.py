@@ -172,13 +172,21 @@ def changes(
 
 @app.command()
 def localize(
-    file: Annotated[Path, typer.Argument(help="a leaf table (CSV or Parquet): one row per combination of dimension values, "
-                                              "or one row per run; every column not named as a metric is a dimension")],
-    current: Annotated[str, typer.Option(help="metric column of the current window (the numerator of a ratio)")],
-    baseline: Annotated[str, typer.Option(help="metric column of the baseline window")],
+    file: Annotated[Path | None, typer.Argument(help="a leaf table (CSV or Parquet): one row per combination of dimension "
+                                                     "values, or one row per run; every column not named as a metric is a "
+                                                     "dimension. Leave out with --store")] = None,
+    current: Annotated[str | None, typer.Option(help="FILE: metric column of the current window (the numerator of a ratio); "
+                                                     "--store: the current window, YYYY-MM-DD..YYYY-MM-DD")] = None,
+    baseline: Annotated[str | None, typer.Option(help="FILE: metric column of the baseline window; --store: the baseline "
+                                                      "window, YYYY-MM-DD..YYYY-MM-DD (both days included, UTC)")] = None,
     current_denominator: Annotated[str | None, typer.Option(help="denominator column (current), for ratio metrics "
                                                                  "such as tokens / GPU-seconds")] = None,
     baseline_denominator: Annotated[str | None, typer.Option(help="denominator column (baseline)")] = None,
+    store: Annotated[Path | None, typer.Option(help="a fleet store (perfsleuth ingest) instead of FILE")] = None,
+    metric: Annotated[str | None, typer.Option(help="--store: the fleet metric (tokens_per_s_per_gpu, mfu, step_time_ns, "
+                                                    "or any numeric records column)")] = None,
+    dims: Annotated[str | None, typer.Option(help="--store: the dimensions to search, comma-separated (default: all the "
+                                                  "store's, except per-run identifiers)")] = None,
     workload_dims: Annotated[str | None, typer.Option(help="dimensions that describe the workload (model, tp, pp, ...), "
                                                           "comma-separated: culprits are compared like with like")] = None,
     engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
@@ -188,12 +196,48 @@ def localize(
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text or json")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
-    """Which machines, versions and configs explain a fleet change: mix vs rate, culprits with evidence."""
-    from perfsleuth.commands.localize_cmd import localize_command
+    """Which machines, versions and configs explain a fleet change: mix vs rate, culprits with evidence.
 
-    dims = None if workload_dims is None else [d.strip() for d in workload_dims.split(",") if d.strip()]
+    Two forms: localize FILE --current COL --baseline COL, or localize --store DIR --metric NAME
+    --baseline YYYY-MM-DD..YYYY-MM-DD --current YYYY-MM-DD..YYYY-MM-DD [--dims a,b,...]."""
+    from perfsleuth.commands.localize_cmd import localize_command, localize_store_command
+
+    def names(text: str | None) -> list[str] | None:
+        return None if text is None else [d.strip() for d in text.split(",") if d.strip()]
+
+    problem = None
+    if (file is None) == (store is None):
+        problem = "give either FILE (a leaf table) or --store DIR, not both"
+    elif current is None or baseline is None:
+        problem = "--current and --baseline are required"
+    elif store is not None and (metric is None or current_denominator or baseline_denominator):
+        problem = "--store needs --metric (and takes no denominator columns)"
+    elif file is not None and (metric or dims):
+        problem = "--metric and --dims go with --store; a leaf table names its metric columns with --current/--baseline"
+    if problem:
+        typer.echo(f"perfsleuth: error: {problem}", err=True)
+        raise typer.Exit(2)
+    if store is not None:
+        raise typer.Exit(localize_store_command(store, metric, baseline, current, names(dims), names(workload_dims),
+                                                format.value, out, engine, bootstrap=bootstrap, seed=seed, master=master))
     raise typer.Exit(localize_command(file, current, baseline, current_denominator, baseline_denominator, format.value, out,
-                                      engine, dims, bootstrap=bootstrap, seed=seed, master=master))
+                                      engine, names(workload_dims), bootstrap=bootstrap, seed=seed, master=master))
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="jobs to add, each a directory of its signal files or one file")],
+    store: Annotated[Path, typer.Option(help="the fleet store directory (created when missing)")],
+    dims: Annotated[list[str] | None, typer.Option("--dims", help="key=value dimensions of the runs (cluster=c1,node=n07); "
+                                                                  "they win over a dims.json sidecar and the files' metadata")] = None,
+    run_id: Annotated[str | None, typer.Option(help="the run's id (one PATH only; default: the trace's, else the PATH's name)")] = None,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text or json")] = OutputFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """Add jobs to the fleet store (Parquet, partitioned by date and cluster); content already stored is skipped."""
+    from perfsleuth.commands.ingest_cmd import ingest_command
+
+    raise typer.Exit(ingest_command(paths, store, dims or [], run_id, format.value, out))
 
 
 @app.command()

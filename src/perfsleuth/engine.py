@@ -98,12 +98,26 @@ def table(con: BaseBackend, data: pa.Table | str | Path, name: str | None = None
     if not path.exists():
         raise InputError(path, "no such file")
     is_parquet = path.is_dir() or _is_parquet(path)
+    name = name or _fresh_name()
     try:
-        if is_parquet:
-            return con.read_parquet(str(path), table_name=name or _fresh_name())
-        return con.read_csv(str(path), table_name=name or _fresh_name())
+        raw = con.read_parquet(str(path), table_name=_fresh_name()) if is_parquet else con.read_csv(str(path), table_name=_fresh_name())
+        # Engines read files lazily: decode every value now, so that a corrupt page or a bad CSV row is
+        # reported here as this file's error, not as an engine error in the middle of an analysis.
+        materialize(con, name, raw)
     except Exception as exc:  # engines raise their own types for unreadable files
         raise InputError(path, f"the {engine_name(con)} engine cannot read it: {str(exc).splitlines()[0]}") from None
+    return con.table(name)
+
+
+def parquet_files(con: BaseBackend, files: list[str], name: str | None = None) -> ibis.Table:
+    """An Ibis table over exactly these Parquet files, their columns united by name (older files may lack
+    newer columns). A dataset's manifest, not a directory listing, says which files belong to it; no
+    hive-path inference (partition values are columns inside the files). Engine errors propagate."""
+    name = name or _fresh_name()
+    if engine_name(con) == "duckdb":
+        return con.read_parquet(files, table_name=name, union_by_name=True, hive_partitioning=False)
+    _spark(con).read.option("mergeSchema", "true").parquet(*files).createOrReplaceTempView(name)
+    return con.table(name)
 
 
 def to_arrow(expr: ibis.Expr) -> pa.Table:

@@ -2,15 +2,16 @@
 
 Reads a leaf table (CSV or Parquet, one row per combination of dimension values, or one row per run)
 through the chosen engine, names the metric columns, treats every other column as a dimension, and
-reports ``segment.localize`` as text (rich) or JSON (schema ``perfsleuth.localize/1``). It only parses,
-connects and renders: the analysis lives in ``perfsleuth.segment``.
+reports ``segment.localize`` as text (rich) or JSON (schema ``perfsleuth.localize/1``). The ``--store`` form
+builds that table from a fleet store instead (``perfsleuth.store.leaf``: a metric between two date
+windows). It only parses, connects and renders: the analysis lives in ``perfsleuth.segment``.
 """
 
 from __future__ import annotations
 
 import io
-import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from perfsleuth import engine as engines
-from perfsleuth.commands.output import deliver_doc
+from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.report.escape import terminal_block, terminal_text
 from perfsleuth.segment.localize import Localization, localize
 from perfsleuth.segment.mixrate import LeafSpec
 
@@ -35,8 +37,7 @@ def localize_command(file: Path, current: str, baseline: str, current_denominato
         doc, text = _run(Path(file), current, baseline, current_denominator, baseline_denominator, format, engine,
                          workload_dims, bootstrap, seed, master)
     except PerfsleuthError as exc:
-        print(f"perfsleuth: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     return deliver_doc(doc, text, format, out)
 
 
@@ -75,6 +76,36 @@ def _run(path: Path, current: str, baseline: str, current_den: str | None, basel
     return doc, render_text(path, result)
 
 
+def localize_store_command(store: Path, metric: str, baseline: str, current: str, dims: Sequence[str] | None = None,
+                           workload_dims: Sequence[str] | None = None, format: str = "text", out: Path | None = None,
+                           engine: str = "duckdb", *, bootstrap: int = 20, seed: int = 0, master: str | None = None) -> int:
+    """The ``--store`` form: the leaf table is built from the fleet store's records between two date windows."""
+    from perfsleuth.store import Store
+    from perfsleuth.store.leaf import Window, fleet_leaves
+
+    try:
+        if format not in ("text", "json"):
+            raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+        if engine not in engines.ENGINES:
+            raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
+        if bootstrap < 0:
+            raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+        base, cur = Window.parse(baseline, "--baseline"), Window.parse(current, "--current")
+        opened = Store(store)
+        con = engines.connect(engine, master=master)
+        leaves = fleet_leaves(opened, con, metric, base, cur, dims, workload_dims)
+        result = localize(leaves.table, leaves.spec, workload_dims=leaves.workload_dims, bootstrap=bootstrap, seed=seed)
+    except PerfsleuthError as exc:
+        return fail(str(exc))
+    result = replace(result, caveats=(*leaves.caveats, *result.caveats))
+    doc = {"schema": SCHEMA, "store": str(store), **result.to_json(),
+           "fleet_metric": {"name": metric, "method": leaves.metric.method, "baseline_window": str(base),
+                            "current_window": str(cur), "runs": leaves.runs}}
+    head = (f"{metric} ({leaves.metric.method}); baseline {base} ({leaves.runs['baseline']} runs), "
+            f"current {cur} ({leaves.runs['current']} runs)\n")
+    return deliver_doc(doc, head + render_text(Path(store), result), format, out)
+
+
 def _check_metrics(table: Any, metrics: list[str], path: Path) -> None:
     schema = table.schema()
     missing = [m for m in metrics if m not in schema]
@@ -108,49 +139,58 @@ def _ci(iv: Any, pct: bool = False) -> str:
     return f"{fmt(iv.value)} [{fmt(iv.low)}, {fmt(iv.high)}]"
 
 
+def _inert(value: object) -> str:
+    """A label from the input, made inert for the terminal before rich measures it."""
+    return terminal_text(value, None)
+
+
 def render_text(path: Path, r: Localization) -> str:
+    """The split and the culprits as plain text. Labels are dimension values from the input: rich markup is
+    off (a value ``[bold]`` is shown, not applied), every label is made inert before rich lays it out (so columns
+    line up), and the whole text goes through ``terminal_block``."""
     buf = io.StringIO()
-    con = Console(file=buf, width=160, force_terminal=False, color_system=None, highlight=False)
+    con = Console(file=buf, width=160, force_terminal=False, color_system=None, highlight=False, markup=False,
+                  emoji=False)
     m = r.mix
-    what = "ratio " + (f"{r.spec.current}/{r.spec.current_denominator}" if r.spec.ratio else "") \
-        if r.spec.ratio else f"sum of {r.spec.current}"
-    con.print(f"{path.name}: fleet {what}: {_n(m.baseline)} -> {_n(m.current)} "
+    what = _inert(f"ratio {r.spec.current}/{r.spec.current_denominator}" if r.spec.ratio else f"sum of {r.spec.current}")
+    con.print(f"{_inert(path.name)}: fleet {what}: {_n(m.baseline)} -> {_n(m.current)} "
               f"({_pct(m.delta / m.baseline if m.baseline else None)}), {m.leaves:,} cells, engine {r.engine}")
     con.print(f"  mix (shares moved): {_n(m.mix)}   rate (same cells changed): {_n(m.rate)}   "
               f"residual {_n(m.residual, 2)}")
     if r.spec.ratio:
         con.print(f"  had the mix not changed: {_n(m.counterfactual_same_mix)}; had no rate changed: "
                   f"{_n(m.counterfactual_same_rates)}")
-    for t in m.top_mix[:3]:
-        (d, v), = t["elements"].items()
-        con.print(f"  mix shift: {d}={v} share {t['share_baseline']:.1%} -> {t['share_current']:.1%} "
-                  f"(mix term {_n(t['mix'])})")
+    for shift in m.top_mix[:3]:
+        (d, v), = shift["elements"].items()
+        con.print(f"  mix shift: {_inert(f'{d}={v}')} share {shift['share_baseline']:.1%} -> "
+                  f"{shift['share_current']:.1%} (mix term {_n(shift['mix'])})")
     if r.culprits:
         tab = Table(title="culprits of the rate change", title_justify="left")
-        tab.add_column("element", no_wrap=True)
+        tab.add_column("element", overflow="fold", max_width=60)  # a long label folds instead of hiding the numbers
         for col in ("share of rate", "same cells, change [95% CI]", "rate: baseline -> current [95% CI]",
                     "same workloads elsewhere", "runs", "chosen", "fleet without it"):
             tab.add_column(col, overflow="fold")
         for c in r.culprits:
             sib = "-" if c.siblings_relative_change is None else f"{c.siblings_relative_change:+.1%} ({c.siblings_cells} cells)"
             chosen = "-" if c.selection_frequency is None else f"{c.selection_frequency:.0%}"
-            tab.add_row(c.label + ("" if c.kind == "suspect" else f" ({c.kind})"), _pct(c.share_of_rate).lstrip("+"),
+            tab.add_row(_inert(c.label) + ("" if c.kind == "suspect" else f" ({c.kind})"), _pct(c.share_of_rate).lstrip("+"),
                         _ci(c.relative_change, pct=True), f"{_ci(c.rate_baseline)} -> {_ci(c.rate_current)}", sib,
                         f"{c.support.runs_baseline}/{c.support.runs_current}", chosen, _n(c.counterfactual_without))
         con.print(tab)
         for c in r.culprits:
             for alias in c.inseparable_from:
                 (d, v), = alias.items()
-                con.print(f"  note: {c.label} covers exactly the cells of {d}={v}: this data cannot separate them")
+                con.print(f"  note: {_inert(c.label)} covers exactly the cells of {_inert(f'{d}={v}')}: this data cannot "
+                          "separate them")
     else:
         con.print("  no element of the recorded dimensions explains the rate change")
     if r.unexplained:
         share = "none" if not r.explained_share else f"{max(r.explained_share, 0.0):.0%}"
-        con.print(f"  {r.unexplained} (the culprits explain {share} of the rate change)")
+        con.print(f"  {_inert(r.unexplained)} (the culprits explain {share} of the rate change)")
     elif r.explained_share is not None:
         con.print(f"  the culprits explain {r.explained_share:.0%} of the rate change")
     for c in r.confounded:
-        con.print(f"  confounded: {c.message}")
+        con.print(f"  confounded: {_inert(c.message)}")
     for cav in r.caveats:
-        con.print(f"  note: {cav.message}")
-    return buf.getvalue()
+        con.print(f"  note: {_inert(cav.message)}")
+    return terminal_block(buf.getvalue())

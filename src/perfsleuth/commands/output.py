@@ -3,15 +3,17 @@ reader never sees half a report) or to stdout; a file that cannot be written is 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from perfsleuth.report.escape import json_document, terminal_block
+
 
 def fail(message: str) -> int:
-    """Print ``perfsleuth: error: ...`` to stderr and return the user-error status."""
-    print(f"perfsleuth: error: {message}", file=sys.stderr)
+    """Print ``perfsleuth: error: ...`` to stderr and return the user-error status. The message may quote
+    an input (a column name, a path), so control characters are made visible, not sent."""
+    print(f"perfsleuth: error: {terminal_block(message)}", file=sys.stderr)
     return 2
 
 
@@ -39,5 +41,5 @@ def deliver(text: str, out: Path | None) -> int:
 
 def deliver_doc(doc: dict[str, Any], text: str, format: str, out: Path | None) -> int:
     """JSON of ``doc`` when ``format`` is json, else the text rendering, through :func:`deliver`."""
-    payload = json.dumps(doc, indent=2, ensure_ascii=False) if format == "json" else text
+    payload = json_document(doc) if format == "json" else text
     return deliver(payload, out)

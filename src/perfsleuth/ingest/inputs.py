@@ -24,7 +24,7 @@ KINETO_NAMES = (".json", ".json.gz")
 """A named file with these endings that nothing recognises is meant as a trace: the Kineto reader
 reads it and names the exact problem (not JSON, truncated gzip, no traceEvents)."""
 
-OWN_FILES = frozenset({"case.json", "truth.json", "capture.json"})
+OWN_FILES = frozenset({"case.json", "truth.json", "capture.json", "dims.json"})  # dims.json: a store sidecar
 """perfsleuth's case files and the capture notes beside real cases: never signal files."""
 
 

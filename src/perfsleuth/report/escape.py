@@ -4,8 +4,11 @@ Kernel names, annotations, host names, run ids, file paths and GPU names come fr
 wrote, so they can hold anything: markup (``<script>``), Markdown link or image syntax, terminal
 escape sequences, Unicode direction overrides that make a name read differently from what it is,
 and even lone surrogates (valid in JSON, but not encodable as UTF-8, so they would make writing the
-report fail). Every renderer passes such strings through one of the three functions here; nothing
-else in ``perfsleuth.report`` escapes by hand.
+report fail). Every renderer passes such strings through one of the functions here; nothing else in
+``perfsleuth.report`` or in the verbs' renderers escapes by hand. Renderers that build a whole
+terminal text at once (``changes``, ``localize``, error lines) pass it through
+``terminal_block``; JSON documents are written by ``json_document``, which keeps every value exact
+but writes the characters a terminal would act on as JSON escapes (``\\u009b``).
 
 This module does not truncate for layout beyond an optional ``limit`` and does not judge whether a
 string is plausible: it only makes it inert for the medium it goes to.
@@ -14,7 +17,9 @@ string is plausible: it only makes it inert for the medium it goes to.
 from __future__ import annotations
 
 import html
+import json
 import re
+from typing import Any
 
 # C0 controls except tab/newline/carriage return, DEL, and the C1 block (U+0080–U+009F, which
 # includes CSI U+009B, an escape introducer on some terminals).
@@ -26,6 +31,12 @@ _BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 # Lone surrogates: JSON allows "\ud800"; UTF-8 cannot encode it.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _NEWLINES = re.compile(r"\r\n|[\r\n\t]")
+# What a terminal would act on in a multi-line text: every control but newline and tab (carriage return and
+# backspace included: they overwrite what was shown).
+_CONTROL_BLOCK = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# JSON escapes C0 controls itself; these it leaves raw: DEL, C1 (CSI U+009B), direction controls, the
+# line/paragraph separators, and lone surrogates (which UTF-8 cannot encode).
+_JSON_RAW = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\u2028\u2029\ud800-\udfff]")
 
 # Markdown: CommonMark lets any ASCII punctuation be backslash-escaped, and an escaped character is
 # always literal. Escaped everywhere: what can open or close a link, image, raw HTML, entity, code
@@ -95,3 +106,19 @@ def terminal_text(value: object, limit: int | None = 80) -> str:
     truncated with an ellipsis past ``limit`` characters (80 by default)."""
     s = _CONTROL_ALL.sub("?", _text(value))
     return _limit(s, limit)
+
+
+def terminal_block(value: object) -> str:
+    """A whole multi-line text for a terminal: lines and tabs kept, every other control character
+    (ESC, CSI, carriage return, backspace, NUL) replaced by ``?``, direction overrides removed. For
+    renderers that assemble plain text from many fields, and for error lines that quote an input."""
+    return _CONTROL_BLOCK.sub("?", _text(value))
+
+
+def json_document(doc: Any, indent: int | None = 2, allow_nan: bool = True) -> str:
+    """``doc`` as JSON whose text holds no character a terminal acts on: ``json.dumps`` already writes
+    C0 controls as ``\\uXXXX``; DEL, C1 controls, direction overrides, line separators and lone
+    surrogates are written the same way, so every value still parses back exactly (non-ASCII text
+    stays readable)."""
+    text = json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=allow_nan)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)

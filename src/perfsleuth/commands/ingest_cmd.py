@@ -1,0 +1,104 @@
+"""``perfsleuth ingest PATH... --store DIR``: add jobs to the fleet store, each PATH one job.
+
+Each job is committed on its own (a failure or a kill loses at most the job in progress, and running
+the same command again finishes the rest). Content already stored is skipped without being read
+again; a stored job whose parts were damaged is rewritten. It prints one line per PATH: added,
+skipped, repaired or failed; the exit status is 2 when any PATH failed.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsleuth.commands.output import deliver_doc, fail
+from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.store import manifest as manifests
+from perfsleuth.store.dims import parse_flags, read_sidecar
+from perfsleuth.store.job import build_job, content_hash
+from perfsleuth.store.manifest import JobEntry
+from perfsleuth.store.write import StoreWriter, find_damage
+
+SCHEMA = "perfsleuth.ingest/1"
+
+
+def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (), run_id: str | None = None,
+                   format: str = "text", out: Path | None = None) -> int:
+    """Run the verb; returns the exit status (0 all stored or skipped, 2 a PATH or an option was bad)."""
+    root = Path(store)
+    try:
+        if format not in ("text", "json"):
+            raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+        if not paths:
+            raise InputError(None, "no PATH to ingest")
+        flag_dims = parse_flags(dims)
+        if run_id is not None and (len(paths) > 1 or not run_id.strip() or not run_id.isprintable()):
+            raise InputError(None, f"--run-id {run_id!r} names one run: give it with exactly one PATH, as printable text")
+        manifests.load(root)  # a newer or unreadable store stops here, before any work
+    except PerfsleuthError as exc:
+        return fail(str(exc))
+    outcomes = []
+    collect = True
+    for path in map(Path, paths):
+        outcome = _ingest_one(root, path, flag_dims, run_id, collect)
+        collect = collect and outcome["status"] == "failed"  # garbage is collected by the first writer
+        outcomes.append(outcome)
+    doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes,
+           "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}}
+    status = deliver_doc(doc, _text(doc), format, out)
+    return 2 if doc["summary"]["failed"] else status
+
+
+def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None, collect: bool) -> dict[str, Any]:
+    try:
+        sha = content_hash(path)
+        known = manifests.load(root).by_hash(sha)  # a peek without the lock: skip known content unread
+        if known is not None and not find_damage(root, known.parts, deep=True):
+            return _outcome(path, "skipped", known, _dims_note(known, path, flag_dims))
+        job = build_job(path, sha, flag_dims, run_id)
+        with StoreWriter(root, collect=collect) as writer:
+            status, entry = writer.add(job)
+        return _outcome(path, status, entry, list(job.notes) if status != "skipped" else [])
+    except PerfsleuthError as exc:
+        return {"path": str(path), "status": "failed", "error": str(exc)}
+
+
+def _dims_note(known: JobEntry, path: Path, flag_dims: dict[str, str]) -> list[str]:
+    """Say so when the skipped job was asked for dimensions other than those it is stored with."""
+    try:
+        wanted = {**read_sidecar(path), **flag_dims}
+    except PerfsleuthError:
+        wanted = dict(flag_dims)
+    wanted.pop("date", None)
+    differ = {k: v for k, v in wanted.items() if known.dims.get(k) != v}
+    if not differ:
+        return []
+    return ["the same content is stored with other dimensions ("
+            + ", ".join(f"{k}={known.dims.get(k)!r}, asked {v!r}" for k, v in sorted(differ.items()))
+            + "); they were not changed"]
+
+
+def _outcome(path: Path, status: str, entry: JobEntry, notes: list[str]) -> dict[str, Any]:
+    rows: dict[str, int] = {}
+    for p in entry.parts:
+        rows[p.table] = rows.get(p.table, 0) + p.rows
+    return {"path": str(path), "status": status, "run_ids": list(entry.run_ids), "sha256": entry.sha256,
+            "parts": len(entry.parts), "rows": rows, "dims": entry.dims, "notes": notes}
+
+
+def _text(doc: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    for o in doc["jobs"]:
+        if o["status"] == "failed":
+            buf.write(f"failed   {o['error']}\n")
+            continue
+        rows = ", ".join(f"{n} {t}" for t, n in sorted(o["rows"].items()))
+        what = "already stored as" if o["status"] == "skipped" else "run"
+        buf.write(f"{o['status']:<8} {o['path']}: {what} {', '.join(o['run_ids'])} ({rows})\n")
+        for note in o["notes"]:
+            buf.write(f"         note: {note}\n")
+    s = doc["summary"]
+    buf.write(f"{doc['store']}: {s['added']} added, {s['skipped']} skipped, {s['repaired']} repaired, {s['failed']} failed\n")
+    return buf.getvalue()

@@ -1,0 +1,152 @@
+"""One ``perfsleuth ingest`` PATH into the tables a store keeps: read it like ``analyze`` does, name
+the run, date it, give it its dimensions, and tag every row with its partition.
+
+A PATH is one job: a directory of its signal files, or one file. Its identity for idempotence is a
+hash of its files' names and contents (the dimensions sidecar excluded: editing it does not make a new
+job). The run id is ``--run-id``, else the trace's run id when the job has traces, else the PATH's
+name; every stored row carries it (adapters name runs after their files, which repeat across jobs).
+The date is ``date`` from the dimensions, else the record's measurement time, else the run's start
+when that is a wall-clock time, else the newest file's modification time (said in the notes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsleuth.errors import InputError
+from perfsleuth.model import RECORDS, RUNS, SAMPLES
+from perfsleuth.store import dims as dimensions
+from perfsleuth.store.layout import sha256_of
+from perfsleuth.store.write import JobData, conform
+
+_EPOCH_2000_NS = 946_684_800 * 10**9
+_EPOCH_2100_NS = 4_102_444_800 * 10**9
+
+
+def job_files(path: Path) -> list[Path]:
+    """The files that make up the job (hidden files and the sidecar left out), in a stable order."""
+    if not path.exists():
+        raise InputError(path, "no such file or directory")
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)
+                   and p.name != dimensions.SIDECAR)
+    if not files:
+        raise InputError(path, "the directory holds no files")
+    return files
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 over the job's files: their names relative to PATH and their contents."""
+    h = hashlib.sha256()
+    base = path if path.is_dir() else path.parent
+    for f in job_files(path):
+        h.update(f"{f.relative_to(base).as_posix()}\0{sha256_of(f)}\n".encode())
+    return h.hexdigest()
+
+
+def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None) -> JobData:
+    """Analyse the job at ``path`` and lay out its tables for the store."""
+    from perfsleuth.api import analyze
+
+    report = analyze([path], run_id=run_id)
+    analysis = report.analysis
+    rid = run_id or (analysis.run_id if analysis.ranks_with_gpu or analysis.steps.num_rows else None) \
+        or (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
+    meta = [s.meta for s in report.sources]
+    dims = {**dimensions.from_metadata(analysis.runs, meta), **dimensions.read_sidecar(path), **flag_dims}
+    records = _records(report, dims)
+    notes = record_caveats(records)
+    date = dims.pop("date", None) or _date_from(records, analysis.runs)
+    if date is None:
+        newest = max(f.stat().st_mtime for f in job_files(path))
+        date = datetime.fromtimestamp(newest, UTC).date().isoformat()
+        notes.append(f"date {date} from the files' modification time (the files state no wall-clock time; set --dims date=)")
+    cluster = dims.get("cluster")
+    if cluster is None:
+        notes.append("no cluster dimension (set --dims cluster= or a sidecar)")
+    tables = {
+        "runs": _runs(analysis.runs, dims),
+        "steps": analysis.steps,
+        "records": records,
+        "samples": _samples(report),
+    }
+    tables = {name: _tagged(t, rid, date, cluster) for name, t in tables.items() if t is not None and t.num_rows}
+    return JobData(sha256, str(path), (rid,), dims, tables, tuple(notes))
+
+
+def _records(report, dims: dict[str, str]) -> pa.Table:
+    """One records row per job from the factor tree (``metrics.tree.job_record``); until that exists, the
+    step time of the trace analysis, or the records the job's step logs and benchmarks wrote."""
+    clean = {k: v for k, v in dims.items() if k != "date"}
+    try:
+        from perfsleuth.metrics.tree import job_record
+    except ImportError:
+        job_record = None
+    rec = job_record(report, clean) if job_record is not None else _fallback_records(report)
+    return _with_dims(rec, clean)
+
+
+def record_caveats(records: pa.Table) -> list[str]:
+    """What the factor tree could not compute, as it wrote it into the table's metadata."""
+    raw = (records.schema.metadata or {}).get(b"caveats")
+    return [c.get("message", "") for c in json.loads(raw)] if raw else []
+
+
+def _fallback_records(report) -> pa.Table:
+    steps = report.analysis.steps
+    if steps.num_rows:
+        per_step = steps.group_by("step").aggregate([("step_time_ns", "max")])  # a step lasts as long as its slowest rank
+        times = per_step["step_time_ns_max"]
+        gpus = report.analysis.runs["ranks_present"][0].as_py() or len(report.analysis.rank_files) or None
+        step_ns = float(pc.approximate_median(times).as_py())
+        n = per_step.num_rows
+        return pa.Table.from_pylist([{
+            "run_id": report.analysis.run_id, "unit": "run", "step_time_ns": step_ns, "step_time_stat": "median",
+            "steps": n, "gpus": gpus, "gpu_seconds": n * step_ns / 1e9 * gpus if gpus else None,
+        }], schema=RECORDS)
+    found = [s.tables["records"] for s in report.sources if "records" in s.tables and s.tables["records"].num_rows]
+    return pa.concat_tables([conform(t, RECORDS) for t in found]) if found else RECORDS.empty_table()
+
+
+def _with_dims(records: pa.Table, dims: dict[str, str]) -> pa.Table:
+    """Every record row's dims: its own (what its source measured), overridden by the job's."""
+    rows = records.column("dims").to_pylist() if "dims" in records.column_names else [None] * records.num_rows
+    merged = [sorted({**dict(r or []), **dims}.items()) for r in rows]
+    arr = pa.array(merged, RECORDS.field("dims").type)
+    return conform(records, RECORDS).set_column(RECORDS.get_field_index("dims"), RECORDS.field("dims"), arr)
+
+
+def _runs(runs: pa.Table, dims: dict[str, str]) -> pa.Table:
+    own = dict(runs["dims"][0].as_py() or []) if runs.num_rows and runs["dims"][0].is_valid else {}
+    arr = pa.array([sorted({**own, **dims}.items())] * runs.num_rows, RUNS.field("dims").type)
+    return conform(runs, RUNS).set_column(RUNS.get_field_index("dims"), RUNS.field("dims"), arr)
+
+
+def _samples(report) -> pa.Table | None:
+    found = [conform(s.tables["samples"], SAMPLES) for s in report.sources if "samples" in s.tables]
+    return pa.concat_tables(found) if found else None
+
+
+def _tagged(t: pa.Table, run_id: str, date: str, cluster: str | None) -> pa.Table:
+    """The rows under the job's run id and partition."""
+    n = t.num_rows
+    t = t.set_column(t.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * n, pa.string()))
+    return t.append_column("date", pa.array([date] * n, pa.string())).append_column("cluster", pa.array([cluster] * n, pa.string()))
+
+
+def _date_from(records: pa.Table, runs: pa.Table) -> str | None:
+    """The UTC date of the first wall-clock time the job states (a trace's start plus its epoch offset)."""
+    times = [v for v in records["time_ns"].to_pylist() if v is not None]
+    if runs.num_rows and runs["started_at_ns"][0].is_valid:
+        offset = dict(runs["dims"][0].as_py() or []).get("epoch_offset_ns", "0") if runs["dims"][0].is_valid else "0"
+        times.append(runs["started_at_ns"][0].as_py() + (int(offset) if offset.lstrip("-").isdigit() else 0))
+    wall = [t for t in times if _EPOCH_2000_NS <= t < _EPOCH_2100_NS]
+    return datetime.fromtimestamp(min(wall) / 1e9, UTC).date().isoformat() if wall else None
