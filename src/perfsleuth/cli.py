@@ -257,6 +257,36 @@ def diff(
     raise typer.Exit(diff_command(baseline, candidate, format.value, out, top, threshold, method, workers))
 
 
+fleet_app = typer.Typer(no_args_is_help=True, help="The fleet page: trend, factor tree, culprits and their cost.")
+app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("report")
+def fleet_report(
+    store: Annotated[Path | None, typer.Option(help="the fleet store directory (made by perfsleuth ingest)")] = None,
+    records: Annotated[Path | None, typer.Option(help="or a records table (CSV or Parquet): run_id, time_ns, "
+                                                      "dimension columns, tokens_per_s_per_gpu, gpu_seconds, ...")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="the HTML page; per-run pages in runs/ beside it are linked")]
+    = Path("fleet.html"),
+    baseline: Annotated[str | None, typer.Option(help="baseline days FIRST..LAST (YYYY-MM-DD, both included); default: "
+                                                       "before the latest change point, else the 7 days before the last 7")] = None,
+    current: Annotated[str | None, typer.Option(help="current days FIRST..LAST; default: from the latest change point, "
+                                                      "else the last 7 days")] = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(help="price of one GPU-hour (default 2.0, illustrative)")] = None,
+    currency: Annotated[str, typer.Option(help="currency of the price")] = "USD",
+    engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[2])")] = None,
+    bootstrap: Annotated[int, typer.Option(help="bootstrap resamples for the culprits' selection frequency")] = 20,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+) -> None:
+    """Write the fleet page: GPU-hours and cost lost per cause, the trend and its change points, culprits with evidence."""
+    from perfsleuth.commands.fleet_cmd import fleet_report_command
+
+    raise typer.Exit(fleet_report_command(out, store=store, records=records, baseline=baseline, current=current,
+                                          price_per_gpu_hour=price_per_gpu_hour, currency=currency, engine=engine,
+                                          master=master, bootstrap=bootstrap, seed=seed))
+
+
 cases_app = typer.Typer(no_args_is_help=True, help="Labeled cases: make a simulated suite, or add an investigated real job.")
 app.add_typer(cases_app, name="cases")
 
