@@ -379,3 +379,26 @@ def _assert_whole(store: Path, duck) -> None:
     assert len(ids) == len(set(ids)) == len(opened.run_ids)
     for table in ("runs", "records"):
         assert opened.table(duck, table).count().execute() == len(ids)
+
+
+def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path):
+    """A trace alone knows neither tokens nor FLOPs per step: given with --dims, they fill tokens/s/GPU
+    and MFU (checked against the record's own step time and GPUs) and do not become dimensions."""
+    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.commands.ingest_cmd import ingest_command
+    from perfsleuth.store import Store
+
+    job = tmp_path / "job"
+    write_demo_job(job, seed=3)
+    store = tmp_path / "store"
+    flops = 2.0e12
+    assert ingest_command([job], store, ["cluster=c1,date=2026-11-01,precision=bf16",
+                                         "tokens_per_step=65536", f"model_flops_per_step={flops}"]) == 0
+    con = engine.connect("duckdb")
+    rec = Store(store).records(con).to_pyarrow().to_pylist()[0]
+    assert "tokens_per_step" not in rec or rec["tokens_per_step"] == 65536
+    step_s, gpus = rec["step_time_ns"] / 1e9, rec["gpus"]
+    assert rec["tokens_per_s_per_gpu"] == pytest.approx(65536 / gpus / step_s, rel=1e-9)
+    assert rec["mfu"] == pytest.approx(flops / (gpus * 989.5e12 * step_s), rel=1e-3)  # H100 SXM dense bf16
+    assert rec["precision"] == "bf16"
+    assert ingest_command([job], tmp_path / "other", ["cluster=c1", "tokens_per_step=-3"]) == 2

@@ -6,7 +6,6 @@ exits with status 2; a traceback means a bug in perfsleuth.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from enum import StrEnum
@@ -39,8 +38,9 @@ class OutputFormat(StrEnum):
 
 
 def _fail(exc: PerfsleuthError) -> None:
-    typer.echo(f"perfsleuth: error: {exc}", err=True)
-    raise typer.Exit(2)
+    from perfsleuth.commands.output import fail
+
+    raise typer.Exit(fail(str(exc)))
 
 
 def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
@@ -62,7 +62,9 @@ def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
 
 def _render_document(report, fmt: OutputFormat) -> str:
     if fmt is OutputFormat.json:
-        return json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+        from perfsleuth.report.escape import json_document
+
+        return json_document(report.to_json())
     if fmt is OutputFormat.html:
         from perfsleuth.report.html_report import render_html
 

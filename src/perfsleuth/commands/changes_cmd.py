@@ -8,7 +8,6 @@ statistics live in ``perfsleuth.stats.changes``.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.commands.output import deliver_doc
+from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import Caveat, InputError, PerfsleuthError
 from perfsleuth.ingest.tables import metric_values, numeric_columns, pick_metric, read_table, require_columns
+from perfsleuth.report.escape import terminal_block
 from perfsleuth.stats.changes import ChangeReport, changes
 
 SCHEMA = "perfsleuth.changes/1"
@@ -31,8 +31,7 @@ def changes_command(file: Path, metric: str | None, time_col: str | None, series
     try:
         doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha)
     except PerfsleuthError as exc:
-        print(f"perfsleuth: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     return deliver_doc(doc, text, format, out)
 
 
@@ -178,6 +177,8 @@ def _time_text(t: Any) -> str:
 
 def render_text(path: Path, metric: str, time_col: str | None, alpha: float,
                 reports: list[tuple[str, ChangeReport]]) -> str:
+    """The change points of every series as plain text; labels and notes quote the file's column names
+    and series keys, so the whole text goes through ``terminal_block``."""
     lines = []
     order = f"ordered by {time_col}" if time_col else "in file order"
     if len(reports) == 1:
@@ -198,7 +199,7 @@ def render_text(path: Path, metric: str, time_col: str | None, alpha: float,
         quiet_with_notes = [(label, r) for label, r in reports if not r.change_points and r.caveats]
         for label, r in quiet_with_notes:
             lines.append(f"{label}: no change; " + "; ".join(c.message.removeprefix(label + ": ") for c in r.caveats))
-    return "\n".join(lines) + "\n"
+    return terminal_block("\n".join(lines) + "\n")
 
 
 def _series_body(r: ChangeReport) -> list[str]:

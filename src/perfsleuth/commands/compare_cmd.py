@@ -11,7 +11,6 @@ CI job can gate on it), 2 for a user error (one line naming the file, the column
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections import Counter
@@ -24,9 +23,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfsleuth.commands.output import write_atomically
+from perfsleuth.commands.output import fail, write_atomically
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.ingest.tables import pick_metric, read_table, require_columns
+from perfsleuth.report.escape import json_document
 from perfsleuth.report.text_report import make_console, safe
 from perfsleuth.stats.compare import Comparison, compare, compare_groups
 
@@ -282,7 +282,7 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
         results, ctx = run_compare(Path(baseline), Path(candidate), metric, _columns(group_by), _columns(cluster_by),
                                    threshold, higher_is_better)
         if format == "json":
-            text = json.dumps(to_json(results, ctx), indent=2, ensure_ascii=False, allow_nan=False)
+            text = json_document(to_json(results, ctx), allow_nan=False)
             if out:
                 write_atomically(out, text + "\n")
             else:
@@ -293,9 +293,7 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
         else:
             render_text(results, ctx, make_console())
     except PerfsleuthError as exc:
-        print(f"perfsleuth: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     except OSError as exc:  # --out in a missing directory, an unreadable input, ...
-        print(f"perfsleuth: error: {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"{exc.filename or out}: {exc.strerror or exc}")
     return 1 if any(r.verdict == "regression" for r in results) else 0

@@ -11,7 +11,6 @@ Exit status: 0 when the bar is met, 1 when it is not (so CI can gate on it), 2 f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich import box
@@ -21,6 +20,7 @@ from rich.text import Text
 
 from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
 from perfsleuth.commands.case_verbs import emit, run_on_cases
+from perfsleuth.report.escape import json_document
 from perfsleuth.report.evaluation_html import render_evaluation_html
 from perfsleuth.report.text_report import safe
 
@@ -44,7 +44,7 @@ def evaluate_command(cases: list[Path], format: str = "text", out: Path | None =
     if isinstance(report, int):
         return report
     if format == "json":
-        status = emit(out, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+        status = emit(out, json_document(report.to_json()) + "\n")
     elif format == "html":
         status = emit(out, render_evaluation_html(report))
     else:
@@ -105,8 +105,8 @@ def render_text(report: EvaluationReport, console: Console) -> None:
         ("Errors", [f"{name}: {e}" for name, e in report.errors]),
     ):
         console.print(Text(f"{title}: {len(rows)}", style="bold"))
-        for r in rows[:20]:
-            console.print(Text("  " + r))
+        for r in rows[:20]:  # case names and error texts come from the case directories
+            console.print(Text("  ") + safe(r, 400))
         if len(rows) > 20:
             console.print(f"  … {len(rows) - 20} more (use --format json)")
     console.print(Text("Bar", style="bold"))

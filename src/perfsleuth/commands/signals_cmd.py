@@ -8,7 +8,6 @@ per step). Text for people, JSON (``perfsleuth.signals/1``) for machines. Comput
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich import box
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from perfsleuth.cases.ablation import MATTERS, AblationReport, ablate
 from perfsleuth.commands.case_verbs import emit, run_on_cases
+from perfsleuth.report.escape import json_document
 from perfsleuth.report.text_report import safe
 
 FORMATS = ("text", "json")
@@ -28,7 +28,7 @@ def signals_command(cases: list[Path], format: str = "text", out: Path | None = 
     if isinstance(report, int):
         return report
     if format == "json":
-        return emit(out, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return emit(out, json_document(report.to_json()) + "\n")
     return emit(out, render=lambda console: render_text(report, console))
 
 

@@ -132,6 +132,9 @@ def tree_factors(parts: RunParts) -> TreeFactors:
     elif compute_ns is not None:
         caveats.append(Caveat("tree_no_compute", "no compute time in the step: the busy and hardware factors are undefined"))
     f_model = flops / hw if flops and hw else None
+    if f_hw is not None and f_hw > 1.0:  # faster than the GPU's dense peak while computing: an input is wrong
+        caveats.append(Caveat("tree_above_peak", f"the FLOP rate while computing is {f_hw:.2f}x the GPU's dense peak: "
+                              "model FLOPs per step, the precision or the GPU model is wrong (MFU is kept as computed)"))
     return TreeFactors(step_ns, tps, mfu, f_sync, f_busy, f_model, f_hw, per_compute, fractions, tuple(caveats))
 
 

@@ -17,7 +17,7 @@ from perfsleuth.report.escape import terminal_text
 from perfsleuth.trace.analysis import JobAnalysis
 
 
-def safe(text: object, limit: int = 80) -> Text:
+def safe(text: object, limit: int | None = 80) -> Text:
     """Untrusted text as an inert rich Text (no markup, no control or escape characters)."""
     return Text(terminal_text(text, limit))
 
@@ -58,7 +58,7 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
     if al.instances_used:
         console.print(f"Clocks aligned on {al.instances_used} collectives; residual skew p50 {al.residual_p50_ns / 1e3:.1f} µs, "
                       f"p90 {al.residual_p90_ns / 1e3:.1f} µs.")
-    console.print(Text("Stragglers: " + analysis.stragglers.note))
+    console.print(Text("Stragglers: ") + safe(analysis.stragglers.note, None))
     rep = analysis.stragglers
     if rep.straggler is not None and rep.counterfactual_step_time and rep.step_time:
         cf, st = rep.counterfactual_step_time, rep.step_time
@@ -86,22 +86,22 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
     for f in diagnosis.findings:
         imp = f.impact
         ci = f" [{_pct(imp.low)}–{_pct(imp.high)}]" if imp.low is not None else ""
-        console.print(Text.assemble("  ● ", (f.fault, "bold red"), f"  impact {_pct(imp.value)} of step time{ci}, "
+        console.print(Text.assemble("  ● ", (terminal_text(f.fault), "bold red"), f"  impact {_pct(imp.value)} of step time{ci}, "
                                     f"confidence {f.confidence:.2f}"))
-        console.print(Text("    " + f.symptom))
+        console.print(Text("    ") + safe(f.symptom, None))  # finding texts quote kernel, host and model names
         for alt in f.alternatives:
-            console.print(Text(f"    vs {alt.fault}: {alt.verdict} — {alt.reason}"))
+            console.print(Text("    ") + safe(f"vs {alt.fault}: {alt.verdict} — {alt.reason}", None))
         for e in f.evidence:
             if e.metric.startswith("joined_"):  # what another source says about this finding (diagnose.correlate, ncu_join)
                 console.print(Text("    joined: " + terminal_text(e.note, 400)))
         for sym in f.attached:
-            console.print(Text("    explains " + sym))
-        console.print(Text("    next: " + f.action))
+            console.print(Text("    explains ") + safe(sym, None))
+        console.print(Text("    next: ") + safe(f.action, None))
     for n in diagnosis.insufficient_evidence:
-        console.print(Text(f"  insufficient evidence: {n.fault} (would decide it: {n.missing_signal})", style="dim"))
+        console.print(safe(f"  insufficient evidence: {n.fault} (would decide it: {n.missing_signal})", None), style="dim")
     missing = [n.fault for n in diagnosis.missing_signals]
     if missing:  # what each needs is in --format json / md; here one line keeps the findings in view
         console.print(Text(f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
                            "--format json names the file that would decide each", style="dim"))
     for c in analysis.caveats:
-        console.print(Text(f"  caveat [{c.code}] {c.message}", style="yellow"))
+        console.print(safe(f"  caveat [{c.code}] {c.message}", None), style="yellow")

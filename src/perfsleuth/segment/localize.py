@@ -9,6 +9,7 @@ leaf terms are kept on the engine between the steps.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,6 +97,9 @@ def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | 
     materialize(con, _TERMS, compiled(con, ("terms", _RAW, spec), lambda: leaf_terms(leaf_table(raw, spec), spec.ratio)))
     terms = con.table(_TERMS)
     mix = decompose(terms, spec.ratio, work)
+    if not (math.isfinite(mix.baseline) and math.isfinite(mix.current)):  # e.g. every metric value missing
+        raise InputError(None, f"the fleet {'ratio' if spec.ratio else 'sum'} is not a number (baseline {mix.baseline}, "
+                               f"current {mix.current})", hint="the metric columns need finite values in some row")
     found = search(terms, spec.dims, options)
     freq = _selection_frequency(terms, spec.dims, options, bootstrap, seed) if bootstrap and found.culprits else {}
     culprits = tuple(culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work,

@@ -283,8 +283,12 @@ def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha:
 
 def level_interval(segment: np.ndarray, unit: str, inflation: float) -> Interval:
     """Median with a distribution-free 95 % order-statistic interval, widened by the autocorrelation's
-    variance inflation (fewer effective points than points)."""
+    variance inflation (fewer effective points than points). Raises ``InputError`` for a segment
+    without points or with a value that is not finite (its order statistics mean nothing)."""
     m = len(segment)
+    if m == 0 or not np.isfinite(segment).all():
+        raise InputError(None, f"a level needs finite points; this segment has {m} point(s), "
+                               f"{int(np.count_nonzero(~np.isfinite(segment)))} not finite")
     mid = (m - 1) / 2.0
     half = LEVEL_CONFIDENCE_Z * np.sqrt(m * inflation) / 2.0
     ranks = sorted({max(0, int(np.floor(mid - half))), int(np.floor(mid)), int(np.ceil(mid)),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import stats
 
-from perfsleuth.errors import Caveat
+from perfsleuth.errors import Caveat, InputError
 
 if TYPE_CHECKING:
     from perfsleuth.trace.analysis import JobAnalysis
@@ -36,7 +36,11 @@ _MAD_TO_SD = 1.4826
 
 
 def robust_scale(x: np.ndarray) -> tuple[float, float]:
-    """Median and a robust standard deviation (scaled MAD; IQR-based if the MAD is 0)."""
+    """Median and a robust standard deviation (scaled MAD; IQR-based if the MAD is 0). Raises
+    ``InputError`` when ``x`` holds no finite value: there is no level or spread to report."""
+    x = np.asarray(x, dtype=float)
+    if not np.isfinite(x).any():
+        raise InputError(None, f"no finite value among {len(x)} to take a median and a spread of")
     med = float(np.median(x))
     sd = float(stats.median_abs_deviation(x, scale="normal"))
     if sd == 0.0:
@@ -82,10 +86,11 @@ def _outliers(x: np.ndarray) -> int:
 
 
 def bimodal_split(x: np.ndarray, *, min_n: int = 20) -> tuple[float, float, float] | None:
-    """Best two-group split of a 1-D sample: (separation in pooled SD, smaller share, threshold)."""
+    """Best two-group split of a 1-D sample: (separation in pooled SD, smaller share, threshold); None
+    when there are fewer than ``min_n`` values or a value is not finite (no split can be judged)."""
     s = np.sort(np.asarray(x, dtype=float))
     n = len(s)
-    if n < min_n:
+    if n < min_n or not np.isfinite(s).all():
         return None
     c1, c2 = np.cumsum(s), np.cumsum(s * s)
     k = np.arange(1, n)

@@ -32,10 +32,17 @@ _STEPLOG_NAMES = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_s
                   "train_micro_batch_size_per_gpu": "batch", "train_batch_size": "global_batch"}
 
 
+NUMERIC_FACTS = ("tokens_per_step", "model_flops_per_step")
+"""Keys of ``--dims`` or the sidecar that are numbers about the job, not dimensions: the factor tree needs
+them for tokens/s/GPU and MFU when no step log states them (a trace alone knows neither). Ingest takes
+them out of the dimensions (``store.job.workload_facts``)."""
+
+
 def reserved_names() -> frozenset[str]:
-    """Names a dimension cannot take: the records' own columns, except those that are dimensions themselves."""
-    dimension_like = {"gpu_sku", "precision"}
-    return frozenset(n for n in RECORDS.names if n not in dimension_like) | {"date"}
+    """Names a dimension cannot take: the records' own columns, except those that are dimensions themselves
+    and the numeric facts a job may state."""
+    allowed = {"gpu_sku", "precision", *NUMERIC_FACTS}
+    return frozenset(n for n in RECORDS.names if n not in allowed) | {"date"}
 
 
 def check_name(name: str, *, source: str | Path | None, place: str) -> str:

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.errors import InputError
 from perfsleuth.model import RECORDS, RUNS, SAMPLES
@@ -62,7 +61,8 @@ def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str
         or (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
     meta = [s.meta for s in report.sources]
     dims = {**dimensions.from_metadata(analysis.runs, meta), **dimensions.read_sidecar(path), **flag_dims}
-    records = _records(report, dims)
+    facts = workload_facts(dims, path)
+    records = _records(report, dims, facts)
     notes = record_caveats(records)
     date = dims.pop("date", None) or _date_from(records, analysis.runs)
     if date is None:
@@ -82,15 +82,32 @@ def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str
     return JobData(sha256, str(path), (rid,), dims, tables, tuple(notes))
 
 
-def _records(report, dims: dict[str, str]) -> pa.Table:
-    """One records row per job from the factor tree (``metrics.tree.job_record``); until that exists, the
-    step time of the trace analysis, or the records the job's step logs and benchmarks wrote."""
+def workload_facts(dims: dict[str, str], path: Path) -> dict[str, float]:
+    """Take the numeric facts out of ``dims`` (they would make every run its own cell) and check them."""
+    facts = {}
+    for key in dimensions.NUMERIC_FACTS:
+        if key not in dims:
+            continue
+        text = dims.pop(key)
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise InputError(path, f"{key}={text!r} is not a positive number", place=f"dimension {key}",
+                             hint=f"e.g. --dims {key}=1048576")
+        facts[key] = value
+    return facts
+
+
+def _records(report, dims: dict[str, str], facts: Mapping[str, float]) -> pa.Table:
+    """One records row per job from the factor tree, with the job's tokens and FLOPs per step when given
+    (they override the step log's) and its precision (a dimension too) for the peak FLOP/s."""
+    from perfsleuth.metrics.tree import job_record
+
     clean = {k: v for k, v in dims.items() if k != "date"}
-    try:
-        from perfsleuth.metrics.tree import job_record
-    except ImportError:
-        job_record = None
-    rec = job_record(report, clean) if job_record is not None else _fallback_records(report)
+    rec = job_record(report, clean, tokens_per_step=facts.get("tokens_per_step"),
+                     model_flops_per_step=facts.get("model_flops_per_step"), precision=clean.get("precision"))
     return _with_dims(rec, clean)
 
 
@@ -98,22 +115,6 @@ def record_caveats(records: pa.Table) -> list[str]:
     """What the factor tree could not compute, as it wrote it into the table's metadata."""
     raw = (records.schema.metadata or {}).get(b"caveats")
     return [c.get("message", "") for c in json.loads(raw)] if raw else []
-
-
-def _fallback_records(report) -> pa.Table:
-    steps = report.analysis.steps
-    if steps.num_rows:
-        per_step = steps.group_by("step").aggregate([("step_time_ns", "max")])  # a step lasts as long as its slowest rank
-        times = per_step["step_time_ns_max"]
-        gpus = report.analysis.runs["ranks_present"][0].as_py() or len(report.analysis.rank_files) or None
-        step_ns = float(pc.approximate_median(times).as_py())
-        n = per_step.num_rows
-        return pa.Table.from_pylist([{
-            "run_id": report.analysis.run_id, "unit": "run", "step_time_ns": step_ns, "step_time_stat": "median",
-            "steps": n, "gpus": gpus, "gpu_seconds": n * step_ns / 1e9 * gpus if gpus else None,
-        }], schema=RECORDS)
-    found = [s.tables["records"] for s in report.sources if "records" in s.tables and s.tables["records"].num_rows]
-    return pa.concat_tables([conform(t, RECORDS) for t in found]) if found else RECORDS.empty_table()
 
 
 def _with_dims(records: pa.Table, dims: dict[str, str]) -> pa.Table:
