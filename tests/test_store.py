@@ -51,11 +51,6 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
     return {"a": _steplog_job(root, "job-a", 1), "b": _steplog_job(root, "job-b", 2, step_s=2.4), "demo": demo}
 
 
-@pytest.fixture(scope="module")
-def duck():
-    return engine.connect("duckdb")
-
-
 def _records(store: Path, con) -> list[dict]:
     return Store(store).records(con).order_by("run_id").to_pyarrow().to_pylist()
 
@@ -368,6 +363,52 @@ def test_ingest_killed_at_random_points_never_leaves_a_half_run(tmp_path, jobs, 
     assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
     _assert_whole(store, duck)
     assert sorted(r["run_id"] for r in _records(store, duck)) == [f"k{i}" for i in range(4)]
+
+
+def _ingest_killed_at(paths: list[str], store: str, step: int, report) -> None:
+    """Child process: ingest with the store's crash hook armed at ``step``; report the steps taken if it lives."""
+    from perfsleuth.store import layout
+
+    os.environ[layout.KILL_AT_ENV] = str(step)
+    rc = ingest_command([Path(p) for p in paths], Path(store), ["cluster=c1"])
+    report.send((rc, layout._steps_taken))
+
+
+def _run_child(paths: list[Path], store: Path, step: int) -> tuple[int | None, tuple[int, int] | None]:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no engine threads inherited
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_ingest_killed_at, args=([str(p) for p in paths], str(store), step, send))
+    proc.start()
+    proc.join(timeout=180)
+    result = receive.recv() if receive.poll() else None
+    return proc.exitcode, result
+
+
+def test_ingest_killed_at_every_kind_of_write_step_recovers(tmp_path, duck):
+    """Crash points, not wall-clock guesses: count the steps of a whole ingest of two jobs (each file
+    write has four: before the temporary, half written, written, renamed), then SIGKILL fresh ingests at
+    the first, the last and seeded random steps between. After each kill the store opens with nothing
+    damaged or duplicated, and running the ingest again completes it with no leftover files."""
+    root = tmp_path / "jobs"
+    paths = [_steplog_job(root, f"c{i}", 20 + i) for i in range(2)]
+    code, result = _run_child(paths, tmp_path / "count", 10**9)
+    assert code == 0 and result is not None and result[0] == 0
+    total = result[1]
+    assert total >= 2 * 4 * 2  # two jobs, at least records + runs and the manifest each
+    rng = np.random.default_rng(7)
+    steps = sorted({1, total, *rng.choice(np.arange(2, total), size=min(6, total - 2), replace=False).tolist()})
+    for step in steps:
+        store = tmp_path / f"s{step}"
+        code, _ = _run_child(paths, store, step)
+        assert code == -signal.SIGKILL, f"step {step} of {total} did not kill the ingest"
+        _assert_whole(store, duck)
+        assert ingest_command(paths, store, ["cluster=c1"]) == 0
+        _assert_whole(store, duck)
+        assert sorted(r["run_id"] for r in _records(store, duck)) == ["c0", "c1"]
+        leftovers = [f for f in store.rglob("*") if f.is_file() and f.name.endswith(".tmp")]
+        assert leftovers == [], f"step {step}: {leftovers}"
 
 
 def _assert_whole(store: Path, duck) -> None:

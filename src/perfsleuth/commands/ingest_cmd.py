@@ -39,12 +39,12 @@ def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (),
         manifests.load(root)  # a newer or unreadable store stops here, before any work
     except PerfsleuthError as exc:
         return fail(str(exc))
-    outcomes = []
-    collect = True
-    for path in map(Path, paths):
-        outcome = _ingest_one(root, path, flag_dims, run_id, collect)
-        collect = collect and outcome["status"] == "failed"  # garbage is collected by the first writer
-        outcomes.append(outcome)
+    try:
+        with StoreWriter(root, collect=True):  # first remove what an interrupted ingest left (under the lock)
+            pass
+    except (PerfsleuthError, OSError) as exc:
+        return fail(str(exc))
+    outcomes = [_ingest_one(root, path, flag_dims, run_id, False) for path in map(Path, paths)]
     doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes,
            "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}}
     status = deliver_doc(doc, _text(doc), format, out)

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import os
 import re
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,16 +75,40 @@ def inside(root: Path, rel: str) -> Path:
     return path
 
 
+KILL_AT_ENV = "PERFSLEUTH_KILL_AT_STEP"
+"""For crash tests only: with this set to N, the process SIGKILLs itself at the Nth step of a store write
+(``crash_point``), so a test can stop an ingest at every point of its write sequence, not at random times."""
+_steps_taken = 0
+
+
+def crash_point() -> None:
+    """One step of a store write (between durable actions). Does nothing unless ``KILL_AT_ENV`` is set."""
+    global _steps_taken
+    target = os.environ.get(KILL_AT_ENV)
+    if not target:
+        return
+    _steps_taken += 1
+    if _steps_taken == int(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader, or a process killed half way, sees the old file or the
     whole new one: write a temporary beside it, flush it to disk, rename it over, flush the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    crash_point()
     with open(tmp, "wb") as fh:
-        fh.write(data)
+        half = len(data) // 2
+        fh.write(data[:half])
+        fh.flush()
+        crash_point()  # a temporary holding half the bytes
+        fh.write(data[half:])
         fh.flush()
         os.fsync(fh.fileno())
+    crash_point()
     os.replace(tmp, path)
+    crash_point()
     sync_dir(path.parent)
 
 

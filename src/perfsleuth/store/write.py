@@ -30,6 +30,7 @@ from perfsleuth.store.layout import (
     MANIFEST,
     STORED_TABLES,
     TMP_SUFFIX,
+    crash_point,
     inside,
     part_path,
     sha256_of,
@@ -188,6 +189,7 @@ def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:
             for f in files:
                 path = Path(dirpath, f).resolve()
                 if path not in named and (f.endswith(TMP_SUFFIX) or (f.startswith("part-") and f.endswith(".parquet"))):
+                    crash_point()
                     path.unlink(missing_ok=True)
                     removed.append(path)
     for f in root.iterdir():
