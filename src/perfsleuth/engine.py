@@ -106,7 +106,10 @@ def table(con: BaseBackend, data: pa.Table | str | Path, name: str | None = None
         materialize(con, name, raw)
     except Exception as exc:  # engines raise their own types for unreadable files
         raise InputError(path, f"the {engine_name(con)} engine cannot read it: {str(exc).splitlines()[0]}") from None
-    return con.table(name)
+    table = con.table(name)
+    if any("\x00" in c for c in table.columns):  # DuckDB keeps it, Ibis's Arrow results then cannot find the column
+        raise InputError(path, "a column name holds a NUL byte", place="header", hint="the file is corrupted")
+    return table
 
 
 def parquet_files(con: BaseBackend, files: list[str], name: str | None = None) -> ibis.Table:

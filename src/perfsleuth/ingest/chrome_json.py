@@ -150,10 +150,16 @@ class ChromeTraceStream(Generic[T]):
             pass  # either a bad cut that happened to fail on types first, or truly odd events
         except msgspec.DecodeError:
             return None
+        except RecursionError:
+            raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
+                             hint="the trace is corrupted") from None
         try:
             raw = msgspec.json.decode(text)
         except msgspec.DecodeError:
             return None
+        except RecursionError:
+            raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
+                             hint="the trace is corrupted") from None
         return self._lenient_all(raw)
 
     def _lenient_all(self, raw: list[Any]) -> list[T]:
@@ -199,7 +205,7 @@ class ChromeTraceStream(Generic[T]):
         text = text.rstrip().rstrip(b",")
         try:
             meta = msgspec.json.decode(text + b"}") if text != b"{" else {}
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise InputError(self.path, f"the keys before traceEvents are not valid JSON: {exc}", place="file header") from None
         if isinstance(meta, dict):
             self.metadata.update(meta)
@@ -210,7 +216,7 @@ class ChromeTraceStream(Generic[T]):
             return
         try:
             meta = msgspec.json.decode(b"{" + text)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise InputError(self.path, f"the keys after traceEvents are not valid JSON: {exc}", place=f"byte {offset}") from None
         if isinstance(meta, dict):
             self.metadata.update(meta)
@@ -232,7 +238,7 @@ def _valid_tail(tail: bytes) -> bool:
         return False
     try:
         return isinstance(msgspec.json.decode(b"{" + text[1:]), dict)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
 
 

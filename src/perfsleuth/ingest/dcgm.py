@@ -391,6 +391,8 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
             # and a value DCGM did not return prints as blanks, so splitting on whitespace would shift columns
             starts = [m.start() for m in re.finditer(r"\S+", raw)][1:]
             header = raw.split()[1:]
+            if not header:
+                raise InputError(path, "the #Entity header names no fields", place=f"line {n}", hint="expected `dcgmi dmon -e ...` output")
             if first_header is not None and header != first_header:
                 raise InputError(path, "the field list changes inside the file", place=f"line {n}", hint="one dmon run per file")
             first_header = header

@@ -33,16 +33,20 @@ def read_table(path: str | Path) -> pa.Table:
     if not head.strip():
         raise InputError(p, "the file is empty")
     try:
-        return pacsv.read_csv(p)
+        table = pacsv.read_csv(p)
+        table.column_names  # noqa: B018  Arrow checks values' UTF-8 but not the header's: a bad name fails on first use
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise InputError(p, f"not a readable CSV or Parquet file: {str(exc).splitlines()[0]}") from None
+    return table
 
 
 def _read_parquet(p: Path, what: str) -> pa.Table:
     try:
-        return pq.read_table(p)
-    except (pa.ArrowInvalid, OSError) as exc:
+        table = pq.read_table(p)
+        table.column_names  # noqa: B018  a column name that is not UTF-8 fails on first use
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
         raise InputError(p, f"{what}: {exc}") from None
+    return table
 
 
 def numeric_columns(table: pa.Table) -> list[str]:

@@ -1,0 +1,6 @@
+"""atheris harness: the tables reader (see runner.py)."""
+
+from runner import main
+
+if __name__ == "__main__":
+    main("tables")
