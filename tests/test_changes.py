@@ -331,3 +331,20 @@ def test_covering_is_one_for_a_perfect_partition_and_less_otherwise():
     assert covering([], [], 400) == 1.0
     assert covering([200], [], 400) == pytest.approx(0.5)
     assert 0.5 < covering([200], [210], 400) < 1.0
+
+
+def test_changes_reads_a_step_log_directly(tmp_path, capsys):
+    """A JSON Lines step log (the generic form) whose step time rises 10% at step 60: ``changes`` takes the
+    file as it is, uses its step time as the metric and finds the change where it was made."""
+    rng = np.random.default_rng(5)
+    lines = [json.dumps({"step": i, "step_time_s": (1.0 if i < 60 else 1.1) * float(rng.normal(1, 0.01)),
+                          "tokens": 4096}) for i in range(120)]
+    log = tmp_path / "train.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    assert changes_command(log, None, None, [], "json", None, 0.01) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metric"] == "step_time_s"
+    (series,) = doc["series"]
+    (cp,) = series["change_points"]
+    assert abs(cp["index"] - 60) <= 2
+    assert cp["relative_change"] == pytest.approx(0.10, abs=0.02)

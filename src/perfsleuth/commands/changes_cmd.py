@@ -41,7 +41,10 @@ def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[s
         raise InputError(None, f"unknown format {format!r}", hint="use text or json")
     if not 0 < alpha < 1:
         raise InputError(None, f"--alpha must be between 0 and 1, got {alpha}")
-    table = read_table(path)
+    history = _step_log_history(path)
+    table = history if history is not None else read_table(path)
+    if history is not None and metric is None:
+        metric = "step_time_s"  # a step log's history is its step time unless another column is named
     if table.num_rows == 0:
         raise InputError(path, "the table has no rows")
     require_columns(table, [c for c in [time_col, *series_by] if c], path)
@@ -74,6 +77,28 @@ def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[s
     doc = {"schema": SCHEMA, "file": str(path), "metric": metric, "time": time_col, "series_by": series_by,
            "alpha": alpha, "series": entries}
     return doc, render_text(path, metric, time_col, alpha, reports)
+
+
+def _step_log_history(path: Path) -> pa.Table | None:
+    """A Megatron / DeepSpeed / JSON Lines step log as a history table (one row per logged iteration:
+    run_id, stream, rank, step, time when the log stamps it, step_time_s), or None for any other file."""
+    from perfsleuth.ingest import steplog
+    from perfsleuth.ingest.source import detect_format
+
+    if path.is_dir() or not path.exists():
+        return None
+    adapter = detect_format(path)
+    if adapter is None or adapter.name != steplog.NAME:
+        return None
+    log = adapter.read(path).tables["step_log"]
+    log = log.filter(pc.is_valid(log["step_time_ns"])).sort_by("line")
+    cols = {"run_id": log["run_id"], "stream": log["stream"], "rank": log["rank"], "step": log["step"],
+            "step_time_s": pc.divide(pc.cast(log["step_time_ns"], pa.float64()), 1e9)}
+    if log.num_rows and pc.all(pc.is_valid(log["time_ns"])).as_py():
+        cols = {"time": pc.cast(pc.cast(log["time_ns"], pa.int64()), pa.timestamp("ns", tz="UTC")), **cols}
+    table = pa.table(cols)
+    field = table.schema.field("step_time_s").with_metadata({"unit": "s"})
+    return table.set_column(table.schema.get_field_index("step_time_s"), field, table["step_time_s"])
 
 
 def _only_time_column(table: pa.Table, exclude: list[str]) -> str | None:
