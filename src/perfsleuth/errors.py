@@ -37,6 +37,13 @@ class InputError(PerfsleuthError):
         return text
 
 
+class InvalidArgument(PerfsleuthError, ValueError):
+    """A caller passed a value a computation cannot use (a zero step time, no runs, an unknown top line).
+
+    Not a fact of an input file, so it names no path; it is a ``ValueError`` for Python callers and a
+    ``PerfsleuthError`` so that degenerate data reaching a formula gives one clear line, not a traceback."""
+
+
 @dataclass(frozen=True, slots=True)
 class Caveat:
     """A problem that did not stop the analysis but limits what it can claim.

@@ -462,9 +462,14 @@ def _truth(res: SimResult, e: _Engine) -> dict[str, float]:
 # --- writers -------------------------------------------------------------------------------------
 
 
+def label_value(text: str) -> str:
+    """``text`` as a quoted label value of the Prometheus text format: backslash, double quote and newline escaped."""
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _exposition(e: _Engine, s: Server) -> str:
     """One /metrics body as vLLM v1 writes it (one engine, labels model_name and engine)."""
-    lab = f'engine="0",model_name="{s.model}"'
+    lab = f'engine="0",model_name="{label_value(s.model)}"'
     lines = []
 
     def family(name: str, kind: str, doc: str) -> None:

@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from perfsleuth.cases.case import TAXONOMY_IDS, CaseFault, add_real_case
+from perfsleuth.commands.output import fail
 from perfsleuth.errors import InputError, PerfsleuthError
 
 HEALTHY = ("healthy", "none")
-
-
-def _fail(msg: str) -> int:
-    print(f"perfsleuth: error: {msg}", file=sys.stderr)
-    return 2
 
 
 def parse_sources(text: str | None) -> tuple[str, ...]:
@@ -47,14 +42,14 @@ def parse_sources(text: str | None) -> tuple[str, ...]:
 def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources: str = "trace") -> int:
     """Simulate ``n`` labeled cases of the given signal ``sources`` into ``out``; returns the exit status."""
     if n < 1:
-        return _fail(f"-n must be >= 1, not {n}")
+        return fail(f"-n must be >= 1, not {n}")
     try:
         kinds = parse_sources(sources)
     except PerfsleuthError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     out = Path(out)
     if out.exists() and not out.is_dir():
-        return _fail(f"{out}: exists and is not a directory")
+        return fail(f"{out}: exists and is not a directory")
     try:
         if kinds == ("trace",):
             from perfsleuth.cases.suite import make_suite
@@ -65,7 +60,7 @@ def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources
 
             paths = make_signal_suite(out, n, seed, kinds, workers=workers)
     except OSError as exc:
-        return _fail(f"{out}: cannot write: {exc.strerror or exc}")
+        return fail(f"{out}: cannot write: {exc.strerror or exc}")
     counts: dict[str, int] = {}
     for p in paths:
         doc = json.loads((p / "case.json").read_text())
@@ -115,25 +110,25 @@ def cases_add(trace_dir: Path, out: Path, fault: str, scope: str | None = None, 
     """Copy an investigated job's trace files into ``out`` with the engineer's verdict; exit status."""
     ids = [f.strip() for f in (fault or "").split(",") if f.strip()]
     if not ids:
-        return _fail("--fault is required: one or more taxonomy ids (comma-separated), or 'healthy'")
+        return fail("--fault is required: one or more taxonomy ids (comma-separated), or 'healthy'")
     if any(i in HEALTHY for i in ids):
         if len(ids) > 1:
-            return _fail("--fault healthy cannot be combined with fault ids")
+            return fail("--fault healthy cannot be combined with fault ids")
         ids = []
     unknown = [i for i in ids if i not in TAXONOMY_IDS]
     if unknown:
-        return _fail(f"--fault {', '.join(unknown)}: not a taxonomy id (see TAXONOMY.md: "
+        return fail(f"--fault {', '.join(unknown)}: not a taxonomy id (see TAXONOMY.md: "
                      f"{', '.join(sorted(TAXONOMY_IDS)[:6])}, ...)")
     if magnitude is not None and not 0 <= magnitude <= 1:
-        return _fail(f"--magnitude is a share of step time in [0, 1], not {magnitude}")
+        return fail(f"--magnitude is a share of step time in [0, 1], not {magnitude}")
     try:
         sc = parse_scope(scope)
         case = add_real_case(Path(trace_dir), Path(out),
                              [CaseFault(i, sc, magnitude, True) for i in ids], notes)
     except PerfsleuthError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except OSError as exc:
-        return _fail(f"{out}: cannot write: {exc.strerror or exc}")
+        return fail(f"{out}: cannot write: {exc.strerror or exc}")
     what = ", ".join(ids) or "healthy"
     print(f"wrote case {case.path} ({what}, {len(list(case.path.rglob('*'))) - 1} signal files)")
     return 0

@@ -162,10 +162,10 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
     cols = record_columns(records, source)
     keyed = records.filter(records[TIME].notnull()).mutate(
         ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records), ps_w=cols.weight(records))
+    keyed, caveats = _measured(keyed, source)
     daily = _daily(keyed, cols)
     if not daily:
         raise InputError(source, "the records hold no row with a time", hint="time_ns is epoch nanoseconds")
-    caveats: list[Caveat] = []
     trend, trend_note = _trend(daily)
     if baseline is None or current is None:
         change_days = [daily[cp.index].day for cp in trend.change_points] if trend else []
@@ -196,6 +196,24 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
                      rate_lost_h, causes, unexplained, _waterfall(loc), attribution, attribution_note, factors, factor_note,
                      slowest, runs_found,
                      tuple(caveats) + (loc.caveats if loc else ()))
+
+
+def _finite(v: ir.FloatingValue) -> ir.BooleanValue:
+    return v.notnull() & ~v.isnan() & ~v.isinf()
+
+
+def _measured(keyed: ir.Table, source: str) -> tuple[ir.Table, list[Caveat]]:
+    """The rows whose throughput and weight are numbers: a NaN would make every sum it enters NaN, and a row
+    without a throughput cannot weigh into a weighted mean. Says how many were left out."""
+    ok = _finite(keyed.ps_n) & _finite(keyed.ps_w)
+    row = to_arrow(keyed.aggregate(rows=_.count(), left_out=ibis.ifelse(ok, 0, 1).sum())).to_pylist()[0]
+    rows, left_out = int(row["rows"] or 0), int(row["left_out"] or 0)
+    if rows and left_out == rows:
+        raise InputError(source, f"none of the {rows} records has a finite {THROUGHPUT} (and GPU-seconds): there is "
+                                 "no throughput to chart", hint="the records' metric columns are empty or NaN")
+    caveats = [Caveat("records-without-throughput", f"{left_out} of {rows} records have no finite {THROUGHPUT} or "
+                      "GPU-seconds: they are left out of every number on this page")] if left_out else []
+    return keyed.filter(ok), caveats
 
 
 def _date(day: int) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsleuth.errors import InvalidArgument
 from perfsleuth.metrics.run_parts import UNATTRIBUTED, RunParts, mean_run
 from perfsleuth.metrics.tree import tree_factors
 from perfsleuth.model import Interval
@@ -104,7 +105,7 @@ class Attribution:
 def log_mean(a: float, b: float) -> float:
     """The logarithmic mean ``(a - b) / (ln a - ln b)``, ``a`` when ``a == b`` (both > 0)."""
     if a <= 0 or b <= 0:
-        raise ValueError(f"the logarithmic mean needs positive numbers, got {a!r} and {b!r}")
+        raise InvalidArgument(f"the logarithmic mean needs positive numbers, got {a!r} and {b!r}")
     if a == b:
         return a
     return (a - b) / math.log1p((a - b) / b)
@@ -147,12 +148,12 @@ def attribute_change(before: RunParts, after: RunParts, top_line: str = "tokens_
     Raises ``ValueError`` when the top line cannot be computed on both sides (say which input is
     missing); the factors view is empty when a factor is unknown on either side (e.g. no breakdown)."""
     if top_line not in TOP_LINES:
-        raise ValueError(f"top_line must be one of {TOP_LINES}, got {top_line!r}")
+        raise InvalidArgument(f"top_line must be one of {TOP_LINES}, got {top_line!r}")
     yb, ya = tree_factors(before).top(top_line), tree_factors(after).top(top_line)
     if yb is None or ya is None:
         side = "before" if yb is None else "after"
         why = [c.message for c in (tree_factors(before) if yb is None else tree_factors(after)).caveats]
-        raise ValueError(f"{top_line} is unknown {side}: {'; '.join(why)}")
+        raise InvalidArgument(f"{top_line} is unknown {side}: {'; '.join(why)}")
     total = math.log(ya / yb)
     notes = []
     factors = _factor_view(top_line, before, after)

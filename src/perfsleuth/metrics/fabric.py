@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfsleuth.errors import InputError
+from perfsleuth.errors import InputError, InvalidArgument
 
 ENV_VAR = "PERFSLEUTH_FABRIC_TABLE"
 
@@ -52,16 +52,18 @@ def busbw_factor(collective: str, nranks: int) -> float:
     """busbw / algbw for a collective over ``nranks`` ranks (nccl-tests' ``*GetBw`` functions).
 
     AllReduce 2(n-1)/n; AllGather, ReduceScatter, AlltoAll, Gather, Scatter (n-1)/n; Broadcast,
-    Reduce, SendRecv 1."""
+    Reduce, SendRecv 1. A collective over no rank has no bandwidth: fewer than one rank is an error."""
     c = normalize_collective(collective) or collective
-    n = max(int(nranks), 1)
+    if not nranks >= 1:
+        raise InvalidArgument(f"a collective runs over one rank or more, got {nranks}")
+    n = int(nranks)
     if c == "allreduce":
         return 2.0 * (n - 1) / n
     if c in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
         return (n - 1) / n
     if c in ("broadcast", "reduce", "sendrecv"):
         return 1.0
-    raise ValueError(f"no busbw formula for collective {collective!r}")
+    raise InvalidArgument(f"no busbw formula for collective {collective!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from perfsleuth.errors import InvalidArgument
 from perfsleuth.metrics.hardware import GpuSpec, resolve
 
 
@@ -32,7 +33,7 @@ class Term:
 
     name: str
     value: float
-    share: float
+    share: float | None  # None when the total is 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ class Decomposition:
     unit: str
     terms: tuple[Term, ...]
     residual: float
-    residual_share: float
+    residual_share: float | None
 
     def term(self, name: str) -> Term | None:
         return next((t for t in self.terms if t.name == name), None)
@@ -56,9 +57,14 @@ class Decomposition:
 
 
 def decompose(total_name: str, total: float, unit: str, **terms: float) -> Decomposition:
-    """Split ``total`` into the named terms; what is left over is the residual (NaN terms count as 0)."""
+    """Split ``total`` into the named terms; what is left over is the residual (NaN terms count as 0).
+
+    A total of 0 has no shares (they are ``None``: there is nothing to be a share of); a total that
+    is not a finite number cannot be split at all."""
+    if total is None or not math.isfinite(total):
+        raise InvalidArgument(f"{total_name} is {total}: a total must be a finite number to be split into terms")
     vals = {k: (0.0 if v is None or not math.isfinite(v) else float(v)) for k, v in terms.items()}
-    share = (lambda v: v / total) if total and math.isfinite(total) else (lambda v: math.nan)
+    share = (lambda v: v / total) if total else (lambda v: None)
     residual = float(total) - sum(vals.values())
     return Decomposition(total_name, float(total), unit, tuple(Term(k, v, share(v)) for k, v in vals.items()),
                          residual, share(residual))
@@ -85,18 +91,28 @@ def decode_step_tree(step_s: float, weight_bytes: float, kv_bytes: float, hbm_by
                      prefill_s: float = 0.0) -> Decomposition:
     """A decode step against its HBM floor: reading the weights and the batch's KV once at peak
     bandwidth is the least a step can take; the residual is host, scheduler and kernel inefficiency."""
+    _positive_rate(hbm_bytes_per_s, "HBM bandwidth")
     return decompose("decode_step", step_s, "s", weights_read=weight_bytes / hbm_bytes_per_s,
                      kv_read=kv_bytes / hbm_bytes_per_s, prefill=prefill_s)
 
 
 def tokens_per_s_per_gpu(decode_batch: float, step_s: float, gpus: int = 1) -> float:
     """Output tokens/s/GPU from batch occupancy and step time (each decoding sequence emits one token a step)."""
-    return decode_batch / step_s / max(gpus, 1) if step_s > 0 else math.nan
+    _positive_rate(step_s, "step time")
+    return decode_batch / step_s / max(gpus, 1)
 
 
 def bandwidth_utilization(step_s: float, bytes_per_step: float, hbm_bytes_per_s: float) -> float:
     """Memory-bandwidth utilization (MBU) of a decode step: bytes it must move over what the HBM could move."""
-    return bytes_per_step / (hbm_bytes_per_s * step_s) if step_s > 0 else math.nan
+    _positive_rate(step_s, "step time")
+    _positive_rate(hbm_bytes_per_s, "HBM bandwidth")
+    return bytes_per_step / (hbm_bytes_per_s * step_s)
+
+
+def _positive_rate(value: float, what: str) -> None:
+    """A divisor of a rate must be a positive finite number: a zero step time has no throughput (not NaN)."""
+    if value is None or not (value > 0 and math.isfinite(value)):
+        raise InvalidArgument(f"the {what} must be a positive number, got {value}")
 
 
 # --- what the floor needs: the model's bytes ------------------------------------------------------

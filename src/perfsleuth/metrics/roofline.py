@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from perfsleuth.errors import InvalidArgument
 from perfsleuth.metrics.hardware import GpuSpec, canonical_precision, lookup, resolve
 
 SOL_BUSY_PCT = 80.0
@@ -83,15 +84,15 @@ def place(flop_count: float, dram_bytes: float, duration_ns: float, gpu: GpuSpec
     the GPU has no rate for (callers decide these; they are not facts of an input file)."""
     spec = resolve(gpu)
     if spec is None:
-        raise ValueError(f"no hardware entry for GPU {gpu!r}")
+        raise InvalidArgument(f"no hardware entry for GPU {gpu!r}")
     prec = canonical_precision(precision)
     peak = spec.peak(prec)
     if peak is None:
-        raise ValueError(f"{spec.display} has no {prec} rate (has: {', '.join(spec.peak_flop_per_s)})")
-    if not duration_ns > 0:
-        raise ValueError(f"duration must be positive, got {duration_ns}")
-    if flop_count < 0 or dram_bytes < 0:
-        raise ValueError("FLOP and byte counts must not be negative")
+        raise InvalidArgument(f"{spec.display} has no {prec} rate (has: {', '.join(spec.peak_flop_per_s)})")
+    if not (duration_ns > 0 and math.isfinite(duration_ns)):
+        raise InvalidArgument(f"duration must be a positive number, got {duration_ns}")
+    if not (flop_count >= 0 and dram_bytes >= 0 and math.isfinite(flop_count) and math.isfinite(dram_bytes)):
+        raise InvalidArgument(f"FLOP and byte counts must be finite and not negative, got {flop_count} and {dram_bytes}")
     seconds = duration_ns * 1e-9
     bw = spec.hbm_bytes_per_s
     ai = flop_count / dram_bytes if dram_bytes > 0 else math.inf

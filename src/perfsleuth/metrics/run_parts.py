@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from perfsleuth.errors import InvalidArgument
+
 COMPONENTS = (
     "compute", "exposed_comm", "memcpy", "host_launch", "sync_idle", "data_wait", "checkpoint", "idle_other",
     "straggler_wait",
@@ -57,16 +59,16 @@ class RunParts:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.step_time_ns) and self.step_time_ns > 0):
-            raise ValueError(f"step_time_ns must be a positive number, got {self.step_time_ns!r}")
+            raise InvalidArgument(f"step_time_ns must be a positive number, got {self.step_time_ns!r}")
         unknown = set(self.components_ns) - set(COMPONENTS) - {UNATTRIBUTED}
         if unknown:
-            raise ValueError(f"unknown step-time components {sorted(unknown)}; known: {', '.join(COMPONENTS)}")
+            raise InvalidArgument(f"unknown step-time components {sorted(unknown)}; known: {', '.join(COMPONENTS)}")
         bad = {k: v for k, v in self.components_ns.items() if not (math.isfinite(v) and v >= 0)}
         if bad:
-            raise ValueError(f"step-time components must be finite and >= 0, got {bad}")
+            raise InvalidArgument(f"step-time components must be finite and >= 0, got {bad}")
         total = math.fsum(self.components_ns.values())
         if total > self.step_time_ns * (1 + REL_TOL):
-            raise ValueError(f"step-time components add up to {total:.6g} ns, more than the step time "
+            raise InvalidArgument(f"step-time components add up to {total:.6g} ns, more than the step time "
                              f"{self.step_time_ns:.6g} ns: they must be disjoint parts of the step")
 
     def parts(self) -> dict[str, float]:
@@ -100,7 +102,7 @@ def mean_run(runs: list[RunParts]) -> RunParts:
     (else the runs' breakdowns are not comparable and only the step time is kept). A quantity
     unknown for any run is unknown for the average."""
     if not runs:
-        raise ValueError("mean_run needs at least one run")
+        raise InvalidArgument("mean_run needs at least one run")
     n = len(runs)
 
     def avg(xs: list[float | None]) -> float | None:

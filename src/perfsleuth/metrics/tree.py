@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from perfsleuth.errors import Caveat
+from perfsleuth.errors import Caveat, InvalidArgument
 from perfsleuth.metrics.job_parts import JobParts, job_parts
 from perfsleuth.metrics.model_flops import ModelConfig
 from perfsleuth.metrics.run_parts import COMPONENTS, RunParts
@@ -77,7 +77,7 @@ class TreeFactors:
         factor is unknown. An unknown ``model_flop_ratio`` enters as 1 (``f_hw`` then carries it)."""
         names = {"mfu": MFU_FACTORS, "tokens_per_s_per_gpu": THROUGHPUT_FACTORS}.get(top_line)
         if names is None:
-            raise ValueError(f"top_line must be 'mfu' or 'tokens_per_s_per_gpu', got {top_line!r}")
+            raise InvalidArgument(f"top_line must be 'mfu' or 'tokens_per_s_per_gpu', got {top_line!r}")
         out = {n: getattr(self, n) for n in names}
         if top_line == "mfu" and out["model_flop_ratio"] is None:
             out["model_flop_ratio"] = 1.0
@@ -85,7 +85,7 @@ class TreeFactors:
 
     def top(self, top_line: str) -> float | None:
         if top_line not in ("mfu", "tokens_per_s_per_gpu"):
-            raise ValueError(f"top_line must be 'mfu' or 'tokens_per_s_per_gpu', got {top_line!r}")
+            raise InvalidArgument(f"top_line must be 'mfu' or 'tokens_per_s_per_gpu', got {top_line!r}")
         return getattr(self, top_line)
 
 

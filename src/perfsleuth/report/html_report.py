@@ -26,6 +26,7 @@ from perfsleuth import __version__
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.model import Finding, Interval
 from perfsleuth.report.escape import html_text as esc
+from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 
@@ -209,7 +210,7 @@ def _header(analysis: JobAnalysis) -> str:
     facts = [
         ("workload", run.get("workload")),
         ("GPU", run.get("gpu_sku") or "unknown"),
-        ("ranks", f"{run.get('ranks_present', '?')} of {run.get('world_size', '?')} read"),
+        ("ranks read", ranks_phrase(run)),
         ("backend", run.get("backend")), ("NCCL", run.get("nccl")), ("CUDA runtime", run.get("cuda")),
         ("driver", run.get("driver")), ("source format", run.get("source_format")),
     ]

@@ -16,6 +16,7 @@ from perfsleuth.diagnose import Diagnosis
 from perfsleuth.model import Finding
 from perfsleuth.report.escape import markdown_text as md
 from perfsleuth.report.html_report import VERDICT_LABELS, fmt_interval, fmt_ms, fmt_pct, fmt_scope
+from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
 
 TOP_KERNELS = 5
@@ -65,8 +66,7 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     rep = analysis.stragglers
     out = [f"## perfsleuth: run {md(run.get('run_id') or analysis.run_id)}", "",
-           f"GPU {md(run.get('gpu_sku') or 'unknown')} · {md(run.get('ranks_present', '?'))} of "
-           f"{md(run.get('world_size', '?'))} ranks"
+           f"GPU {md(run.get('gpu_sku') or 'unknown')} · {md(ranks_phrase(run))}"
            + (f" · step time {md(fmt_interval(rep.step_time))}" if rep.step_time else ""), ""]
     if analysis.caveats:
         out += ["**Caveats**", "", *(f"- {md(c.code)}: {md(c.message)}" for c in analysis.caveats), ""]

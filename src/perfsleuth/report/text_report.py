@@ -14,6 +14,7 @@ from rich.text import Text
 
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.report.escape import terminal_text
+from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
 
 
@@ -39,8 +40,7 @@ def make_console(file=None) -> Console:
 def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
-                                safe(run.get("gpu_sku") or "GPU unknown"), f" · {run.get('ranks_present')} of "
-                                f"{run.get('world_size')} ranks"))
+                                safe(run.get("gpu_sku") or "GPU unknown"), " · ", safe(ranks_phrase(run))))
 
     t = Table(title="Where step time goes (share of step time, per rank)", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",

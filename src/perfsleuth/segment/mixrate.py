@@ -151,6 +151,10 @@ def decompose(terms: ir.Table, ratio: bool, workload_dims: tuple[str, ...] = (),
         base, cur = row["N0"], row["N1"]
         cf_mix = cur - row["mix"]
         cf_rate = base + row["mix"]
+    if not all(v is not None and math.isfinite(v) for v in (base, cur, row["mix"], row["rate"])):
+        raise InputError(None, f"the fleet totals are not finite (baseline {base}, current {cur}): a leaf's metric is NaN "
+                               "or infinite, or a window's denominators add up to 0",
+                         hint="drop or fill the rows whose metric is not a number")
     totals = (1.0, 1.0) if ratio else (row["N0"] or 1.0, row["N1"] or 1.0)
     top_mix = _top_mix(terms, workload_dims, top, totals) if workload_dims else ()
     return MixRate("ratio" if ratio else "additive", base, cur, row["mix"], row["rate"], cf_mix, cf_rate,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat
 from perfsleuth.model import STEPS
@@ -80,7 +81,10 @@ class JobAnalysis:
 def analyze_job(job: TraceJob) -> JobAnalysis:
     """All per-job analyses of a job held in memory."""
     results = [analyze_rank(v, job.run_id) for v in job.ranks.values()]
-    return combine_ranks(results, job.runs, job.rank_files or {r.rank: "" for r in results}, job.caveats, job=job)
+    caveats = job.caveats
+    if not results:  # the streaming path never gets here empty: the readers refuse a job with no rank
+        caveats = [*caveats, Caveat("no_trace_events", "the job holds no trace events: there is nothing to analyse")]
+    return combine_ranks(results, job.runs, job.rank_files or {r.rank: "" for r in results}, caveats, job=job)
 
 
 def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -122,7 +126,17 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
     )
     analysis.caveats.extend(check_trace(analysis))
     analysis.caveats.extend(_step_time_quality(steps))
+    analysis.caveats.extend(_single_step(steps))
     return analysis
+
+
+def _single_step(steps: pa.Table) -> list[Caveat]:
+    """One ProfilerStep per rank: a median, a p90 or an interval over steps is that one step."""
+    counts = pc.value_counts(steps.filter(pc.greater_equal(steps["step"], 0))["rank"])
+    if len(counts) and max(c["counts"] for c in counts.to_pylist()) == 1:
+        return [Caveat("single_step", "each rank has one step window: step-time spread, warm-up checks and the "
+                                      "intervals over steps need several (profile more ProfilerSteps)")]
+    return []
 
 
 def _step_time_quality(steps: pa.Table) -> list[Caveat]:
