@@ -24,6 +24,8 @@ from ibis.backends import BaseBackend
 from perfsleuth.errors import InputError
 
 ENGINES = ("duckdb", "spark")
+DUCKDB_MEMORY_ENV = "PERFSLEUTH_DUCKDB_MEMORY_LIMIT"
+"""DuckDB's memory_limit (e.g. 1GB): above it DuckDB spills to disk instead of growing (benchmarks/bench_memory.py)."""
 _SESSIONS: dict[int, Any] = {}  # the SparkSession behind each Spark backend made here
 
 # Local Spark tuned for a 2-core machine: few shuffle partitions (the default 200 costs seconds of task
@@ -55,6 +57,11 @@ def connect(engine: str = "duckdb", *, master: str | None = None, threads: int |
         con = ibis.duckdb.connect()
         if threads:
             con.raw_sql(f"SET threads = {int(threads)}")
+        if limit := os.environ.get(DUCKDB_MEMORY_ENV, "").strip():  # else DuckDB's own: 80% of RAM
+            try:
+                con.raw_sql(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
+            except duckdb.Error as exc:
+                raise InputError(None, f"{DUCKDB_MEMORY_ENV}={limit!r} is not a memory size ({exc})", hint="e.g. 2GB") from None
         return con
     if engine == "spark":
         session = spark_session or local_spark_session(master=master, conf=spark_conf)

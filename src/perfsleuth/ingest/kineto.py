@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto_format as fmt
+from perfsleuth.ingest import memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
 from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
 
@@ -300,6 +301,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     ``block_bytes`` of JSON text are decoded at a time; the Python objects of one block (about
     1 KB per event) are the reader's transient memory, so it stays small."""
     path = Path(path)
+    memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
     stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event, block_bytes=block_bytes)
     kinds, colls = _KindCache(), CollectiveOpCache()
     dropped = [0]
@@ -328,14 +330,12 @@ _EMPTY_CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "
 
 
 def finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
-    """Concatenate chunks, join launches, assign steps."""
-    if not batches:
-        table = _EMPTY_CHUNK_SCHEMA.empty_table()
-    else:
-        table = pa.Table.from_batches(batches).unify_dictionaries().combine_chunks()
-        table = table.cast(pa.schema([_EMPTY_CHUNK_SCHEMA.field(n) for n in table.column_names]))
-    kind = (np.asarray(pc.cast(table["kind"], pa.string()).to_numpy(zero_copy_only=False)) if table.num_rows
-            else np.array([], dtype=object))
+    """Concatenate chunks, join launches, assign steps.
+
+    Empties ``batches``: each column is made contiguous on its own and its chunks are freed at once,
+    so the peak is the rank's events plus one column, not the events twice."""
+    table = _contiguous(batches) if batches else _EMPTY_CHUNK_SCHEMA.empty_table()
+    kind = _kind_names(table["kind"])
     ts = table["ts_ns"].to_numpy()
     corr = table["correlation"].to_numpy()
     launch_ts, launch_dur = join_launches(kind, ts, table["dur_ns"].to_numpy(), corr)
@@ -344,6 +344,30 @@ def finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
     table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
     table = table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(launch_dur, pa.int64(), mask=launch_dur < 0))
     return table
+
+
+def _contiguous(batches: list[pa.RecordBatch]) -> pa.Table:
+    """One table with one chunk per column, in the chunk schema, built one column at a time: the
+    column's chunks are released before the next is copied (``batches`` is emptied, so nothing else
+    holds them) and freed heap pages go back to the OS."""
+    table = pa.Table.from_batches(batches).unify_dictionaries()
+    batches.clear()
+    schema = pa.schema([_EMPTY_CHUNK_SCHEMA.field(n) for n in table.column_names])
+    memory_guard.release_free_memory()
+    for i, f in enumerate(schema):
+        col = table.column(i).combine_chunks()
+        table = table.set_column(i, f, col if col.type == f.type else col.cast(f.type))
+        memory_guard.release_free_memory()
+    return table.replace_schema_metadata(schema.metadata)
+
+
+def _kind_names(kind: pa.ChunkedArray) -> np.ndarray:
+    """Event kinds as a numpy object array that shares one ``str`` per kind (8 bytes a row, where
+    converting the column makes a string object per row)."""
+    if len(kind) == 0:
+        return np.array([], dtype=object)
+    codes = kind.combine_chunks()
+    return np.array(codes.dictionary.to_pylist(), dtype=object)[codes.indices.to_numpy(zero_copy_only=False)]
 
 
 def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -423,6 +447,7 @@ def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *
     single = len(files) == 1
     total = sum(f.stat().st_size for f in files if f.exists())
     n_workers = workers if workers is not None else min(len(files), os.cpu_count() or 1)
+    n_workers = memory_guard.workers_that_fit(files, n_workers)  # each worker holds one rank's events
     jobs = [(str(f), single) for f in files]
     if n_workers > 1 and len(files) > 1 and total >= PARALLEL_MIN_BYTES:
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:

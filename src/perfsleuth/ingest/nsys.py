@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest import kineto
+from perfsleuth.ingest import kineto, memory_guard
 from perfsleuth.ingest.kineto import RankFile, normalise_collective
 from perfsleuth.ingest.source import SourceData, register
 from perfsleuth.model import EVENT_KINDS, EVENTS
@@ -111,6 +111,7 @@ _BLOB_HEADER = struct.Struct("<4Q")  # domain id, schema id, payload size, paylo
 _CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
 _KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _KIND = {k: i for i, k in enumerate(EVENT_KINDS)}
+_KIND_NAMES = np.array(EVENT_KINDS, dtype=object)  # indexed by kind code: 8 bytes a row, one str per kind
 
 
 # --- detection -----------------------------------------------------------------------------------
@@ -181,6 +182,23 @@ class _Db:
             parts.append(np.fromiter(chain.from_iterable(chunk), np.int64, len(chunk) * ncols).reshape(len(chunk), ncols))
         return np.concatenate(parts) if parts else np.zeros((0, ncols), np.int64)
 
+    def int_column_set(self, table: str, sql: str, ncols: int) -> _Columns:
+        """Like ``int_columns`` for a query over every row of ``table``, but each column is its own array,
+        sized from the table's row count and filled chunk by chunk: no concatenation copy, and
+        ``_assemble`` can free one column before it copies the next."""
+        n = self.conn.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()[0]
+        cols = [np.empty(n, np.int64) for _ in range(ncols)]
+        cur = self.conn.execute(sql)
+        done = 0
+        while chunk := cur.fetchmany(_CHUNK_ROWS):
+            if done + len(chunk) > n:
+                raise sqlite3.DatabaseError(f"{table} has more rows than count(*) said")
+            block = np.fromiter(chain.from_iterable(chunk), np.int64, len(chunk) * ncols).reshape(len(chunk), ncols)
+            for j, col in enumerate(cols):
+                col[done:done + len(chunk)] = block[:, j]
+            done += len(chunk)
+        return _Columns([c[:done] for c in cols])
+
     def text_column(self, sql: str) -> pa.Array:
         """A string array from a one-column query (nulls kept), fetched in chunks."""
 
@@ -192,6 +210,23 @@ class _Db:
             return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
 
         return self._lenient(fetch)
+
+
+class _Columns:
+    """Integer columns of one query, each its own array, indexed like the (rows, columns) matrix of
+    ``int_columns``: ``a[:, j]`` is column j, ``a[:, i:j]`` a matrix of those columns."""
+
+    def __init__(self, cols: list[np.ndarray]):
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols[0]) if self.cols else 0
+
+    def __getitem__(self, key: tuple[slice, int | slice]) -> np.ndarray:
+        rows, col = key
+        if rows != slice(None):
+            raise TypeError("_Columns selects whole columns only")
+        return np.column_stack(self.cols[col]) if isinstance(col, slice) else self.cols[col]
 
 
 def _open(path: Path) -> _Db:
@@ -210,7 +245,7 @@ def _open(path: Path) -> _Db:
         conn = _connect(path)
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
         columns = {t: {r[1]: (r[2] or "").upper() for r in conn.execute(f"PRAGMA table_info({_q(t)})")} for t in tables}
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # a table or column name that is not UTF-8: a damaged schema
         raise InputError(path, f"unreadable SQLite database ({exc}): truncated or corrupt", place="sqlite_master",
                          hint="export the report again; a copy cut short cannot be read") from None
     db = _Db(path, conn, columns)
@@ -351,10 +386,10 @@ def _corr_expr(db: _Db, table: str) -> str:
     return "ifnull(correlationId, -1)" if db.has(table, "correlationId") else "-1"
 
 
-def _gpu_table(db: _Db, table: str, extra: Sequence[str] = ()) -> np.ndarray:
+def _gpu_table(db: _Db, table: str, extra: Sequence[str] = ()) -> _Columns:
     cols = ["start", "end - start", "ifnull(deviceId, -1)", "ifnull(streamId, -1)", _corr_expr(db, table), _pid_expr(db, table),
             *extra]
-    return db.int_columns(f"SELECT {', '.join(cols)} FROM {_q(table)} ORDER BY rowid", len(cols))
+    return db.int_column_set(table, f"SELECT {', '.join(cols)} FROM {_q(table)} ORDER BY rowid", len(cols))
 
 
 def _streams(raw: np.ndarray) -> np.ndarray:
@@ -448,7 +483,7 @@ def _runtime(db: _Db, strings: _Strings) -> _Part | None:
     tid_col = db.first(t, ("globalTid", "globalPid"))
     gtid = f"ifnull({tid_col}, 0)" if tid_col else "0"
     name = "ifnull(nameId, -1)" if db.has(t, "nameId") else "-1"
-    a = db.int_columns(f"SELECT start, end - start, {_corr_expr(db, t)}, {gtid}, {name} FROM {t} ORDER BY rowid", 5)
+    a = db.int_column_set(t, f"SELECT start, end - start, {_corr_expr(db, t)}, {gtid}, {name} FROM {t} ORDER BY rowid", 5)
     raw = strings.take(a[:, 4])
     clean = pc.replace_substring_regex(raw.dictionary, _RUNTIME_VERSION.pattern, "")
     names = pa.DictionaryArray.from_arrays(raw.indices, clean)
@@ -695,32 +730,57 @@ def _assign_ranks(path: Path, pids: list[int], report: _Report, nvtx: _Nvtx, dev
 
 def _assemble(parts: list[_Part], offset_ns: int) -> tuple[pa.Table, np.ndarray]:
     """One table in the Kineto reader's chunk schema from the parts' columns (numpy concatenation,
-    one merged dictionary for names), and its kind codes (indices into EVENT_KINDS)."""
+    one merged dictionary for names), and its kind codes (indices into EVENT_KINDS).
+
+    Consumes ``parts``: each column is dropped from them once copied, so the peak is the rows once
+    plus one column, not twice (the caller hands over parts nothing else holds)."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return _CHUNK_SCHEMA.empty_table(), np.zeros(0, np.int8)
     n = sum(len(p) for p in parts)
-    kind = np.concatenate([p.kind for p in parts])
     lengths = [len(p) for p in parts]
+    zeros = pa.py_buffer(np.zeros(n * 8, np.uint8))  # calloc'd: pages never written are never resident
+    kind = _drain(parts, "kind")
+    ts = _drain(parts, "ts")
+    ts += offset_ns
+    dur = _drain(parts, "dur")
     cols: dict[str, pa.Array] = {
         "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT),
         "category": pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths)),
                                                    pa.array([p.category for p in parts], pa.string())),
         "name": _merge_dictionaries([p.name for p in parts]),
-        "device": pa.array(np.concatenate([p.device for p in parts]).astype(np.int32)),
-        "stream": pa.array(np.concatenate([p.stream for p in parts]), pa.int64()),
-        "tid": pa.array(np.concatenate([p.tid for p in parts]), pa.int64()),
-        "ts_ns": pa.array(np.concatenate([p.ts for p in parts]) + offset_ns, pa.int64()),
-        "dur_ns": pa.array(np.maximum(np.concatenate([p.dur for p in parts]), 0), pa.int64()),
-        "correlation": pa.array(np.concatenate([p.correlation for p in parts]), pa.int64()),
+        "device": pa.array(_drain(parts, "device").astype(np.int32)),
+        "stream": pa.array(_drain(parts, "stream"), pa.int64()),
+        "tid": pa.array(_drain(parts, "tid"), pa.int64()),
+        "ts_ns": pa.array(ts, pa.int64()),
+        "dur_ns": pa.array(np.maximum(dur, 0, out=dur), pa.int64()),
+        "correlation": pa.array(_drain(parts, "correlation"), pa.int64()),
         "external_id": pa.array(np.full(n, -1, np.int64)),
-        "bytes": pa.concat_arrays([p.nbytes.cast(pa.int64()) if p.nbytes is not None else pa.nulls(len(p), pa.int64())
-                                   for p in parts]),
+        "bytes": pa.concat_arrays([p.nbytes.cast(pa.int64()) if p.nbytes is not None else _all_null(m, pa.int64(), zeros)
+                                   for p, m in zip(parts, lengths, strict=True)]),
     }
+    for p in parts:
+        p.name = p.nbytes = None
     for f in _CHUNK_SCHEMA:
         if f.name not in cols:
-            cols[f.name] = pa.nulls(n, f.type)
+            cols[f.name] = _all_null(n, f.type, zeros)
     return pa.table([cols[f.name] for f in _CHUNK_SCHEMA], schema=_CHUNK_SCHEMA), kind
+
+
+def _drain(parts: list[_Part], column: str) -> np.ndarray:
+    """One column of all parts, concatenated; the parts let go of theirs (their memory is freed now)."""
+    out = np.concatenate([getattr(p, column) for p in parts])
+    for p in parts:
+        setattr(p, column, None)
+    return out
+
+
+def _all_null(n: int, typ: pa.DataType, zeros: pa.Buffer) -> pa.Array:
+    """``n`` nulls of ``typ`` over one shared zero buffer (as validity bitmap and as values): the columns
+    an export never fills (memory counters, group ranks, sequence numbers) cost no memory each."""
+    if pa.types.is_dictionary(typ):
+        return pa.DictionaryArray.from_arrays(_all_null(n, typ.index_type, zeros), pa.array([], typ.value_type))
+    return pa.Array.from_buffers(typ, n, [zeros, zeros], null_count=n)
 
 
 def _merge_dictionaries(arrays: list[pa.Array]) -> pa.DictionaryArray:
@@ -736,19 +796,19 @@ def _merge_dictionaries(arrays: list[pa.Array]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=null if null.any() else None), merged.dictionary)
 
 
-def _collectives(table: pa.Table, kind: np.ndarray, nccl: _NcclRanges, pid: int, runtime: _Part | None,
-                 offset_ns: int) -> pa.Table:
+def _collectives(table: pa.Table, kind: np.ndarray, nccl: _NcclRanges, pid: int, offset_ns: int) -> pa.Table:
     """Collective metadata of NCCL kernels, from the NCCL call that issued each one on the launching
     thread: the last NCCL call started before the launch (grouped calls launch at ncclGroupEnd); a
     call that had already ended is matched to the first kernel launched after it only."""
     rows = np.flatnonzero(kind == _KIND["collective"])
     is_op = np.array([bool(o) for o in nccl.op], bool)
-    if len(rows) == 0 or not is_op.any() or runtime is None or len(runtime) == 0:
+    is_runtime = kind == _KIND["runtime"]  # the runtime part's rows, in its order (see _assemble)
+    if len(rows) == 0 or not is_op.any() or not is_runtime.any():
         return table
     launch = table["launch_ts_ns"].take(pa.array(rows)).fill_null(-1).to_numpy()
     launch = np.where(launch >= 0, launch - offset_ns, -1)  # NCCL ranges are on the report clock
     corr = table["correlation"].take(pa.array(rows)).to_numpy()
-    rc, rt = runtime.correlation, runtime.tid
+    rc, rt = table["correlation"].to_numpy()[is_runtime], table["tid"].to_numpy()[is_runtime]
     if len(rc) > 1 and not (rc[1:] >= rc[:-1]).all():  # nsys writes them in call order: usually sorted already
         order = np.argsort(rc, kind="stable")
         rc, rt = rc[order], rt[order]
@@ -811,15 +871,14 @@ def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int
     table, kind = _assemble(parts, offset_ns)
     table, kind = _mark_collectives(table, kind)
     table = _join_and_step(table, kind)
-    runtime = next((p for p in parts if p.category == "cuda_runtime"), None)
-    return _collectives(table, kind, nccl, pid, runtime, offset_ns)
+    return _collectives(table, kind, nccl, pid, offset_ns)
 
 
 def _join_and_step(table: pa.Table, kind: np.ndarray) -> pa.Table:
     """The Kineto reader's launch join and step assignment (``kineto.join_launches`` and
     ``assign_steps``, reused as they are), given kinds as a fixed-width string array so that their
     comparisons run vectorised rather than per Python object."""
-    kinds = np.array(EVENT_KINDS)[kind]
+    kinds = _KIND_NAMES[kind]
     ts = table["ts_ns"].to_numpy()
     launch_ts, launch_dur = kineto.join_launches(kinds, ts, table["dur_ns"].to_numpy(), table["correlation"].to_numpy())
     step = kineto.assign_steps(table, kinds, ts, launch_ts)
@@ -859,6 +918,7 @@ def read_report(path: str | Path, *, single_file: bool = True, step_pattern: re.
     pattern = re.compile(step_pattern, re.IGNORECASE) if isinstance(step_pattern, str) else step_pattern
     if pattern.groups < 1:
         raise ValueError(f"step_pattern {pattern.pattern!r} needs a group that captures the step number")
+    memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
     db = _open(path)
     try:
         return _read(db, single_file, pattern)
@@ -889,11 +949,16 @@ def _read(db: _Db, single_file: bool, pattern: re.Pattern[str]) -> list[RankFile
     devices = {pid: sorted({report.gpu_of(pid, int(d)) for part in gpu_parts for d in np.unique(part.device[part.pid == pid])})
                for pid in pids}  # the GPUs (TARGET_INFO_GPU ids) each process used
     ranks, world = _assign_ranks(path, pids, report, nvtx, devices, single_file, caveats)
-    host_parts = [p for p in (runtime, nvtx.part) if p is not None]
+    sources = [*gpu_parts, *(p for p in (runtime, nvtx.part) if p is not None)]
+    del gpu_parts, runtime  # ``sources`` alone holds the rows now: a part that is wholly one rank's is consumed
+    nvtx.part = None
     out = []
     for pid in pids:
         # this process's rows only (host rows of launchers and helper processes are not the rank's)
-        parts = [p if (p.pid == pid).all() else p.take(np.flatnonzero(p.pid == pid)) for p in (*gpu_parts, *host_parts)]
+        mine = [p.pid == pid for p in sources]
+        parts = [p if m.all() else p.take(np.flatnonzero(m)) for p, m in zip(sources, mine, strict=True)]
+        sources = [p for p, m in zip(sources, mine, strict=True) if not m.all()]
+        del mine
         events = _rank_events(parts, report.clock_offset_ns, nvtx.nccl, pid)
         rank, source = ranks[pid]
         meta = _metadata(path, report, rank, world, devices.get(pid, []), pid, events, nvtx.nccl.has_payloads)
