@@ -194,11 +194,12 @@ def test_a_faint_fault_is_insufficient_evidence_not_a_guess(tmp_path: Path) -> N
 
 
 def test_too_few_steps_to_tell_a_straggler_from_shifting_work_is_said_so(tmp_path: Path) -> None:
-    # two ranks, the same rank heavy on 5 of 6 steps: as likely chance as a straggler
-    cfg = small(world_size=2, steps=6, seed=5, faults=[SequenceImbalance(imbalance=0.3, seed=12)])
+    # two ranks, the same rank heavy on all 5 steps: chance at 2 * 2^-5 = 6 % if work moved at random
+    # (a rank heavy on 5 of 6 steps whose work visibly moved on the sixth: tests/test_trace_bar.py)
+    cfg = small(world_size=2, steps=5, seed=5, faults=[StragglerRank(rank=1, slowdown=0.3)])
     d = diagnose_sim(cfg, tmp_path).diagnosis
     assert d.findings == ()
-    assert "sequence_imbalance" in {n.fault for n in d.insufficient_evidence}
+    assert {"straggler_rank", "sequence_imbalance"} <= {n.fault for n in d.insufficient_evidence}
 
 
 def test_missing_signals_are_named(tmp_path: Path) -> None:

@@ -337,6 +337,12 @@ class SequenceImbalance(Fault):
     On each step a rank drawn at random (per step, from ``seed``) does (1 + imbalance) times the
     forward/backward work; with ``spread`` every rank also gets a random 1 + spread * U(0, 1). The
     optimizer's work is unchanged. Unlike ``straggler_rank``, the slow rank changes every step.
+
+    ``balanced=True`` is the healthy baseline that prices the fault: the same total work per step, spread
+    evenly (every rank gets the step's mean multiplier). Imbalance costs what balancing would save, the
+    heaviest rank's work minus the mean rank's; the extra tokens themselves are the workload, not the
+    fault. Pricing against the job without the extra work charged the imbalance with all of it: on two
+    ranks, twice what packing the sequences could ever win back.
     """
 
     fault: ClassVar[str] = "sequence_imbalance"
@@ -344,6 +350,11 @@ class SequenceImbalance(Fault):
     spread: float = 0.0
     seed: int = 0
     step_indices: tuple[int, ...] | None = None
+    balanced: bool = False
+
+    def baseline(self) -> Fault | None:
+        """The same work per step, evenly spread over the data-parallel ranks."""
+        return replace(self, balanced=True)
 
     def validate(self, world_size: int, parallelism: str, pp_stages: int) -> None:
         if world_size // max(1, pp_stages) < 2:
@@ -362,11 +373,11 @@ class SequenceImbalance(Fault):
         heavy = int(g.integers(dp))
         m = [1.0 + self.spread * float(u) for u in g.random(dp)]
         m[heavy] += self.imbalance
-        return m
+        return [sum(m) / dp] * dp if self.balanced else m
 
     def heavy_index(self, dp: int, step: int) -> int | None:
-        """The data-parallel index with the most work on this step (None outside the fault's steps)."""
-        if not _in(self.step_indices, step):
+        """The data-parallel index with the most work on this step (None outside the fault's steps or when balanced)."""
+        if self.balanced or not _in(self.step_indices, step):
             return None
         return int(np.random.default_rng([self.seed, 41, step]).integers(dp))
 

@@ -58,7 +58,8 @@ truth.json (``SimulatedJob.truth()``), all times are integer nanoseconds on the 
   consequences the simulator measured; every key ends in its unit) and, when
   ``measure_impact``, ``impact``: ``{"step_time_ns", "step_time_without_ns", "delta_ns"}`` — mean
   ProfilerStep duration (over ranks and steps) with the fault, and of the same job re-simulated
-  without it (or with its ``baseline()``, e.g. the same small kernels at a healthy launch cost).
+  without it (or with its ``baseline()``, e.g. the same small kernels at a healthy launch cost, the same
+  sequences balanced over the ranks).
   A step cut short by a hang counts as lasting until the window's end. New faults' effects:
   ``poor_overlap``: ``buckets``, ``deferred_buckets``, ``deferred_bytes``, ``exposed_comm_ns_per_step``,
   ``comm_transfer_ns_per_step``, ``fabric_bandwidth_gbps``, ``overlap``; ``sequence_imbalance``:

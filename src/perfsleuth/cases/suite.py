@@ -14,8 +14,10 @@ mix, drawn from ``seed`` alone:
   shrunk by a launch-bound fault leave no small-kernel chain to see).
 
 Labels come from the simulator, never from perfsleuth: a fault's ``magnitude`` is its measured
-impact (step time with the fault minus the same job re-simulated without it, over step time with
-it) and it is ``detectable`` when that is at least 3 % (``case.DETECTABLE_RULE``). Faults whose
+impact (step time with the fault minus the same job re-simulated without it, or with the fault's
+``baseline()`` where the fault's fix keeps the work, such as balanced sequences; over step time with
+it) and it is ``detectable`` when that is at least 3 % (``case.DETECTABLE_RULE``); a straggler is also
+undetectable when the trace has too few steps to tell it from shifting work (``STRAGGLER_RULE``). Faults whose
 draw leaves nothing in the trace (a GC pause rate that happens to pause no step) are labeled with
 their measured impact like any other, which then says undetectable.
 """
@@ -139,8 +141,22 @@ def _g_pipeline(rng, s, t):
 
 def _g_sequence(rng, s, t):
     # spread adds work to every rank (more work, not imbalance): keep it below the imbalance itself
-    return F.SequenceImbalance(imbalance=2.5 * t, spread=2.5 * t * float(rng.uniform(0, 0.5)) if rng.random() < 0.4 else 0.0,
-                               seed=int(rng.integers(1 << 30))), {}
+    spread = 2.5 * t * float(rng.uniform(0, 0.5)) if rng.random() < 0.4 else 0.0
+    return F.SequenceImbalance(imbalance=2.5 * t, spread=spread, seed=_moving_seed(rng, s.config.dp, s.config.steps)), {}
+
+
+def _moving_seed(rng: np.random.Generator, dp: int, steps: int) -> int:
+    """A draw seed whose heaviest rank changes at least once over the job's steps.
+
+    Work that lands on the same rank on every profiled step is, in the trace, a straggler: no one
+    could say it shifts, so such a draw would label a straggler "sequence_imbalance" (with two ranks
+    and five steps, one draw in sixteen). The fault's defining property is that the heavy rank moves;
+    draws without it are redrawn, never relabeled."""
+    while True:
+        seed = int(rng.integers(1 << 30))
+        probe = F.SequenceImbalance(seed=seed)
+        if dp < 2 or len({probe.heavy_index(dp, k) for k in range(steps)}) > 1:
+            return seed
 
 
 def _g_dataloader(rng, s, t):
@@ -295,6 +311,24 @@ def _impact_fraction(entry: dict[str, Any]) -> float:
     return max(0.0, delta / with_) if with_ > 0 else 0.0
 
 
+IDENTIFY_ALPHA = 0.05
+"""Significance level at which a class that is told apart by a count over steps counts as identifiable."""
+STRAGGLER_RULE = (f"straggler_rank is undetectable, whatever its impact, when the trace is too short to tell it from "
+                  f"shifting work: even slowest on every step, the chance that work moving at random lands on one of the "
+                  f"r data-parallel ranks on all n steps, r^(1-n), is at least {IDENTIFY_ALPHA}")
+
+
+def _straggler_identifiable(cfg: SimConfig) -> bool:
+    """Whether ``cfg``'s trace has enough steps for a persistent straggler to be told from shifting work.
+
+    What separates a straggler from sequence imbalance in a trace is that the same rank is the slowest
+    step after step. With r ranks and n steps, a rank slowest on all of them happens by chance with
+    probability r * r^-n when the slowest rank moves at random: 6 % with two ranks and five steps. No
+    expert (and no test at the 5 % level) can name the straggler from that; the honest answer is
+    "insufficient evidence", which the label then counts as right."""
+    return cfg.dp < 2 or float(cfg.dp) ** (1 - cfg.steps) < IDENTIFY_ALPHA
+
+
 def make_case(out: Path, index: int, seed: int, classes: tuple[str, ...]) -> Path:
     """Simulate one planned case into ``out`` and label it from the simulator's truth."""
     cfg, notes = _case_config(index, seed, classes)
@@ -302,14 +336,19 @@ def make_case(out: Path, index: int, seed: int, classes: tuple[str, ...]) -> Pat
     write_job(job, out)
     truth = job.truth()
     labeled = []
+    rules = [DETECTABLE_RULE]
     for entry in truth["faults"]:
         mag = _impact_fraction(entry)
+        detectable = mag >= DETECTABLE_MIN_IMPACT
+        if detectable and entry["fault"] == "straggler_rank" and not _straggler_identifiable(cfg):
+            detectable = False
+            rules.append(STRAGGLER_RULE)
         labeled.append(CaseFault(entry["fault"], {"ranks": entry.get("ranks", []), "steps": entry.get("steps", [])},
-                                 round(mag, 5), mag >= DETECTABLE_MIN_IMPACT))
+                                 round(mag, 5), detectable))
     shape = f"{cfg.parallelism} world {cfg.world_size}" + (f" pp {cfg.pp_stages}" if cfg.parallelism == "pp" else "")
     write_case(Case(out, tuple(labeled), "simulated",
                     f"simulated ({shape}, {cfg.layers} layers, {cfg.steps} steps, seed {cfg.seed}); {notes or 'healthy'}",
-                    DETECTABLE_RULE, {"suite": {"seed": seed, "index": index}}))
+                    "; ".join(rules), {"suite": {"seed": seed, "index": index}}))
     return out
 
 

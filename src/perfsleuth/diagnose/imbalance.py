@@ -46,6 +46,12 @@ PERSISTENT_ALPHA = 0.05
 (binomial test against 1/ranks per step, Bonferroni over ranks). With two ranks and five steps even
 five out of five is chance at 6 %: the trace is too short to tell a straggler from shifting work."""
 
+MOVED_LEAD = 0.5
+"""On a step where another rank is the heaviest, a lead over the top rank of at least half the top
+rank's own typical lead means the work moved there (shifting work), not that noise hid a straggler:
+a slow GPU is slow on every step, so it loses first place only by the noise, never by the margin it
+usually leads by. A single such step rules a persistent straggler out, however significant the count."""
+
 
 @dataclass(frozen=True, slots=True)
 class Heaviness:
@@ -57,6 +63,7 @@ class Heaviness:
     steps: int
     ranks: int
     p_value: float
+    moved_steps: int = 0  # steps where another rank led the top rank by at least MOVED_LEAD of its usual lead
 
     @property
     def top_share(self) -> float:
@@ -70,13 +77,18 @@ class Heaviness:
         return _persist_p(k, self.steps, self.ranks)
 
     @property
+    def moved(self) -> bool:
+        """The work visibly moved to another rank on some step: shifting work, whatever the count says."""
+        return self.moved_steps > 0
+
+    @property
     def persistent(self) -> bool:
-        return self.top_share >= PERSISTENT_SHARE and self.p_value < PERSISTENT_ALPHA
+        return self.top_share >= PERSISTENT_SHARE and self.p_value < PERSISTENT_ALPHA and not self.moved
 
     @property
     def ambiguous(self) -> bool:
         """Mostly one rank, but too few steps or ranks to rule out chance."""
-        return self.top_share >= PERSISTENT_SHARE and self.p_value >= PERSISTENT_ALPHA
+        return self.top_share >= PERSISTENT_SHARE and self.p_value >= PERSISTENT_ALPHA and not self.moved
 
 
 def _persist_p(k: int, n: int, ranks: int) -> float:
@@ -95,7 +107,19 @@ def heaviness(ctx: JobContext, members: list[int]) -> Heaviness | None:
     heavy = piv.idxmax(axis=1)
     counts = heavy.value_counts()
     top, k = int(counts.index[0]), int(counts.iloc[0])
-    return Heaviness(heavy, top, k, len(piv), piv.shape[1], _persist_p(k, len(piv), piv.shape[1]))
+    return Heaviness(heavy, top, k, len(piv), piv.shape[1], _persist_p(k, len(piv), piv.shape[1]), _moved_steps(piv, heavy, top))
+
+
+def _moved_steps(piv: pd.DataFrame, heavy: pd.Series, top: int) -> int:
+    """Steps where another rank out-computed ``top`` by at least ``MOVED_LEAD`` of ``top``'s median lead
+    over the runner-up on the steps it led (see ``MOVED_LEAD``)."""
+    others = piv.drop(columns=[top]).max(axis=1)
+    lead = piv[top] - others
+    usual = float(lead[heavy == top].median()) if (heavy == top).any() else 0.0
+    if usual <= 0:
+        return 0
+    return int((-lead[heavy != top] >= MOVED_LEAD * usual).sum())
+
 
 MICROBATCH_FACTOR = 2
 """A 1F1B pipeline of p stages needs at least 2p microbatches to keep its bubble, (p-1)/(m+p-1),
@@ -143,8 +167,8 @@ def straggler_rank(a: JobAnalysis) -> Finding | NotAssessed | None:
     hv = heaviness(ctx, group)
     if hv is not None:
         share, p_steps = hv.share_of(r), hv.p_of(r)
-        if share < PERSISTENT_SHARE:
-            return None  # not the slowest on most steps: shifting work (sequence_imbalance) or noise
+        if share < PERSISTENT_SHARE or (r == hv.top_rank and hv.moved):
+            return None  # not the slowest on most steps, or the work moved off it: shifting work (sequence_imbalance) or noise
         if p_steps >= PERSISTENT_ALPHA:
             return insufficient("straggler_rank", f"a longer trace: rank {r} is the slowest on {share:.0%} of "
                                 f"{hv.steps} steps, which with {hv.ranks} ranks could be work shifting at random "
@@ -318,9 +342,12 @@ def sequence_imbalance(a: JobAnalysis) -> Finding | NotAssessed | None:
                                                      method=f"share of steps rank {int(top_rank)} was the heaviest"),
                  Interval(PERSISTENT_SHARE, unit="fraction", method="above this it would be a straggler")),
     )
+    moved = (f"rank {int(top_rank)} is the heaviest on {top_share:.0%} of steps, but on {hv.moved_steps} step(s) another "
+             "rank out-computed it by at least half its usual lead: the work moved, which a slow GPU cannot do"
+             if top_share >= PERSISTENT_SHARE and hv.moved else
+             f"the heaviest rank changes from step to step (the most frequent, rank {int(top_rank)}, only on {top_share:.0%} of steps)")
     alternatives = (
-        Alternative("straggler_rank", "ruled_out", f"the heaviest rank changes from step to step (the most frequent, "
-                    f"rank {int(top_rank)}, only on {top_share:.0%} of steps)"),
+        Alternative("straggler_rank", "ruled_out", moved),
         Alternative("gc_pause", "ruled_out", "the extra time is compute kernels, not host stalls"),
         Alternative("slow_node", "ruled_out", "no rank is slow on every step"),
     )

@@ -4,14 +4,15 @@ Chains of short kernels that run back to back from a queue keep the GPU "busy" w
 work each: the host is not the bottleneck (that is ``host_launch_bound``, where the GPU idles
 between kernels), the kernels are. The saving is what fusing each chain into one well-shaped kernel
 would give; a fused memory-bound kernel is assumed to cost about ``FUSED_KERNELS`` of the chain's
-kernels (one pass over the data on a full grid instead of one pass per op on a few SMs).
+kernels (one pass over the data on a full grid instead of one pass per op on a few SMs). In a
+pipeline the saving per rank is worth more than itself in step time (``pipeline_amplification``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from perfsleuth.diagnose.context import MIN_IMPACT, below_bar, context
+from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, context
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
@@ -19,6 +20,20 @@ from perfsleuth.trace.launch import SHORT_KERNEL_NS
 from perfsleuth.trace.rank_analysis import CHAIN_GAP_NS, CHAIN_MIN_KERNELS
 
 FUSED_KERNELS = 4.0
+
+
+def pipeline_amplification(ctx: JobContext) -> float:
+    """Step time saved per unit of compute saved on every stage: (m + p - 1) / m in a p-stage 1F1B pipeline
+    of m microbatches, 1 without a pipeline.
+
+    A 1F1B step lasts about m + p - 1 microbatch slots of the slowest stage (m in the steady state,
+    p - 1 to fill and drain), so time cut from every microbatch of every stage comes off all of them,
+    not only the m a rank computes. Without it the saving was undercounted by 17-25 % on 2-4 stages."""
+    pipe = ctx.pipeline
+    m = pipe.microbatches if pipe is not None else None
+    if pipe is None or not pipe.stage_of or pipe.stages < 2 or not m or m < 1:
+        return 1.0
+    return (m + pipe.stages - 1) / m
 
 
 @detector("small_kernels", needs=("kineto trace with GPU kernels",))
@@ -32,7 +47,8 @@ def small_kernels(a: JobAnalysis) -> Finding | NotAssessed | None:
     per_kernel = rs["chain_ns"] / rs["chain_kernels"].clip(lower=1)
     fused = np.minimum(rs["chain_ns"], FUSED_KERNELS * rs["chains"] * per_kernel)
     rs["small_kernel_saving_ns"] = (rs["chain_ns"] - fused).clip(lower=0)
-    loss = ctx.per_step("small_kernel_saving_ns")
+    amplification = pipeline_amplification(ctx)
+    loss = ctx.per_step("small_kernel_saving_ns") * amplification
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
         return below_bar("small_kernels", imp, f"a larger effect: fusing the short-kernel chains would save "
@@ -48,7 +64,8 @@ def small_kernels(a: JobAnalysis) -> Finding | NotAssessed | None:
     chain_share = float(hit["chain_ns"].sum() / max(hit["compute_ns"].sum(), 1))
     evidence = (
         Evidence("fusion_saving_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 f"chain time minus {FUSED_KERNELS:.0f} kernels' worth per chain (worst rank per step)"),
+                 f"chain time minus {FUSED_KERNELS:.0f} kernels' worth per chain (worst rank per step)"
+                 + (f", x {amplification:.2f} for the pipeline's fill and drain" if amplification > 1 else "")),
         Evidence("short_kernel_chain_share_of_compute", Interval(chain_share, unit="fraction", method="ranks with chains")),
         Evidence("kernels_per_chain", Interval(chain_len, unit="kernels", method="median rank-step"),
                  Interval(float(CHAIN_MIN_KERNELS), unit="kernels", method="shortest counted chain")),
