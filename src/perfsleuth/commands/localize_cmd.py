@@ -44,12 +44,7 @@ def localize_command(file: Path, current: str, baseline: str, current_denominato
 def _run(path: Path, current: str, baseline: str, current_den: str | None, baseline_den: str | None, format: str,
          engine: str, workload_dims: Sequence[str] | None, bootstrap: int, seed: int,
          master: str | None) -> tuple[dict[str, Any], str]:
-    if format not in ("text", "json"):
-        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
-    if engine not in engines.ENGINES:
-        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
-    if bootstrap < 0:
-        raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+    _check_options(format, engine, bootstrap)
     if (current_den is None) != (baseline_den is None):
         raise InputError(path, "give both denominators or neither",
                          hint="--current-denominator and --baseline-denominator go together")
@@ -84,12 +79,7 @@ def localize_store_command(store: Path, metric: str, baseline: str, current: str
     from perfsleuth.store.leaf import Window, fleet_leaves
 
     try:
-        if format not in ("text", "json"):
-            raise InputError(None, f"unknown format {format!r}", hint="use text or json")
-        if engine not in engines.ENGINES:
-            raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
-        if bootstrap < 0:
-            raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+        _check_options(format, engine, bootstrap)
         base, cur = Window.parse(baseline, "--baseline"), Window.parse(current, "--current")
         opened = Store(store)
         con = engines.connect(engine, master=master)
@@ -104,6 +94,16 @@ def localize_store_command(store: Path, metric: str, baseline: str, current: str
     head = (f"{metric} ({leaves.metric.method}); baseline {base} ({leaves.runs['baseline']} runs), "
             f"current {cur} ({leaves.runs['current']} runs)\n")
     return deliver_doc(doc, head + render_text(Path(store), result), format, out)
+
+
+def _check_options(format: str, engine: str, bootstrap: int) -> None:
+    """The options both forms share, checked before any file is opened or engine started."""
+    if format not in ("text", "json"):
+        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if engine not in engines.ENGINES:
+        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
+    if bootstrap < 0:
+        raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
 
 
 def _check_metrics(table: Any, metrics: list[str], path: Path) -> None:
