@@ -174,6 +174,27 @@ def _split_lines(data: bytes, path: Path) -> tuple[pa.Table, list[str]]:
     return table, bad
 
 
+_MAX_TS_S = 2**63 / 1e9
+"""Sample times become int64 epoch nanoseconds: a time past 2262 cannot be one."""
+_MAX_GPU_INDEX = 2**31 - 1
+
+
+def _split_off_raw_cr(body: bytes) -> tuple[bytes, list[str]]:
+    """(the body without its lines that hold a CR before their end, those lines). The exposition format allows a raw CR
+    inside a quoted label value (it escapes only \\\\, \\" and \\n), but Arrow's CSV reader, which the columnar path
+    uses, ends a line at any CR: such lines take the reference parser instead. A CRLF line end stays where it is."""
+    if re.search(rb"\r(?!\n|\r*\Z)", body) is None:
+        return body, []
+    keep: list[bytes] = []
+    odd: list[str] = []
+    for ln in body.split(b"\n"):
+        if b"\r" in ln.rstrip(b"\r"):
+            odd.append(ln.rstrip(b"\r").decode("utf-8"))
+        else:
+            keep.append(ln)
+    return b"\n".join(keep), odd
+
+
 def _parse_text(data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> list[Caveat]:
     """Columns of one exposition text into ``parts``; malformed lines raise, a cut last line is a caveat."""
     caveats: list[Caveat] = []
@@ -183,8 +204,10 @@ def _parse_text(data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> l
     except pa.ArrowInvalid as exc:
         raise InputError(path, "not UTF-8 text: cannot be Prometheus exposition text",
                          hint="expected dcgm-exporter /metrics output") from exc
+    body, with_cr = _split_off_raw_cr(body)
     empty = pa.table({"head": pa.array([], pa.string()), "tail": pa.array([], pa.string())})
     table, odd = _split_lines(body, path) if body.strip() else (empty, [])
+    odd += with_cr
     if table.num_rows:
         head = table.column("head").combine_chunks()
         tail = pc.utf8_split_whitespace(pc.utf8_trim_whitespace(table.column("tail").combine_chunks()))
@@ -196,7 +219,9 @@ def _parse_text(data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> l
         numeric = pc.match_substring_regex(val_str, _NUMBER).to_numpy(zero_copy_only=False)
         ok &= numeric
         ts_str = flat.take(pa.array(np.where(lengths == 2, offsets + 1, 0)))
-        ts_ok = pc.match_substring_regex(ts_str, r"^-?\d+$").to_numpy(zero_copy_only=False)
+        ts_ok = pc.match_substring_regex(ts_str, r"^-?\d{1,19}$").to_numpy(zero_copy_only=False)
+        ts_ms = pc.cast(pc.if_else(pa.array(ts_ok), ts_str, "0"), pa.float64()).to_numpy(zero_copy_only=False)
+        ts_ok &= np.abs(ts_ms) < _MAX_TS_S * 1e3  # else the slow path says which line (ms as epoch ns overflow int64)
         ok &= (lengths == 1) | ts_ok
         if not ok.all():
             for i in np.flatnonzero(~ok):
@@ -237,6 +262,10 @@ def _slow_lines(lines: list[str], data: bytes, path: Path, default_ts_ns: int, p
                              place=f"line {n}" if n else None,
                              hint="expected NAME{label=\"value\",...} VALUE [TIMESTAMP_MS], as dcgm-exporter writes") from exc
         for s in samples:
+            if s.timestamp is not None and not abs(float(s.timestamp)) < _MAX_TS_S:
+                n = _line_number(data, line)
+                raise InputError(path, f"sample time {s.timestamp} is out of range (past the year 2262, or infinite)",
+                                 place=f"line {n}" if n else None, hint="timestamps are epoch milliseconds")
             ts = default_ts_ns if s.timestamp is None else int(round(float(s.timestamp) * 1e9))
             parts.untimed += s.timestamp is None
             parts.extra.append((s.name, dict(s.labels), float(s.value), ts))
@@ -254,7 +283,8 @@ def _parse_head(head: str) -> tuple[str, dict[str, str]]:
 class _Identity:
     """Per distinct label set: where the sample belongs (host, GPU, series) and what it says about the GPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.gpus: dict[tuple[str | None, int | None], dict[str, str]] = {}
         self.names: dict[str, set[str]] = {}
 
@@ -265,6 +295,9 @@ class _Identity:
             gpu = int(labels["gpu"])
         elif (m := _DEVICE.search(labels.get("device", ""))) is not None:
             gpu = int(m.group(1))
+        if gpu is not None and gpu > _MAX_GPU_INDEX:
+            raise InputError(self.path, f"{name}: GPU index {str(gpu)[:24]} is out of range", place="label gpu / device",
+                             hint="the gpu label is the GPU's index (0, 1, ...); an edited or damaged scrape")
         field = BY_DCGM.get(name)
         metric = field.name if field else name
         series = [f"{k}={labels[k]}" for k in SERIES_LABELS if labels.get(k) and k != "GPU_I_PROFILE"]
@@ -279,7 +312,7 @@ class _Identity:
 
 def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray, np.ndarray,
                                                                             _Identity]:
-    ident = _Identity()
+    ident = _Identity(path)
     hosts: list[pa.Array] = []
     gpus: list[pa.Array] = []
     metrics: list[pa.Array] = []

@@ -175,15 +175,48 @@ def read_bench(path: str | Path, slo: Mapping[str, float] | None = None, run_id:
         place = f"line {line}" if len(docs) > 1 else None
         parsed.append(_parse_doc(doc, rid, p, place, slo, caveats))
     rows = [x.row for x in parsed]
-    data = SourceData(NAME, str(p), caveats=caveats)
-    data.tables["inference_records"] = pa.Table.from_pylist(rows, schema=INFERENCE_RECORDS)
-    data.tables["records"] = pa.Table.from_pylist([_record(x) for x in parsed], schema=RECORDS)
     reqs = [r for x in parsed for r in x.requests]
-    if reqs:
-        data.tables["inference_requests"] = pa.Table.from_pylist(reqs, schema=INFERENCE_REQUESTS)
+    data = SourceData(NAME, str(p), caveats=caveats)
+    try:
+        data.tables["inference_records"] = pa.Table.from_pylist(rows, schema=INFERENCE_RECORDS)
+        data.tables["records"] = pa.Table.from_pylist([_record(x) for x in parsed], schema=RECORDS)
+        if reqs:
+            data.tables["inference_requests"] = pa.Table.from_pylist(reqs, schema=INFERENCE_REQUESTS)
+    except UnicodeEncodeError as exc:  # JSON may escape half a UTF-16 pair ("\udcff"): valid syntax, not text
+        raise InputError(p, f"a string holds {exc.object[exc.start:exc.end]!r}, half of a UTF-16 surrogate pair, which is "
+                         "not a character", hint="the file was damaged or written by a broken encoder") from None
     data.meta.update({"source_format": sorted({r["source_format"] for r in rows}), "results": len(rows),
                       "models": sorted({r["model"] for r in rows if r.get("model")})})
     return data
+
+
+def _fit_integers(rows: list[dict[str, Any]], schema: pa.Schema, what: str, p: Path, caveats: list[Caveat]) -> None:
+    """Numbers too large for their integer column (a count of 1e300, a latency of 1e12 s) are read as missing, with a
+    caveat: the rest of the result is still good. Lists of integers (``itls_ns``) lose only the values that do not fit."""
+    limits = {f.name: 2 ** (f.type.bit_width - 1) for f in schema if pa.types.is_integer(f.type)}
+    lists = {f.name: 2 ** (f.type.value_type.bit_width - 1) for f in schema
+             if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)}
+    dropped: dict[str, int] = {}
+    for r in rows:
+        for name, limit in limits.items():
+            v = r.get(name)
+            if isinstance(v, int) and not -limit <= v < limit:
+                r[name] = None
+                dropped[name] = dropped.get(name, 0) + 1
+        for name, limit in lists.items():
+            v = r.get(name)
+            if v and not all(-limit <= x < limit for x in v):
+                r[name] = [x for x in v if -limit <= x < limit]
+                dropped[name] = dropped.get(name, 0) + 1
+    if dropped:
+        caveats.append(Caveat("value_does_not_fit", f"{what}: values too large for their integer column were read as missing: "
+                              + ", ".join(f"{k} in {n} row(s)" for k, n in dropped.items()), str(p)))
+
+
+def _undecodable(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "not decodable JSON: arrays or objects nest too deeply"
+    return f"not decodable JSON ({exc})"  # a number too long for Python's int conversion limit
 
 
 def _open_text(p: Path) -> str:
@@ -224,7 +257,11 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
                                           f"the file was probably cut while being written", str(p)))
                     continue
                 raise InputError(p, f"not valid JSON lines ({e.msg})", place=f"line {n}") from None
+            except (RecursionError, ValueError) as e:
+                raise InputError(p, _undecodable(e), place=f"line {n}") from None
         doc_list = docs
+    except (RecursionError, ValueError) as exc:
+        raise InputError(p, _undecodable(exc)) from None
     else:
         doc_list = [(1, doc)]
     for n, d in doc_list:
@@ -276,6 +313,8 @@ def _parse_doc(doc: dict, rid: str, p: Path, place: str | None, slo: Mapping[str
     else:
         _vllm_like(doc, row, parsed.dims, kind)
         parsed.requests = _requests(doc, rid, p, place, caveats)
+    _fit_integers([row], INFERENCE_RECORDS, rid, p, caveats)
+    _fit_integers(parsed.requests, INFERENCE_REQUESTS, f"{rid} requests", p, caveats)
     _check_units(row, parsed.requests, p, place, caveats)
     _goodput(row, parsed.requests, slo, p, caveats)
     _missing(row, p, place, caveats)
@@ -403,9 +442,9 @@ def _genai(doc: dict, row: dict, dims: dict, p: Path, caveats: list[Caveat]) -> 
     if isinstance(goodput, dict) and goodput:
         row["goodput_slo"] = ",".join(f"{k}:{v}" for k, v in goodput.items())
     if row.get("completed") is not None and row.get("mean_input_tokens") is not None:
-        row["total_input_tokens"] = int(round(row["completed"] * row["mean_input_tokens"]))
+        row["total_input_tokens"] = _round(row["completed"] * row["mean_input_tokens"])
     if row.get("completed") is not None and row.get("mean_output_tokens") is not None:
-        row["total_output_tokens"] = int(round(row["completed"] * row["mean_output_tokens"]))
+        row["total_output_tokens"] = _round(row["completed"] * row["mean_output_tokens"])
     if row.get("completed") and row.get("request_throughput_rps"):
         row["duration_s"] = row["completed"] / row["request_throughput_rps"]
     _setup_dims(row, dims, "genai_perf")
@@ -443,13 +482,18 @@ def _requests(doc: dict, rid: str, p: Path, place: str | None, caveats: list[Cav
             "input_tokens": _int(arrays["input_lens"][i]) if arrays["input_lens"] else None, "output_tokens": out,
             "start_offset_ns": _ns(start - t0) if start is not None and t0 is not None else None,
             "ttft_ns": _ns(ttft) if success else None, "e2e_ns": _ns(e2e), "tpot_ns": tpot * 1e9 if tpot is not None else None,
-            "itls_ns": [int(round(x * 1e9)) for x in itl], "slo_met": None,
+            "itls_ns": [ns for ns in map(_ns, itl) if ns is not None], "slo_met": None,
         })
     return rows
 
 
 def _ns(seconds: float | None) -> int | None:
-    return int(round(seconds * 1e9)) if seconds is not None and math.isfinite(seconds) else None
+    return _round(seconds * 1e9) if seconds is not None else None
+
+
+def _round(x: float) -> int | None:
+    """The nearest integer; None for an infinity or NaN (no integer holds them)."""
+    return int(round(x)) if math.isfinite(x) else None
 
 
 def _str(x: Any) -> str | None:
@@ -566,7 +610,7 @@ def gpu_count(dims: Mapping[str, str]) -> int | None:
         if k in dims:
             try:
                 return max(int(float(dims[k])), 1)
-            except ValueError:
+            except (ValueError, OverflowError):  # not a number, or an infinity
                 continue
     gpu = dims.get("gpu") or ""
     m = re.match(r"^(\d+)\s*[xX]", gpu)

@@ -557,7 +557,7 @@ def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
     first = min(ranks, key=lambda r: r.rank)
     meta = first.metadata
     info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-    props = meta.get("deviceProperties") or []
+    props = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
     gpu = props[0].get("name") if props and isinstance(props[0], dict) else None
     starts = [r.span_ns[0] for r in ranks if r.span_ns is not None]
     started = min(starts) if starts else None
@@ -573,9 +573,9 @@ def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
         "source_format": [FORMAT],
         "world_size": [world],
         "ranks_present": [len({r.rank for r in ranks})],
-        "gpu_sku": [gpu],
-        "backend": [info.get("backend")],
-        "nccl": [info.get("nccl_version")],
+        "gpu_sku": [None if gpu is None else str(gpu)],  # metadata values are as the trace wrote them: any JSON type
+        "backend": [None if info.get("backend") is None else str(info["backend"])],
+        "nccl": [None if info.get("nccl_version") is None else str(info["nccl_version"])],
         "cuda": [str(meta["cuda_runtime_version"]) if "cuda_runtime_version" in meta else None],
         "driver": [str(meta["cuda_driver_version"]) if "cuda_driver_version" in meta else None],
         "dims": [list(dims.items())],

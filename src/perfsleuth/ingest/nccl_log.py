@@ -125,9 +125,9 @@ NCCL_TUNING = pa.schema([
 
 _TAG = r"(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?\s*|\d+:\s+)?"  # mpirun --tag-output, srun --label
 _STAMP = r"(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s+)?"
-PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,19}):(?P<tid>\d+) \[(?P<dev>\d{1,10})\] "
                        r"(?:(?P<where>\S+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<msg>.*)$")
-BARE_RE = re.compile(r"^\s*" + _TAG + _STAMP + r"(?:\[(?P<dev>\d+)\] )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
+BARE_RE = re.compile(r"^\s*" + _TAG + _STAMP + r"(?:\[(?P<dev>\d{1,10})\] )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
 """A line without the host:pid:tid prefix (some launchers and docs strip it)."""
 
 
@@ -155,6 +155,19 @@ def split_line(line: str) -> tuple[str, LogLine | None]:
 
 
 # --- messages -----------------------------------------------------------------------------------
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _int(text: str, limit: int = _INT32_MAX) -> int:
+    """A number of a known line; ValueError (the caller counts the line as malformed) when it is larger than its
+    column can hold: no rank, channel or byte count NCCL prints comes near these limits."""
+    value = int(text)
+    if value > limit:
+        raise ValueError(f"{text[:20]} is out of range")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
@@ -194,7 +207,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("env", r"^NCCL_\w+ set (?:by environment )?to\b", r"^(NCCL_\w+) set (?:by environment )?to (.*?)\.?\s*$"),
     _p("tuning", r"\bBytes -> Algo\b",
        r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
-       r"(?: time (-?[\d.]+(?:e[+-]?\d+)?))?\s*$"),
+       r"(?: time (-?\d+(?:\.\d*)?(?:e[+-]?\d+)?))?\s*$"),
 )
 KNOWN_NOISE = re.compile(
     r"^(Bootstrap|NET/Plugin|Plugin|cudaDriverVersion|Ring \d+ : \d+ -> \d+ -> \d+|Trees|Tree \d+|Pattern |"
@@ -297,6 +310,9 @@ class LogParser:
     # -- feeding ----------------------------------------------------------------------------------
     def feed(self, lineno: int, ln: LogLine) -> LogEvent | None:
         self.lines += 1
+        if (ln.pid or 0) > _INT64_MAX or (ln.dev or 0) > _INT32_MAX:
+            self.malformed.setdefault("prefix", []).append(lineno)
+            return None
         key = (ln.host, ln.pid, ln.dev)
         dev = self.devs.setdefault(key, _Dev())
         proc = self.procs.setdefault((ln.host, ln.pid), _Proc())
@@ -312,7 +328,11 @@ class LogParser:
             if m is None:
                 self.malformed.setdefault(pat.kind, []).append(lineno)
                 return None
-            self._apply(pat.kind, m.groups(), lineno, proc, dev, key)
+            try:
+                self._apply(pat.kind, m.groups(), lineno, proc, dev, key)
+            except ValueError:  # a number too large for its column (handlers convert before they store anything)
+                self.malformed.setdefault(pat.kind, []).append(lineno)
+                return None
             return LogEvent(pat.kind, m.groups(), ln)
         if not KNOWN_NOISE.match(ln.msg):
             self.unknown += 1
@@ -341,16 +361,19 @@ class LogParser:
         proc.version, proc.cuda = g[0], g[1]
 
     def _on_topology(self, g, lineno, proc, dev, key):
+        numbers = _int(g[1]), _int(g[2]), _int(g[3]), _int(g[4])
         c = self._comm(dev, lineno, g[0])
-        c.rank, c.nranks, c.nnodes, c.local_ranks = int(g[1]), int(g[2]), int(g[3]), int(g[4])
+        c.rank, c.nranks, c.nnodes, c.local_ranks = numbers
 
     def _on_init_start(self, g, lineno, proc, dev, key):
+        rank, nranks = _int(g[1]), _int(g[2])
         c = self._comm(dev, lineno, g[0])
-        c.rank, c.nranks = int(g[1]), int(g[2])
+        c.rank, c.nranks = rank, nranks
 
     def _on_init_complete(self, g, lineno, proc, dev, key):
+        rank, nranks = _int(g[1]), _int(g[2])
         c = self._comm(dev, lineno, g[0])
-        c.rank, c.nranks, c.complete = int(g[1]), int(g[2]), True
+        c.rank, c.nranks, c.complete = rank, nranks, True
         dev.current = None
 
     def _on_ib_using(self, g, lineno, proc, dev, key):
@@ -381,10 +404,11 @@ class LogParser:
             dev.gdr_note = g[4] or dev.gdr_note
 
     def _on_ring_list(self, g, lineno, proc, dev, key):
+        ring, total = _int(g[0], _INT32_MAX - 1), (_int(g[1]) if g[1] is not None else None)  # channels = last ring + 1
         c = self._comm(dev, lineno)
-        c.ring_ids.add(int(g[0]))
-        if g[1] is not None:
-            c.ring_total = max(c.ring_total or 0, int(g[1]))
+        c.ring_ids.add(ring)
+        if total is not None:
+            c.ring_total = max(c.ring_total or 0, total)
 
     def _on_transport(self, g, lineno, proc, dev, key):
         c = self._comm(dev, lineno)
@@ -396,15 +420,15 @@ class LogParser:
             c.net_gdr += int(gdr)
 
     def _on_connected_rings(self, g, lineno, proc, dev, key):
+        pxn, ring_gdr = (_int(g[0]), _int(g[1])) if g[0] is not None else (None, None)
         c = self._comm(dev, lineno)
-        if g[0] is not None:
-            c.pxn, c.ring_gdr = int(g[0]), int(g[1])
+        if pxn is not None:
+            c.pxn, c.ring_gdr = pxn, ring_gdr
 
     def _on_channels(self, g, lineno, proc, dev, key):
+        coll, nvls, p2p = _int(g[0]), (_int(g[2]) if g[2] is not None else None), _int(g[3])
         c = self._comm(dev, lineno)
-        c.coll_channels = int(g[0])
-        c.nvls_channels = int(g[2]) if g[2] is not None else None
-        c.p2p_channels = int(g[3])
+        c.coll_channels, c.nvls_channels, c.p2p_channels = coll, nvls, p2p
 
     def _on_env(self, g, lineno, proc, dev, key):
         proc.env[g[0]] = g[1].strip().strip('"')
@@ -415,12 +439,13 @@ class LogParser:
             self.malformed.setdefault("tuning", []).append(lineno)
             return
         coll = normalize_collective(g[0]) if g[0] else None
-        lo = int(g[4]) if g[4] is not None else None
-        hi = int(g[5]) if g[5] is not None else None
-        k = (key, coll, int(g[1]), algo, proto, lo, hi)
+        lo = _int(g[4]) if g[4] is not None else None
+        hi = _int(g[5]) if g[5] is not None else None
+        k = (key, coll, _int(g[1], _INT64_MAX), algo, proto, lo, hi)
+        model_time_us = float(g[6]) if g[6] is not None else None
         rec = self.tuning.get(k)
         if rec is None:
-            self.tuning[k] = [1, lineno, float(g[6]) if g[6] is not None else None]
+            self.tuning[k] = [1, lineno, model_time_us]
         else:
             rec[0] += 1
 

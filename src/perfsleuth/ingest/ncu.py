@@ -293,11 +293,12 @@ def _csv(path: Path) -> _Csv:
     cols = list(frame.columns)
     need = cols.index("Rule Name") if "Rule Name" in cols else len(cols)
     widths = np.fromiter((len(r) for r in csv.reader(io.StringIO(body))), dtype=np.int64)
-    short = np.flatnonzero(widths < need)
-    if len(short):
-        raise InputError(path, f"a row has {widths[short[0]]} fields, the header {len(cols)}", place=f"line {keep[short[0]] + 1}",
+    # A row wider than the header is never a launch either: pandas would silently make its first field the index.
+    odd = np.flatnonzero((widths < need) | (widths > len(cols)))
+    if len(odd):
+        raise InputError(path, f"a row has {widths[odd[0]]} fields, the header {len(cols)}", place=f"line {keep[odd[0]] + 1}",
                          hint="the file is truncated or two outputs are interleaved")
-    return _Csv(frame, skipped)
+    return _Csv(frame.fillna(""), skipped)  # a short row's padding is blank, as ncu writes a value it lacks
 
 
 def _page(path: Path, cols: list[str]) -> str:
@@ -367,7 +368,9 @@ def _details_wide(path: Path, df: pd.DataFrame, caveats: list[Caveat]) -> tuple[
     if len(rows) and not metric[metric != ""].isin(KNOWN_METRICS).any():
         caveats.append(_unknown_metrics(path, sorted(set(metric[metric != ""]))))
     ident = df.drop_duplicates("ID", keep="first").set_index("ID", drop=False)
-    known = rows[metric[metric != ""].isin(KNOWN_METRICS)].assign(metric=metric)
+    # a boolean array, and only the kept rows' names: to an empty frame pandas would add every row of a Series
+    is_known = metric[metric != ""].isin(KNOWN_METRICS)
+    known = rows[is_known.to_numpy()].assign(metric=metric[metric != ""][is_known])
     if known.duplicated(["ID", "metric"]).any():
         caveats.append(Caveat("ncu_duplicate_metrics", "some launches list one metric more than once; the first value is kept",
                               str(path)))
@@ -390,14 +393,13 @@ def _details_wide(path: Path, df: pd.DataFrame, caveats: list[Caveat]) -> tuple[
     return ident, wide
 
 
-def _rules(df: pd.DataFrame) -> pa.Table:
+def _rules(path: Path, df: pd.DataFrame) -> pa.Table:
     if not set(RULE_COLUMNS) <= set(df.columns):
         return KERNEL_RULES.empty_table()
     r = df[df["Rule Name"].str.strip() != ""]
     speed, _ = parse_numbers(r["Estimated Speedup"])
-    ids, _ = parse_numbers(r["ID"])
     return pa.table({
-        "kernel_id": pa.array(ids.astype("int64"), pa.int64()), "kernel_name": pa.array(r["Kernel Name"], pa.string()),
+        "kernel_id": pa.array(_int(path, r["ID"], "ID"), pa.int64()), "kernel_name": pa.array(r["Kernel Name"], pa.string()),
         "section": pa.array(r["Section Name"], pa.string()), "rule": pa.array(r["Rule Name"], pa.string()),
         "rule_type": pa.array(r["Rule Type"], pa.string()), "description": pa.array(r["Rule Description"], pa.string()),
         "speedup_type": pa.array(_blank_none(r["Estimated Speedup Type"]), pa.string()),
@@ -434,10 +436,40 @@ def _flops(values: pd.DataFrame, index: pd.Index) -> tuple[dict[str, pd.Series],
 
 
 def _int(path: Path, s: pd.Series, what: str) -> pd.Series:
+    """A key column (the launch ID): every value a whole number that fits int64, or the file is bad input."""
     nums, bad = parse_numbers(s)
-    if bad or nums.isna().any():
-        raise InputError(path, f"{what} is not a number in {int(nums.isna().sum())} row(s)", place=f"column {what!r}")
+    x = nums.to_numpy(dtype=float)
+    wrong = np.isnan(x) | (_integral(x, pa.int64()) != x)
+    if bad or wrong.any():
+        first = s.iloc[int(np.flatnonzero(wrong)[0])] if wrong.any() else None
+        example = f", e.g. {first!r}" if first is not None else ""
+        raise InputError(path, f"{what} is not a whole number in {int(wrong.sum())} row(s){example}", place=f"column {what!r}")
     return nums.astype("int64")
+
+
+def _integral(x: np.ndarray, typ: pa.DataType) -> np.ndarray:
+    """``x`` rounded where it is a whole number that fits ``typ`` (a value scaled from Kbyte may be off by a rounding
+    error), NaN where it is not (a fraction, an infinity, too large): such a value cannot be the count ncu wrote."""
+    bits = typ.bit_width - 1
+    r = np.round(x)
+    ok = np.isfinite(x) & (np.abs(x - r) <= 1e-6 * np.maximum(1.0, np.abs(x))) & (r >= -(2.0**bits)) & (r < 2.0**bits)
+    return np.where(ok, r, np.nan)
+
+
+def _fit_integers(path: Path, cols: dict[str, object], kernel_ids: np.ndarray, caveats: list[Caveat]) -> None:
+    """Integer columns (identities, launch configuration) hold whole numbers that fit their type; a value that does not
+    is left null with a caveat naming the column and launches, since the launch's other metrics are still good."""
+    for f in KERNEL_METRICS:
+        if not pa.types.is_integer(f.type) or f.name == "kernel_id":
+            continue
+        x = np.asarray(cols[f.name], dtype=float)
+        fit = _integral(x, f.type)
+        bad = np.isnan(fit) & ~np.isnan(x)
+        if bad.any():
+            shown = ", ".join(str(k) for k in kernel_ids[bad][:5]) + (", ..." if bad.sum() > 5 else "")
+            caveats.append(Caveat("ncu_not_an_integer", f"{f.name}: {int(bad.sum())} value(s) are not whole numbers that fit "
+                                  f"{f.type} (e.g. {x[bad][0]!r}; launch ID {shown}); they are left null", str(path)))
+        cols[f.name] = fit
 
 
 def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.Series | None,
@@ -465,6 +497,7 @@ def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.
     none_counted = np.isnan(per_prec).all(axis=0)
     cols["flop_count"] = np.where(none_counted, np.nan, np.nansum(np.nan_to_num(per_prec), axis=0))
     _coverage_caveats(path, cols, counted, caveats)
+    _fit_integers(path, cols, np.asarray(cols["kernel_id"]), caveats)
     arrays = [pa.array(cols[f.name], type=f.type, from_pandas=True) if f.type != pa.string()
               else pa.array(list(cols[f.name]), type=pa.string(), from_pandas=True) for f in KERNEL_METRICS]
     return pa.Table.from_arrays(arrays, schema=KERNEL_METRICS)
@@ -502,6 +535,8 @@ def read(path: Path) -> SourceData:
     if "ID" not in cols:
         raise InputError(path, "no \"ID\" column: not one row per profiled launch", place="header",
                          hint="profile with ncu --csv --page raw or --page details")
+    if "Kernel Name" not in cols:  # the header line names it, but not as a field of its own (a damaged quote)
+        raise InputError(path, "no \"Kernel Name\" column", place="header", hint="the header line is damaged")
     caveats: list[Caveat] = []
     if parsed.skipped_after_header:
         caveats.append(Caveat("ncu_non_csv_lines", f"{parsed.skipped_after_header} line(s) after the CSV header are not CSV "
@@ -520,7 +555,7 @@ def read(path: Path) -> SourceData:
                 raise InputError(path, f"details page without a {c!r} column", place="header")
         ident, values = _details_wide(path, df, caveats)
         device = None
-        rules = _rules(df)
+        rules = _rules(path, df)
         caveats.append(Caveat("ncu_no_device_name", "the details page does not name the GPU: pass it to the roofline "
                               "(place_kernels(..., gpu='NVIDIA H200')) or use --page raw", str(path)))
     table = _assemble(path, ident, values, device, caveats)

@@ -560,7 +560,8 @@ def _nvtx(db: _Db, strings: _Strings, step_pattern: re.Pattern[str], caveats: li
         a[in_nccl, 0] = [r[0] for r in db.rows(f"SELECT rowid FROM {t} WHERE {domain} IN ({marks}) ORDER BY rowid")]
     is_nccl = in_nccl & is_range
     nccl = _nccl_ranges(db, a[is_nccl], names.filter(pa.array(is_nccl)).to_pylist(), caveats)
-    keep = np.flatnonzero(is_range & ~is_nccl)
+    named = pc.is_valid(names).to_numpy(zero_copy_only=False)  # a range whose string id is unknown names nothing
+    keep = np.flatnonzero(is_range & ~is_nccl & named)
     if len(keep) == 0:
         return _Nvtx(None, threads, nccl)
     # 'aten::mm, seq = 7, op_id = 40' -> 'aten::mm' (one regex pass in C++), then one code per name

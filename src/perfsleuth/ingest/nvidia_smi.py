@@ -94,7 +94,13 @@ def _to_utc_ns(stamps: pd.Series, fmt: str, tz: str | None, path: Path, column: 
     if parsed.isna().any():
         bad = stamps[parsed.isna()].iloc[0]
         raise InputError(path, f"{column}: {bad!r} is not a time in the {fmt} form nvidia-smi writes", place=f"column {column}")
-    parsed = parsed.dt.tz_localize(tz or "UTC").dt.tz_convert("UTC").dt.as_unit("ns")
+    try:
+        parsed = parsed.dt.tz_localize(tz or "UTC").dt.tz_convert("UTC").dt.as_unit("ns")
+    except (pd.errors.OutOfBoundsDatetime, OverflowError):  # pandas reads any year; epoch ns end in 2262
+        far = stamps[(parsed.dt.year < 1678) | (parsed.dt.year > 2261)]
+        bad = far.iloc[0] if len(far) else stamps.iloc[0]
+        raise InputError(path, f"{column}: {bad!r} is outside the years 1678-2261 that epoch nanoseconds hold",
+                         place=f"column {column}") from None
     return parsed.astype("int64").to_numpy()
 
 
@@ -112,6 +118,32 @@ def _factor(unit: str | None, field: GpuField, path: Path, column: str) -> float
 def _unit_error(unit: str, field: GpuField, path: Path, column: str) -> float:
     raise InputError(path, f"column {column!r} is in {unit!r}, but {field.name} is in {field.unit!r} and no conversion is known",
                      place=f"column {column}", hint="a different nvidia-smi version or an edited file; check the units line")
+
+
+_MAX_GPU_INDEX = 2**31 - 1
+"""The ``samples.gpu`` column is int32."""
+
+
+def _gpu_indexes(raw: pd.Series, path: Path, column: str, lines: list[int]) -> np.ndarray:
+    """GPU indexes as whole numbers from 0 (nvidia-smi numbers GPUs 0, 1, ...). A bad one is bad input naming its
+    line, not a missing value: the index says which GPU every other number of the row belongs to."""
+    x = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    bad = ~(np.isfinite(x) & (x >= 0) & (x <= _MAX_GPU_INDEX) & (x == np.floor(x)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(path, f"{column} column: {raw.iloc[i]!r} is not a GPU index (a whole number from 0)",
+                         place=f"line {lines[i]}, column {column}")
+    return x.astype(np.int64)
+
+
+def _no_repeated_columns(names: list[str], path: Path, line: int) -> None:
+    """Each column named once: a repeated name would make two series of one metric (an edited or spliced file)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InputError(path, f"column {name!r} appears twice in the header", place=f"line {line}",
+                             hint="one nvidia-smi capture per file, as nvidia-smi wrote it")
+        seen.add(name)
 
 
 def _finish(fmt: str, path: Path, run_id: str | None, cols: dict[str, list], caveats: list[Caveat], meta: dict) -> SourceData:
@@ -136,6 +168,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         raise InputError(path, "not text: cannot be nvidia-smi dmon output") from exc
     names: list[str] | None = None
     units: list[str] | None = None
+    names_line = 0
     expect_units = False
     rows: list[tuple[int, list[str]]] = []
     lines = text.splitlines()
@@ -150,7 +183,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
             if expect_units:
                 units = tokens
             else:
-                names = tokens
+                names, names_line = tokens, n
             expect_units = not expect_units
             continue
         if names is None or units is None:
@@ -166,11 +199,10 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         raise InputError(path, "no units line under the column names", hint="expected nvidia-smi dmon's two # header lines")
     if "gpu" not in names:
         raise InputError(path, "no gpu column", hint="expected nvidia-smi dmon output")
+    _no_repeated_columns(names, path, names_line)
     caveats: list[Caveat] = []
     frame = pd.DataFrame([t for _, t in rows], columns=names)
-    gpu = pd.to_numeric(frame["gpu"], errors="coerce")
-    if gpu.isna().any():
-        raise InputError(path, f"gpu column: {frame['gpu'][gpu.isna()].iloc[0]!r} is not a GPU index", place="column gpu")
+    gpu = _gpu_indexes(frame["gpu"], path, "gpu", [n for n, _ in rows])
     if "Date" in names and "Time" in names:
         ts = _to_utc_ns(frame["Date"] + " " + frame["Time"], "%Y%m%d %H:%M:%S", tz, path, "Date/Time")
         if tz is None:
@@ -180,7 +212,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     else:
         k = frame.groupby(gpu).cumcount().to_numpy()
         end = path.stat().st_mtime_ns
-        ts = end - (k.max() - k) * interval_ms * 1_000_000
+        ts = end - (k.max() - k) * interval_ms * 1_000_000 if len(k) else np.zeros(0, np.int64)
         caveats.append(Caveat("timestamps_reconstructed", f"no time column (-o DT): samples placed {interval_ms} ms apart, "
                               "ending at the file's modification time", str(path)))
     cols: dict[str, list] = {"host": [], "gpu": [], "metric": [], "ts": [], "value": []}
@@ -203,7 +235,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         keep = ~absent.to_numpy()
         metric = field.name if field else f"nvidia_smi_dmon.{name}"
         cols["host"] += [host] * int(keep.sum())
-        cols["gpu"] += gpu.to_numpy()[keep].astype(int).tolist()
+        cols["gpu"] += gpu[keep].tolist()
         cols["metric"] += [metric] * int(keep.sum())
         cols["ts"] += ts[keep].tolist()
         cols["value"] += (values.to_numpy()[keep] * factor).tolist()
@@ -226,7 +258,7 @@ def _query_values(raw: pd.Series, field: GpuField, header_unit: str | None, path
     out = np.full(len(text), np.nan)
     lower = text.str.lower()
     word = lower.map(WORDS)
-    hexa = lower.str.startswith("0x")
+    hexa = lower.str.fullmatch(r"0x[0-9a-f]{1,16}")  # a 64-bit mask; anything else is not a value
     pstate = lower.str.fullmatch(r"p\d+") if field.name == "pstate" else pd.Series(False, index=text.index)
     out[word.notna().to_numpy()] = word[word.notna()].to_numpy(dtype=float)
     if hexa.any():
@@ -258,7 +290,9 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
         text = path.read_text()
     except UnicodeDecodeError as exc:
         raise InputError(path, "not text: cannot be nvidia-smi CSV output") from exc
-    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    numbered = [(reader.line_num, r) for r in reader if r]
+    rows = [r for _, r in numbered]
     if not rows:
         raise InputError(path, "empty file", hint="expected nvidia-smi --format=csv output")
     caveats: list[Caveat] = []
@@ -269,24 +303,23 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
                 caveats.append(Caveat("truncated_line", "the last line is cut short and was skipped", str(path)))
                 rows = rows[:-1]
                 break
-            raise InputError(path, f"row has {len(r)} fields, the header {width}", place=f"line {i}",
+            raise InputError(path, f"row has {len(r)} fields, the header {width}", place=f"line {numbered[i - 1][0]}",
                              hint="a truncated or edited nvidia-smi CSV")
     frame = pd.DataFrame(rows[1:], columns=[c.strip() for c in rows[0]], dtype=str)
     headers = {c: _HEADER.match(c) for c in frame.columns}
     names = {c: m.group(1).strip() if m else c for c, m in headers.items()}
     units = {c: (m.group(2).strip() if m and m.group(2) else None) for c, m in headers.items()}
+    _no_repeated_columns([names[c] for c in frame.columns], path, numbered[0][0])
     by_name = {v: k for k, v in names.items()}
     if "index" not in by_name:
         raise InputError(path, "no index column: samples cannot be given a GPU", hint="add index to --query-gpu")
-    gpu = pd.to_numeric(frame[by_name["index"]], errors="coerce")
-    if gpu.isna().any():
-        raise InputError(path, f"index: {frame[by_name['index']][gpu.isna()].iloc[0]!r} is not a GPU index", place="column index")
+    gpu = _gpu_indexes(frame[by_name["index"]], path, "index", [n for n, _ in numbered[1:]])
     if "timestamp" in by_name:
         ts = _to_utc_ns(frame[by_name["timestamp"]].str.strip(), "%Y/%m/%d %H:%M:%S.%f", tz, path, "timestamp")
         if tz is None:
             caveats.append(Caveat("naive_local_time", "nvidia-smi prints local time without a zone; read as UTC", str(path)))
     else:
-        k = frame.groupby(gpu.to_numpy()).cumcount().to_numpy()
+        k = frame.groupby(gpu).cumcount().to_numpy()
         ts = path.stat().st_mtime_ns - (k.max() - k) * interval_ms * 1_000_000 if len(k) else np.zeros(0, np.int64)
         caveats.append(Caveat("timestamps_reconstructed", f"no timestamp column: row k of a GPU placed {interval_ms} ms apart, "
                               "ending at the file's modification time", str(path)))
@@ -304,7 +337,7 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
         missing += n_missing
         keep = ~np.isnan(values)
         cols["host"] += [host] * int(keep.sum())
-        cols["gpu"] += gpu.to_numpy()[keep].astype(int).tolist()
+        cols["gpu"] += gpu[keep].tolist()
         cols["metric"] += [field.name] * int(keep.sum())
         cols["ts"] += ts[keep].tolist()
         cols["value"] += values[keep].tolist()
@@ -317,7 +350,7 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
     for ident in ("name", "pci.bus_id", "uuid"):
         if ident in by_name:
             meta.setdefault("gpus", {})
-            for g, v in zip(gpu.astype(int), frame[by_name[ident]].str.strip(), strict=True):
+            for g, v in zip(gpu, frame[by_name[ident]].str.strip(), strict=True):
                 meta["gpus"].setdefault(int(g), {})[ident] = v
     return _finish(QUERY, path, run_id, cols, caveats, meta)
 

@@ -334,7 +334,10 @@ _TIMER_LINE = re.compile(r"(?:^|\s)time \(ms\)\s*\|(.*)$")
 _PROBLEMS = {
     "garbled_value": "fields with a known name but a value that is not a number were left empty",
     "unparsed_line": "lines that look like iteration lines but whose iteration number does not read were skipped",
+    "number_too_long": "lines holding a number of thousands of digits (more than Python converts; no log writes one) were skipped",
 }
+_TOO_MANY_DIGITS = re.compile(r"\d{4300}")
+"""Python's int() refuses a longer run of digits (sys.get_int_max_str_digits())."""
 
 
 def _timer_line(c: LineContext, out: ParsedLog, problems: Problems) -> bool:
@@ -365,6 +368,9 @@ def parse_text(path: Path) -> ParsedLog:
     megatron, deepspeed = MegatronLines(out, problems), DeepSpeedLines(out, problems)
     for number_, raw, complete in numbered_lines(path):
         out.lines = number_
+        if len(raw) >= 4300 and _TOO_MANY_DIGITS.search(raw):
+            problems.add("number_too_long", number_)
+            continue
         stream, rank, text = split_prefix(raw)
         if not text.strip():
             continue
@@ -434,15 +440,60 @@ _EXACT_INTS = ("line", "step", "time_ns", "duration_ns")
 """Integer fields that may be missing: kept as nullable integers, since float64 would round epoch nanoseconds."""
 
 
-def _frame(items: Iterable[object], columns: list[str]) -> pd.DataFrame:
+def _frame(items: Iterable[object], columns: list[str], schema: pa.Schema, path: Path, caveats: list[Caveat]) -> pd.DataFrame:
     get = attrgetter(*columns)
     df = pd.DataFrame([get(x) for x in items], columns=columns, dtype=object)
+    _fit_integers(df, schema, path, caveats)
     for c in columns:
         if c in _EXACT_INTS:
             df[c] = pd.array(df[c].tolist(), dtype="Int64")
         elif c not in ("stream", "kind", "timer", "detail", "extra"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
+
+
+def _as_floats(col: pd.Series) -> np.ndarray:
+    """An object column of parsed numbers as floats, for a vectorised first look at their size."""
+    try:
+        return pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    except OverflowError:  # an integer beyond any float (a 400-digit step number)
+        return np.array([np.nan if v is None else math.copysign(math.inf, v) if abs(v) > 2**1000 else float(v) for v in col])
+
+
+def _fits(value: object, limit: int) -> bool:
+    """Exactly: does ``value`` (rounded, if a float) lie in [-limit, limit)?"""
+    if isinstance(value, float):
+        return math.isfinite(value) and -limit <= round(value) < limit
+    return -limit <= int(value) < limit  # type: ignore[call-overload]
+
+
+def _fit_integers(df: pd.DataFrame, schema: pa.Schema, path: Path, caveats: list[Caveat],
+                  only: tuple[str, ...] | None = None) -> None:
+    """Integer columns hold values their type can: a number that does not fit (a garbled digit, a year-3024
+    timestamp, an infinite step time) is read as missing with a caveat naming the column and lines, since the rest
+    of its line is still good. In a key column (line, step, rank) it cannot be missing: the file is bad input there."""
+    for f in schema:
+        if f.name not in df or not pa.types.is_integer(f.type) or (only is not None and f.name not in only) or df.empty:
+            continue
+        limit = 2 ** (f.type.bit_width - 1)
+        col = df[f.name]
+        x = _as_floats(col)
+        near = np.flatnonzero(~np.isnan(x) & ~((x > -limit + 4096) & (x < limit - 4096)))  # checked exactly below
+        bad = [i for i in near if not _fits(col.iat[i], limit)]
+        if not bad:
+            continue
+        lines = df["line"].iloc[bad].tolist()
+        value = str(col.iat[bad[0]])
+        value = value if len(value) <= 24 else value[:20] + "..."
+        if not f.nullable:
+            raise InputError(path, f"{f.name} {value} is out of range (it must fit {f.type})", place=f"line {lines[0]}",
+                             hint="a garbled line; check the file around it")
+        df[f.name] = col.astype(object)
+        for i in bad:
+            df.iat[i, df.columns.get_loc(f.name)] = None
+        shown = ", ".join(map(str, lines[:MAX_EXAMPLES]))
+        caveats.append(Caveat("value_does_not_fit", f"{f.name}: {len(bad)} value(s) out of range for {f.type} (e.g. {value}) "
+                              f"read as missing, line(s) {shown}", str(path)))
 
 
 _ROW_COLS = [f.name for f in StepRow.__dataclass_fields__.values()]  # type: ignore[attr-defined]
@@ -623,14 +674,15 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
     run_id = run_id_of(path)
     caveats = list(parsed.caveats)
     _mark_nan_rows(parsed.rows)
-    rows = _frame(parsed.rows, _ROW_COLS)
-    marks = _frame(parsed.marks, _MARK_COLS)
-    timers = _frame(parsed.timers, _TIMER_COLS)
+    rows = _frame(parsed.rows, _ROW_COLS, STEP_LOG, path, caveats)
+    marks = _frame(parsed.marks, _MARK_COLS, STEP_LOG_EVENTS, path, caveats)
+    timers = _frame(parsed.timers, _TIMER_COLS, STEP_LOG_TIMERS, path, caveats)
     if rows.empty:
         raise InputError(path, f"no iteration lines in this {parsed.framework} log", place=f"{parsed.lines} lines",
                          hint="the job may have stopped before its first logged iteration")
     rows = _sessions(rows, marks, path, caveats)
     rows["iterations"] = _iterations(rows, marks, parsed.settings)
+    _fit_integers(rows, STEP_LOG, path, caveats, only=("iterations",))  # a step-number jump can exceed int32
     rows["tokens"] = _tokens(rows, parsed.settings)
     rows["run_id"] = run_id
     rows = rows.sort_values("line", kind="stable").reset_index(drop=True)

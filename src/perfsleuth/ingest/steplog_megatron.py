@@ -22,6 +22,7 @@ between timestamps and in the ``save-checkpoint`` timer.
 
 from __future__ import annotations
 
+import math
 import re
 
 from perfsleuth.ingest.steplog import Garbled, LineContext, Mark, ParsedLog, Problems, StepRow, TimerValue, number
@@ -113,6 +114,9 @@ def iteration_row(c: LineContext, problems: Problems) -> StepRow | None:
         if key in _FIELDS:
             attr, scale = _FIELDS[key]
             if attr in ("skipped", "nan"):
+                if not math.isfinite(value):  # a count cannot be NaN or infinite
+                    problems.add("garbled_value", c.line)
+                    continue
                 setattr(row, attr, int(value))
             else:
                 setattr(row, attr, value * scale)

@@ -280,12 +280,19 @@ def _labels(text: str) -> dict[str, str] | None:
     return out
 
 
+_MAX_STAMP_S = 2**63 / 1e9
+"""Sample times are kept as int64 epoch nanoseconds."""
+
+
 def parse_exposition(text: str, path: Path) -> list[Sample]:
     """Samples of a Prometheus (or OpenMetrics) text exposition; a line that is neither a comment nor a
     sample is an error naming the line. Timestamps: integers are epoch milliseconds (Prometheus),
     decimals epoch seconds (OpenMetrics)."""
     out: list[Sample] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" only: a raw CR (or any other Unicode line break) inside a quoted label value belongs to the
+    # value, since the format escapes only \\, \" and \n there. A CR before the "\n" is a CRLF file's line end.
+    for n, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         m = _SAMPLE.match(line)
@@ -294,7 +301,9 @@ def parse_exposition(text: str, path: Path) -> list[Sample]:
             value = float(m.group(3)) if m is not None else None
             ts = m.group(4) if m is not None else None
             stamp = None if ts is None else float(ts) if "." in ts or "e" in ts.lower() else int(ts) / 1e3
-        except ValueError:
+            if stamp is not None and not abs(stamp) < _MAX_STAMP_S:
+                value = None  # an infinite time, or one past the year 2262, where epoch nanoseconds end
+        except (ValueError, OverflowError):
             value = None
         if m is None or labels is None or value is None:
             raise InputError(path, f"not a Prometheus text exposition: cannot read {line[:80]!r}", place=f"line {n}",
