@@ -1,12 +1,7 @@
-"""The fleet page (``perfsleuth fleet report``) against a simulated fleet history with a known answer.
-
-The history is built here: 48 nodes in 6 racks run fixed jobs (``cases.fleet_sim.WORKLOADS``) twice a
-day for four weeks; from ``CHANGE_DAY`` on, every run on one rack runs ``SLOWDOWN`` slower, and only its
-compute time stretches. So the truth is known by construction: the trend changes on ``CHANGE_DAY``,
-the culprit is that rack, the GPU-hours it lost are ``SLOWDOWN × its GPU-hours`` in the current
-window (the same tokens at the healthy rate would have taken ``1 − SLOWDOWN`` of the time), and in
-the factor tree the compute part carries the change. The rack's name is hostile HTML, and so is the
-id of its slowest run, so every section that shows them also shows that they are escaped.
+"""The fleet page (``perfsleuth fleet report``) against a simulated fleet history with a known answer
+(``cases.fleet_history``: one rack runs ``SLOWDOWN`` slower from ``CHANGE_DAY`` on). The rack's name is
+hostile HTML, and so is the id of its slowest run, so every section that shows them also shows that they
+are escaped.
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -26,14 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from perfsleuth import engine
-from perfsleuth.cases.fleet_sim import WORKLOADS
+from perfsleuth.cases.fleet_history import FleetHistory, write_history_store
+from perfsleuth.cases.fleet_history import fleet_history as simulate_history
 from perfsleuth.cli import app
 from perfsleuth.errors import InputError
 from perfsleuth.fleet.report import build_fleet_page, run_link
 from perfsleuth.fleet.windows import Window, parse_window
 from perfsleuth.report.fleet_html import render_fleet_html
-from perfsleuth.store import JobData, StoreWriter
-from perfsleuth.store.write import conform, stored_schema
 
 START = dt.date(2026, 3, 1)
 DAYS = 28
@@ -41,48 +34,12 @@ CHANGE_DAY = 18  # 2026-03-19
 SLOWDOWN = 0.35
 BAD_RACK = 'c1-r02"><script>alert(1)</script>'
 HOSTILE_RUN = "<img src=x onerror=alert('run')>"
-SKU_SPEED = {"H100": 1.0, "H200": 1.25}
 NS_DAY = 86_400 * 10**9
 EPOCH_DAY = (START - dt.date(1970, 1, 1)).days
 
 
 def fleet_history(seed: int = 0, bad_rack: str = BAD_RACK, slowest_run_id: str | None = HOSTILE_RUN) -> pa.Table:
-    """Per-run records of the fleet described in the module docstring (``bad_rack`` names the slow rack, and
-    ``slowest_run_id`` renames its slowest run in the current window)."""
-    rng = np.random.default_rng(seed)
-    nodes = []
-    for c in range(2):
-        for r in range(3):
-            rack = bad_rack if (c, r) == (0, 1) else f"c{c + 1}-r{r + 1:02d}"
-            for n in range(8):
-                nodes.append({"cluster": f"c{c + 1}", "rack": rack, "node": f"{rack}-n{n + 1:02d}",
-                              "gpu_sku": "H100" if c == 0 else "H200", "driver": str(rng.choice(["535.129", "550.54"])),
-                              "nccl": str(rng.choice(["2.20.5", "2.21.5"])), "job": int(rng.integers(0, len(WORKLOADS)))})
-    rows = []
-    for day in range(DAYS):
-        for i, nd in enumerate(nodes):
-            model, tp, pp, dp, mb, base = WORKLOADS[nd["job"]]
-            gpus = tp * pp * dp
-            healthy = base * SKU_SPEED[nd["gpu_sku"]]
-            speed = 1.0 - SLOWDOWN if day >= CHANGE_DAY and nd["rack"] == bad_rack else 1.0
-            tokens_per_step = mb * 4096 * dp
-            for k in range(2):
-                rate = healthy * speed * rng.lognormal(0.0, 0.03)
-                gpu_s = gpus * 3600.0 * rng.uniform(0.8, 1.2)
-                step_ns = 1e9 * tokens_per_step / (rate * gpus)
-                healthy_ns = 1e9 * tokens_per_step / (healthy * gpus)
-                comm_ns, idle_ns = 0.10 * healthy_ns, 0.05 * healthy_ns  # a slowdown stretches compute only
-                rows.append({"run_id": f"run-{day:02d}-{i:03d}-{k}",
-                             "time_ns": (EPOCH_DAY + day) * NS_DAY + int(rng.uniform(0, 86_000)) * 10**9,
-                             **{d: nd[d] for d in ("cluster", "rack", "node", "gpu_sku", "driver", "nccl")},
-                             "model": model, "tp": str(tp), "pp": str(pp), "tokens_per_s_per_gpu": rate,
-                             "gpu_seconds": gpu_s, "tokens": rate * gpu_s, "step_time_ns": step_ns,
-                             "compute_fraction": 1.0 - (comm_ns + idle_ns) / step_ns,
-                             "exposed_comm_fraction": comm_ns / step_ns, "idle_other_fraction": idle_ns / step_ns})
-    bad_now = [r for r in rows if r["rack"] == bad_rack and r["time_ns"] >= (EPOCH_DAY + CHANGE_DAY) * NS_DAY]
-    if slowest_run_id is not None:
-        min(bad_now, key=lambda r: r["tokens_per_s_per_gpu"])["run_id"] = slowest_run_id
-    return pa.Table.from_pylist(rows)
+    return simulate_history(FleetHistory(START, DAYS, CHANGE_DAY, SLOWDOWN, bad_rack, seed), slowest_run_id)
 
 
 @pytest.fixture(scope="module")
@@ -237,21 +194,7 @@ def test_cli_fleet_report_from_a_records_file_and_store_errors(history, tmp_path
 
 
 def _write_store(history: pa.Table, root: Path, first_day: int) -> pa.Table:
-    """The history from ``first_day`` on as a fleet store: one job per day and cluster, dimensions in the dims map."""
-    schema = stored_schema("records")
-    dims = ("rack", "node", "driver", "nccl", "model", "tp", "pp")
-    kept = history.filter(pc.greater_equal(history["time_ns"], (EPOCH_DAY + first_day) * NS_DAY))
-    with StoreWriter(root) as writer:
-        for day in range(first_day, DAYS):
-            for cluster in ("c1", "c2"):
-                rows = kept.filter(pc.and_(pc.equal(kept["cluster"], cluster),
-                                           pc.equal(pc.divide(kept["time_ns"], NS_DAY), EPOCH_DAY + day))).to_pylist()
-                for r in rows:
-                    r |= {"dims": [(d, r[d]) for d in dims], "date": str(START + dt.timedelta(days=day)), "unit": "run"}
-                table = pa.Table.from_pylist(rows, schema=pa.schema([f for f in schema if f.name in rows[0]]))
-                writer.add(JobData(f"{day:04d}{cluster}".ljust(64, "0"), f"day-{day}-{cluster}",
-                                   tuple(r["run_id"] for r in rows), {"cluster": cluster}, {"records": conform(table, schema)}))
-    return kept
+    return write_history_store(history, root, FleetHistory(START, DAYS, CHANGE_DAY, SLOWDOWN, BAD_RACK), first_day)
 
 
 def test_cli_fleet_report_from_a_store(history, tmp_path):
@@ -300,3 +243,19 @@ def test_page_renders_in_headless_chromium_without_console_errors(fleet, tmp_pat
     bad = tmp_path / "bad.html"
     bad.write_text(_html.replace("</body>", '<img src="https://example.invalid/x.png"><script>undefinedFn()</script></body>'))
     assert _console_lines(_screenshot(browser, bad, tmp_path / "bad.png"))
+
+
+def test_fleet_demo_finds_the_injected_rack_day_and_loss(tmp_path):
+    """``perfsleuth demo --fleet``: the simulated rack, its day and its lost GPU-hours (truth printed beside
+    the estimate, which must lie in its interval) come back, and the page and the store are written."""
+    import re
+
+    page = tmp_path / "fleet.html"
+    res = CliRunner().invoke(app, ["demo", "--fleet", "--out", str(tmp_path / "demo"), "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    assert "change point(s) on 2026-03-19" in res.output
+    (culprit,) = re.findall(r"culprit (\S+): ([\d,]+) \[([\d,]+), ([\d,]+)\] GPU-hours lost", res.output)
+    truth = float(re.search(r"Injected loss: ([\d,]+) GPU-hours", res.output).group(1).replace(",", ""))
+    low, high = (float(x.replace(",", "")) for x in culprit[2:])
+    assert culprit[0] == "rack=c1-r02" and low - 1 <= truth <= high + 1
+    assert page.exists() and (tmp_path / "demo" / "store" / "manifest.json").exists()

@@ -101,9 +101,17 @@ def demo(
     out: Annotated[Path | None, typer.Option(help="keep the simulated job's traces here (default: a temp dir)")] = None,
     seed: Annotated[int, typer.Option(help="simulator seed")] = 7,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
-    html: Annotated[Path, typer.Option(help="also write the HTML report here")] = Path("perfsleuth-demo.html"),
+    html: Annotated[Path | None, typer.Option(help="also write the HTML report here (default perfsleuth-demo.html, "
+                                                   "or perfsleuth-fleet-demo.html with --fleet)")] = None,
+    fleet: Annotated[bool, typer.Option("--fleet", help="the fleet layer instead: four simulated weeks of runs in a "
+                                                         "store, one rack turned slow, the fleet page")] = False,
 ) -> None:
     """Simulate a small faulty 4-rank training job, analyse it, show what perfsleuth finds, write the HTML report."""
+    if fleet:
+        from perfsleuth.commands.fleet_demo import fleet_demo
+
+        raise typer.Exit(fleet_demo(out, html or Path("perfsleuth-fleet-demo.html"), seed=seed))
+    html = html or Path("perfsleuth-demo.html")
     from perfsleuth.api import analyze as run_analysis
     from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.report.text_report import make_console
