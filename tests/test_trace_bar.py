@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases import suite
+from perfsleuth.cases import nccl_sim, suite
 from perfsleuth.cases.case import read_case
-from perfsleuth.cases.faults import SequenceImbalance, SmallKernels, StragglerRank
+from perfsleuth.cases.faults import DataloaderStall, PoorOverlap, SequenceImbalance, SmallKernels, StragglerRank
 from perfsleuth.cases.kineto_writer import write_job
 from perfsleuth.cases.simulator import SimConfig, simulate
 
@@ -92,3 +92,87 @@ def test_drawn_sequence_imbalance_always_moves_its_heavy_rank() -> None:
     for i in range(64):
         fault, _ = suite._g_sequence(np.random.default_rng([17, i]), shape, 0.05)
         assert len({fault.heavy_index(2, k) for k in range(5)}) == 2, i
+
+
+def _labeled(cfg: SimConfig, tmp_path: Path, extra: dict[str, str] | None = None):
+    """The simulator's label (impact over step time) of the job's one fault, and perfsleuth's diagnosis."""
+    job = simulate(cfg)
+    imp = job.truth()["faults"][0]["impact"]
+    write_job(job, tmp_path)
+    for name, text in (extra or {}).items():
+        (tmp_path / name).write_text(text)
+    return imp["delta_ns"] / imp["step_time_ns"], analyze([tmp_path], workers=1).diagnosis
+
+
+def _impact(d, fault: str) -> float | None:
+    return next((f.impact.value for f in d.findings if f.fault == fault), None)
+
+
+def test_a_data_loader_stall_on_every_rank_and_step_is_priced_beyond_the_routine_hand_off(tmp_path: Path) -> None:
+    # a 0.8 % routine loader plus a stall of 3.6 % of the step on both ranks, every step: the label (the job
+    # re-simulated without the stall) is above the 3 % bar; the old 5 % budget on the total wait (4.5 %)
+    # answered "insufficient evidence", as on seed 9191 cases 0015 and 0113.
+    base = SimConfig(world_size=2, layers=4, steps=6, seed=5, measure_impact=False)
+    step = simulate(base).step_time_ns()
+    cfg = replace(base, dataloader_ns=int(0.008 * step), measure_impact=True,
+                  faults=[DataloaderStall(rank_ids=(0, 1), stall_ns=int(0.036 * step))])
+    label, d = _labeled(cfg, tmp_path)
+    assert label >= 0.03
+    estimate = _impact(d, "dataloader_stall")
+    assert estimate is not None and abs(estimate / label - 1) < 0.15
+
+
+def test_the_suites_healthy_loader_jitters_by_a_fraction_of_its_cost() -> None:
+    # launch-bound jobs have sub-millisecond steps: a fixed 20 us jitter on a 20 us loader made the "healthy"
+    # loader cost up to 6 % of a step on one of 16 ranks, and the detector rightly saw the GPU wait for it
+    # (seed 8484's false alarm). The suite documents healthy loaders at 0.5-2.5 % of a step.
+    for index in range(6):
+        cfg, _ = suite._case_config(index, 8484, ("host_launch_bound",))
+        assert 0 < cfg.dataloader_jitter_ns <= cfg.dataloader_ns / 5, index
+
+
+def _deferred_ddp(**kw) -> SimConfig:
+    # 5 layers of 12 MiB in 25 MiB buckets: a 36 MiB bucket, then the 24 MiB remainder closes last
+    return SimConfig(world_size=2, layers=5, steps=6, seed=5, layer_param_bytes=12 << 20, bucket_bytes=25 << 20,
+                     fabric_bandwidth_gbps=110.0, faults=[PoorOverlap()], **kw)
+
+
+def test_poor_overlap_leaves_only_the_last_collective_exposed(tmp_path: Path) -> None:
+    # every bucket deferred to after backward; the fix hides all but the last-closing (smaller) bucket. Charging
+    # the average bucket as unavoidable underestimated the saving by 15 % here (a third on seed 9191 case 0090).
+    label, d = _labeled(_deferred_ddp(measure_impact=True), tmp_path)
+    assert label >= 0.03
+    estimate = _impact(d, "poor_overlap")
+    assert estimate is not None and abs(estimate / label - 1) < 0.08
+
+
+def test_a_measured_nccl_tests_bandwidth_is_the_reference_for_the_traces(tmp_path: Path) -> None:
+    # the same deferred job at 110 GB/s is healthy against the built-in reference, but the job's own nccl-tests
+    # sweep of its two GPUs (an H100 NVLink node: ~310 GB/s at the buckets' 24-36 MiB) says the transfers
+    # themselves run at a third of what the fabric does: slow communication, not a schedule problem
+    run = nccl_sim.simulate_run("allreduce", ["node-a"], nccl_sim.H100, np.random.default_rng(1), gpus_per_node=2)
+    _, alone = _labeled(_deferred_ddp(), tmp_path / "alone")
+    _, d = _labeled(_deferred_ddp(), tmp_path / "with", {"all_reduce_perf.log": nccl_sim.render_text(run)})
+    assert "poor_overlap" in {f.fault for f in alone.findings}
+    found = {f.fault: f for f in d.findings}
+    assert "poor_overlap" not in found and "exposed_communication" in found
+    (bw,) = [e for e in found["exposed_communication"].evidence if e.metric == "collective_bus_bandwidth_gbps"]
+    assert bw.value.value < 0.5 * bw.baseline.value and "nccl-tests" in bw.baseline.method
+
+
+def test_a_stall_on_a_different_rank_every_step_is_reported_as_possibly_jitter(tmp_path: Path) -> None:
+    # one rank at a time waits for its loader, a different one each step: the job pays every stall (a finding),
+    # but the same pattern is what many ranks' ordinary jitter gives when every step waits for the slowest,
+    # so it is less sure than a stall that repeats on its ranks (seed 8484's launch-bound false alarm).
+    base = SimConfig(world_size=4, layers=4, steps=6, seed=5, measure_impact=False)
+    stall = int(0.08 * simulate(base).step_time_ns())
+    moving = [DataloaderStall(rank_ids=(k % 4,), stall_ns=stall, step_indices=(k,)) for k in range(6)]
+    repeated = [DataloaderStall(rank_ids=(1, 2), stall_ns=stall)]
+    found = {}
+    for name, faults in (("moving", moving), ("repeated", repeated)):
+        write_job(simulate(replace(base, faults=faults)), tmp_path / name)
+        d = analyze([tmp_path / name], workers=1).diagnosis
+        found[name] = next(f for f in d.findings if f.fault == "dataloader_stall")
+    assert found["moving"].confidence < 0.8 <= found["repeated"].confidence
+    assert "loader_jitter" in {a.fault for a in found["moving"].alternatives}
+    assert "loader_jitter" not in {a.fault for a in found["repeated"].alternatives}

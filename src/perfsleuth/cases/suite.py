@@ -276,7 +276,10 @@ def _case_config(index: int, seed: int, classes: tuple[str, ...]) -> tuple[SimCo
                       activation_bytes=int(cfg.activation_bytes * k), batch_bytes=int(cfg.batch_bytes * k))
         probe = replace(cfg, faults=[f])
     step = _step_ns(probe)
-    cfg = replace(cfg, dataloader_ns=int(step * rng.uniform(0.005, 0.025)))
+    loader = int(step * rng.uniform(0.005, 0.025))
+    # a healthy loader's jitter is a fraction of its cost (a fifth at most): a fixed 20 us on a launch-bound
+    # 0.8 ms step made the "healthy" loader cost up to 6 % of a step on some ranks, outside the documented range
+    cfg = replace(cfg, dataloader_ns=loader, dataloader_jitter_ns=min(cfg.dataloader_jitter_ns, loader // 5))
     shape = Shape(cfg, step)
     faults: list[F.Fault] = []
     changes: dict[str, Any] = {}

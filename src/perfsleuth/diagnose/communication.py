@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, context
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.diagnose.signals import signals_of
+from perfsleuth.metrics.fabric import busbw_factor
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
@@ -22,7 +24,13 @@ from perfsleuth.trace.collectives import P2P_OPS
 REFERENCE_BUSBW_GBPS = 100.0
 """Bus bandwidth a healthy NCCL all-reduce of tens of MB reaches between current data-centre GPUs
 (H100-class: NVLink inside a node, 8x400G InfiniBand across nodes): the lower end of what
-nccl-tests reports there. A measured nccl-tests baseline for the job's fabric should replace it."""
+nccl-tests reports there at the tens-of-MB sizes of gradient buckets (the fabric table's numbers are
+the plateau at GB sizes, which buckets never reach). When the job's evidence holds nccl-tests output,
+its measured all-reduce bus bandwidth at the job's message size replaces it (``reference_busbw``)."""
+
+NCCL_TESTS_SIZE_BAND = 4.0
+"""nccl-tests rows within 4x of the job's mean collective size stand for it: bus bandwidth still
+climbs with size below the plateau, so a 1 GB row would hold a 25 MB bucket to a bar it cannot reach."""
 
 LOW_BUSBW_FACTOR = 0.7
 """Below 0.7x the reference the collective is bandwidth-bound (nccl-tests itself fails a run at 0.9x
@@ -68,21 +76,77 @@ class _CommView:
         self.gross = g["exposed_collective_ns"].median().reindex(ctx.step_time.index).fillna(0)
         transfer = g["transfer_ns"].median().reindex(ctx.step_time.index).fillna(0)
         per_step_colls = g["collectives"].median().reindex(ctx.step_time.index).fillna(0)
-        k = per_step_colls.clip(lower=1)
-        # with perfect overlap the last collective of a step still runs after the last compute
-        self.unavoidable = np.minimum(self.exposed, transfer / k)
+        # with perfect overlap the step's last collective (DDP's last bucket: the first layers' gradients
+        # and the remainder, often smaller than the rest) still runs after the last compute
+        self.last_transfer = last_collective_transfer(ctx).reindex(ctx.step_time.index).fillna(0)
+        self.unavoidable = np.minimum(self.exposed, np.minimum(self.last_transfer, transfer))
         self.avoidable = (self.exposed - self.unavoidable).clip(lower=0)
         busy = df["comm_busy_ns"].sum()
         self.overlap = float(1 - df["exposed_net_ns"].sum() / busy) if busy > 0 else 0.0
         self.busbw = ctx.busbw_gbps
+        self.reference = reference_busbw(a, df)
         self.impact = ctx.impact(self.exposed)
         self.impact_gross = ctx.impact(self.gross)
         self.impact_avoidable = ctx.impact(self.avoidable)
         self.colls_per_step = float(per_step_colls.median()) if len(per_step_colls) else 0.0
 
     @property
+    def achievable_overlap(self) -> float:
+        """1 - last collective / all collective transfer: what hiding all but the last would reach."""
+        total = float(self.df["transfer_ns"].groupby(self.df["step"]).median().sum())
+        return float(1 - self.last_transfer.sum() / total) if total > 0 else 0.0
+
+    @property
     def bandwidth_low(self) -> bool:
-        return self.busbw is not None and self.busbw < LOW_BUSBW_FACTOR * REFERENCE_BUSBW_GBPS
+        return self.busbw is not None and self.busbw < LOW_BUSBW_FACTOR * self.reference.value
+
+
+def last_collective_transfer(ctx: JobContext) -> pd.Series:
+    """Per step (median over ranks): transfer time of the collective that arrives last in the step.
+
+    That one cannot hide under compute, whatever the schedule; every earlier one could. Charging the
+    average collective instead overstates what is unavoidable when the last bucket is the small
+    remainder, and understated poor overlap by a third on simulated DDP jobs."""
+    df = ctx.instances
+    if df.empty:
+        return pd.Series(dtype=float)
+    last = df.groupby("instance")["arrival_ns"].transform("max")
+    end = df.groupby("instance")["aligned_end_ns"].transform("median")
+    df = df.assign(transfer_ns=(end - last).clip(lower=0))
+    tail = df.sort_values("arrival_ns").groupby(["rank", "step"]).tail(1)
+    return tail.groupby("step")["transfer_ns"].median().astype(float)
+
+
+def reference_busbw(a: JobAnalysis, df: pd.DataFrame) -> Interval:
+    """The bus bandwidth the job's collectives should reach: measured when the job's evidence holds
+    nccl-tests all-reduce output (median busbw of rows within ``NCCL_TESTS_SIZE_BAND`` of the job's
+    mean collective size, else of the nearest size), else ``REFERENCE_BUSBW_GBPS``."""
+    default = Interval(REFERENCE_BUSBW_GBPS, unit="GB/s",
+                       method="reference for H100-class fabrics at bucket sizes (no nccl-tests output among the job's files)")
+    sig = signals_of(a)
+    table = sig.table("nccl_tests") if sig is not None else None
+    if table is None or table.num_rows == 0:
+        return default
+    nt = table.select(["collective", "size_bytes", "busbw_gbs"]).to_pandas()
+    nt = nt[(nt["collective"] == "allreduce") & (nt["busbw_gbs"] > 0) & (nt["size_bytes"] > 0)]
+    colls, bus = float(df["collectives"].sum()), float(_bus_bytes(a))
+    if nt.empty or colls <= 0 or bus <= 0:
+        return default
+    size = bus / colls / busbw_factor("allreduce", max(len(a.ranks_with_gpu), 2))
+    ratio = np.abs(np.log(nt["size_bytes"].astype(float) / size))
+    near = nt[ratio <= np.log(NCCL_TESTS_SIZE_BAND)]
+    if near.empty:
+        near = nt[ratio == ratio.min()]
+    return Interval(float(near["busbw_gbs"].median()), unit="GB/s",
+                    method=f"nccl-tests all_reduce in the job's files: median busbw of {len(near)} rows at "
+                           f"{near['size_bytes'].min() / 2**20:.0f}-{near['size_bytes'].max() / 2**20:.0f} MiB "
+                           f"(the job's collectives average {size / 2**20:.0f} MiB)")
+
+
+def _bus_bytes(a: JobAnalysis) -> float:
+    """Bus bytes of all the job's matched collectives (bytes x NCCL's bus factor)."""
+    rs = context(a).rs
+    return float(rs["collective_bus_bytes"].sum()) if "collective_bus_bytes" in rs else 0.0
 
 
 def _view(a: JobAnalysis) -> _CommView:
@@ -93,8 +157,7 @@ def _view(a: JobAnalysis) -> _CommView:
 
 
 def _busbw_evidence(v: _CommView) -> Evidence:
-    base = Interval(REFERENCE_BUSBW_GBPS, unit="GB/s",
-                    method="reference for H100-class fabrics (replace with the job's nccl-tests baseline)")
+    base = v.reference
     if v.busbw is None:
         return Evidence("collective_bus_bandwidth_gbps", Interval(float("nan"), unit="GB/s", method="not measurable"), base)
     return Evidence("collective_bus_bandwidth_gbps",
@@ -212,7 +275,7 @@ def poor_overlap(a: JobAnalysis) -> Finding | NotAssessed | None:
                  "exposed transfer beyond the step's last collective, which could have run under backward"),
         Evidence("exposed_communication_fraction", v.impact, note="net of waiting for late ranks"),
         Evidence("comm_comp_overlap", Interval(v.overlap, unit="fraction", method="1 - exposed / transfer time, all steps"),
-                 Interval(1 - 1 / max(v.colls_per_step, 1), unit="fraction",
+                 Interval(v.achievable_overlap, unit="fraction",
                           method="achievable: all but the last collective of a step hidden")),
         _busbw_evidence(v),
     )
@@ -229,7 +292,7 @@ def poor_overlap(a: JobAnalysis) -> Finding | NotAssessed | None:
         impact=imp,
         scope={"ranks": [int(r) for r in ctx.ranks[:8]], "steps": [int(s) for s in ctx.step_time.index]},
         symptom=(f"collectives run after compute instead of under it: overlap {v.overlap:.0%} where about "
-                 f"{1 - 1 / max(v.colls_per_step, 1):.0%} is achievable; {imp.value:.0%} of each step could be hidden"),
+                 f"{v.achievable_overlap:.0%} is achievable; {imp.value:.0%} of each step could be hidden"),
         evidence=evidence,
         alternatives=alternatives,
         action=("Let DDP/FSDP launch each gradient bucket as soon as it is ready: check no_sync/gradient-accumulation "

@@ -19,9 +19,22 @@ from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
 
-DATALOADER_BUDGET = 0.05
-"""A synchronous batch hand-off costs a few percent of a step even in a healthy job (the host fetches
-while the GPU finishes the previous step's tail); above 5 % prefetching would pay for itself."""
+HANDOFF_ALLOWANCE = 0.01
+"""The most a routine batch hand-off may cost, as a share of the step: dequeuing a prefetched batch
+and issuing its copy takes well under 1 % of a step (``num_workers>0``). The GPU's wait in the data
+loader beyond the job's routine wait (capped at this) is a stall, the time fixing it saves, and it
+is held to the same 3 % bar as every other cause. A fixed budget on the *total* wait (5 % before)
+let a 3.8 % stall hide under a 0.8 % routine wait; a stall on every rank and step, which leaves no
+routine rank-step to measure, is priced against this allowance."""
+
+ROUTINE_QUANTILE = 0.25
+"""The job's routine loader wait is the lower quartile of its rank-steps: a stall on some ranks or
+steps leaves the others at the routine cost, and the quartile ignores the stalled ones as long as
+they are fewer than three in four."""
+
+SCATTERED_SPECIFICITY = 0.8
+"""How much less sure a data-loader stall is when it could be jitter (``scattered_worst_rank``): the
+GPU did wait, so it stays a finding, but one an engineer should confirm with the loader's timings."""
 
 CHECKPOINT_D2H_BYTES = 32 << 20
 """A step that copies at least 32 MiB device-to-host is saving state (a checkpoint without an
@@ -57,6 +70,33 @@ def checkpoint_loss(rs: pd.DataFrame) -> pd.Series:
     return rs["lost_checkpoint_ns"] + np.where(unannotated, rs["lost_silent_ns"] + rs["lost_d2h_ns"], 0)
 
 
+def routine_loader_wait(rs: pd.DataFrame) -> float:
+    """The share of a step the job's loader routinely costs (``ROUTINE_QUANTILE``), at most ``HANDOFF_ALLOWANCE``.
+
+    What the simulator's re-run without the stall keeps, and what an engineer would not call a stall:
+    the loader's ordinary per-step wait. Only the wait above it is what fixing the stall saves."""
+    share = (rs["lost_dataloader_ns"] / rs["step_time_ns"].clip(lower=1)).to_numpy(dtype=float)
+    return float(min(np.quantile(share, ROUTINE_QUANTILE), HANDOFF_ALLOWANCE)) if len(share) else 0.0
+
+
+def scattered_worst_rank(ctx: JobContext, col: str) -> bool:
+    """True when each stalled step's worst rank mostly does not stall on the other stalled steps, and
+    the typical rank does not stall: what many ranks' loader jitter looks like once every step waits
+    for the slowest of them, as much as a stall. A slow loader host repeats on its ranks (a rank is
+    near the worst on every stalled step); a slow shard or storage hiccup hits every rank alike."""
+    rs = ctx.rs
+    grid = rs.pivot_table(index="step", columns="rank", values=col, aggfunc="sum").fillna(0.0)
+    top = grid.max(axis=1)
+    stalled = grid[top >= 0.01 * ctx.step_time.reindex(grid.index)]
+    if len(stalled) < 2 or len(ctx.ranks) <= 2:
+        return False
+    near_top = stalled.ge(0.5 * stalled.max(axis=1), axis=0)
+    worst = stalled.idxmax(axis=1)
+    repeats = [float(near_top[r].drop(step).mean()) for step, r in worst.items()]
+    typical = ctx.impact(ctx.per_step(col, how="median")).value
+    return float(np.mean(repeats)) < 0.5 and typical < MIN_IMPACT
+
+
 @detector("dataloader_stall", needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",))
 def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
     ctx = context(a)
@@ -66,22 +106,26 @@ def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
     if not (rs["dataloader_span_ns"] > 0).any():
         return NotAssessed("dataloader_stall", "the data-loader annotation (iterate the DataLoader inside the profiled "
                            "steps, or a record_function around batch fetching)")
-    loss = ctx.per_step("lost_dataloader_ns")
+    routine = routine_loader_wait(rs)
+    total = ctx.impact(ctx.per_step("lost_dataloader_ns"))
+    ctx.rs["dataloader_excess_ns"] = (rs["lost_dataloader_ns"] - routine * rs["step_time_ns"]).clip(lower=0)
+    loss = ctx.per_step("dataloader_excess_ns")
     imp = ctx.impact(loss)
-    if imp.value < DATALOADER_BUDGET:
-        if imp.value >= DATALOADER_BUDGET - 0.01:
-            return insufficient("dataloader_stall", f"a larger effect: the GPU waits for the data loader {imp.value:.1%} "
-                                f"of step time, under the {DATALOADER_BUDGET:.0%} budget", imp)
-        return None
-    scope = _scope(ctx, "lost_dataloader_ns", loss)
+    if imp.value < MIN_IMPACT:
+        return below_bar("dataloader_stall", imp, f"a larger effect: the GPU waits for the data loader {total.value:.1%} of "
+                         f"step time, {imp.value:.1%} beyond a routine hand-off of {routine:.1%}, under the 3% bar")
+    scope = _scope(ctx, "dataloader_excess_ns", loss)
     share = ctx.per_rank_share("lost_dataloader_ns")
     span = ctx.per_rank_share("dataloader_span_ns")
     subset = len(scope["ranks"]) < len(ctx.ranks)
     others = share.drop(scope["ranks"]) if subset else share
     launch = ctx.impact(ctx.per_step("lost_launch_ns"))
+    scattered = scattered_worst_rank(ctx, "dataloader_excess_ns")
     evidence = [
-        Evidence("dataloader_wait_fraction", imp, Interval(DATALOADER_BUDGET, unit="fraction", method="budget for a "
-                 "synchronous batch hand-off"), "GPU idle while the host fetched the batch (worst rank per step)"),
+        Evidence("dataloader_stall_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+                 "GPU idle while the host fetched the batch beyond the routine hand-off (worst rank per step)"),
+        Evidence("dataloader_wait_fraction", total, Interval(routine, unit="fraction", method="routine hand-off: lower quartile "
+                 f"of the rank-steps' wait, at most {HANDOFF_ALLOWANCE:.0%}"), "all GPU idle time in the data loader"),
         Evidence("dataloader_span_fraction", Interval(float(span.max()), unit="fraction", method="host time in the "
                  "data-loader annotation, worst rank"), Interval(float(span.median()), unit="fraction", method="median rank")),
     ]
@@ -98,12 +142,17 @@ def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
         Alternative("cpu_contention", "cannot_rule_out",
                     "the loader shares the host's CPUs; host CPU usage decides whether it is starved or just slow"),
     ]
+    if scattered:
+        alternatives.append(Alternative("loader_jitter", "cannot_rule_out", "the worst rank changes from step to step and "
+                                        "the typical rank waits little: many ranks' ordinary loader jitter, paid at "
+                                        "the slowest of them every step, looks the same"))
     return Finding(
         fault="dataloader_stall",
-        confidence=ctx.confidence(imp.value, DATALOADER_BUDGET),
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=SCATTERED_SPECIFICITY if scattered else 1.0),
         impact=imp,
         scope=scope,
-        symptom=(f"the GPU idles {imp.value:.0%} of each step while the host fetches the next batch"
+        symptom=(f"the GPU idles {total.value:.0%} of each step while the host fetches the next batch, {imp.value:.0%} beyond "
+                 "a routine hand-off"
                  + (f" on rank(s) {scope['ranks']}; their peers wait for them" if subset else "")),
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),

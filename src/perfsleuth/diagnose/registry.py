@@ -116,9 +116,10 @@ def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
     (exposed communication that is really waiting for a straggler, a "straggler" that is really
     waiting for its data loader) reports only the unexplained part or nothing, and the cause's
     finding carries the symptom in ``attached``."""
-    from perfsleuth.diagnose.signals import JobSignals
+    from perfsleuth.diagnose.signals import JobSignals, attach
 
     signals = job if isinstance(job, JobSignals) else JobSignals(trace=job)
+    attach(signals)
     by_fault: dict[str, list[Finding]] = {}
     skipped: dict[str, list[NotAssessed]] = {}
     absent: set[str] = set()  # a source looked and found the fault absent

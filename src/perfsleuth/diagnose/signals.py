@@ -40,3 +40,15 @@ class JobSignals:
         if self.trace is not None:
             out = list(self.trace.caveats) + out
         return out
+
+
+def attach(signals: JobSignals) -> None:
+    """Let the trace detectors see the job's other sources: a trace judged alone misses what a
+    neighbouring file measured (the fabric's nccl-tests bandwidth is the reference for the trace's)."""
+    if signals.trace is not None:
+        signals.trace.beside = signals
+
+
+def signals_of(a: JobAnalysis) -> JobSignals | None:
+    """The sources ``attach`` put beside a trace analysis (None when it was diagnosed alone)."""
+    return a.beside

@@ -7,6 +7,7 @@ each analysis itself stays a pure function of the job's tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,7 @@ class JobAnalysis:
     signals: pa.Table = field(default_factory=SIGNALS.empty_table)  # per rank and step: causes of lost time (rank_analysis)
     collectives: pa.Table = field(default_factory=RANK_COLLECTIVES.empty_table)  # every collective kernel of every rank
     rank_facts: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: trace end, memory events, ...
+    beside: Any = None  # the job's other signal sources (diagnose.signals.JobSignals), set by diagnose() for trace detectors
 
     @property
     def run_id(self) -> str:
