@@ -76,7 +76,8 @@ def _render_document(report, fmt: OutputFormat) -> str:
 
 @app.command()
 def analyze(
-    paths: Annotated[list[Path], typer.Argument(help="a job's trace directory, or its rank files (.json, .json.gz)")],
+    paths: Annotated[list[Path], typer.Argument(
+        help="a job's directory, or its files: traces, telemetry, logs, benchmarks (recognised by content)")],
     format: Annotated[OutputFormat, typer.Option(
         "--format", "-f", help="text for people, json for machines, html for a report, md for a ticket")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
@@ -86,7 +87,7 @@ def analyze(
         help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
              "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
 ) -> None:
-    """What is wrong with this job, from its PyTorch-profiler (Kineto) traces."""
+    """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
     from perfsleuth.api import analyze as run_analysis
 
     try:
@@ -106,7 +107,7 @@ def demo(
     fleet: Annotated[bool, typer.Option("--fleet", help="the fleet layer instead: four simulated weeks of runs in a "
                                                          "store, one rack turned slow, the fleet page")] = False,
 ) -> None:
-    """Simulate a small faulty 4-rank training job, analyse it, show what perfsleuth finds, write the HTML report."""
+    """Simulate a small faulty 4-rank training job (or, with --fleet, a fleet with a slow rack), show what perfsleuth finds."""
     if fleet:
         from perfsleuth.commands.fleet_demo import fleet_demo
 
