@@ -50,17 +50,19 @@ def day_to_date(day: int) -> dt.date:
 
 
 def parse_window(text: str, option: str) -> Window:
-    """``YYYY-MM-DD..YYYY-MM-DD`` (both days included) as a Window; a clear error otherwise."""
+    """``YYYY-MM-DD..YYYY-MM-DD`` (both days included; one date is a one-day window) as a Window; a clear
+    error otherwise. The one parser of window options (``fleet report`` and ``localize --store``)."""
     parts = text.split("..")
     hint = f"{option} takes two dates, first..last (both included), e.g. 2026-03-01..2026-03-07"
-    if len(parts) != 2:
+    if len(parts) > 2:
         raise InputError(None, f"{option} {text!r} is not a range", hint=hint)
     try:
-        first, last = (dt.date.fromisoformat(p.strip()) for p in parts)
+        first, last = (dt.date.fromisoformat(p.strip()) for p in (parts * 2)[:2])
     except ValueError:
         raise InputError(None, f"{option} {text!r}: not two YYYY-MM-DD dates", hint=hint) from None
     if last < first:
-        raise InputError(None, f"{option} {text!r}: the last day is before the first", hint=hint)
+        raise InputError(None, f"{option} {text!r}: the last day is before the first (the window ends before it starts)",
+                         hint=hint)
     return Window((first - EPOCH).days, (last - EPOCH).days)
 
 

@@ -20,9 +20,9 @@ from ibis.backends import BaseBackend
 
 from perfsleuth.engine import to_arrow
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.fleet.windows import day_to_date, parse_window
 from perfsleuth.segment.evidence import split_dims
 from perfsleuth.segment.mixrate import LeafSpec
-from perfsleuth.store.layout import check_date
 from perfsleuth.store.reader import Store
 
 NOT_SEARCHED = ("date", "workload", "log", "trace_id", "epoch_offset_ns")
@@ -38,13 +38,9 @@ class Window:
 
     @staticmethod
     def parse(text: str, flag: str) -> Window:
-        first, sep, last = text.strip().partition("..")
-        first, last = first.strip(), (last.strip() if sep else first.strip())
-        for day in (first, last):
-            check_date(day, place=flag)
-        if last < first:
-            raise InputError(None, f"{flag} {text!r} ends before it starts", place=flag)
-        return Window(first, last)
+        """The window as the store's ``date`` partition values (ISO text), parsed by ``fleet.windows``."""
+        days = parse_window(text, flag)
+        return Window(day_to_date(days.first_day).isoformat(), day_to_date(days.last_day).isoformat())
 
     def holds(self, date: ir.StringValue) -> ir.BooleanValue:
         return (date >= self.first) & (date <= self.last)  # ISO dates order as text
