@@ -53,6 +53,7 @@ def connect(engine: str = "duckdb", *, master: str | None = None, threads: int |
     given (tests share one), else a session built for ``master`` (default ``local[2]``) with
     ``SPARK_LOCAL_CONF`` plus ``spark_conf``.
     """
+    require(engine)
     if engine == "duckdb":
         con = ibis.duckdb.connect()
         if threads:
@@ -63,12 +64,16 @@ def connect(engine: str = "duckdb", *, master: str | None = None, threads: int |
             except duckdb.Error as exc:
                 raise InputError(None, f"{DUCKDB_MEMORY_ENV}={limit!r} is not a memory size ({exc})", hint="e.g. 2GB") from None
         return con
-    if engine == "spark":
-        session = spark_session or local_spark_session(master=master, conf=spark_conf)
-        con = ibis.pyspark.connect(session)
-        _SESSIONS[id(con)] = session
-        return con
-    raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(ENGINES)}")
+    session = spark_session or local_spark_session(master=master, conf=spark_conf)  # engine == "spark"
+    con = ibis.pyspark.connect(session)
+    _SESSIONS[id(con)] = session
+    return con
+
+
+def require(engine: str) -> None:
+    """An InputError unless ``engine`` is one of ``ENGINES`` (verbs check it before opening any file)."""
+    if engine not in ENGINES:
+        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(ENGINES)}")
 
 
 def local_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:

@@ -16,6 +16,7 @@ from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.fleet.report import build_fleet_page
 from perfsleuth.fleet.windows import parse_window
 from perfsleuth.report.fleet_html import render_fleet_html
+from perfsleuth.segment.localize import check_bootstrap
 
 RUNS_DIR = "runs"
 
@@ -41,10 +42,8 @@ def _build(out: Path, store: Path | None, records: Path | None, baseline: str | 
            price: float | None, currency: str, engine: str, master: str | None, bootstrap: int, seed: int):
     if (store is None) == (records is None):
         raise InputError(None, "give exactly one of --store DIR and --records FILE")
-    if engine not in engines.ENGINES:
-        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
-    if bootstrap < 0:
-        raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+    engines.require(engine)
+    check_bootstrap(bootstrap)
     if (baseline is None) != (current is None):
         raise InputError(None, "give both --baseline and --current, or neither")
     windows = (parse_window(baseline, "--baseline"), parse_window(current, "--current")) if baseline and current else (None, None)

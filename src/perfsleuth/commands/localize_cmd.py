@@ -22,7 +22,7 @@ from perfsleuth import engine as engines
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.report.escape import terminal_block, terminal_text
-from perfsleuth.segment.localize import Localization, localize
+from perfsleuth.segment.localize import Localization, check_bootstrap, localize
 from perfsleuth.segment.mixrate import LeafSpec
 
 SCHEMA = "perfsleuth.localize/1"
@@ -100,10 +100,8 @@ def _check_options(format: str, engine: str, bootstrap: int) -> None:
     """The options both forms share, checked before any file is opened or engine started."""
     if format not in ("text", "json"):
         raise InputError(None, f"unknown format {format!r}", hint="use text or json")
-    if engine not in engines.ENGINES:
-        raise InputError(None, f"unknown engine {engine!r}", hint=f"use one of: {', '.join(engines.ENGINES)}")
-    if bootstrap < 0:
-        raise InputError(None, f"--bootstrap must be 0 or more, got {bootstrap}")
+    engines.require(engine)
+    check_bootstrap(bootstrap)
 
 
 def _check_metrics(table: Any, metrics: list[str], path: Path) -> None:

@@ -78,6 +78,12 @@ class Localization:
         }
 
 
+def check_bootstrap(replicates: int) -> None:
+    """An InputError for a negative number of bootstrap replicates (verbs check it before any work)."""
+    if replicates < 0:
+        raise InputError(None, f"--bootstrap must be 0 or more, got {replicates}")
+
+
 def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | None = None,
              options: SearchOptions = DEFAULT_OPTIONS, bootstrap: int = 20, seed: int = 0,
              min_explained: float = 0.5) -> Localization:
