@@ -18,10 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.cases.fleet_sim import WORKLOADS
+from perfsleuth.cases.fleet_sim import SKU_SPEED, WORKLOADS
 
 NS_DAY = 86_400 * 10**9
-SKU_SPEED = {"H100": 1.0, "H200": 1.25}
 STORED_DIMS = ("rack", "node", "driver", "nccl", "model", "tp", "pp")
 
 
