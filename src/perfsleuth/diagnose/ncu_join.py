@@ -50,18 +50,26 @@ def verdict_line(evidence: list[Evidence]) -> str | None:
     return "; ".join(parts) + (" (ncu measured a similar instantiation)" if similar else "")
 
 
-def with_ncu(top_kernels: pa.Table, kernel_metrics: pa.Table | None, gpu: str | None = None) -> pa.Table:
-    """``top_kernels`` with ``ncu_match`` and ``ncu`` (the verdict line) for every kernel ncu measured."""
+def measured_evidence(top_kernels: pa.Table, kernel_metrics: pa.Table | None,
+                      gpu: str | None = None) -> tuple[dict[str, str], dict[str, list[Evidence]]]:
+    """For the trace's kernels that ncu measured: how each matched (exact or similar) and its ncu evidence,
+    computed once per kernel name (the kernel table and the findings both read it)."""
     if kernel_metrics is None or kernel_metrics.num_rows == 0 or top_kernels.num_rows == 0:
-        return top_kernels
+        return {}, {}
     names = pc.unique(top_kernels["name"]).to_pylist()
-    join = {r["trace_name"]: r["match"] for r in join_kernels(names, kernel_metrics).to_pylist()}
-    lines = {n: verdict_line(kernel_evidence(n, kernel_metrics, gpu)) if join.get(n) in ("exact", "similar") else None
-             for n in names}
+    match = {r["trace_name"]: r["match"] for r in join_kernels(names, kernel_metrics).to_pylist()
+             if r["match"] in ("exact", "similar")}
+    return match, {n: kernel_evidence(n, kernel_metrics, gpu) for n in match}
+
+
+def with_ncu(top_kernels: pa.Table, match: dict[str, str], evidence: dict[str, list[Evidence]]) -> pa.Table:
+    """``top_kernels`` with ``ncu_match`` and ``ncu`` (the verdict line) for every kernel ncu measured."""
+    if not match:
+        return top_kernels
+    lines = {n: verdict_line(ev) for n, ev in evidence.items()}
     col = top_kernels["name"].to_pylist()
-    match = [join.get(n) if join.get(n) in ("exact", "similar") else None for n in col]
-    return (top_kernels.append_column("ncu_match", pa.array(match, pa.string()))
-            .append_column("ncu", pa.array([lines[n] for n in col], pa.string())))
+    return (top_kernels.append_column("ncu_match", pa.array([match.get(n) for n in col], pa.string()))
+            .append_column("ncu", pa.array([lines.get(n) for n in col], pa.string())))
 
 
 def _short_kernels(top_kernels: pa.Table, ranks: list[int]) -> list[str]:
@@ -73,12 +81,12 @@ def _short_kernels(top_kernels: pa.Table, ranks: list[int]) -> list[str]:
     return list(df.groupby("name")["total_ns"].sum().sort_values(ascending=False).index[:MAX_KERNELS])
 
 
-def _small_kernels(f: Finding, top_kernels: pa.Table, kernel_metrics: pa.Table, gpu: str | None) -> Finding:
+def _small_kernels(f: Finding, top_kernels: pa.Table, evidence: dict[str, list[Evidence]]) -> Finding:
     if any(e.metric.startswith("ncu_") for e in f.evidence):
         return f  # the ncu detector's own finding already carries it
     added = []
     for name in _short_kernels(top_kernels, [int(r) for r in f.scope.get("ranks", [])]):
-        for e in kernel_evidence(name, kernel_metrics, gpu):
+        for e in evidence[name]:
             added.append(replace(e, metric=f"joined_{e.metric}", note=f"{name[:80]}: {e.note}"))
     if not added:
         return f
@@ -91,9 +99,10 @@ def join_ncu(diagnosis: Diagnosis, top_kernels: pa.Table, kernel_metrics: pa.Tab
     km = kernel_metrics
     if km is not None and "device" in km.column_names and km["device"].null_count < km.num_rows:
         gpu = None  # ncu names the GPU it measured on: its peaks, not the trace's, place its kernels
-    table = with_ncu(top_kernels, kernel_metrics, gpu)
+    match, evidence = measured_evidence(top_kernels, km, gpu)
+    table = with_ncu(top_kernels, match, evidence)
     if table is top_kernels:
         return diagnosis, top_kernels
-    findings = tuple(_small_kernels(f, table, kernel_metrics, gpu) if f.fault == "small_kernels" else f
+    findings = tuple(_small_kernels(f, table, evidence) if f.fault == "small_kernels" else f
                      for f in diagnosis.findings)
     return Diagnosis(findings, diagnosis.not_assessed), table
