@@ -26,8 +26,6 @@ from perfsleuth.errors import InputError
 ENGINES = ("duckdb", "spark")
 DUCKDB_MEMORY_ENV = "PERFSLEUTH_DUCKDB_MEMORY_LIMIT"
 """DuckDB's memory_limit (e.g. 1GB): above it DuckDB spills to disk instead of growing (benchmarks/bench_memory.py)."""
-_SESSIONS: dict[int, Any] = {}  # the SparkSession behind each Spark backend made here
-
 # Local Spark tuned for a 2-core machine: few shuffle partitions (the default 200 costs seconds of task
 # overhead on small tables), no UI, Arrow transfers, and adaptive execution to coalesce what is left.
 SPARK_LOCAL_CONF: dict[str, str] = {
@@ -66,7 +64,6 @@ def connect(engine: str = "duckdb", *, master: str | None = None, threads: int |
         return con
     session = spark_session or local_spark_session(master=master, conf=spark_conf)  # engine == "spark"
     con = ibis.pyspark.connect(session)
-    _SESSIONS[id(con)] = session
     return con
 
 
@@ -226,12 +223,8 @@ def drop(con: BaseBackend, name: str) -> None:
 
 
 def _spark(con: BaseBackend) -> Any:
-    return _SESSIONS.get(id(con)) or con._session
-
-
-def cache(expr: ibis.Table) -> ibis.Table:
-    """Materialize an intermediate that several queries read (a temp table on DuckDB, persist on Spark)."""
-    return expr.cache()
+    """The SparkSession behind an Ibis PySpark backend (Ibis keeps it on the backend)."""
+    return con._session
 
 
 def _plain(data: pa.Table) -> pa.Table:

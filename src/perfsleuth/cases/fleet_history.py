@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.cases.fleet_sim import SKU_SPEED, WORKLOADS
+from perfsleuth.fleet.windows import EPOCH
+from perfsleuth.fleet.windows import NS_PER_DAY as NS_DAY
 
-NS_DAY = 86_400 * 10**9
 STORED_DIMS = ("rack", "node", "driver", "nccl", "model", "tp", "pp")
 
 
@@ -37,7 +38,7 @@ class FleetHistory:
 
     @property
     def epoch_day(self) -> int:
-        return (self.start - dt.date(1970, 1, 1)).days
+        return (self.start - EPOCH).days
 
 
 def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None = None) -> pa.Table:  # noqa: B008 - frozen

@@ -38,7 +38,7 @@ def fleet_demo(out: Path | None, html: Path, seed: int = 0) -> int:
     if status:
         return status
     changed = h.start + dt.timedelta(days=h.change_day)
-    print(f"Simulated {history.num_rows:,} runs of 48 nodes over {h.days} days into a fleet store"
+    print(f"Simulated {history.num_rows:,} runs of {len(set(history['node'].to_pylist()))} nodes over {h.days} days into a fleet store"
           f"{f' at {root}' if out else ''}. Injected: rack {h.bad_rack} runs {h.slowdown:.0%} slower from {changed}.")
     points = page.trend.change_points if page.trend is not None else ()
     found_day = ", ".join(str(day_to_date(page.daily[p.index].day)) for p in points) or "none"

@@ -36,29 +36,26 @@ def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (),
         flag_dims = parse_flags(dims)
         if run_id is not None and (len(paths) > 1 or not run_id.strip() or not run_id.isprintable()):
             raise InputError(None, f"--run-id {run_id!r} names one run: give it with exactly one PATH, as printable text")
-        manifests.load(root)  # a newer or unreadable store stops here, before any work
-    except PerfsleuthError as exc:
-        return fail(str(exc))
-    try:
+        manifests.load(root)  # a newer or unreadable store stops here, before the lock file is created
         with StoreWriter(root, collect=True):  # first remove what an interrupted ingest left (under the lock)
             pass
     except (PerfsleuthError, OSError) as exc:
         return fail(str(exc))
-    outcomes = [_ingest_one(root, path, flag_dims, run_id, False) for path in map(Path, paths)]
+    outcomes = [_ingest_one(root, path, flag_dims, run_id) for path in map(Path, paths)]
     doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes,
            "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}}
     status = deliver_doc(doc, _text(doc), format, out)
     return 2 if doc["summary"]["failed"] else status
 
 
-def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None, collect: bool) -> dict[str, Any]:
+def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None) -> dict[str, Any]:
     try:
         sha = content_hash(path)
         known = manifests.load(root).by_hash(sha)  # a peek without the lock: skip known content unread
         if known is not None and not find_damage(root, known.parts, deep=True):
             return _outcome(path, "skipped", known, _dims_note(known, path, flag_dims))
         job = build_job(path, sha, flag_dims, run_id)
-        with StoreWriter(root, collect=collect) as writer:
+        with StoreWriter(root) as writer:
             status, entry = writer.add(job)
         return _outcome(path, status, entry, list(job.notes) if status != "skipped" else [])
     except PerfsleuthError as exc:

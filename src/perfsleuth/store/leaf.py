@@ -28,7 +28,6 @@ from perfsleuth.store.reader import Store
 NOT_SEARCHED = ("date", "workload", "log", "trace_id", "epoch_offset_ns")
 """Dimensions left out of the default search: the window axis itself, and names that identify one run
 (a path, a trace id), which would make every run its own cell."""
-COLUMNS = ("n_current", "n_baseline", "d_current", "d_baseline")
 
 
 @dataclass(frozen=True, slots=True)

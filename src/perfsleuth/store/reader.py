@@ -92,7 +92,3 @@ class Store:
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
         raise InputError(d.path, f"damaged store part: {d.problem}{more}", place=f"{d.part.table} of run {', '.join(job.run_ids)}",
                          hint=f"re-ingest {job.source} to rewrite it; the other tables stay readable")
-
-
-def open_store(root: str | Path) -> Store:
-    return Store(root)
