@@ -36,7 +36,7 @@ import numpy as np
 
 from perfsleuth.errors import InvalidArgument
 from perfsleuth.metrics.run_parts import UNATTRIBUTED, RunParts, mean_run
-from perfsleuth.metrics.tree import tree_factors
+from perfsleuth.metrics.tree import TreeFactors, tree_factors
 from perfsleuth.model import Interval
 
 TOP_LINES = ("mfu", "tokens_per_s_per_gpu")
@@ -117,8 +117,8 @@ def _with_shares(items: list[tuple[str, str, float, float, float]], total: float
     return tuple(Contribution(n, lvl, b, a, c + 0.0, c / total + 0.0 if defined else None) for n, lvl, b, a, c in items)
 
 
-def _factor_view(top_line: str, before: RunParts, after: RunParts) -> tuple[tuple[str, str, float, float, float], ...] | None:
-    fb, fa = tree_factors(before).factors(top_line), tree_factors(after).factors(top_line)
+def _factor_view(top_line: str, before: TreeFactors, after: TreeFactors) -> tuple[tuple[str, str, float, float, float], ...] | None:
+    fb, fa = before.factors(top_line), after.factors(top_line)
     if fb is None or fa is None:
         return None
     return tuple((k, "factor", fb[k], fa[k], math.log(fa[k] / fb[k])) for k in fb)
@@ -149,14 +149,15 @@ def attribute_change(before: RunParts, after: RunParts, top_line: str = "tokens_
     missing); the factors view is empty when a factor is unknown on either side (e.g. no breakdown)."""
     if top_line not in TOP_LINES:
         raise InvalidArgument(f"top_line must be one of {TOP_LINES}, got {top_line!r}")
-    yb, ya = tree_factors(before).top(top_line), tree_factors(after).top(top_line)
+    tb, ta = tree_factors(before), tree_factors(after)  # once per side: this runs inside the bootstrap
+    yb, ya = tb.top(top_line), ta.top(top_line)
     if yb is None or ya is None:
         side = "before" if yb is None else "after"
-        why = [c.message for c in (tree_factors(before) if yb is None else tree_factors(after)).caveats]
+        why = [c.message for c in (tb if yb is None else ta).caveats]
         raise InvalidArgument(f"{top_line} is unknown {side}: {'; '.join(why)}")
     total = math.log(ya / yb)
     notes = []
-    factors = _factor_view(top_line, before, after)
+    factors = _factor_view(top_line, tb, ta)
     if factors is None:
         notes.append("factors view not available: a factor (compute time, FLOPs, peak) is unknown on one side")
     parts = _parts_view(top_line, before, after)

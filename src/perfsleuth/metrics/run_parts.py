@@ -109,9 +109,10 @@ def mean_run(runs: list[RunParts]) -> RunParts:
         return None if any(x is None for x in xs) else math.fsum(xs) / n  # type: ignore[arg-type]
 
     all_broken_down = all(r.compute_ns is not None for r in runs)
-    names = {k for r in runs for k in r.parts()} if all_broken_down else set()
-    comps = {k: math.fsum(r.parts().get(k, 0.0) for r in runs) / n for k in names}
-    step = math.fsum(math.fsum(r.parts().values()) for r in runs) / n
+    parts = [r.parts() for r in runs]
+    names = {k for p in parts for k in p} if all_broken_down else set()
+    comps = {k: math.fsum(p.get(k, 0.0) for p in parts) / n for k in names}
+    step = math.fsum(math.fsum(p.values()) for p in parts) / n
     return RunParts(
         step_time_ns=step, components_ns=comps,
         tokens_per_step=avg([r.tokens_per_step for r in runs]), gpus=avg([r.gpus for r in runs]),

@@ -497,8 +497,8 @@ def diff_sides(baseline: SideProfile, candidate: SideProfile, *, threshold: floa
 
     matches = match_rows(baseline, candidate)
     lb, lc = _long(baseline, matches, True), _long(candidate, matches, False)
-    active = {m.row for m in matches if lb.loc[lb["row"] == m.row, "time_ns"].any() or
-              lc.loc[lc["row"] == m.row, "time_ns"].any() or m.kind != "idle"}
+    timed = set(lb.loc[lb["time_ns"] != 0, "row"]) | set(lc.loc[lc["time_ns"] != 0, "row"])
+    active = {m.row for m in matches if m.kind != "idle" or m.row in timed}  # idle phases that never happened drop out
     matches = [m for m in matches if m.row in active]
     lb, lc = lb[lb["row"].isin(active)], lc[lc["row"].isin(active)]
     results = {r.group[0][1]: r for r in compare_groups(lb, lc, "time_ns", ["row"], cluster_by=["step"],
