@@ -33,23 +33,22 @@ import ibis.expr.types as ir
 import numpy as np
 from ibis import _
 
-from perfsleuth.engine import backend_of, drop, engine_name, materialize, to_arrow
+from perfsleuth.engine import backend_of, engine_name, to_arrow
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.fleet.columns import RUN_ID, THROUGHPUT, TIME, RecordColumns, record_columns
 from perfsleuth.fleet.factor_tree import fleet_attribution
 from perfsleuth.fleet.windows import NS_PER_DAY, Window, choose_windows, day_to_date
 from perfsleuth.metrics.attribution import Attribution
 from perfsleuth.model import Interval
-from perfsleuth.segment.evidence import CulpritEvidence, culprit_evidence, element_mask, location_dims, split_dims
+from perfsleuth.segment.evidence import CulpritEvidence, element_mask, location_dims
 from perfsleuth.segment.localize import Localization, localize
-from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, decompose, leaf_table, leaf_terms
+from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec
 from perfsleuth.stats.changes import ChangeReport, changes
 
 DEFAULT_PRICE_PER_GPU_HOUR = 2.0  # USD: an illustrative on-demand H100 price; pass your own
 SLOWEST_RUNS = 10
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _SPEC = LeafSpec((), "n_current", "n_baseline", "d_current", "d_baseline")
-_RAW, _TERMS = "ps_fleet_raw", "ps_fleet_terms"
 LOST_METHOD = ("−(same-cell relative change) × GPU-hours in the current window; interval: bootstrap over cells "
                "(95 %)")
 
@@ -285,20 +284,10 @@ def _localize(two: ir.Table, cols: RecordColumns, bootstrap: int,
     """Culprits of the change, and the fleet's own same-cell rate change priced in GPU-hours."""
     spec = LeafSpec(cols.dims, _SPEC.current, _SPEC.baseline, _SPEC.current_denominator, _SPEC.baseline_denominator)
     try:
-        loc = localize(two, spec, bootstrap=bootstrap, seed=seed)
+        loc = localize(two, spec, bootstrap=bootstrap, seed=seed, fleet_evidence=True)
     except InputError as exc:
         return None, f"no culprit search: {exc.cause}", None, None
-    con = backend_of(two)
-    materialize(con, _RAW, two.mutate(**{d: two[d].cast("string").fill_null(NULL_VALUE) for d in cols.dims}))
-    raw = con.table(_RAW)
-    materialize(con, _TERMS, leaf_terms(leaf_table(raw, spec), True))
-    terms = con.table(_TERMS)
-    work, _suspect = split_dims(cols.dims, None)
-    try:
-        whole = culprit_evidence(raw, terms, spec, decompose(terms, True), (), 0, work, seed=seed)
-    finally:
-        for name in (_RAW, _TERMS):
-            drop(con, name)
+    whole = loc.fleet_change
     rel = _interval(whole.relative_change, "same cells, current vs baseline: Σ w̄r¹ / Σ w̄r⁰ − 1")
     lost = _lost(whole.relative_change, _hours(whole.support.denominator_current, cols))
     return loc, None, rel, lost

@@ -50,6 +50,7 @@ class Localization:
     confounded: tuple[Confounding, ...]
     bootstrap: int
     caveats: tuple[Caveat, ...] = field(default=())
+    fleet_change: CulpritEvidence | None = None  # the whole fleet as one element (``fleet_evidence=True``): same-cell change
 
     def to_json(self) -> dict:
         rate_left = None if self.explained_share is None else self.mix.rate * (1.0 - self.explained_share)
@@ -86,8 +87,11 @@ def check_bootstrap(replicates: int) -> None:
 
 def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | None = None,
              options: SearchOptions = DEFAULT_OPTIONS, bootstrap: int = 20, seed: int = 0,
-             min_explained: float = 0.5) -> Localization:
-    """Split the fleet change into mix and rate, find the culprits of the rate change, and back them up."""
+             min_explained: float = 0.5, fleet_evidence: bool = False) -> Localization:
+    """Split the fleet change into mix and rate, find the culprits of the rate change, and back them up.
+
+    ``fleet_evidence=True`` also gives the evidence for the whole fleet as one element (its same-cell rate
+    change with a bootstrap interval), which the fleet page prices in GPU-hours."""
     con = backend_of(table)
     missing = [c for c in (*spec.dims, spec.current, spec.baseline, spec.current_denominator, spec.baseline_denominator)
                if c is not None and c not in table.columns]
@@ -120,10 +124,11 @@ def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | 
         caveats.append(Caveat("one-window-cells", f"{mix.new_leaves} cells appear only in the current window and "
                                                   f"{mix.gone_leaves} only in the baseline: counted as mix"))
     conf = confounding(terms, spec, work, suspect)
+    whole = culprit_evidence(raw, terms, spec, mix, (), 0, work, seed=seed) if fleet_evidence else None
     for name in (_TERMS, _RAW):
         drop(con, name)
     return Localization(engine_name(con), spec, work, suspect, mix, found, culprits, share, unexplained, conf,
-                        bootstrap if found.culprits else 0, tuple(caveats))
+                        bootstrap if found.culprits else 0, tuple(caveats), fleet_change=whole)
 
 
 def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> float | None:
