@@ -15,14 +15,14 @@ from perfsleuth.cases.fleet_sim import DIMS, FleetScenario, simulate_fleet
 from perfsleuth.commands.localize_cmd import SCHEMA, localize_command
 from perfsleuth.segment import LeafSpec, localize
 from perfsleuth.segment.evidence import with_poisson_weight
-from perfsleuth.segment.lattice import search
+from perfsleuth.segment.lattice import element_label, search
 from perfsleuth.segment.localize import UNEXPLAINED
 
 FLEET_SPEC = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
 
 
 def _label(d: dict) -> str:
-    return "&".join(f"{k}={v}" for k, v in sorted(d.items()))
+    return element_label(tuple(d.items()))
 
 
 def _leaves(dims: dict[str, int], effects: dict[str, float], seed: int = 0, noise: float = 0.01) -> pa.Table:

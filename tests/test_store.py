@@ -24,6 +24,7 @@ from perfsleuth.commands.ingest_cmd import ingest_command
 from perfsleuth.commands.localize_cmd import localize_store_command
 from perfsleuth.errors import InputError
 from perfsleuth.segment import LeafSpec, localize
+from perfsleuth.segment.lattice import element_label
 from perfsleuth.store import JobData, Store, StoreWriter
 from perfsleuth.store import manifest as manifests
 from perfsleuth.store.dims import parse_flags, read_sidecar
@@ -248,7 +249,7 @@ def fleet_store(tmp_path_factory):
 
 
 def _label(d: dict) -> str:
-    return "&".join(f"{k}={v}" for k, v in sorted(d.items()))
+    return element_label(tuple(d.items()))
 
 
 def test_localize_store_names_the_injected_culprits_and_matches_the_leaf_table(fleet_store, tmp_path, duck):

@@ -40,7 +40,8 @@ from perfsleuth.fleet.factor_tree import fleet_attribution
 from perfsleuth.fleet.windows import NS_PER_DAY, Window, choose_windows, day_to_date
 from perfsleuth.metrics.attribution import Attribution
 from perfsleuth.model import Interval
-from perfsleuth.segment.evidence import CulpritEvidence, element_mask, location_dims
+from perfsleuth.segment.evidence import CulpritEvidence, location_dims
+from perfsleuth.segment.lattice import element_mask
 from perfsleuth.segment.localize import Localization, localize
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec
 from perfsleuth.stats.changes import ChangeReport, changes

@@ -33,7 +33,7 @@ import numpy as np
 from ibis import _
 
 from perfsleuth.engine import to_arrow
-from perfsleuth.segment.lattice import Element
+from perfsleuth.segment.lattice import Element, element_label, element_mask
 from perfsleuth.segment.mixrate import LeafSpec, MixRate
 
 WORKLOAD_PATTERN = re.compile(r"(^|_)(model|arch|tp|pp|dp|ep|cp|sp|vpp|batch|mbs|gbs|micro_batch|global_batch|seq|seq_len|"
@@ -103,7 +103,7 @@ class CulpritEvidence:
 
     @property
     def label(self) -> str:
-        return "&".join(f"{d}={v}" for d, v in sorted(self.elements))
+        return element_label(self.elements)
 
     def to_json(self) -> dict:
         return {"elements": dict(self.elements), "label": self.label, "layer": self.layer, "kind": self.kind,
@@ -148,13 +148,6 @@ def split_dims(dims: Sequence[str], workload_dims: Sequence[str] | None) -> tupl
 
 def location_dims(dims: Sequence[str]) -> tuple[str, ...]:
     return tuple(d for d in dims if LOCATION_PATTERN.search(d))
-
-
-def element_mask(t: ir.Table, element: Element) -> ir.BooleanValue:
-    mask = ibis.literal(True)
-    for d, v in element:
-        mask = mask & (t[d] == v)
-    return mask
 
 
 def culprit_evidence(raw: ir.Table, terms: ir.Table, spec: LeafSpec, mix: MixRate, element: Element, layer: int,

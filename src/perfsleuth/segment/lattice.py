@@ -84,7 +84,7 @@ class Culprit:
 
     @property
     def label(self) -> str:
-        return "&".join(f"{d}={v}" for d, v in sorted(self.elements))
+        return element_label(self.elements)
 
     @property
     def risk(self) -> float:
@@ -269,7 +269,7 @@ def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit],
         parts = []
         for k, c in enumerate(kept):
             others = [o.elements for j, o in enumerate(kept) if j != k]
-            own = base.filter(_element_mask(base, c.elements) & _not_in_any(base, others))
+            own = base.filter(element_mask(base, c.elements) & _not_in_any(base, others))
             parts.append(own.aggregate(k=ibis.literal(k, "int64"), s=(own.c * own.p).sum()))
         rows = {r["k"]: r["s"] or 0.0 for r in run_sql(con, str(con.compile(ibis.union(*parts)))).to_pylist()}
         queries += 1
@@ -402,18 +402,24 @@ def _redundant(cuboid: tuple[str, ...], nested: Iterable[tuple[str, str]]) -> bo
     return any(a in s and b in s for a, b in nested)
 
 
-def _element_mask(t: ir.Table, element: Element) -> ir.BooleanValue:
+def element_mask(t: ir.Table, element: Element) -> ir.BooleanValue:
+    """Rows of ``t`` inside ``element`` (every row for the empty element: the whole fleet)."""
     mask = None
     for d, v in element:
         m = t[d] == v
         mask = m if mask is None else mask & m
-    return mask
+    return ibis.literal(True) if mask is None else mask
+
+
+def element_label(element: Element) -> str:
+    """``dim=value&dim=value`` in dimension order: how culprits are named everywhere."""
+    return "&".join(f"{d}={v}" for d, v in sorted(element))
 
 
 def _not_in_any(t: ir.Table, elements: Sequence[Element]) -> ir.BooleanValue:
     mask = None
     for e in elements:
-        m = ~_element_mask(t, e)
+        m = ~element_mask(t, e)
         mask = m if mask is None else mask & m
     return mask
 
