@@ -103,13 +103,15 @@ def test_one_denominator_without_the_other_is_refused():
         LeafSpec(("cell",), "n1", "n0", "d1", None)
 
 
-def test_top_mix_names_the_workload_that_gained_share(duck):
+def test_top_mix_ranks_workloads_by_their_mix_term(duck):
+    """By hand: rates small 8, large 2; shares 0.8 -> 0.2 and 0.2 -> 0.8. Kitagawa's mix terms are
+    Δshare × mean rate: small (0.2 − 0.8) × 8 = −4.8, large (0.8 − 0.2) × 2 = +1.2; the largest first."""
     data = pa.table({"model": ["small", "large"], "node": ["x", "x"], "n1": [8.0 * 20, 2.0 * 80],
                      "n0": [8.0 * 80, 2.0 * 20], "d1": [20.0, 80.0], "d0": [80.0, 20.0]})
     spec = LeafSpec(("model", "node"), "n1", "n0", "d1", "d0")
     m = _split(duck, data, spec, workload=("model",))
     top = m.top_mix[0]
-    assert top["elements"] in ({"model": "large"}, {"model": "small"})
+    assert top["elements"] == {"model": "small"} and top["mix"] == pytest.approx(-4.8)
     large = next(t for t in m.top_mix if t["elements"] == {"model": "large"})
     assert large["share_baseline"] == pytest.approx(0.2) and large["share_current"] == pytest.approx(0.8)
     assert math.isclose(sum(t["mix"] for t in m.top_mix), m.mix, rel_tol=1e-9)

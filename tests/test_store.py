@@ -6,10 +6,7 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -345,27 +342,6 @@ def test_spark_runs_the_same_store_queries_as_duckdb(fleet_store, duck):
 # --- a killed ingest -------------------------------------------------------------------------------
 
 
-def test_ingest_killed_at_random_points_never_leaves_a_half_run(tmp_path, jobs, duck):
-    """SIGKILL the ingest at seeded random moments; after each kill the store opens, every committed run is
-    whole and stored once, and running the same command again finishes the job."""
-    store = tmp_path / "s"
-    root = tmp_path / "jobs"
-    paths = [_steplog_job(root, f"k{i}", 10 + i) for i in range(4)]
-    cmd = [sys.executable, "-c", "from perfsleuth.cli import app; app()", "ingest", *map(str, paths),
-           "--store", str(store), "--dims", "cluster=c1"]
-    rng = np.random.default_rng(2024)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for _ in range(3):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(float(rng.uniform(1.5, 4.0)))  # inside the imports, the analyses or the writes
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        _assert_whole(store, duck)
-    assert subprocess.run(cmd, capture_output=True, env=env, timeout=120).returncode == 0
-    _assert_whole(store, duck)
-    assert sorted(r["run_id"] for r in _records(store, duck)) == [f"k{i}" for i in range(4)]
-
-
 def _ingest_killed_at(paths: list[str], store: str, step: int, report) -> None:
     """Child process: ingest with the store's crash hook armed at ``step``; report the steps taken if it lives."""
     from perfsleuth.store import layout
@@ -428,6 +404,7 @@ def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path
     and MFU (checked against the record's own step time and GPUs) and do not become dimensions."""
     from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.commands.ingest_cmd import ingest_command
+    from perfsleuth.metrics.hardware import lookup
     from perfsleuth.store import Store
 
     job = tmp_path / "job"
@@ -438,9 +415,10 @@ def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path
                                          "tokens_per_step=65536", f"model_flops_per_step={flops}"]) == 0
     con = engine.connect("duckdb")
     rec = Store(store).records(con).to_pyarrow().to_pylist()[0]
-    assert "tokens_per_step" not in rec or rec["tokens_per_step"] == 65536
+    assert rec["tokens_per_step"] == 65536 and "tokens_per_step" not in Store(store).dimensions()
     step_s, gpus = rec["step_time_ns"] / 1e9, rec["gpus"]
     assert rec["tokens_per_s_per_gpu"] == pytest.approx(65536 / gpus / step_s, rel=1e-9)
-    assert rec["mfu"] == pytest.approx(flops / (gpus * 989.5e12 * step_s), rel=1e-3)  # H100 SXM dense bf16
+    peak = lookup("NVIDIA H100 80GB HBM3").peak("bf16")  # the GPU the demo trace names
+    assert rec["mfu"] == pytest.approx(flops / (gpus * peak * step_s), rel=1e-3)
     assert rec["precision"] == "bf16"
     assert ingest_command([job], tmp_path / "other", ["cluster=c1", "tokens_per_step=-3"]) == 2
