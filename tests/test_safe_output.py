@@ -155,10 +155,13 @@ TEXT_SHOWN = ("alert(1)", "?[31mRED?]0;title?", "safe?EVIL??XX", "eviltxt.exe", 
 MD_SHOWN = ("&lt;script&gt;alert(1)&lt;/script&gt;", "[click](javascript:alert(1))", "![x](http://evil/x.png)")
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
+def _cli(*args: str, expect: int | None = None) -> tuple[int, str, str]:
+    """Run the CLI; ``expect`` is the exit status the call must end with (an empty output must not pass)."""
     res = runner.invoke(app, list(args))
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise res.exception
+    if expect is not None:
+        assert res.exit_code == expect, (args, res.exit_code, res.stderr)
     return res.exit_code, res.stdout, res.stderr
 
 
@@ -223,20 +226,15 @@ def test_trace_diff_is_inert_in_every_format(trace_job: Path, tmp_path: Path) ->
     code, text, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--top", "40")
     assert code == 0
     assert_safe_text(text, ("alert[script]", "[click]"))
-    code, md, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--top", "40", "--format", "md")
+    _, md, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--top", "40", "--format", "md", expect=0)
     assert_safe_markdown(md, ("alert[script]", "[click]"))
-    code, page, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--top", "40", "--format", "html")
+    _, page, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--top", "40", "--format", "html", expect=0)
     assert_safe_html(page, ("alert[script]", "[click]"))
-    code, doc, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--format", "json")
+    _, doc, _ = _cli("diff", str(clean), str(trace_job), "--workers", "1", "--format", "json", expect=0)
     assert_safe_json(doc, (SCRIPT, SGR_OSC, BIDI))
 
 
 # --- telemetry: host names ----------------------------------------------------------------------------
-
-
-def _prometheus_label(value: str) -> str:
-    """A label value as the exposition format writes it (backslash, quote and newline escaped)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +243,7 @@ def dcgm_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     job = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(nodes=4, minutes=10, fault="slow_node", seed=3))
     slow = job.truth[0]["scope"]["hosts"][0]
     hosts = [ALL_TEXT if h == slow else f"{h}-{SCRIPT}" for h in job.hosts]
-    job.hosts[:] = [_prometheus_label(h) for h in hosts]
+    job.hosts[:] = [inference_sim.label_value(h) for h in hosts]
     d = tmp_path_factory.mktemp("dcgm") / "dcgm"
     d.mkdir()
     names = {m: telemetry_sim.BY_NAME[m].dcgm_names[0] for m in job.data if telemetry_sim.BY_NAME[m].dcgm_names}
@@ -258,11 +256,11 @@ def test_host_names_from_telemetry_are_inert_in_every_format(dcgm_job: Path) -> 
     code, text, _ = _cli("analyze", str(dcgm_job))
     assert code == 0
     assert_safe_text(text, ("?[31mRED?]0;title?", "eviltxt.exe"))
-    _, md, _ = _cli("analyze", str(dcgm_job), "--format", "md")
+    _, md, _ = _cli("analyze", str(dcgm_job), "--format", "md", expect=0)
     assert_safe_markdown(md, MD_SHOWN)
-    _, page, _ = _cli("analyze", str(dcgm_job), "--format", "html")
+    _, page, _ = _cli("analyze", str(dcgm_job), "--format", "html", expect=0)
     assert_safe_html(page, (SCRIPT, BREAKOUT))
-    _, doc, _ = _cli("analyze", str(dcgm_job), "--format", "json")
+    _, doc, _ = _cli("analyze", str(dcgm_job), "--format", "json", expect=0)
     parsed = assert_safe_json(doc, (ALL_TEXT,))
     assert parsed["findings"][0]["fault"] == "slow_node"
 
@@ -277,8 +275,6 @@ def serving_case(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = inference_sim.simulate(replace(server, model=ALL_TEXT), replace(load, duration_s=8.0), seed=4)
     path = tmp_path_factory.mktemp("cases") / f"{BREAKOUT} {MD_LINK}"
     inference_sim.write_run(res, path)
-    for scrape in (path / "metrics").iterdir():  # the simulator writes label values unescaped; vLLM escapes them
-        scrape.write_text(scrape.read_text().replace(f'"{ALL_TEXT}"', f'"{_prometheus_label(ALL_TEXT)}"'))
     write_case(LabeledCase(path, (CaseFault("request_queueing", {}, 0.5, True),), "simulated", SCRIPT, "", {}))
     return path
 
@@ -287,20 +283,20 @@ def test_model_names_from_a_benchmark_are_inert_in_every_format(serving_case: Pa
     code, text, _ = _cli("analyze", str(serving_case))
     assert code == 0
     assert_safe_text(text)
-    _, md, _ = _cli("analyze", str(serving_case), "--format", "md")
+    _, md, _ = _cli("analyze", str(serving_case), "--format", "md", expect=0)
     assert_safe_markdown(md)
-    _, page, _ = _cli("analyze", str(serving_case), "--format", "html")
+    _, page, _ = _cli("analyze", str(serving_case), "--format", "html", expect=0)
     assert_safe_html(page, (BREAKOUT,))
-    _, doc, _ = _cli("analyze", str(serving_case), "--format", "json")
+    _, doc, _ = _cli("analyze", str(serving_case), "--format", "json", expect=0)
     assert_safe_json(doc, (ALL_TEXT,))
 
 
 def test_case_names_are_inert_in_evaluate(serving_case: Path) -> None:
-    _, text, _ = _cli("evaluate", str(serving_case), "--workers", "1")
+    _, text, _ = _cli("evaluate", str(serving_case), "--workers", "1", expect=0)
     assert_safe_text(text)
-    _, page, _ = _cli("evaluate", str(serving_case), "--workers", "1", "--format", "html")
+    _, page, _ = _cli("evaluate", str(serving_case), "--workers", "1", "--format", "html", expect=0)
     assert_safe_html(page, (BREAKOUT,))
-    _, doc, _ = _cli("evaluate", str(serving_case), "--workers", "1", "--format", "json")
+    _, doc, _ = _cli("evaluate", str(serving_case), "--workers", "1", "--format", "json", expect=0)
     assert_safe_json(doc)
 
 
@@ -332,9 +328,9 @@ def test_compare_text_and_json_are_inert(tables: Path) -> None:
     code, text, _ = _cli("compare", a, b, "--metric", METRIC, "--cluster-by", "node")
     assert code == 1
     assert_safe_text(text, ("?[31mRED?]0;title?",))
-    code, text, _ = _cli("compare", a, b, "--metric", METRIC, "--group-by", "model")
+    _, text, _ = _cli("compare", a, b, "--metric", METRIC, "--group-by", "model", expect=1)  # 1: a regression
     assert_safe_text(text, ("alert(1)", "[bold]x[/bold] [/]"))
-    _, doc, _ = _cli("compare", a, b, "--metric", METRIC, "--group-by", "model", "--format", "json")
+    _, doc, _ = _cli("compare", a, b, "--metric", METRIC, "--group-by", "model", "--format", "json", expect=1)
     assert_safe_json(doc, (METRIC, BIDI, CSI_C1))
 
 
@@ -343,9 +339,9 @@ def test_changes_text_and_json_are_inert(tables: Path) -> None:
     code, text, _ = _cli("changes", path, "--metric", METRIC, "--series-by", "series")
     assert code == 0 and "change" in text
     assert_safe_text(text, ("?[31mRED?]0;title?", "![x](http://evil/x.png)"))
-    _, text, _ = _cli("changes", path, "--metric", METRIC)
+    _, text, _ = _cli("changes", path, "--metric", METRIC, expect=0)
     assert_safe_text(text, ("?[31mRED?]0;title?",))
-    _, doc, _ = _cli("changes", path, "--metric", METRIC, "--series-by", "series", "--format", "json")
+    _, doc, _ = _cli("changes", path, "--metric", METRIC, "--series-by", "series", "--format", "json", expect=0)
     assert_safe_json(doc, (METRIC, HYPERLINK))
 
 
@@ -356,7 +352,7 @@ def test_localize_text_and_json_are_inert(tables: Path) -> None:
     assert_safe_text(text)
     element = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│"))  # folded
     assert element == "drvcsi?2J=?[31mRED?]0;title?[bold]x[/bold] [/]"
-    _, doc, _ = _cli("localize", path, "--current", "real", "--baseline", "predict", "--bootstrap", "0", "--format", "json")
+    _, doc, _ = _cli("localize", path, "--current", "real", "--baseline", "predict", "--bootstrap", "0", "--format", "json", expect=0)
     parsed = assert_safe_json(doc, (SGR_OSC + RICH_MARKUP, CSI_C1))
     assert [c["elements"] for c in parsed["culprits"]] == [{"drv" + CSI_C1: SGR_OSC + RICH_MARKUP}]
 
