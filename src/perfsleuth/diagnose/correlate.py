@@ -88,6 +88,16 @@ def sampling_interval_ns(samples: pa.Table) -> int | None:
     return int(np.median(np.diff(ts))) if len(ts) > 1 else None
 
 
+def _telemetry_hosts(samples: pa.Table) -> list[str]:
+    return [h for h in pc.unique(samples["host"]).to_pylist() if h]
+
+
+def _host_matches(placement: pa.Table, samples: pa.Table) -> dict[str, str]:
+    """Traced host -> telemetry host (``match_hosts``): the one rule the per-rank join and the findings'
+    post-pass both use (a few host names: cheap to redo)."""
+    return match_hosts(sorted({h for h in placement["host"].to_pylist() if h}), _telemetry_hosts(samples))
+
+
 def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Table | None, list[Caveat]]:
     """RANK_TELEMETRY rows for the placed ranks (None with a caveat when the sources cannot be joined)."""
     if samples is None or samples.num_rows == 0 or placement.num_rows == 0:
@@ -100,8 +110,8 @@ def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Ta
     if not timed:
         return None, [Caveat("trace_no_epoch", "GPU telemetry was not joined to the traced ranks: the traces carry no "
                              "wall-clock time (no baseTimeNanoseconds, not epoch timestamps)")]
-    tel_hosts = [h for h in pc.unique(samples["host"]).to_pylist() if h]
-    hosts = match_hosts(sorted({r["host"] for r in rows if r["host"]}), tel_hosts)
+    tel_hosts = _telemetry_hosts(samples)
+    hosts = _host_matches(placement, samples)
     placed = [r for r in timed if r["host"] in hosts and r["gpu"] is not None]
     if not placed:
         return None, [Caveat("placement_not_in_telemetry", "GPU telemetry was not joined to the traced ranks: their hosts "
@@ -139,7 +149,7 @@ def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Ta
                 if cc is not None:
                     row.update(_cause_of(cc, i))
             out.append(row)
-    missing = sorted(r["rank"] for r in placed if not next(o for o in out if o["rank"] == r["rank"])["samples"])
+    missing = sorted(o["rank"] for o in out if not o["samples"])  # one row per placed rank
     caveats = [Caveat("telemetry_joined", f"GPU telemetry joined to {len(placed) - len(missing)} traced rank(s) by host and "
                       f"GPU ({_how(placed)}) and time: samples within the trace window ±{pad / 1e9:g} s "
                       f"({_iso(w0 - pad)} .. {_iso(w1 + pad)})" + (f"; no SM-clock sample there for rank(s) {missing}" if missing else ""))]
@@ -263,8 +273,7 @@ def join_telemetry(diagnosis: Diagnosis, signals: JobSignals, placement: pa.Tabl
     if table is None:
         return Joined(diagnosis, None, caveats)
     tel = {int(r["rank"]): r for r in table.to_pylist()}
-    hosts = match_hosts(sorted({h for h in placement["host"].to_pylist() if h}),
-                        [h for h in pc.unique(samples["host"]).to_pylist() if h])
+    hosts = _host_matches(placement, samples)
     findings = [(_straggler(f, tel, signals) if f.fault == "straggler_rank" else f) for f in diagnosis.findings]
     straggler = next((f for f in findings if f.fault == "straggler_rank"), None)
     findings = [_telemetry_side(f, tel, placement, hosts, straggler) if f.fault in CLOCK_FAULTS | {"slow_node"} else f
