@@ -243,3 +243,15 @@ def test_job_record_of_an_inference_benchmark_passes_its_own_record_through():
     r = table.to_pylist()[0]
     assert table.num_rows == 1 and r["unit"] == "benchmark" and dict(r["dims"])["cluster"] == "a"
     assert r["step_time_ns"] > 0 and r["busy_fraction"] is None
+
+
+def test_job_record_of_a_kineto_job_is_stamped_with_wall_clock_time(tmp_path):
+    """Kineto times count from ``baseTimeNanoseconds``: the record's time is the run's start plus that offset
+    (it was null before, and the fleet page leaves out records without a time)."""
+    from perfsleuth.cases.demo import write_demo_job
+
+    write_demo_job(tmp_path, seed=3)
+    report = analyze([tmp_path], workers=1)
+    run = report.analysis.runs.to_pylist()[0]
+    offset = int(dict(run["dims"])["epoch_offset_ns"])
+    assert job_record(report).to_pylist()[0]["time_ns"] == run["started_at_ns"] + offset

@@ -552,6 +552,16 @@ def epoch_offset_ns(metadata: dict[str, Any], first_ts_ns: int | None) -> int | 
     return offset
 
 
+def wall_clock_ns(ts_ns: int | None, run_dims: Any = None) -> int | None:
+    """A runs-table time (profiler clock) as UTC epoch ns: plus the ``epoch_offset_ns`` the run's dims carry
+    (``runs_table`` writes it); None when the result is not a wall-clock time (outside ``EPOCH_RANGE_NS``)."""
+    if ts_ns is None:
+        return None
+    offset = dict(run_dims or []).get("epoch_offset_ns", "0")
+    t = ts_ns + (int(offset) if str(offset).lstrip("-").isdigit() else 0)
+    return t if EPOCH_RANGE_NS[0] <= t <= EPOCH_RANGE_NS[1] else None
+
+
 def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
     """The one-row ``runs`` table of a job, from its rank files' metadata."""
     first = min(ranks, key=lambda r: r.rank)

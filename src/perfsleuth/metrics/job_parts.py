@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from perfsleuth.errors import Caveat
+from perfsleuth.ingest.kineto import wall_clock_ns
 from perfsleuth.metrics import hardware
 from perfsleuth.metrics import model_flops as mf
 from perfsleuth.metrics.model_flops import ModelConfig
@@ -48,10 +49,6 @@ BREAKDOWN_COLUMNS = {
 CARVED = {"checkpoint": "lost_checkpoint_ns", "data_wait": "lost_dataloader_ns"}
 CARVE_FROM = ("host_launch", "idle_other", "sync_idle", "memcpy")
 """Where lost time under checkpoint / data-loader host spans is taken from, in this order."""
-
-EPOCH_2001_NS = 10**18
-"""Profiler clocks that count from the Unix epoch are past 2001 in ns; smaller ones count from boot."""
-
 
 @dataclass(frozen=True, slots=True)
 class JobParts:
@@ -160,8 +157,8 @@ def job_parts(report: JobReport, *, tokens_per_step: float | None = None,
         comps, steps = traced
         parts_ns: dict[str, float] = comps
         step_ns = math.fsum(comps.values())
-        stat, time_ns = "mean", runs.get("started_at_ns")
-        time_ns = time_ns if time_ns and time_ns > EPOCH_2001_NS else (log.time_ns if log else None)
+        stat = "mean"
+        time_ns = wall_clock_ns(runs.get("started_at_ns"), runs.get("dims")) or (log.time_ns if log else None)
         if runs.get("ranks_present") and runs.get("world_size") and runs["ranks_present"] < runs["world_size"]:
             caveats.append(Caveat("tree_missing_ranks", f"{runs['ranks_present']} of {runs['world_size']} ranks read: "
                                   "the step's parts are those of the ranks present"))

@@ -20,13 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from perfsleuth.errors import InputError
+from perfsleuth.ingest.kineto import EPOCH_RANGE_NS, wall_clock_ns
 from perfsleuth.model import RECORDS, RUNS, SAMPLES
 from perfsleuth.store import dims as dimensions
 from perfsleuth.store.layout import sha256_of
 from perfsleuth.store.write import JobData, conform
-
-_EPOCH_2000_NS = 946_684_800 * 10**9
-_EPOCH_2100_NS = 4_102_444_800 * 10**9
 
 
 def job_files(path: Path) -> list[Path]:
@@ -146,8 +144,7 @@ def _tagged(t: pa.Table, run_id: str, date: str, cluster: str | None) -> pa.Tabl
 def _date_from(records: pa.Table, runs: pa.Table) -> str | None:
     """The UTC date of the first wall-clock time the job states (a trace's start plus its epoch offset)."""
     times = [v for v in records["time_ns"].to_pylist() if v is not None]
-    if runs.num_rows and runs["started_at_ns"][0].is_valid:
-        offset = dict(runs["dims"][0].as_py() or []).get("epoch_offset_ns", "0") if runs["dims"][0].is_valid else "0"
-        times.append(runs["started_at_ns"][0].as_py() + (int(offset) if offset.lstrip("-").isdigit() else 0))
-    wall = [t for t in times if _EPOCH_2000_NS <= t < _EPOCH_2100_NS]
+    if runs.num_rows:
+        times.append(wall_clock_ns(runs["started_at_ns"][0].as_py(), runs["dims"][0].as_py()))
+    wall = [t for t in times if t is not None and EPOCH_RANGE_NS[0] <= t <= EPOCH_RANGE_NS[1]]
     return datetime.fromtimestamp(min(wall) / 1e9, UTC).date().isoformat() if wall else None
