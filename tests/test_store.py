@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -314,11 +313,8 @@ def test_cli_localize_store_form_runs_end_to_end(fleet_store, tmp_path):
 
 
 @pytest.mark.spark
-def test_spark_runs_the_same_store_queries_as_duckdb(fleet_store, duck):
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None:
-        pytest.skip("no Java runtime for Spark")
-    spark = engine.connect("spark")
+def test_spark_runs_the_same_store_queries_as_duckdb(fleet_store, duck, spark_con):
+    spark = spark_con
     store, _case = fleet_store
     opened = Store(store)
     got = []
