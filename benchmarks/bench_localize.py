@@ -375,8 +375,11 @@ def _diff(a, b, path: str) -> list[str]:
 def part_scale(args: argparse.Namespace) -> dict:
     import pyarrow.parquet as pq
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_memory import make_records  # the one builder of the cached fleet table (bench_memory reads it too)
+
     from perfsleuth import engine
-    from perfsleuth.cases.fleet_sim import DIMS, FleetScenario, simulate_fleet
+    from perfsleuth.cases.fleet_sim import DIMS
     from perfsleuth.segment import LeafSpec, localize
 
     spec = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
@@ -387,21 +390,27 @@ def part_scale(args: argparse.Namespace) -> dict:
         path = args.cache / f"fleet-{rows}.parquet"
         if not path.exists():
             t0 = time.perf_counter()
-            nodes = 8 * 8 * 32  # the default fleet layout with 32 nodes per rack; runs fill up to ``rows``
-            sc = FleetScenario(seed=7, nodes_per_rack=32, runs_per_window=rows / (2 * nodes))
-            case = simulate_fleet(sc)
-            pq.write_table(case.runs, path, row_group_size=1_000_000)
-            print(f"  generated {case.runs.num_rows:,} run-windows in {time.perf_counter() - t0:.1f} s -> {path}")
+            make_records(path, rows)
+            print(f"  generated the fleet table in {time.perf_counter() - t0:.1f} s -> {path}")
         n_rows = pq.ParquetFile(path).metadata.num_rows
         con = engine.connect(label)
         t0 = time.perf_counter()
         boot = args.bootstrap if label == "duckdb" else args.spark_bootstrap
-        res = localize(engine.table(con, path), spec, bootstrap=boot)
+        table = engine.table(con, path)
+        t_open = time.perf_counter() - t0
+        res = localize(table, spec, bootstrap=boot)
         elapsed = time.perf_counter() - t0
+        # reference: the same file opened the same way, then one GROUP BY of every cell (the least any localization reads)
+        t1 = time.perf_counter()
+        ref = engine.table(con, path)
+        ref.group_by(list(DIMS)).aggregate(n=ref[spec.current].sum(), d=ref[spec.current_denominator].sum()).count().execute()
+        t_ref = time.perf_counter() - t1
         print(f"{label}: {n_rows:,} run-windows x {len(DIMS)} dims localized in {elapsed:.1f} s "
-              f"({n_rows / elapsed:,.0f} rows/s); {res.mix.leaves:,} cells; culprits "
-              f"{[c.label for c in res.culprits]}; {res.search.queries} search queries; bootstrap {boot}", flush=True)
-        results[label] = {"rows": n_rows, "seconds": elapsed, "rows_per_s": n_rows / elapsed,
+              f"({n_rows / elapsed:,.0f} rows/s; opening and reading the file {t_open:.1f} s of it); {res.mix.leaves:,} cells; "
+              f"culprits {[c.label for c in res.culprits]}; {res.search.queries} search queries; bootstrap {boot}; "
+              f"ratio to one GROUP BY of the cells ({t_ref:.1f} s): {elapsed / t_ref:.1f}x", flush=True)
+        results[label] = {"rows": n_rows, "seconds": elapsed, "open_seconds": t_open, "rows_per_s": n_rows / elapsed,
+                          "reference_groupby_seconds": t_ref, "ratio_to_groupby": elapsed / t_ref,
                           "culprits": [c.label for c in res.culprits], "cells": res.mix.leaves}
     return results
 
