@@ -6,7 +6,6 @@ exits with status 2; a traceback means a bug in perfsleuth.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from enum import StrEnum
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Annotated
 import typer
 
 from perfsleuth import __version__
-from perfsleuth.commands.output import write_atomically as _write_atomically
 from perfsleuth.errors import PerfsleuthError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -44,20 +42,24 @@ def _fail(exc: PerfsleuthError) -> None:
 
 
 def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
+    """Render ``report`` in ``fmt`` to ``out`` (a file, device, FIFO or ``-``) or stdout; exit 2 when
+    ``out`` cannot take it. Text for a file is rendered whole first, so it is written like the rest."""
+    import io
+
+    from perfsleuth.commands.output import deliver, is_stdout
     from perfsleuth.report.text_report import make_console, render
 
     if fmt is not OutputFormat.text:
-        text = _render_document(report, fmt)
-        if out:
-            _write_atomically(out, text)
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return
-    if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            render(report.analysis, report.diagnosis, make_console(fh))
-    else:
+        status = deliver(_render_document(report, fmt), out)
+    elif is_stdout(out):
         render(report.analysis, report.diagnosis, make_console())
+        status = 0
+    else:
+        buffer = io.StringIO()
+        render(report.analysis, report.diagnosis, make_console(buffer))
+        status = deliver(buffer.getvalue(), out)
+    if status:
+        raise typer.Exit(status)
 
 
 def _render_document(report, fmt: OutputFormat) -> str:
@@ -125,7 +127,10 @@ def demo(
             report = run_analysis([target], run_id="demo")
         except PerfsleuthError as exc:
             _fail(exc)
-        _write_atomically(html, _render_document(report, OutputFormat.html))
+        from perfsleuth.commands.output import deliver
+
+        if status := deliver(_render_document(report, OutputFormat.html), html):
+            raise typer.Exit(status)
         if format is not OutputFormat.text:
             _emit(report, format, None)
             return

@@ -37,6 +37,16 @@ class InputError(PerfsleuthError):
         return text
 
 
+class OutputError(InputError):
+    """An ``--out`` perfsleuth will not or cannot write (a directory, a disk, a full or read-only
+    filesystem): names the path and the cause, and the path is left as it was."""
+
+
+class StoreWriteError(InputError):
+    """A fleet store file the filesystem would not take (full, read-only, over a size limit): names the
+    file; the store is left as it was committed, so the same ingest can run again."""
+
+
 class InvalidArgument(PerfsleuthError, ValueError):
     """A caller passed a value a computation cannot use (a zero step time, no runs, an unknown top line).
 

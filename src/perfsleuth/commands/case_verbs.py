@@ -3,6 +3,7 @@ errors into exit status 2, and writing the rendered result to a file or stdout."
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from perfsleuth.cases.case import find_cases
-from perfsleuth.commands.output import fail, write_atomically
+from perfsleuth.commands.output import fail, is_stdout, write_output
 from perfsleuth.errors import PerfsleuthError
 from perfsleuth.report.text_report import make_console
 
@@ -31,18 +32,19 @@ def run_on_cases(cases: list[Path], format: str, formats: tuple[str, ...], compu
 
 def emit(out: Path | None, text: str | None = None, render: Callable[[Console], None] | None = None) -> int:
     """Write ``text`` (already rendered) or what ``render`` prints to ``out`` or stdout; 0, or 2 when the
-    file cannot be written."""
+    file cannot be written. Into a file, ``render`` prints to a buffer first, so the file is written whole."""
+    if text is None and is_stdout(out):
+        render(make_console())
+        return 0
+    if text is None:
+        buffer = io.StringIO()
+        render(make_console(buffer))
+        text = buffer.getvalue()
+    if is_stdout(out):
+        sys.stdout.write(text)
+        return 0
     try:
-        if text is not None:
-            if out:
-                write_atomically(Path(out), text)
-            else:
-                sys.stdout.write(text)
-        elif out:
-            with open(out, "w", encoding="utf-8") as fh:
-                render(make_console(fh))
-        else:
-            render(make_console())
-    except OSError as exc:
-        return fail(f"{out}: cannot write: {exc.strerror or exc}")
+        write_output(Path(out), text)
+    except PerfsleuthError as exc:
+        return fail(str(exc))
     return 0

@@ -11,8 +11,8 @@ CI job can gate on it), 2 for a user error (one line naming the file, the column
 
 from __future__ import annotations
 
+import io
 import math
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfsleuth.commands.output import fail, write_atomically
+from perfsleuth.commands.output import STDOUT, fail, is_stdout, write_output
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.ingest.tables import pick_metric, read_table, require_columns
 from perfsleuth.report.escape import json_document
@@ -282,16 +282,13 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
         results, ctx = run_compare(Path(baseline), Path(candidate), metric, _columns(group_by), _columns(cluster_by),
                                    threshold, higher_is_better)
         if format == "json":
-            text = json_document(to_json(results, ctx), allow_nan=False)
-            if out:
-                write_atomically(out, text + "\n")
-            else:
-                sys.stdout.write(text + "\n")
-        elif out:
-            with open(out, "w", encoding="utf-8") as fh:
-                render_text(results, ctx, make_console(fh))
-        else:
+            write_output(STDOUT if is_stdout(out) else out, json_document(to_json(results, ctx), allow_nan=False) + "\n")
+        elif is_stdout(out):
             render_text(results, ctx, make_console())
+        else:
+            buffer = io.StringIO()
+            render_text(results, ctx, make_console(buffer))
+            write_output(out, buffer.getvalue())
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:  # --out in a missing directory, an unreadable input, ...

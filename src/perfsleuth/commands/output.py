@@ -1,13 +1,37 @@
-"""How every verb hands over its result: to ``--out`` (written whole, then renamed into place, so a
-reader never sees half a report) or to stdout; a file that cannot be written is a user error (status 2)."""
+"""How every verb hands over its result: to ``--out`` or to stdout, without damaging what is there.
+
+``--out`` may name anything a user can type, including ``/dev/null``, a FIFO another program reads,
+or a directory by mistake — and perfsleuth often runs as root. So what is written depends on what
+the path is (:func:`write_output`):
+
+- a regular file, or a path that does not exist yet: written whole to a temporary beside it, flushed,
+  then renamed over it, so a reader (or a second perfsleuth writing the same path) sees the old file
+  or one complete new one, never half of either; a replaced file keeps its mode (and owner, as root);
+  if the write fails (a full disk, a file-size limit) the temporary is removed and the target is as it was;
+- ``-``: standard output;
+- a character device, a FIFO: opened for writing as it is (no create, no truncate) and written directly;
+- a Unix socket: connected to, and the result sent;
+- a symbolic link: what it points to, by these same rules (the link itself stays);
+- a directory, a block device (a disk) or anything else: refused with an error naming it, untouched.
+
+A path that cannot be written is a user error (status 2), never a traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from perfsleuth.errors import OutputError, PerfsleuthError
 from perfsleuth.report.escape import json_document, terminal_block
+
+STDOUT = "-"
 
 
 def fail(message: str) -> int:
@@ -17,29 +41,143 @@ def fail(message: str) -> int:
     return 2
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` beside ``path`` and rename it over ``path``: readers see the old file or the new one."""
+def is_stdout(out: Path | str | None) -> bool:
+    """True when the result goes to standard output: no ``--out``, or ``--out -``."""
+    return out is None or str(out) == STDOUT
+
+
+def write_output(path: Path | str, text: str) -> None:
+    """Write ``text`` to ``path`` in the way that fits what ``path`` is (see the module docstring).
+
+    Raises :class:`OutputError` naming the path when it is refused or cannot be written."""
+    if str(path) == STDOUT:
+        _write_stdout(text)
+        return
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        _replace_regular(path, target, text.encode("utf-8"), None)
+        return
+    except OSError as exc:
+        raise _cannot(path, exc) from exc
+    _write_existing(path, target, text.encode("utf-8"), st)
 
 
-def deliver(text: str, out: Path | None) -> int:
+def _write_existing(path: Path, target: Path, data: bytes, st: os.stat_result) -> None:
+    """Dispatch on the kind of file already at ``target``: only a regular file is ever replaced."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        _replace_regular(path, target, data, st)
+    elif stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        _write_in_place(path, target, data)
+    elif stat.S_ISSOCK(mode):
+        _send_to_socket(path, target, data)
+    elif stat.S_ISDIR(mode):
+        raise OutputError(path, "is a directory", place="--out", hint=f"name a file inside it, e.g. {path}/report.html")
+    elif stat.S_ISBLK(mode):
+        raise OutputError(path, "is a block device (a disk); perfsleuth writes reports to files, pipes and "
+                                "character devices only", place="--out", hint="name a file")
+    else:
+        raise OutputError(path, "is not a file, a pipe, a socket or a character device", place="--out", hint="name a file")
+
+
+def _write_stdout(text: str) -> None:
+    """``--out -``: the result on standard output, as if no ``--out`` had been given."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _write_in_place(path: Path, target: Path, data: bytes) -> None:
+    """A character device or FIFO: open it as it is — never created, truncated, renamed or chmod-ed —
+    and write every byte (a FIFO blocks until someone reads it, as ``cat > fifo`` would)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NOCTTY)
+    except OSError as exc:
+        raise _cannot(path, exc) from exc
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _cannot(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _send_to_socket(path: Path, target: Path, data: bytes) -> None:
+    """A Unix socket: connect to its listener and send the result; the socket file is left alone."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(target))
+            sock.sendall(data)
+    except OSError as exc:
+        raise _cannot(path, exc) from exc
+
+
+def _replace_regular(path: Path, target: Path, data: bytes, old: os.stat_result | None) -> None:
+    """Write ``data`` to a fresh temporary beside ``target`` and rename it over ``target``.
+
+    The temporary's name is unique (two perfsleuths writing one report never share it), it gets the
+    replaced file's mode and owner (or the umask's default for a new file) before the rename, and it is
+    removed on any failure, so a full disk leaves ``target`` exactly as it was."""
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _cannot(path, exc) from exc
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            _copy_mode(fh.fileno(), old)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _cannot(path, exc) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _copy_mode(fd: int, old: os.stat_result | None) -> None:
+    """Give the temporary the replaced file's permissions (and owner, where allowed); a new file gets
+    what ``open()`` would have given it (0666 less the umask), not mkstemp's 0600."""
+    if old is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        return
+    with contextlib.suppress(PermissionError):
+        os.fchown(fd, old.st_uid, old.st_gid)
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+
+
+def _cannot(path: Path, exc: OSError) -> OutputError:
+    """The one-line error for an ``--out`` the system would not let us write."""
+    return OutputError(path, f"cannot write: {exc.strerror or exc}", place="--out",
+                       hint="check the path, its permissions and the free space")
+
+
+def deliver(text: str, out: Path | str | None) -> int:
     """Send a rendered result to ``out`` or stdout; 0, or 2 when ``out`` cannot be written."""
     if not text.endswith("\n"):
         text += "\n"
-    if out is None:
-        sys.stdout.write(text)
+    if is_stdout(out):
+        _write_stdout(text)
         return 0
     try:
-        write_atomically(Path(out), text)
-    except OSError as exc:
-        return fail(f"{out}: cannot write: {exc.strerror or exc}")
+        write_output(out, text)
+    except PerfsleuthError as exc:
+        return fail(str(exc))
     return 0
 
 
-def deliver_doc(doc: dict[str, Any], text: str, format: str, out: Path | None) -> int:
+def deliver_doc(doc: dict[str, Any], text: str, format: str, out: Path | str | None) -> int:
     """JSON of ``doc`` when ``format`` is json, else the text rendering, through :func:`deliver`."""
     payload = json_document(doc) if format == "json" else text
     return deliver(payload, out)

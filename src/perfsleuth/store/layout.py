@@ -19,11 +19,12 @@ import hashlib
 import os
 import re
 import signal
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from perfsleuth.errors import InputError
+from perfsleuth.errors import InputError, StoreWriteError
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -94,10 +95,31 @@ def crash_point() -> None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader, or a process killed half way, sees the old file or the
-    whole new one: write a temporary beside it, flush it to disk, rename it over, flush the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    whole new one: write a temporary beside it, flush it to disk, rename it over, flush the directory.
+
+    A write the filesystem refuses (full, read-only, over a file-size limit) removes the temporary and
+    raises a ``StoreWriteError`` naming the file: the store is as it was, and the same ingest run again
+    once there is room completes it. Only a regular file (or nothing) at ``path`` is ever replaced."""
+    try:
+        _refuse_non_regular(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise store_write_error(path, exc) from exc
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     crash_point()
+    try:
+        _write_flushed(tmp, data)
+        crash_point()
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise store_write_error(path, exc) from exc
+    crash_point()
+    sync_dir(path.parent)
+
+
+def _write_flushed(tmp: Path, data: bytes) -> None:
+    """``data`` into ``tmp``, on disk when this returns (with a crash point half way, for the kill tests)."""
     with open(tmp, "wb") as fh:
         half = len(data) // 2
         fh.write(data[:half])
@@ -106,10 +128,25 @@ def write_atomically(path: Path, data: bytes) -> None:
         fh.write(data[half:])
         fh.flush()
         os.fsync(fh.fileno())
-    crash_point()
-    os.replace(tmp, path)
-    crash_point()
-    sync_dir(path.parent)
+
+
+def _refuse_non_regular(path: Path) -> None:
+    """A store file is replaced only when it is a regular file: a link, FIFO or device planted in the
+    store is never renamed over (the store's files are ours; whatever else is there is not)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreWriteError(path, "is not a regular file; perfsleuth will not replace it",
+                              hint="move it out of the store, then ingest again")
+
+
+def store_write_error(path: Path, exc: OSError) -> StoreWriteError:
+    """The one-line error for a store file the filesystem would not take (ENOSPC, EROFS, EFBIG, EACCES)."""
+    return StoreWriteError(path, f"cannot write the store: {exc.strerror or exc}",
+                           hint="free space or fix the permissions, then run the same ingest again; "
+                                "the store was left as it was")
 
 
 def sync_dir(directory: Path) -> None:
@@ -126,8 +163,11 @@ def writer_lock(root: Path) -> Iterator[None]:
     """Hold the store's write lock (waiting for another ingest to finish). The kernel drops it when the
     process dies, so a killed ingest never leaves the store locked; readers take no lock (they read the
     committed manifest only)."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only or full place: say so before anything is written
+        raise store_write_error(root / LOCK, exc) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

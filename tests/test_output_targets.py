@@ -1,0 +1,231 @@
+"""``--out`` never damages what it points at (``commands/output.py``).
+
+Every verb that writes a result runs with ``--out`` at a character device the test makes (major 1,
+minor 3: what ``/dev/null`` is; root only), at a FIFO a thread reads, and at ``-``. What must hold: the
+device is still the same device node (not replaced by a regular file, mode and owner unchanged), the
+FIFO is still a FIFO and its reader got the complete result, ``-`` puts the result on stdout, and no
+temporary is left beside any of them. Then the rules for the other kinds of path: a directory and a
+block device are refused with an error naming them, a replaced file keeps its mode, a symbolic link
+stays a link and its target gets the report, a socket's listener receives it, a write that fails
+half way (over a file-size limit) leaves the old file whole, and two writers of one path leave one
+complete report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from perfsleuth.cases.case import Case, CaseFault, write_case
+from perfsleuth.cases.demo import write_demo_job
+from perfsleuth.cases.fleet_history import fleet_history
+from perfsleuth.cli import app
+from perfsleuth.commands.output import write_output
+from perfsleuth.errors import OutputError
+
+runner = CliRunner()
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="mknod of a device node needs root (CI runs as root)")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One of every input a writing verb takes: a traced job (also a labeled case), tables, a records file."""
+    d = tmp_path_factory.mktemp("inputs")
+    write_demo_job(d / "job", seed=7)
+    write_case(Case(d / "job", (CaseFault("straggler_rank", {"ranks": [1]}, 0.2, True),)))
+    (d / "a.csv").write_text("node,step_time_ms\n" + "".join(f"n{i % 4},{100 + i % 3 + i % 4}\n" for i in range(24)))
+    (d / "b.csv").write_text("node,step_time_ms\n" + "".join(f"n{i % 4},{110 + i % 3 + i % 4}\n" for i in range(24)))
+    (d / "h.csv").write_text("v\n" + "".join(f"{10 + 2 * (i >= 30) + 0.01 * (i % 5)}\n" for i in range(60)))
+    (d / "leaves.csv").write_text("drv,node,real,predict\n" + "".join(
+        f"{v},n{j},{(70 if v == 'c' else 100) * (1 + 0.001 * j)},{100 * (1 + 0.001 * j)}\n" for v in "abc" for j in range(6)))
+    pq.write_table(fleet_history(), d / "records.parquet")
+    return d
+
+
+# verb id -> (argv before --out, expected exit status, what the complete result starts with)
+VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int, str]] = {
+    "analyze-text": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1"], 0, "perfsleuth"),
+    "analyze-json": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
+    "analyze-md": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "md"], 0, "## perfsleuth"),
+    "analyze-html": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "html"], 0, "<!DOCTYPE html>"),
+    "compare": (lambda d, s: ["compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms",
+                              "--cluster-by", "node", "-f", "json"], 1, "{"),
+    "changes": (lambda d, s: ["changes", str(d / "h.csv"), "-f", "json"], 0, "{"),
+    "localize": (lambda d, s: ["localize", str(d / "leaves.csv"), "--current", "real", "--baseline", "predict",
+                               "--bootstrap", "0", "-f", "json"], 0, "{"),
+    "ingest": (lambda d, s: ["ingest", str(d / "job"), "--store", str(s), "-f", "json"], 0, "{"),
+    "diff": (lambda d, s: ["diff", str(d / "job"), str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
+    "fleet-report": (lambda d, s: ["fleet", "report", "--records", str(d / "records.parquet"), "--bootstrap", "0"],
+                     0, "<!DOCTYPE html>"),
+    "evaluate": (lambda d, s: ["evaluate", str(d / "job"), "--workers", "1", "-f", "json"], 1, "{"),  # 1: one case does not meet the bar
+    "signals": (lambda d, s: ["signals", str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
+    "demo-html": (lambda d, s: ["demo", "-f", "json", "--html"], 0, "<!DOCTYPE html>"),
+}
+"""``demo`` takes its page's path as ``--html``; the argv ends with the option the target follows."""
+
+
+def _argv(verb: str, d: Path, store: Path, target: str) -> list[str]:
+    make, _, _ = VERBS[verb]
+    args = make(d, store)
+    return [*args, target] if args[-1] == "--html" else [*args, "--out", target]
+
+
+def _run(verb: str, d: Path, store: Path, target: str) -> str:
+    res = runner.invoke(app, _argv(verb, d, store, target))
+    assert res.exit_code == VERBS[verb][1], (verb, res.output, res.exception)
+    return res.stdout
+
+
+def _leftovers(directory: Path, keep: set[str]) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+@needs_root
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_a_character_device_stays_the_same_device(verb: str, inputs: Path, tmp_path: Path) -> None:
+    node = tmp_path / "null"
+    os.mknod(node, 0o620 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chown(node, 0, 5)
+    before = os.stat(node)
+    _run(verb, inputs, tmp_path / "store", str(node))
+    after = os.stat(node)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == os.makedev(1, 3)
+    assert (after.st_ino, after.st_mode, after.st_uid, after.st_gid) == (before.st_ino, before.st_mode, 0, 5)
+    assert _leftovers(tmp_path, {"null", "store"}) == []
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_a_fifo_gets_the_whole_result_and_stays_a_fifo(verb: str, inputs: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo, 0o600)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    _run(verb, inputs, tmp_path / "store", str(fifo))
+    reader.join(timeout=60)
+    assert not reader.is_alive()
+    text = got[0].decode("utf-8")
+    assert text.startswith(VERBS[verb][2]) and text.endswith("\n")
+    if text.startswith("{"):
+        assert "schema" in json.loads(text)
+    elif "html" in verb or verb == "fleet-report":
+        assert text.rstrip().endswith("</html>")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_IMODE(os.stat(fifo).st_mode) == 0o600
+    assert _leftovers(tmp_path, {"pipe", "store"}) == []
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_dash_is_stdout(verb: str, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = _run(verb, inputs, tmp_path / "store", "-")
+    assert VERBS[verb][2] in out
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_directory_is_refused_and_left_alone(inputs: Path, tmp_path: Path) -> None:
+    target = tmp_path / "reports"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    res = runner.invoke(app, ["changes", str(inputs / "h.csv"), "--out", str(target)])
+    assert res.exit_code == 2
+    assert f"{target} (--out): is a directory" in res.stderr and "Traceback" not in res.output
+    assert _leftovers(target, set()) == ["keep.txt"] and _leftovers(tmp_path, {"reports"}) == []
+
+
+@needs_root
+def test_a_block_device_is_refused(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    os.mknod(disk, 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+    with pytest.raises(OutputError, match="is a block device"):
+        write_output(disk, "report\n")
+    assert stat.S_ISBLK(os.stat(disk).st_mode) and _leftovers(tmp_path, {"disk"}) == []
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path: Path) -> None:
+    old = tmp_path / "report.json"
+    old.write_text("old\n")
+    old.chmod(0o640)
+    write_output(old, "new\n")
+    assert old.read_text() == "new\n" and stat.S_IMODE(old.stat().st_mode) == 0o640
+    umask = os.umask(0o027)
+    try:
+        write_output(tmp_path / "fresh.json", "x\n")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "fresh.json").stat().st_mode) == 0o640
+    assert _leftovers(tmp_path, {"report.json", "fresh.json"}) == []
+
+
+def test_a_symlink_stays_a_link_and_its_target_gets_the_report(tmp_path: Path) -> None:
+    real = tmp_path / "real.txt"
+    real.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_output(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+
+
+def test_a_unix_socket_gets_the_report_sent_to_it(tmp_path: Path) -> None:
+    path = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            got.append(b"".join(iter(lambda: conn.recv(65536), b"")))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    write_output(path, "report\n" * 1000)
+    t.join(timeout=10)
+    server.close()
+    assert got == [b"report\n" * 1000] and stat.S_ISSOCK(os.stat(path).st_mode)
+
+
+FSIZE_CHILD = """
+import resource, sys
+from pathlib import Path
+from perfsleuth.commands.output import deliver
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+sys.exit(deliver("x" * 100_000, Path(sys.argv[1])))
+"""
+
+
+def test_a_write_that_fails_half_way_leaves_the_old_report_whole(tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    target.write_text("the old report\n")
+    proc = subprocess.run([sys.executable, "-c", FSIZE_CHILD, str(target)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{target} (--out): cannot write: File too large" in proc.stderr and "Traceback" not in proc.stderr
+    assert target.read_text() == "the old report\n" and _leftovers(tmp_path, {"report.html"}) == []
+    proc = subprocess.run([sys.executable, "-c", FSIZE_CHILD, str(tmp_path / "new.html")], capture_output=True, timeout=60)
+    assert proc.returncode == 2 and _leftovers(tmp_path, {"report.html"}) == []  # no truncated new file either
+
+
+def test_two_analyses_writing_one_report_leave_one_complete_report(inputs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "same.html"
+    cmd = [str(Path(sys.executable).with_name("perfsleuth")), "analyze", str(inputs / "job"), "--workers", "1",
+           "-f", "html", "--out", str(out)]
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>") and page.count("<!DOCTYPE") == 1
+    assert _leftovers(tmp_path, {"same.html"}) == []
