@@ -14,8 +14,10 @@ breakdowns: those are in ``perfsleuth.trace``).
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -102,11 +104,64 @@ def _as_int(value: Any, default: int = -1) -> int:
     return default
 
 
-def _int_column(values: list[Any]) -> pa.Array:
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+TIME_LIMIT_NS = 4_102_444_800 * 10**9
+"""No time or duration in a trace is later than 2100-01-01 as an epoch time (nor longer than that):
+anything beyond is damage, and keeping ``ts + dur`` below it keeps every sum of two inside int64."""
+
+
+@dataclass(slots=True)
+class Unread:
+    """Values a reader could not use, per field (``args.stream``, ``dur``): how many, and the first one.
+
+    One caveat per field says what was read as missing (or skipped) and how often, instead of a
+    traceback on one bad number or a silent drop."""
+
+    counts: Counter = field(default_factory=Counter)
+    first: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, count: int, example: Any) -> None:
+        if count:
+            self.counts[name] += count
+            self.first.setdefault(name, example)
+
+    def caveats(self, path: str | Path) -> list[Caveat]:
+        return [Caveat("values_out_of_range", f"{name}: {n} event{'s' if n > 1 else ''} had a value perfsleuth cannot use "
+                                              f"(first: {self.first[name]!r}); {_UNREAD_EFFECT.get(name, 'read as missing')}",
+                       str(path)) for name, n in sorted(self.counts.items())]
+
+
+_UNREAD_EFFECT = {"ts": "outside any plausible clock (beyond 2100 as an epoch time, or not finite): those events were skipped",
+                  "dur": "negative, not finite or longer than any run: those events were skipped"}
+
+
+def _int64_or_none(value: Any) -> int | None:
+    """An int64 from an integer, an integral float or a decimal/hex string; None for anything else
+    (10**25, 1e300, NaN, "abc")."""
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            return None
+        value = int(value)
+    elif isinstance(value, str):
+        value = _as_int(value, default=None)  # type: ignore[arg-type]
+    elif not isinstance(value, int):
+        return None
+    return int(value) if value is not None and -INT64_MAX - 1 <= value <= INT64_MAX else None
+
+
+def _int_column(values: list[Any], unread: Unread | None = None, name: str = "", *, labels: bool = False) -> pa.Array:
+    """An int64 column; values that are not int64 integers are null, counted in ``unread`` under ``name``
+    (``labels``: text is a legitimate value there, as in a Kineto ``"pid": "Spans"``, so only numbers count)."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([None if v is None else _as_int(v) for v in values], pa.int64())
+        ints = [None if v is None else _int64_or_none(v) for v in values]
+        bad = [v for v, i in zip(values, ints, strict=True)
+               if v is not None and i is None and not (labels and isinstance(v, str))]
+        if unread is not None and bad:
+            unread.add(name, len(bad), bad[0])
+        return pa.array(ints, pa.int64())
 
 
 def _str_column(values: list[Any]) -> pa.Array:
@@ -160,12 +215,13 @@ def _pluck(objs: list[Any], field: str) -> list[Any]:
     return list(map(attrgetter(field), objs))
 
 
-def _subset_int(args: list[fmt.Args], rows: np.ndarray, field: str, n: int) -> pa.Array:
+def _subset_int(args: list[fmt.Args], rows: np.ndarray, field: str, n: int, unread: Unread | None = None, *,
+                labels: bool = False) -> pa.Array:
     """An int64 column that only ``rows`` can carry: read the field there, null elsewhere."""
     values = np.zeros(n, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
     if len(rows):
-        got = _int_column(_pluck(_take(args, rows), field))
+        got = _int_column(_pluck(_take(args, rows), field), unread, f"args.{field}", labels=labels)
         values[rows] = got.fill_null(0).to_numpy()
         valid[rows] = got.is_valid().to_numpy(zero_copy_only=False)
     return pa.array(values, pa.int64(), mask=~valid)
@@ -184,7 +240,8 @@ def _subset_str(args: list[fmt.Args], rows: np.ndarray, field: str, n: int) -> p
     return _str_column(out)
 
 
-def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int]) -> pa.RecordBatch | None:
+def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
+                 unread: Unread | None = None) -> pa.RecordBatch | None:
     """One Arrow batch from one chunk of decoded events.
 
     Speed matters here (it is most of the ingest time): the Python work per event is a handful of
@@ -203,8 +260,9 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     is_mem = kind == _MEMORY
     ts_ok = ts.is_valid().to_numpy(zero_copy_only=False)
     dur_ok = dur.is_valid().to_numpy(zero_copy_only=False) | is_mem
-    valid = (kind >= 0) & ts_ok & dur_ok
     dropped[0] += int(((kind >= 0) & ~(ts_ok & dur_ok)).sum())
+    ts_ok, dur_ok = _plausible_times(ts, dur, kind >= 0, ts_ok, dur_ok & ~is_mem, unread)
+    valid = (kind >= 0) & ts_ok & (dur_ok | is_mem)
     names = pa.array(list(map(_NAME, keep)), pa.string()).dictionary_encode()
     args = list(map(_ARGS, keep))
     coll_arg = pa.array(_pluck(args, "collective_name"), pa.string())
@@ -227,25 +285,26 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
                                              pa.array(op_vocab or [""], pa.string()))
     gpu_side = np.isin(kind, _GPU_SIDE_CODES)
     gpu_rows = np.flatnonzero(gpu_side)
-    pid = _int_column(list(map(_PID, keep))).fill_null(-1).to_numpy()
-    tid = _int_column(list(map(_TID, keep))).fill_null(-1).to_numpy()
-    dev = _subset_int(args, gpu_rows, "device", n).fill_null(-1).to_numpy()
+    pid = _int_column(list(map(_PID, keep)), unread, "pid", labels=True).fill_null(-1).to_numpy()
+    tid = _int_column(list(map(_TID, keep)), unread, "tid", labels=True).fill_null(-1).to_numpy()
+    dev = _subset_int(args, gpu_rows, "device", n, unread).fill_null(-1).to_numpy()
     device = np.where(gpu_side, np.where(dev >= 0, dev, pid), -1)
     mem_rows = np.flatnonzero(is_mem)
     if len(mem_rows):
-        device[mem_rows] = _subset_int(args, mem_rows, "mem_device_id", n).fill_null(-1).to_numpy()[mem_rows]
-    st = _subset_int(args, gpu_rows, "stream", n).fill_null(-1).to_numpy()
+        device[mem_rows] = _subset_int(args, mem_rows, "mem_device_id", n, unread).fill_null(-1).to_numpy()[mem_rows]
+    device = np.where((device >= -1) & (device <= INT32_MAX), device, -1)  # an int32 column
+    st = _subset_int(args, gpu_rows, "stream", n, unread, labels=True).fill_null(-1).to_numpy()
     stream = np.where(gpu_side, np.where(st >= 0, st, tid), -1)
-    ext = _int_column(_pluck(args, "external_id"))
+    ext = _int_column(_pluck(args, "external_id"), unread, "args.External id")
     if ext.null_count == n:
-        ext = _int_column(_pluck(args, "external_id_legacy"))
+        ext = _int_column(_pluck(args, "external_id_legacy"), unread, "args.external id")
     byte_rows = np.flatnonzero(np.isin(kind, _BYTES_CODES))
-    nbytes = _subset_int(args, byte_rows, "bytes", n)
+    nbytes = _subset_int(args, byte_rows, "bytes", n, unread)
     if len(mem_rows):
-        mem_bytes = _subset_int(args, mem_rows, "mem_bytes", n)
+        mem_bytes = _subset_int(args, mem_rows, "mem_bytes", n, unread)
         nbytes = pc.if_else(pa.array(is_mem), mem_bytes, nbytes)
-    ts_us = ts.fill_null(0.0).to_numpy()
-    dur_us = dur.fill_null(0.0).to_numpy()
+    ts_us = np.where(ts_ok, ts.fill_null(0.0).to_numpy(), 0.0)
+    dur_us = np.where(dur_ok, dur.fill_null(0.0).to_numpy(), 0.0)
     cols = {
         "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), _KIND_DICT),
         "category": cat,
@@ -255,22 +314,44 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
         "tid": pa.array(np.where(gpu_side, -1, tid), pa.int64()),
         "ts_ns": pa.array(us_to_ns(ts_us)),
         "dur_ns": pa.array(np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)),
-        "correlation": _int_column(_pluck(args, "correlation")).fill_null(-1),
+        "correlation": _int_column(_pluck(args, "correlation"), unread, "args.correlation").fill_null(-1),
         "external_id": ext.fill_null(-1),
         "bytes": nbytes,
-        "mem_allocated_bytes": _subset_int(args, mem_rows, "mem_total_allocated", n),
-        "mem_reserved_bytes": _subset_int(args, mem_rows, "mem_total_reserved", n),
+        "mem_allocated_bytes": _subset_int(args, mem_rows, "mem_total_allocated", n, unread),
+        "mem_reserved_bytes": _subset_int(args, mem_rows, "mem_total_reserved", n, unread),
         "coll_op": coll_op,
         "coll_group": _subset_str(args, coll_rows, "pg_name", n),
         "coll_group_ranks": _subset_str(args, coll_rows, "pg_ranks", n),
-        "coll_group_size": pa.array(_subset_int(args, coll_rows, "group_size", n), pa.int32()),
-        "coll_seq": _subset_int(args, coll_rows, "seq", n),
-        "coll_in_nelems": _subset_int(args, coll_rows, "in_msg_nelems", n),
-        "coll_out_nelems": _subset_int(args, coll_rows, "out_msg_nelems", n),
+        "coll_group_size": _int32(_subset_int(args, coll_rows, "group_size", n, unread)),
+        "coll_seq": _subset_int(args, coll_rows, "seq", n, unread),
+        "coll_in_nelems": _subset_int(args, coll_rows, "in_msg_nelems", n, unread),
+        "coll_out_nelems": _subset_int(args, coll_rows, "out_msg_nelems", n, unread),
         "coll_dtype": _subset_str(args, coll_rows, "dtype", n),
     }
     batch = pa.RecordBatch.from_pydict(cols)
     return batch if valid.all() else batch.filter(pa.array(valid))
+
+
+def _plausible_times(ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray,
+                     unread: Unread | None) -> tuple[np.ndarray, np.ndarray]:
+    """``ts_ok``/``dur_ok`` less the times no clock gives (beyond 2100 as epoch ns, not finite) and the
+    durations no event has (negative, not finite, longer than that): counted in ``unread``, never cast
+    (a 9.2e18 µs ``ts`` would wrap around int64 and land anywhere)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.abs(ts.fill_null(0.0).to_numpy()) * 1000.0
+        d = dur.fill_null(0.0).to_numpy() * 1000.0
+        bad_ts = event & ts_ok & ~(t <= TIME_LIMIT_NS)  # NaN compares False: bad
+        bad_dur = event & dur_ok & ~((d >= 0) & (d <= TIME_LIMIT_NS))
+    if unread is not None:
+        unread.add("ts", int(bad_ts.sum()), ts[int(np.argmax(bad_ts))].as_py() if bad_ts.any() else None)
+        unread.add("dur", int(bad_dur.sum()), dur[int(np.argmax(bad_dur))].as_py() if bad_dur.any() else None)
+    return ts_ok & ~bad_ts, dur_ok & ~bad_dur
+
+
+def _int32(values: pa.Array) -> pa.Array:
+    """An int64 column as int32, values beyond int32 null (a group size of 10**12 is no group size)."""
+    fits = pc.and_(pc.greater_equal(values, -INT32_MAX - 1), pc.less_equal(values, INT32_MAX))
+    return pc.if_else(fits, values, pa.scalar(None, pa.int64())).cast(pa.int32())
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -284,6 +365,10 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and info.get("rank") is not None:
         rank = _as_int(info.get("rank"))
+        if rank > INT32_MAX:
+            raise InputError(path, f"distributedInfo.rank is {rank}, beyond any job's size", place="distributedInfo.rank",
+                             hint="the file's metadata is damaged; name the rank in the file name (rank-3.json) "
+                                  "and remove the bad value")
         if rank >= 0:
             return rank, "distributedInfo"
     m = RANK_IN_NAME.search(path.name)
@@ -302,12 +387,13 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     1 KB per event) are the reader's transient memory, so it stays small."""
     path = Path(path)
     memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
-    stream = ChromeTraceStream(path, fmt.DECODER, fmt.lenient_event, block_bytes=block_bytes)
+    lenient = fmt.LenientEvents()
+    stream = ChromeTraceStream(path, fmt.DECODER, lenient, block_bytes=block_bytes)
     kinds, colls = _KindCache(), CollectiveOpCache()
-    dropped = [0]
+    dropped, unread = [0], Unread()
     batches = []
     for chunk in stream:
-        batch = _chunk_batch(chunk.events, kinds, colls, dropped)
+        batch = _chunk_batch(chunk.events, kinds, colls, dropped, unread)
         if batch is not None:
             batches.append(batch)
         chunk.events.clear()
@@ -318,10 +404,14 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
         first_index, why = stream.bad_events[0]
         caveats.append(Caveat("events_malformed", f"{len(stream.bad_events)} events could not be read and were skipped "
                               f"(first: event #{first_index}: {why})", str(path)))
+    for key, values in lenient.dropped.items():
+        unread.add(f"args.{key}", len(values), values[0])
+    caveats.extend(unread.caveats(path))
     rank, source = _rank_of(path, stream.metadata, single_file)
     if source == "single file":
         caveats.append(Caveat("rank_assumed", "no distributedInfo and no rank in the file name: analysed as rank 0", str(path)))
     table = finish_rank(batches)
+    caveats.extend(correlation_caveats(_kind_names(table["kind"]), table["correlation"].to_numpy(), path))
     span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
     return RankFile(str(path), rank, source, stream.metadata, table, caveats, span)
 
@@ -380,6 +470,7 @@ def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.nd
     is_gpu = np.isin(kind, ["kernel", "collective", "memcpy", "memset", "sync"]) & (corr >= 0)
     if not is_launch.any() or not is_gpu.any():
         return launch_ts, launch_dur
+    is_gpu &= ~np.isin(corr, _repeated(corr[is_launch]))  # an id two launches carry names neither
     l_corr, l_ts, l_dur = corr[is_launch], ts[is_launch], dur[is_launch]
     order = np.argsort(l_corr, kind="stable")
     l_corr, l_ts, l_dur = l_corr[order], l_ts[order], l_dur[order]
@@ -390,6 +481,48 @@ def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.nd
     launch_ts[g_idx[hit]] = l_ts[pos[hit]]
     launch_dur[g_idx[hit]] = l_dur[pos[hit]]
     return launch_ts, launch_dur
+
+
+def _repeated(ids: np.ndarray) -> np.ndarray:
+    """The values that occur more than once in ``ids``."""
+    values, counts = np.unique(ids, return_counts=True)
+    return values[counts > 1]
+
+
+_GPU_WORK = ("kernel", "collective", "memcpy", "memset")
+
+
+def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path) -> list[Caveat]:
+    """Say when launches cannot be joined to GPU work: correlation ids two launches share (a damaged or
+    merged trace; those GPU events are not joined, see ``join_launches``) or GPU work without an id
+    (launch delays and host-launch idle are then not measured for it). Many kernels sharing one
+    launch's id is normal (a CUDA graph) and says nothing."""
+    host = (kind == "runtime") | (kind == "driver")
+    launch = host & (corr >= 0)
+    gpu = np.isin(kind, _GPU_WORK)
+    out = []
+    shared = _repeated(corr[launch])
+    if len(shared):
+        n = int((gpu & np.isin(corr, shared)).sum())
+        out.append(Caveat("correlation_duplicated", f"args.correlation: {len(shared)} id{'s are' if len(shared) > 1 else ' is'} "
+                          f"carried by more than one launch (first: {int(shared[0])}); the {n} GPU events with them are not "
+                          "joined to a launch, so their steps come from their own times and launch delays leave them out",
+                          str(path)))
+    missing = int((gpu & (corr < 0)).sum())
+    if missing and host.any():
+        out.append(Caveat("correlation_missing", f"args.correlation: {missing} of {int(gpu.sum())} GPU events have no "
+                          "correlation id: they are not joined to their launches (no launch delay, no host-launch idle "
+                          "for them)", str(path)))
+    return out
+
+
+def _world_size(path: str, value: Any) -> int:
+    """``distributedInfo.world_size`` as a number of ranks, or an error naming the file when it is none."""
+    size = _as_int(value)
+    if not 0 < size <= INT32_MAX:
+        raise InputError(path, f"distributedInfo.world_size is {value!r}, not a number of ranks",
+                         place="distributedInfo.world_size", hint="the file's metadata is damaged")
+    return size
 
 
 def assign_steps(table: pa.Table, kind: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
@@ -491,7 +624,7 @@ def check_one_job(ranks: Sequence[RankFile]) -> tuple[int, list[Caveat]]:
     for r in ranks:
         info = r.metadata.get("distributedInfo")
         if isinstance(info, dict) and info.get("world_size") is not None:
-            world_sizes[r.path] = _as_int(info["world_size"])
+            world_sizes[r.path] = _world_size(r.path, info["world_size"])
     if len(set(world_sizes.values())) > 1:
         ordered = sorted(world_sizes.items(), key=lambda kv: kv[1])
         (p1, w1), (p2, w2) = ordered[0], ordered[-1]

@@ -9,6 +9,8 @@ decoder without building Python objects for them (``Input Dims``, ``Concrete Inp
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 # Kineto `cat` (lower-cased) -> canonical `kind`. 2021-2022 traces used "Kernel", "Runtime",
@@ -78,8 +80,11 @@ class Event(msgspec.Struct, gc=False):
 DECODER = msgspec.json.Decoder(list[Event])
 
 
-def lenient_event(raw: object) -> Event:
-    """Convert one already-decoded event, coercing what can be coerced (slow path, rare chunks)."""
+def lenient_event(raw: object, dropped: dict[str, list[Any]] | None = None) -> Event:
+    """Convert one already-decoded event, coercing what can be coerced (slow path, rare chunks).
+
+    An arg that cannot be its field's type (a stream of 10**25, a device of "abc") is dropped and the
+    event kept; ``dropped`` collects each such arg's values by JSON key, so the reader can say so."""
     if not isinstance(raw, dict):
         raise TypeError(f"expected an object, got {type(raw).__name__}")
     args = raw.get("args")
@@ -89,9 +94,21 @@ def lenient_event(raw: object) -> Event:
             try:
                 msgspec.convert({key: value}, Args, strict=False)
             except msgspec.ValidationError:
+                if dropped is not None:
+                    dropped.setdefault(key, []).append(value)
                 continue  # drop the one bad arg, keep the event
             clean[key] = value
         raw = {**raw, "args": clean}
     elif args is not None:
         raw = {k: v for k, v in raw.items() if k != "args"}
     return msgspec.convert(raw, Event, strict=False)
+
+
+class LenientEvents:
+    """``lenient_event`` that remembers the args it dropped (``dropped``: JSON key -> values)."""
+
+    def __init__(self) -> None:
+        self.dropped: dict[str, list[Any]] = {}
+
+    def __call__(self, raw: object) -> Event:
+        return lenient_event(raw, self.dropped)
