@@ -315,11 +315,15 @@ def cases_make(
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
     sources: Annotated[str, typer.Option(help="signals to simulate, comma-separated: trace, telemetry, nccl, steplog, "
                                               "inference, or all (classes balanced across them)")] = "trace",
+    from_real: Annotated[Path | None, typer.Option("--from-real", help="instead of simulating: transform the real "
+                                                   "Kineto traces in this folder (job folders or trace files)")] = None,
 ) -> None:
-    """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs)."""
+    """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs), or with
+    --from-real DIR transform real traces with faults of known size."""
     from perfsleuth.commands.cases_cmd import cases_make as run
+    from perfsleuth.commands.cases_cmd import cases_make_real
 
-    raise typer.Exit(run(out, n, seed, workers, sources))
+    raise typer.Exit(cases_make_real(from_real, out, seed) if from_real is not None else run(out, n, seed, workers, sources))
 
 
 @cases_app.command("add")

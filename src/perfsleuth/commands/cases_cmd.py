@@ -3,6 +3,8 @@
 ``cases make OUT -n N --seed S [--sources trace,telemetry,nccl,steplog,inference|all]`` simulates a suite
 of labeled cases: Kineto traces only by default (``perfsleuth.cases.suite``), any other mix of signals
 through ``perfsleuth.cases.signal_suite``.
+``cases make --from-real DIR OUT --seed S`` transforms real Kineto traces instead (``perfsleuth.cases.from_real``):
+each job copied as a control, then with faults of known size injected and identity controls.
 ``cases add TRACE_DIR OUT --fault ID[,ID] [--scope ...] [--notes ...]`` turns a real job an engineer
 investigated into a case: its trace files are copied into OUT and ``case.json`` records the verdict
 (``--fault healthy`` for a job found healthy). These verbs parse and write; the case format lives
@@ -69,6 +71,36 @@ def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources
             counts[k] = counts.get(k, 0) + 1
     print(f"wrote {len(paths)} cases to {out} (seed {seed}, sources {','.join(kinds)}): "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return 0
+
+
+def cases_make_real(src: Path, out: Path, seed: int) -> int:
+    """Transform the real traces under ``src`` into a labeled suite in ``out``; returns the exit status."""
+    from perfsleuth.cases.from_real import make_real_suite
+
+    src, out = Path(src), Path(out)
+    if not src.exists():
+        return fail(f"{src}: no such file or folder")
+    if out.exists() and not out.is_dir():
+        return fail(f"{out}: exists and is not a directory")
+    try:
+        paths, skipped = make_real_suite(src, out, seed)
+    except OSError as exc:
+        return fail(f"{out}: cannot write: {exc.strerror or exc}")
+    if not paths:
+        why = "; ".join(f"{j}: {w}" for j, w in skipped[:5]) or "no trace files found"
+        return fail(f"{src}: no job could be transformed ({why})")
+    counts: dict[str, int] = {}
+    for p in paths:
+        doc = json.loads((p / "case.json").read_text())
+        keys = [f["fault"] + ("" if f.get("detectable", True) else " (undetectable)") for f in doc["faults"]]
+        for k in keys or [doc.get("role", "control")]:
+            counts[k] = counts.get(k, 0) + 1
+    jobs = len({json.loads((p / "case.json").read_text()).get("job") for p in paths})
+    print(f"wrote {len(paths)} cases from {jobs} real job(s) to {out} (seed {seed}): "
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for job, why in skipped:
+        print(f"  skipped {job}: {why}")
     return 0
 
 
