@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def find_jobs(src: Path) -> list[Job]:
     if src.is_file():
         return [Job(_slug(src.name), (src,))]
     jobs = [Job(_slug(f.name), (f,)) for f in trace_files(src)]
-    for d in sorted(p for p in src.rglob("*") if p.is_dir()):
+    for d in sorted(Path(root) / x for root, dirs, _ in os.walk(src, followlinks=True) for x in dirs):
         files = trace_files(d)
         if files:
             jobs.append(Job(_slug(str(d.relative_to(src))), tuple(files)))
@@ -71,7 +72,7 @@ def sha256(path: Path) -> str:
 def usable(docs: list[dict[str, Any]]) -> str | None:
     """Why a job cannot be transformed (None when it can): every rank needs ProfilerStep spans and GPU work."""
     for d in docs:
-        if not isinstance(d.get("traceEvents"), list):
+        if not isinstance(d, dict) or not isinstance(d.get("traceEvents"), list):
             return "not a Kineto trace (no traceEvents)"
         idx = index_rank(d)
         if not idx.steps:
@@ -294,6 +295,9 @@ def make_real_suite(src: str | Path, out: str | Path, seed: int = 0,
             paths, why = write_job(job, out, np.random.default_rng(rng.integers(1 << 62)))
         except (OSError, ValueError) as exc:
             paths, why = [], f"cannot read: {exc}"
+        except Exception as exc:  # noqa: BLE001 - one odd job must not stop a user's whole suite; it is reported
+            shutil.rmtree(out / job.name, ignore_errors=True)
+            paths, why = [], f"transform failed: {type(exc).__name__}: {exc}"
         if why:
             skipped.append((job.name, why))
         written += paths

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def cases_make_real(src: Path, out: Path, seed: int) -> int:
     if out.exists() and not out.is_dir():
         return fail(f"{out}: exists and is not a directory")
     try:
-        paths, skipped = make_real_suite(src, out, seed)
+        paths, skipped = make_real_suite(src, out, seed, log=lambda m: print(m, file=sys.stderr))
     except OSError as exc:
         return fail(f"{out}: cannot write: {exc.strerror or exc}")
     if not paths:
