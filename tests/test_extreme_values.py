@@ -135,3 +135,85 @@ def test_events_out_of_order_read_the_same(rank0: dict[str, Any], tmp_path: Path
     assert job.events.select(key).sort_by([(k, "ascending") for k in key]).equals(
         clean.events.select(key).sort_by([(k, "ascending") for k in key]))
     assert "values_out_of_range" not in caveats
+
+
+# --- table inputs: compare, changes, localize --------------------------------------------------------
+
+
+def _csv(path: Path, header: str, rows: list[str]) -> Path:
+    path.write_text(header + "\n" + "".join(r + "\n" for r in rows))
+    return path
+
+
+def test_compare_reads_1e308_as_missing_and_still_decides(tmp_path: Path) -> None:
+    a = _csv(tmp_path / "a.csv", "node,step_time_ms", [f"n{i % 4},{100 + i % 3 + 0.1 * (i % 4)}" for i in range(24)])
+    b = _csv(tmp_path / "b.csv", "node,step_time_ms",
+             [f"n{i % 4},{110 + i % 3 + 0.1 * (i % 4)}" for i in range(24)] + ["n1,1e308", "n2,nan", "n3,-inf"])
+    res = runner.invoke(app, ["compare", str(a), str(b), "--metric", "step_time_ms", "-f", "json"])
+    assert res.exit_code == 1, res.output  # a regression, not an OverflowError
+    [c] = json.loads(res.stdout)["comparisons"]
+    assert c["verdict"] == "regression" and c["ratio"]["value"] == pytest.approx(1.0990, abs=1e-3)
+    [dropped] = [x for x in c["caveats"] if x["code"] == "non_finite_dropped"]
+    assert dropped["message"].startswith("column step_time_ms: 3 of 27 candidate values were NaN, infinite or beyond ±1e300")
+
+
+def test_compare_of_values_near_1e300_does_not_overflow(tmp_path: Path) -> None:
+    a = _csv(tmp_path / "a.csv", "v", [f"{(1 + 0.01 * (i % 5)) * 1e299}" for i in range(24)])
+    b = _csv(tmp_path / "b.csv", "v", [f"{(1.1 + 0.01 * (i % 5)) * 1e299}" for i in range(24)])
+    res = runner.invoke(app, ["compare", str(a), str(b), "--metric", "v", "--lower-is-better", "-f", "json"])
+    assert res.exit_code == 1, res.output
+    assert json.loads(res.stdout)["comparisons"][0]["ratio"]["value"] == pytest.approx(1.0980, abs=1e-3)
+
+
+def test_changes_reads_extremes_as_missing_and_finds_the_step(tmp_path: Path) -> None:
+    h = _csv(tmp_path / "h.csv", "v", [f"{10 + 2 * (i >= 30) + 0.01 * (i % 5)}" for i in range(60)]
+             + ["1e308", "-1e308", "nan", "inf"])
+    res = runner.invoke(app, ["changes", str(h), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    [series] = json.loads(res.stdout)["series"]
+    assert [cp["index"] for cp in series["change_points"]] == [30]
+    assert any(c["message"] == "v: 4 values NaN, infinite or beyond ±1e300 ignored" for c in series["caveats"])
+
+
+def test_localize_reads_non_numbers_as_missing_per_column(tmp_path: Path) -> None:
+    rows = [f"{v},n{j},{(70 if v == 'c' else 100) * (1 + 0.001 * j)},{100 * (1 + 0.001 * j)}" for v in "abc" for j in range(6)]
+    leaves = _csv(tmp_path / "leaves.csv", "drv,node,real,predict", [*rows, "d,n9,1e308,1e308", "e,n9,nan,1", "f,n1,-1e308,inf"])
+    res = runner.invoke(app, ["localize", str(leaves), "--current", "real", "--baseline", "predict", "--bootstrap", "0",
+                              "-f", "json"])
+    assert res.exit_code == 0, res.output  # was: "<input>: the fleet totals are not finite"
+    doc = json.loads(res.stdout)
+    assert [c["elements"] for c in doc["culprits"]] == [{"drv": "c"}]
+    msgs = [c["message"] for c in doc["caveats"] if c["code"] == "values_unusable"]
+    assert msgs == ["column real: 3 rows held NaN, infinity or a value beyond ±1e300 and were read as missing",
+                    "column predict: 2 rows held NaN, infinity or a value beyond ±1e300 and were read as missing"]
+
+
+# --- GPUs perfsleuth has no peaks for, and blank device cells ------------------------------------------
+
+NCU_HEADER = ('"ID","Kernel Name","Device","CC","device__attribute_display_name","gpu__time_duration.sum",'
+              '"sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"')
+
+
+def _ncu_page(path: Path, kernels: list[str], gpus: list[str]) -> Path:
+    units = '"","","","","","nsecond","%","%"'
+    rows = [f'"{i}","{k}","0","10.0","{g}","1,400,000","82.00","45.00"' for i, (k, g) in enumerate(zip(kernels, gpus, strict=True))]
+    path.write_text("\n".join([NCU_HEADER, units, *rows]) + "\n")
+    return path
+
+
+def test_a_b200_page_beside_a_trace_with_a_blank_device_cell_is_no_traceback(rank0: dict[str, Any], tmp_path: Path) -> None:
+    _write(tmp_path, rank0)
+    names = sorted({e["name"] for e in _kernels(rank0)})[:2]
+    _ncu_page(tmp_path / "ncu.csv", [*names, "cutlass3x_sm100_tensorop_gemm"], ["NVIDIA B200", "", "NVIDIA B200"])
+    res = runner.invoke(app, ["analyze", str(tmp_path), "--workers", "1", "-f", "json"])
+    assert res.exit_code == 0, (res.output, res.exception)  # was: AttributeError in hardware._norm (a NaN cell)
+    assert "ncu_unknown_gpu" not in {c["code"] for c in json.loads(res.stdout)["caveats"]}
+
+
+def test_an_unknown_gpu_is_named_in_a_caveat(tmp_path: Path) -> None:
+    from perfsleuth.ingest.ncu import read
+
+    page = _ncu_page(tmp_path / "ncu.csv", ["k0", "k1", "k2"], ["NVIDIA GB300", "NVIDIA GB300", "NVIDIA H100 80GB HBM3"])
+    [c] = [c for c in read(page).caveats if c.code == "ncu_unknown_gpu"]
+    assert c.message.startswith("column device__attribute_display_name: 2 rows name a GPU perfsleuth has no peaks for "
+                                "(NVIDIA GB300)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 SCHEMA_VERSION = "2"
@@ -251,3 +252,14 @@ class Finding:
             "action": self.action,
             "attached_symptoms": list(self.attached),
         }
+
+
+MAX_MEASUREMENT = 1e300
+"""No measurement is larger than this in magnitude: a value beyond it (1e308, a float that overflowed) is
+damage, and statistics would overflow on its square. Readers and table inputs read it as missing, like NaN."""
+
+
+def usable(values: np.ndarray) -> np.ndarray:
+    """Which values are measurements: finite and within ±``MAX_MEASUREMENT`` (NaN compares as unusable)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (np.abs(values) <= MAX_MEASUREMENT)

@@ -20,7 +20,8 @@ from rich.table import Table
 
 from perfsleuth import engine as engines
 from perfsleuth.commands.output import deliver_doc, fail
-from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.errors import Caveat, InputError, PerfsleuthError
+from perfsleuth.model import MAX_MEASUREMENT
 from perfsleuth.report.escape import terminal_block, terminal_text
 from perfsleuth.segment.localize import Localization, check_bootstrap, localize
 from perfsleuth.segment.mixrate import LeafSpec
@@ -66,7 +67,9 @@ def _run(path: Path, current: str, baseline: str, current_den: str | None, basel
     spec = LeafSpec(dims, current, baseline, current_den, baseline_den)
     if table.count().execute() == 0:
         raise InputError(path, "the table has no rows")
+    table, unread = _measurements_only(table, metrics, path)
     result = localize(table, spec, workload_dims=workload_dims, bootstrap=bootstrap, seed=seed)
+    result = replace(result, caveats=(*unread, *result.caveats))
     doc = {"schema": SCHEMA, "file": str(path), **result.to_json()}
     return doc, render_text(path, result)
 
@@ -94,6 +97,23 @@ def localize_store_command(store: Path, metric: str, baseline: str, current: str
     head = (f"{metric} ({leaves.metric.method}); baseline {base} ({leaves.runs['baseline']} runs), "
             f"current {cur} ({leaves.runs['current']} runs)\n")
     return deliver_doc(doc, head + render_text(Path(store), result), format, out)
+
+
+def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[Any, list[Caveat]]:
+    """``table`` with each metric value that is no measurement (NaN, inf, beyond ±1e300) read as missing
+    (null: sums leave it out), and a caveat per column saying how many rows; one query counts them all."""
+    import ibis
+
+    values = {m: table[m].cast("float64") for m in metrics}
+    bad = {m: (v.isnan() | v.isinf() | (v.abs() > MAX_MEASUREMENT)).fill_null(False) for m, v in values.items()}
+    counts = table.aggregate([b.cast("int64").sum().name(f"bad_{i}") for i, b in enumerate(bad.values())]).execute()
+    caveats = [Caveat("values_unusable", f"column {m}: {int(n)} row{'s' if n != 1 else ''} held NaN, infinity or a value "
+                      "beyond ±1e300 and were read as missing", str(path))
+               for m, n in zip(metrics, counts.iloc[0].tolist(), strict=True) if n]
+    if not caveats:
+        return table, []
+    null = ibis.null("float64")
+    return table.mutate(**{m: bad[m].ifelse(null, values[m]) for m in metrics}), caveats
 
 
 def _check_options(format: str, engine: str, bootstrap: int) -> None:

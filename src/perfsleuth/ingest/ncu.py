@@ -562,6 +562,7 @@ def read(path: Path) -> SourceData:
     if table.num_rows == 0:
         caveats.append(Caveat("ncu_no_kernels", "the CSV has a header but no profiled launch (ncu matched no kernel?)", str(path)))
     devices = sorted({d for d in table["device"].to_pylist() if d})
+    caveats.extend(_unknown_gpus(path, table["device"]))
     meta: dict[str, object] = {"page": page, "kernels": table.num_rows}
     if devices:
         meta["gpu"] = devices[0] if len(devices) == 1 else devices
@@ -569,6 +570,21 @@ def read(path: Path) -> SourceData:
     if rules.num_rows:
         tables["kernel_rules"] = rules
     return SourceData(format=NAME, path=str(path), tables=tables, caveats=caveats, meta=meta)
+
+
+def _unknown_gpus(path: Path, device: pa.ChunkedArray) -> list[Caveat]:
+    """A GPU perfsleuth has no peaks for (a newer part): its kernels keep ncu's own %-of-peak verdicts,
+    but nothing that needs a peak (achieved TB/s against HBM, a roofline place) is measured for them."""
+    from perfsleuth.metrics.hardware import lookup
+
+    names = [d for d in device.to_pylist() if d]
+    unknown = sorted({d for d in names if lookup(d) is None})
+    if not unknown:
+        return []
+    rows = sum(1 for d in names if d in unknown)
+    return [Caveat("ncu_unknown_gpu", f"column device__attribute_display_name: {rows} row{'s' if rows > 1 else ''} name a GPU "
+                   f"perfsleuth has no peaks for ({', '.join(unknown)}): verdicts use ncu's % of peak only, no bandwidth "
+                   "or roofline place", str(path))]
 
 
 def detect(path: Path) -> bool:

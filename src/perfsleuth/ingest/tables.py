@@ -15,6 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from perfsleuth.errors import InputError
+from perfsleuth.model import usable
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -71,10 +72,12 @@ def pick_metric(table: pa.Table, metric: str | None, path: str | Path) -> str:
 
 
 def metric_values(table: pa.Table, metric: str, path: str | Path) -> tuple[np.ndarray, int]:
-    """The metric as float64 with NaN/inf rows counted (callers drop them and say so)."""
-    values = pc.cast(table[metric], pa.float64()).to_numpy(zero_copy_only=False)
-    bad = int((~np.isfinite(values)).sum())
-    return values, bad
+    """The metric as float64, values that are no measurement (NaN, inf, beyond ±1e300) as NaN, and how
+    many there were (callers drop them and say so)."""
+    values = pc.cast(table[metric], pa.float64()).to_numpy(zero_copy_only=False).copy()
+    ok = usable(values)
+    values[~ok] = np.nan
+    return values, int((~ok).sum())
 
 
 def require_columns(table: pa.Table, columns: Sequence[str], path: str | Path) -> None:

@@ -153,11 +153,12 @@ for _g in GPUS:
         _BY_NAME[_norm(_n)] = _g
 
 
-def lookup(name: str | None) -> GpuSpec | None:
+def lookup(name: object) -> GpuSpec | None:
     """The spec for a device name as the tools write it (``"NVIDIA H200"``), or its key (``"h100-sxm"``).
 
-    Exact after case and whitespace folding: ``"NVIDIA H200 NVL"`` is a different part and is not found."""
-    if not name:
+    Exact after case and whitespace folding: ``"NVIDIA H200 NVL"`` is a different part and is not found.
+    Anything that is not a name (None, a pandas NaN for a blank cell, a number) finds nothing."""
+    if not isinstance(name, str) or not name:
         return None
     return _BY_NAME.get(_norm(name))
 

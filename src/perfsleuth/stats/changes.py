@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.model import Interval
+from perfsleuth.model import Interval, usable
 from perfsleuth.stats.changepoint_locate import make_locator
 from perfsleuth.stats.changepoint_test import NoiseModel, RankCusum, ScanTest, estimate_noise, normal_scores
 
@@ -191,14 +191,14 @@ def _prepare(series: Any, times: Any, name: str) -> _Prepared:
         if dups:
             caveats.append(Caveat("duplicate_times", f"{name}: {dups} rows share a timestamp with the row before; "
                                                      "kept in file order"))
-    finite = np.isfinite(x)
+    finite = usable(x)
     positions = np.flatnonzero(finite)
     if len(positions) == 0:
         raise InputError(None, f"{name}: none of the {n} values is a finite number")
     no_time = int(_missing_time(t).sum()) if t is not None else 0
     bad = n - len(positions) - no_time
     if bad:
-        caveats.append(Caveat("non_finite", f"{name}: {bad} NaN/inf values ignored"))
+        caveats.append(Caveat("non_finite", f"{name}: {bad} values NaN, infinite or beyond ±1e300 ignored"))
     return _Prepared(x[positions], positions, t, n, caveats)
 
 

@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.model import Interval
+from perfsleuth.model import Interval, usable
 from perfsleuth.stats.direction import Direction, resolve_direction, unit_from_name
 
 MIN_UNITS_FOR_BOOTSTRAP = 30  # below this an explicit bootstrap carries a caveat
@@ -375,7 +375,7 @@ def _prepare(sample: _Sample, name: str, metric: str, unit_level: str) -> _Arm:
     caveats: list[Caveat] = []
     values = sample.values
     total = len(values)
-    finite = np.isfinite(values)
+    finite = usable(values)
     bad = total - int(finite.sum())
     keep = finite
     missing_key = 0
@@ -387,11 +387,11 @@ def _prepare(sample: _Sample, name: str, metric: str, unit_level: str) -> _Arm:
         raise InputError(sample.label, f"the {name} has no rows", place=f"column {metric}",
                          hint="compare needs samples in both arms")
     if bad == total:
-        raise InputError(sample.label, f"all {total:,} {name} values of {metric!r} are NaN or infinite",
+        raise InputError(sample.label, f"all {total:,} {name} values of {metric!r} are NaN, infinite or beyond ±1e300",
                          place=f"column {metric}")
     if bad:
-        caveats.append(Caveat("non_finite_dropped", f"{bad:,} of {total:,} {name} values were NaN or infinite and "
-                              "were dropped", sample.label))
+        caveats.append(Caveat("non_finite_dropped", f"column {metric}: {bad:,} of {total:,} {name} values were NaN, "
+                              "infinite or beyond ±1e300 and were dropped", sample.label))
     if missing_key:
         caveats.append(Caveat("missing_cluster_key", f"{missing_key:,} {name} samples had no value in a cluster column "
                               "and were dropped", sample.label))
@@ -427,8 +427,8 @@ class _LogRatio:
     @classmethod
     def of(cls, b: np.ndarray, c: np.ndarray) -> _LogRatio:
         mb, mc = float(b.mean()), float(c.mean())
-        vb = float(b.var(ddof=1)) / mb**2
-        vc = float(c.var(ddof=1)) / mc**2
+        vb = float((b / mb).var(ddof=1))  # var/mean², scaled first: (1e200)² overflows, the ratio does not
+        vc = float((c / mc).var(ddof=1))
         est = math.log(mc / mb)
         return cls(est, *_se_df(vb, vc, len(b), len(c)), vb, vc)
 

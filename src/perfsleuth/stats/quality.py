@@ -92,6 +92,8 @@ def bimodal_split(x: np.ndarray, *, min_n: int = 20) -> tuple[float, float, floa
     n = len(s)
     if n < min_n or not np.isfinite(s).all():
         return None
+    center, scale = float(s[n // 2]), float(np.ptp(s)) or 1.0
+    s = (s - center) / scale  # the split is scale-free; squares of 1e200-sized values would overflow
     c1, c2 = np.cumsum(s), np.cumsum(s * s)
     k = np.arange(1, n)
     left_mean = c1[:-1] / k
@@ -109,7 +111,7 @@ def bimodal_split(x: np.ndarray, *, min_n: int = 20) -> tuple[float, float, floa
         return None
     sep = abs(right_mean[best] - left_mean[best]) / pooled_sd
     share = min(k[best], n - k[best]) / n
-    return float(sep), float(share), float((s[best] + s[best + 1]) / 2)
+    return float(sep), float(share), center + scale * float((s[best] + s[best + 1]) / 2)
 
 
 def _drift(x: np.ndarray, order: np.ndarray | None) -> tuple[float, float] | None:
