@@ -102,11 +102,18 @@ class Loop:
             out.append((time.perf_counter() - t0) * 1e3)
         return out
 
-    def profile(self, out: Path, active: int = 6) -> None:
+    def profile(self, out: Path, active: int = 6, *, record_gc: bool = False) -> None:
+        """``record_gc`` asks the profiler for its Python GC events (PyTorch >= 2.9), the direct evidence
+        perfsleuth's gc_pause needs; without them a collection is a silent host gap."""
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+        extra = {}
+        if record_gc:
+            from torch._C._profiler import _ExperimentalConfig
+            extra = {"with_stack": True, "experimental_config": _ExperimentalConfig(record_python_gc_info=True)}
         with profile(activities=acts, schedule=schedule(wait=1, warmup=2, active=active), record_shapes=True,
-                     on_trace_ready=tensorboard_trace_handler(str(out), worker_name="rank-0", use_gzip=True)) as prof:
+                     on_trace_ready=tensorboard_trace_handler(str(out), worker_name="rank-0", use_gzip=True),
+                     **extra) as prof:
             for _ in range(1 + 2 + active):
                 self.step()
                 prof.step()
@@ -160,6 +167,9 @@ def scenario(name: str) -> tuple[Loop, dict]:
         loop.hooks.append(every(3, save_checkpoint))
         return loop, {"faults": ["checkpoint_stall"], "injected": "torch.save(model.state_dict()) to /dev/shm every 3rd step, "
                                                                   "no annotation"}
+    if name == "gc_pause_recorded":  # the same collections, with the profiler's GC events on (PyTorch >= 2.9)
+        loop, meta = scenario("gc_pause")
+        return loop, {**meta, "injected": meta["injected"] + "; profiled with record_python_gc_info=True"}
     if name == "gc_pause":
         make_garbage(1_000_000 if not SMALL else 200_000)
         gc.disable()
@@ -204,6 +214,7 @@ class CompiledLoop(Loop):
 
 
 SCENARIOS = ("healthy", "dataloader_stall", "checkpoint_stall", "allocator_churn", "host_launch_bound", "gc_pause",
+             "gc_pause_recorded",
              "recompilation")
 _DIST = False
 
@@ -239,7 +250,7 @@ def main() -> None:
             big = Loop(d=256, h=256, layers=120, tokens=128)
             extra["step_ms_at_4x_tokens"] = statistics.median(big.timed())
             del big
-        loop.profile(out / name)
+        loop.profile(out / name, record_gc=name == "gc_pause_recorded")
         meta.update({
             "scenario": name, "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
             "torch": torch.__version__, "nccl_group": _DIST,

@@ -27,6 +27,7 @@ from perfsleuth.cases.faults import (
     SequenceImbalance,
     SmallKernels,
     StragglerRank,
+    UnattributedHostStall,
 )
 from perfsleuth.cases.kineto_writer import write_job
 from perfsleuth.cases.simulator import SimConfig, simulate
@@ -79,6 +80,7 @@ SINGLE = {
     "host_launch_bound": small(dataloader_ns=50_000, layer_param_bytes=1 << 20, faults=[HostLaunchBound()]),
     "small_kernels": small(faults=[SmallKernels(chain_length=16, kernel_ns=5000)]),
     "gc_pause": small(faults=[GcPause(rate=0.3, pause_ns=(20 * MS, 60 * MS), seed=1)]),
+    "unattributed_host_stall": small(faults=[UnattributedHostStall(rate=0.3, pause_ns=(20 * MS, 60 * MS), seed=1)]),
     "recompilation": small(faults=[Recompilation(step_indices=(2,), compile_ns=100 * MS)]),
     "allocator_churn": small(faults=[AllocatorChurn()]),
     "memory_fragmentation": small(profile_memory=True, faults=[MemoryFragmentation()]),
@@ -88,7 +90,8 @@ SINGLE = {
 
 def test_every_trace_fault_class_has_a_registered_detector_that_declares_its_signals() -> None:
     load_detectors()
-    assert set(SINGLE) == set(TRACE_FAULTS)
+    # unattributed_idle is what no injected cause explains: pinned on a real trace (test_real_trace_contract)
+    assert set(SINGLE) == set(TRACE_FAULTS) - {"unattributed_idle"}
     for fault in TRACE_FAULTS:
         det = DETECTORS[fault]
         assert det.fault == fault and det.needs and all(isinstance(n, str) and n for n in det.needs)

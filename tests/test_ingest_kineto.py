@@ -210,8 +210,8 @@ def test_whole_file_and_chunked_decoding_agree(tmp_path: Path) -> None:
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(float)", "reduction"),
     ("triton_poi_fused_add_mul_0", "elementwise"),
     ("triton_red_fused_sum_1", "reduction"),
-    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(fbgemm_gpu::TensorAccessor<float>)", "elementwise"),
-    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "elementwise"),
+    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(fbgemm_gpu::TensorAccessor<float>)", "embedding"),
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "embedding"),  # TorchRec's jagged plumbing
     ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "reduction"),
     ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", "gemm"),
     ("void cask_cudnn::computeOffsetsKernel<false, false>(cask_cudnn::ComputeOffsetsParams)", "other"),

@@ -22,6 +22,7 @@ from perfsleuth.cases.faults import (
     Recompilation,
     SequenceImbalance,
     SmallKernels,
+    UnattributedHostStall,
     fault_from_dict,
     fault_to_dict,
 )
@@ -219,8 +220,21 @@ def _host_gaps(d: dict, clock: Clock, min_ns: int) -> list[tuple[int, int]]:
     return out
 
 
-def test_gc_pause_is_an_unexplained_host_gap_exactly_where_the_truth_puts_it(tmp_path):
-    fault = GcPause(rate=0.25, pause_ns=(20_000_000, 60_000_000), seed=2)
+def test_a_recorded_gc_pause_is_a_python_gc_event_over_the_pause(tmp_path):
+    job = simulate(small(seed=15, steps=6, faults=[GcPause(rate=0.25, pause_ns=(20_000_000, 60_000_000), seed=2)]))
+    traces, truth = written(job, tmp_path)
+    pauses = truth["faults"][0]["effect"]["pauses"]
+    assert len(pauses) >= 2
+    for r, d in traces.items():
+        clock = Clock(truth, r)
+        gc = [e for e in d["traceEvents"] if e.get("name") == "Python GC"]
+        mine = [p for p in pauses if p["rank"] == r]
+        assert len(gc) == len(mine)
+        assert not _host_gaps(d, clock, 10_000_000)  # the GC event covers the pause: the host is not silent
+
+
+def test_an_unattributed_stall_is_an_unexplained_host_gap_exactly_where_the_truth_puts_it(tmp_path):
+    fault = UnattributedHostStall(rate=0.25, pause_ns=(20_000_000, 60_000_000), seed=2)
     job = simulate(small(seed=15, steps=6, faults=[fault]))
     traces, truth = written(job, tmp_path)
     pauses = truth["faults"][0]["effect"]["pauses"]

@@ -41,6 +41,8 @@ TAXONOMY_IDS = frozenset({
     "nccl_algorithm_selection", "nccl_transport_fallback", "collective_hang", "numeric_anomaly", "restart_overhead",
     "kv_cache_preemption", "prefill_decode_interference", "low_batch_occupancy", "request_queueing",
     "host_bound_serving", "memory_bound_decode", "regression",
+    # issue 12: what a trace measures but cannot name (a silent host gap; GPU idle no cause covers)
+    "unattributed_host_stall", "unattributed_idle",
 })
 """Fault class ids of TAXONOMY.md (stable: cases, tests and users' scripts depend on them)."""
 

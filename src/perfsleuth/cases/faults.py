@@ -466,7 +466,11 @@ class SmallKernels(Fault):
 
 @dataclass(frozen=True)
 class GcPause(Fault):
-    """Python garbage-collection pauses: the host stalls with no event written, the GPU drains.
+    """Python garbage-collection pauses: the host stalls, the GPU drains.
+
+    ``recorded`` (the default) writes the pause as the profiler does on PyTorch >= 2.9 with
+    ``_ExperimentalConfig(record_python_gc_info=True)``: a ``Python GC`` event over it. Without it the
+    host simply writes nothing: that is ``UnattributedHostStall``, because no trace can name such a gap.
 
     Each (rank, step) pauses with probability ``rate`` for a duration uniform in ``pause_ns``, at a
     point in the step drawn uniformly; the draws depend only on ``seed``, the rank and the step.
@@ -474,6 +478,7 @@ class GcPause(Fault):
     """
 
     fault: ClassVar[str] = "gc_pause"
+    recorded: ClassVar[bool] = True
     rate: float = 0.15
     pause_ns: tuple[int, int] = (20_000_000, 200_000_000)
     seed: int = 0
@@ -503,6 +508,15 @@ class GcPause(Fault):
         ev = self.events(world_size, n_steps)
         return sorted({r for r, _, _ in ev}), sorted({k for _, k, _ in ev})
 
+
+
+@dataclass(frozen=True)
+class UnattributedHostStall(GcPause):
+    """A host stall with no event on any thread (GC without GC events, blocking I/O, a lock): the same
+    pauses as ``GcPause``, written as silence. The right diagnosis is ``unattributed_host_stall``."""
+
+    fault: ClassVar[str] = "unattributed_host_stall"
+    recorded: ClassVar[bool] = False
 
 @dataclass(frozen=True)
 class Recompilation(Fault):

@@ -659,6 +659,7 @@ class _Builder:
         self.coll_in_step = 0
         self.hung = False
         self.pause: tuple[float, int] | None = None
+        self.pause_recorded = False
 
     def _host_costs(self, mult: float = 1.0, d: _Draws | None = None) -> tuple[int, int, int, int]:
         d = self.d if d is None else d
@@ -784,7 +785,9 @@ class _Builder:
         self.slow = sum(f.compute_slowdown(self.rank, self.stage, k) for f in faults)
         dp = self.cfg.dp
         self.work = sum((f.work_scale(rank % dp, dp, k) for f in faults), 0.0)
-        self.pause = next((p for f in faults if (p := f.host_pause(rank, k)) is not None), None)
+        paused = next(((f, p) for f in faults if (p := f.host_pause(rank, k)) is not None), None)
+        self.pause = paused[1] if paused else None
+        self.pause_recorded = bool(getattr(paused[0], "recorded", False)) if paused else False
         self.flush_now = self.frag is not None and self.frag.flushes(k)
         self.coll_in_step = 0
         self.prog.append((I_STEP, k, f"ProfilerStep#{self.cfg.first_step + k}"))
@@ -867,7 +870,7 @@ class _Builder:
         if self.pause is not None and min(n - 1, int(self.pause[0] * n)) == i:
             ns = self.pause[1]
             self.prog.append((I_MARK, "gc", 0, ns))
-            self.prog.append((I_IDLE, ns, None, ""))
+            self.prog.append((I_IDLE, ns, H_CPU_OP, "Python GC") if self.pause_recorded else (I_IDLE, ns, None, ""))
             self.prog.append((I_MARK, "gc", 1, ns))
 
     def finish(self) -> None:
@@ -1688,7 +1691,7 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                       "est_achieved_occupancy_pct": st.get("est. achieved occupancy %", 0),
                       "gpu_busy_fraction": float(np.mean([r["gpu_busy_ns"] / (r["host_end_ns"] - r["host_start_ns"])
                                                           for r in hit] or [0.0]))}
-        elif f.fault == "gc_pause":
+        elif f.fault in ("gc_pause", "unattributed_host_stall"):
             pauses = _by_rank_step(job, "gc")
             flat = sorted(({"rank": r, "step": step, "start_ns": v["start_ns"], "duration_ns": v["duration_ns"]}
                            for r, per in pauses.items() for step, v in per.items()), key=lambda x: x["start_ns"])

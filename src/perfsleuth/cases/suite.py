@@ -42,7 +42,7 @@ from perfsleuth.cases.simulator import SimConfig, simulate
 CLASSES = (
     "exposed_communication", "poor_overlap", "pipeline_bubble", "sequence_imbalance", "dataloader_stall",
     "checkpoint_stall", "host_launch_bound", "small_kernels", "gc_pause", "recompilation", "allocator_churn",
-    "memory_fragmentation", "straggler_rank", "collective_hang",
+    "memory_fragmentation", "straggler_rank", "collective_hang", "unattributed_host_stall",
 )
 HEALTHY_SHARE = 0.15
 PAIR_SHARE = 0.22
@@ -187,10 +187,15 @@ def _g_small(rng, s, t):
                           fused_ns=int(k * rng.uniform(2, 5))), {}
 
 
-def _g_gc(rng, s, t):
+def _g_gc(rng, s, t, cls: type[F.GcPause] = F.GcPause):
     hi = max(2_000_000, int(4 * t * s.step_ns))
-    return F.GcPause(rate=float(rng.uniform(0.05, 0.35)), pause_ns=(max(1_000_000, int(hi * rng.uniform(0.2, 0.8))), hi),
-                     seed=int(rng.integers(1 << 30))), {}
+    return cls(rate=float(rng.uniform(0.05, 0.35)), pause_ns=(max(1_000_000, int(hi * rng.uniform(0.2, 0.8))), hi),
+               seed=int(rng.integers(1 << 30))), {}
+
+
+def _g_stall(rng, s, t):
+    """The same pauses as a GC, written as silence (no GC event): an unattributed host stall."""
+    return _g_gc(rng, s, t, F.UnattributedHostStall)
 
 
 def _g_recompile(rng, s, t):
@@ -228,7 +233,7 @@ GENERATORS: dict[str, Gen] = {
     "pipeline_bubble": _g_pipeline, "sequence_imbalance": _g_sequence, "dataloader_stall": _g_dataloader,
     "checkpoint_stall": _g_checkpoint, "host_launch_bound": _g_launch, "small_kernels": _g_small, "gc_pause": _g_gc,
     "recompilation": _g_recompile, "allocator_churn": _g_churn, "memory_fragmentation": _g_fragmentation,
-    "collective_hang": _g_hang,
+    "collective_hang": _g_hang, "unattributed_host_stall": _g_stall,
 }
 
 

@@ -34,7 +34,8 @@ SHORT = {"exposed_communication": "expo", "poor_overlap": "ovlp", "pipeline_bubb
          "nccl_algorithm_selection": "algo", "nccl_transport_fallback": "xport", "numeric_anomaly": "numer",
          "restart_overhead": "restrt", "kv_cache_preemption": "kvpre", "prefill_decode_interference": "pdint",
          "low_batch_occupancy": "lowbat", "request_queueing": "queue", "host_bound_serving": "hostsv",
-         "memory_bound_decode": "membw", "regression": "regr", "none": "none"}
+         "memory_bound_decode": "membw", "regression": "regr", "unattributed_host_stall": "stall",
+         "unattributed_idle": "idle", "none": "none"}
 
 
 def evaluate_command(cases: list[Path], format: str = "text", out: Path | None = None,

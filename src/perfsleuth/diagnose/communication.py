@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, context
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
-from perfsleuth.diagnose.signals import signals_of
 from perfsleuth.metrics.fabric import busbw_factor
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.provenance import REAL_SIZE, STEPS
 
 REFERENCE_BUSBW_GBPS = 100.0
 """Bus bandwidth a healthy NCCL all-reduce of tens of MB reaches between current data-centre GPUs
@@ -48,8 +49,7 @@ HANG_FACTOR = 20.0
 100 ms, whose peers never issued it, is a hang (catalog T25), not a slow transfer."""
 
 
-def _comm_frame(a: JobAnalysis) -> pd.DataFrame | None:
-    ctx = context(a)
+def _comm_frame(ctx: JobContext) -> pd.DataFrame | None:
     rs = ctx.rs
     if rs.empty or "exposed_collective_ns" not in rs or not (rs["collective_ns"] > 0).any():
         return None
@@ -65,10 +65,9 @@ def _comm_frame(a: JobAnalysis) -> pd.DataFrame | None:
 class _CommView:
     """The numbers both communication detectors decide on, computed once per job."""
 
-    def __init__(self, a: JobAnalysis):
-        ctx = context(a)
+    def __init__(self, ctx: JobContext):
         self.ctx = ctx
-        self.df = df = _comm_frame(a)
+        self.df = df = _comm_frame(ctx)
         if df is None:
             return
         g = df.groupby("step")
@@ -84,7 +83,7 @@ class _CommView:
         busy = df["comm_busy_ns"].sum()
         self.overlap = float(1 - df["exposed_net_ns"].sum() / busy) if busy > 0 else 0.0
         self.busbw = ctx.busbw_gbps
-        self.reference = reference_busbw(a, df)
+        self.reference = reference_busbw(ctx, df)
         self.impact = ctx.impact(self.exposed)
         self.impact_gross = ctx.impact(self.gross)
         self.impact_avoidable = ctx.impact(self.avoidable)
@@ -117,19 +116,19 @@ def last_collective_transfer(ctx: JobContext) -> pd.Series:
     return tail.groupby("step")["transfer_ns"].median().astype(float)
 
 
-def reference_busbw(a: JobAnalysis, df: pd.DataFrame) -> Interval:
+def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
     """The bus bandwidth the job's collectives should reach: measured when the job's evidence holds
     nccl-tests all-reduce output (median busbw of rows within ``NCCL_TESTS_SIZE_BAND`` of the job's
     mean collective size, else of the nearest size), else ``REFERENCE_BUSBW_GBPS``."""
     default = Interval(REFERENCE_BUSBW_GBPS, unit="GB/s",
                        method="reference for H100-class fabrics at bucket sizes (no nccl-tests output among the job's files)")
-    sig = signals_of(a)
+    a, sig = ctx.a, ctx.signals
     table = sig.table("nccl_tests") if sig is not None else None
     if table is None or table.num_rows == 0:
         return default
     nt = table.select(["collective", "size_bytes", "busbw_gbs"]).to_pandas()
     nt = nt[(nt["collective"] == "allreduce") & (nt["busbw_gbs"] > 0) & (nt["size_bytes"] > 0)]
-    colls, bus = float(df["collectives"].sum()), float(_bus_bytes(a))
+    colls, bus = float(df["collectives"].sum()), float(_bus_bytes(ctx))
     if nt.empty or colls <= 0 or bus <= 0:
         return default
     size = bus / colls / busbw_factor("allreduce", max(len(a.ranks_with_gpu), 2))
@@ -143,17 +142,14 @@ def reference_busbw(a: JobAnalysis, df: pd.DataFrame) -> Interval:
                            f"(the job's collectives average {size / 2**20:.0f} MiB)")
 
 
-def _bus_bytes(a: JobAnalysis) -> float:
+def _bus_bytes(ctx: JobContext) -> float:
     """Bus bytes of all the job's matched collectives (bytes x NCCL's bus factor)."""
-    rs = context(a).rs
+    rs = ctx.rs
     return float(rs["collective_bus_bytes"].sum()) if "collective_bus_bytes" in rs else 0.0
 
 
-def _view(a: JobAnalysis) -> _CommView:
-    cache = a.__dict__.setdefault("_perfsleuth_comm_view", {})
-    if "v" not in cache:
-        cache["v"] = _CommView(a)
-    return cache["v"]
+def _view(ctx: JobContext) -> _CommView:
+    return ctx.derived("comm_view", lambda: _CommView(ctx))
 
 
 def _busbw_evidence(v: _CommView) -> Evidence:
@@ -190,9 +186,11 @@ def _untraced_ranks(a: JobAnalysis) -> int:
 
 
 @detector("exposed_communication", needs=("kineto trace with communication kernels",
-                                          "collectives matched across ranks (for bus bandwidth)"))
-def exposed_communication(a: JobAnalysis) -> Finding | NotAssessed | None:
-    v = _view(a)
+                                          "collectives matched across ranks (for bus bandwidth)"),
+          evidence=("collective_kernels",), requires=(REAL_SIZE,))
+def exposed_communication(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
+    v = _view(ctx)
     if v.df is None:
         if a.ranks_with_gpu:
             return None  # GPU traced, no collectives: nothing exposed
@@ -255,9 +253,11 @@ def _poor_overlap_fires(v: _CommView) -> bool:
     return v.df is not None and not v.bandwidth_low and v.busbw is not None and v.impact_avoidable.value >= MIN_IMPACT
 
 
-@detector("poor_overlap", needs=("kineto trace with communication kernels", "collectives matched across ranks"))
-def poor_overlap(a: JobAnalysis) -> Finding | NotAssessed | None:
-    v = _view(a)
+@detector("poor_overlap", needs=("kineto trace with communication kernels", "collectives matched across ranks"),
+          evidence=("matched_collectives",), requires=(REAL_SIZE, STEPS))
+def poor_overlap(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
+    v = _view(ctx)
     if v.df is None:
         return None if a.ranks_with_gpu else NotAssessed("poor_overlap", "GPU kernels in the trace")
     if v.busbw is None:
@@ -301,8 +301,10 @@ def poor_overlap(a: JobAnalysis) -> Finding | NotAssessed | None:
     )
 
 
-@detector("collective_hang", needs=("kineto traces of every rank of a process group", "collective sequence numbers"))
-def collective_hang(a: JobAnalysis) -> Finding | NotAssessed | None:
+@detector("collective_hang", needs=("kineto traces of every rank of a process group", "collective sequence numbers"),
+          evidence=("collective_kernels",), requires=(REAL_SIZE,))
+def collective_hang(job: Job) -> Finding | NotAssessed | None:
+    a = job.trace
     coll = a.collectives
     facts = a.rank_facts
     if coll.num_rows == 0:

@@ -8,16 +8,21 @@ that turn a per-step loss into an impact with an interval. Nothing here judges; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
+from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
+
+T = TypeVar("T")
 
 MIN_IMPACT = 0.03
 """Below 3 % of step time a cause is not worth an engineer's hour, and step noise is of that order."""
@@ -32,7 +37,6 @@ CONFIDENCE_CEILING = 0.97
 CONFIDENCE_FLOOR = 0.7
 
 BOOTSTRAP = 1000
-_CACHE = "_perfsleuth_diagnose_context"
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, *, what: str = "steps", confidence: float = 0.95) -> Interval:
@@ -87,10 +91,20 @@ class Pipeline:
 
 
 class JobContext:
-    """Shared intermediates of one job (see the module docstring)."""
+    """Shared intermediates of one job's trace (see the module docstring), built once by the engine
+    (``diagnose.job.Job``). Each is computed on first use from the analysis alone and never changed
+    afterwards: a detector that needs a derived column makes its own copy (``with_column``)."""
 
-    def __init__(self, a: JobAnalysis):
+    def __init__(self, a: JobAnalysis, signals: JobSignals | None = None):
         self.a = a
+        self.signals = signals  # the job's other sources (a fabric's nccl-tests output is the trace's reference)
+        self._derived: dict[str, Any] = {}
+
+    def derived(self, name: str, build: Callable[[], T]) -> T:
+        """A view several detectors share (the communication view), built on first use for this job only."""
+        if name not in self._derived:
+            self._derived[name] = build()
+        return self._derived[name]  # type: ignore[no-any-return]
 
     # --- frames ----------------------------------------------------------------------------------
     @cached_property
@@ -135,11 +149,13 @@ class JobContext:
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in self.rs["rank"].unique()) if not self.rs.empty else []
 
-    def per_step(self, col: str, how: str = "max") -> pd.Series:
-        """A column aggregated over ranks per step (max: the job waits for the worst rank)."""
-        if self.rs.empty or col not in self.rs:
+    def per_step(self, col: str, how: str = "max", *, frame: pd.DataFrame | None = None) -> pd.Series:
+        """A column aggregated over ranks per step (max: the job waits for the worst rank); ``frame``
+        is a detector's own copy of ``rs`` with derived columns."""
+        rs = self.rs if frame is None else frame
+        if rs.empty or col not in rs:
             return pd.Series(dtype=float)
-        g = self.rs.groupby("step")[col]
+        g = rs.groupby("step")[col]
         out = g.max() if how == "max" else g.median() if how == "median" else g.sum()
         return out.reindex(self.step_time.index).fillna(0).astype(float)
 
@@ -148,9 +164,9 @@ class JobContext:
         loss = loss_per_step.reindex(self.step_time.index).fillna(0).to_numpy(dtype=float)
         return ratio_interval(loss, self.step_time.to_numpy(dtype=float))
 
-    def per_rank_share(self, col: str) -> pd.Series:
+    def per_rank_share(self, col: str, *, frame: pd.DataFrame | None = None) -> pd.Series:
         """Per rank: the column's total over its step time total."""
-        g = self.rs.groupby("rank")
+        g = (self.rs if frame is None else frame).groupby("rank")
         return (g[col].sum() / g["step_time_ns"].sum().clip(lower=1)).astype(float)
 
     # --- collectives: waits, transfers, bandwidth ------------------------------------------------
@@ -268,10 +284,3 @@ def require_host_and_gpu(ctx: JobContext, fault: str, *, host_events: str, gpu_c
     return None
 
 
-def context(a: JobAnalysis) -> JobContext:
-    """The job's shared intermediates, computed once and kept on the analysis object."""
-    ctx = a.__dict__.get(_CACHE)
-    if ctx is None:
-        ctx = JobContext(a)
-        a.__dict__[_CACHE] = ctx
-    return ctx

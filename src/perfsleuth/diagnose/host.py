@@ -1,5 +1,5 @@
 """Host-side detectors: data-loader stall (T5), checkpoint stall (T6), host/launch-bound (T7),
-GC pause (T10), recompilation (T11).
+GC pause (T10), recompilation (T11), and the stall no event names (``unattributed_host_stall``).
 
 Each reads the lost time the per-rank analysis charged to its cause (``lost_<cause>_ns``: time in
 a step window covered by the cause's host spans while the GPU neither computed nor communicated;
@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, context, require_host_and_gpu
+from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
-from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.provenance import HOST_RECORD, REAL_SIZE, SEVERAL_STEPS, STEPS
 
 HANDOFF_ALLOWANCE = 0.01
 """The most a routine batch hand-off may cost, as a share of the step: dequeuing a prefetched batch
@@ -46,8 +47,8 @@ def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
                                 gpu_cost="GPU idle time is what these stalls cost")
 
 
-def _scope(ctx: JobContext, col: str, loss: pd.Series) -> dict:
-    share = ctx.per_rank_share(col)
+def _scope(ctx: JobContext, col: str, loss: pd.Series, frame: pd.DataFrame | None = None) -> dict:
+    share = ctx.per_rank_share(col, frame=frame)
     top = float(share.max()) if len(share) else 0.0
     ranks = sorted(int(r) for r, v in share.items() if v >= max(0.5 * top, 0.005))
     st = ctx.step_time
@@ -79,12 +80,12 @@ def routine_loader_wait(rs: pd.DataFrame) -> float:
     return float(min(np.quantile(share, ROUTINE_QUANTILE), HANDOFF_ALLOWANCE)) if len(share) else 0.0
 
 
-def scattered_worst_rank(ctx: JobContext, col: str) -> bool:
+def scattered_worst_rank(ctx: JobContext, col: str, frame: pd.DataFrame | None = None) -> bool:
     """True when each stalled step's worst rank mostly does not stall on the other stalled steps, and
     the typical rank does not stall: what many ranks' loader jitter looks like once every step waits
     for the slowest of them, as much as a stall. A slow loader host repeats on its ranks (a rank is
     near the worst on every stalled step); a slow shard or storage hiccup hits every rank alike."""
-    rs = ctx.rs
+    rs = ctx.rs if frame is None else frame
     grid = rs.pivot_table(index="step", columns="rank", values=col, aggfunc="sum").fillna(0.0)
     top = grid.max(axis=1)
     stalled = grid[top >= 0.01 * ctx.step_time.reindex(grid.index)]
@@ -93,13 +94,14 @@ def scattered_worst_rank(ctx: JobContext, col: str) -> bool:
     near_top = stalled.ge(0.5 * stalled.max(axis=1), axis=0)
     worst = stalled.idxmax(axis=1)
     repeats = [float(near_top[r].drop(step).mean()) for step, r in worst.items()]
-    typical = ctx.impact(ctx.per_step(col, how="median")).value
+    typical = ctx.impact(ctx.per_step(col, how="median", frame=frame)).value
     return float(np.mean(repeats)) < 0.5 and typical < MIN_IMPACT
 
 
-@detector("dataloader_stall", needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",))
-def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("dataloader_stall", needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",),
+          evidence=("dataloader_spans",), requires=(REAL_SIZE, STEPS))
+def dataloader_stall(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     if (na := _needs_signals(ctx, "dataloader_stall")) is not None:
         return na
     rs = ctx.rs
@@ -108,19 +110,19 @@ def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
                            "steps, or a record_function around batch fetching)")
     routine = routine_loader_wait(rs)
     total = ctx.impact(ctx.per_step("lost_dataloader_ns"))
-    ctx.rs["dataloader_excess_ns"] = (rs["lost_dataloader_ns"] - routine * rs["step_time_ns"]).clip(lower=0)
-    loss = ctx.per_step("dataloader_excess_ns")
+    rs = rs.assign(dataloader_excess_ns=(rs["lost_dataloader_ns"] - routine * rs["step_time_ns"]).clip(lower=0))
+    loss = ctx.per_step("dataloader_excess_ns", frame=rs)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
         return below_bar("dataloader_stall", imp, f"a larger effect: the GPU waits for the data loader {total.value:.1%} of "
                          f"step time, {imp.value:.1%} beyond a routine hand-off of {routine:.1%}, under the 3% bar")
-    scope = _scope(ctx, "dataloader_excess_ns", loss)
+    scope = _scope(ctx, "dataloader_excess_ns", loss, rs)
     share = ctx.per_rank_share("lost_dataloader_ns")
     span = ctx.per_rank_share("dataloader_span_ns")
     subset = len(scope["ranks"]) < len(ctx.ranks)
     others = share.drop(scope["ranks"]) if subset else share
     launch = ctx.impact(ctx.per_step("lost_launch_ns"))
-    scattered = scattered_worst_rank(ctx, "dataloader_excess_ns")
+    scattered = scattered_worst_rank(ctx, "dataloader_excess_ns", rs)
     evidence = [
         Evidence("dataloader_stall_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
                  "GPU idle while the host fetched the batch beyond the routine hand-off (worst rank per step)"),
@@ -159,24 +161,24 @@ def dataloader_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
         action=("Prefetch batches: DataLoader(num_workers>0, pin_memory=True, prefetch_factor>=2, persistent_workers=True); "
                 "move decoding/augmentation off the training process. To confirm: the loader's per-batch time and "
                 "the host's CPU usage."),
-        attached=straggler_symptom(a, "lost_dataloader_ns"),
+        attached=straggler_symptom(ctx, "lost_dataloader_ns"),
     )
 
 
-@detector("checkpoint_stall", needs=("kineto trace with checkpoint annotations or device-to-host copies",))
-def checkpoint_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("checkpoint_stall", needs=("kineto trace with checkpoint annotations or device-to-host copies",),
+          evidence=("checkpoint_spans", "bulk_d2h"), requires=(REAL_SIZE, STEPS))
+def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     if (na := _needs_signals(ctx, "checkpoint_stall")) is not None:
         return na
     rs = ctx.rs.assign(ckpt_loss=checkpoint_loss(ctx.rs))
     if not ((rs["checkpoint_span_ns"] > 0) | (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES)).any():
         return None  # no checkpoint annotation and no bulk device-to-host copies: no save in this window
-    ctx.rs["ckpt_loss"] = rs["ckpt_loss"]
-    loss = ctx.per_step("ckpt_loss")
+    loss = ctx.per_step("ckpt_loss", frame=rs)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
         return _threshold_result("checkpoint_stall", imp, "checkpoint saves")
-    scope = _scope(ctx, "ckpt_loss", loss)
+    scope = _scope(ctx, "ckpt_loss", loss, rs)
     annotated = bool((rs["lost_checkpoint_ns"] > 0).any())
     d2h = rs[rs["step"].isin(scope["steps"])]["d2h_bytes"]
     saves = int((rs["ckpt_loss"] > 0.01 * rs["step_time_ns"]).sum())
@@ -206,13 +208,14 @@ def checkpoint_stall(a: JobAnalysis) -> Finding | NotAssessed | None:
         action=("Save asynchronously: copy to pinned host memory and write from a background thread/process "
                 "(torch.distributed.checkpoint async_save), shard the save across ranks, checkpoint less often. "
                 "To confirm: save duration and checkpoint interval from the training log."),
-        attached=straggler_symptom(a, "lost_checkpoint_ns"),
+        attached=straggler_symptom(ctx, "lost_checkpoint_ns"),
     )
 
 
-@detector("recompilation", needs=("kineto trace of a torch.compile job (Dynamo/Inductor compile spans)",))
-def recompilation(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("recompilation", needs=("kineto trace of a torch.compile job (Dynamo/Inductor compile spans)",),
+          evidence=("compile_spans",), requires=(REAL_SIZE, STEPS))
+def recompilation(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
     if (na := _needs_signals(ctx, "recompilation")) is not None:
         return na
     rs = ctx.rs
@@ -249,82 +252,130 @@ def recompilation(a: JobAnalysis) -> Finding | NotAssessed | None:
         action=("Find what triggers the recompile (TORCH_LOGS=recompiles): changing shapes (mark_dynamic, pad to "
                 "buckets), Python values in guards, new dtypes; raise cache_size_limit only after that. To confirm: "
                 "the recompile reasons in TORCH_LOGS."),
-        attached=straggler_symptom(a, "lost_compile_ns"),
+        attached=straggler_symptom(ctx, "lost_compile_ns"),
     )
 
 
 REGULAR_SILENCE_CV = 0.25
 REGULAR_SILENCE_MIN_STEPS = 4
 
+_HOST_STALL_REQUIRES = (REAL_SIZE, STEPS, HOST_RECORD)
 
-def _regular_silence(ctx: JobContext, imp: Interval) -> NotAssessed | None:
-    """A silent gap of the same length on every step is the program's own un-annotated host work.
 
-    Collections come when allocation counts cross a threshold, so their pauses land on some steps and
-    vary in length; a gap that recurs on every step with a near-constant length is code (Python work
-    between ops that the profiler does not record). Seen on a real H200 trace of a launch-bound loop:
-    a 2.4 ms silent gap on each of its 6 steps, while real gc.collect() pauses hit every other step."""
-    rs = ctx.rs
+def _regular_silence(ctx: JobContext, rs: pd.DataFrame) -> float | None:
+    """The median silent gap when it recurs on every step with a near-constant length, else None.
+
+    Garbage collections come when allocation counts cross a threshold, so their pauses land on some
+    steps and vary in length; a gap of the same length on every step is the program's own host work
+    that the profiler does not record. Seen on a real H200 trace of a launch-bound loop: a 2.4 ms
+    silent gap on each of its 6 steps, while real gc.collect() pauses hit every other step."""
     for _, g in rs.groupby("rank"):
         if len(g) < REGULAR_SILENCE_MIN_STEPS:
             continue
-        hit = g["gc_loss"] >= 0.01 * g["step_time_ns"]
+        hit = g["stall_ns"] >= 0.01 * g["step_time_ns"]
         lost = g.loc[hit, "silent_max_gap_ns"].astype(float)
         if hit.all() and lost.mean() > 0 and lost.std(ddof=1) / lost.mean() < REGULAR_SILENCE_CV:
-            return insufficient("gc_pause", f"irregular pauses: the host goes silent for ~{lost.median() / 1e6:.1f} ms on "
-                                "every step alike, which is un-annotated host work rather than garbage collection; "
-                                "with_stack=True or py-spy would show what runs there", imp)
+            return float(lost.median())
     return None
 
 
-@detector("gc_pause", needs=("kineto trace with host events (a silent host gap is what a GC pause leaves)",))
-def gc_pause(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("gc_pause", needs=("kineto trace with Python GC events",), evidence=("gc_events",),
+          requires=_HOST_STALL_REQUIRES)
+def gc_pause(job: Job) -> Finding | NotAssessed | None:
+    """Garbage collection the profiler recorded (``Python GC`` events, gc.collect annotations) while the
+    GPU waited. A silent gap is not one: it is ``unattributed_host_stall`` until such an event names it."""
+    ctx = job.ctx
     if (na := _needs_signals(ctx, "gc_pause")) is not None:
         return na
-    if not any(f.get("cpu_ops", 0) for f in a.rank_facts.values()):
-        return NotAssessed("gc_pause", "host operator events (torch.profiler ProfilerActivity.CPU): without them every "
-                           "host gap looks silent")
     rs = ctx.rs
-    unannotated = (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES) & (rs["checkpoint_span_ns"] == 0)
-    ctx.rs["gc_loss"] = np.where(unannotated, 0, rs["lost_silent_ns"])
-    loss = ctx.per_step("gc_loss")
+    loss = ctx.per_step("lost_gc_ns")
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        return _threshold_result("gc_pause", imp, "silent host stalls")
-    if (regular := _regular_silence(ctx, imp)) is not None:
-        return regular
-    rs = ctx.rs
-    hit = rs[rs["gc_loss"] >= 0.01 * rs["step_time_ns"]]
-    pauses = len(hit)
+        return _threshold_result("gc_pause", imp, "recorded garbage collections")
+    scope = _scope(ctx, "lost_gc_ns", loss)
+    hit = rs[rs["lost_gc_ns"] >= 0.01 * rs["step_time_ns"]]
     n_ranks, n_steps = hit["rank"].nunique(), hit["step"].nunique()
-    scope = {"ranks": sorted(int(r) for r in hit["rank"].unique()), "steps": sorted(int(s) for s in hit["step"].unique())}
-    gap = float(hit["silent_max_gap_ns"].median()) if pauses else 0.0
-    spread = n_ranks >= 2 or n_steps >= 2
     evidence = (
-        _impact_evidence("silent_stall_fraction", imp, "GPU idle while the host wrote no event at all (worst rank per step)"),
-        Evidence("pauses", Interval(float(pauses), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
-        Evidence("pause_ns", Interval(gap, unit="ns", method="median longest silent host gap of a paused rank-step"),
-                 Interval(1e6, unit="ns", method="gaps under 1 ms are interpreter overhead")),
+        _impact_evidence("gc_blocked_fraction", imp, "GPU idle while the host ran Python garbage collection (recorded GC "
+                         "events, worst rank per step)"),
+        Evidence("gc_span_ns", Interval(float(rs["gc_span_ns"].max()), unit="ns", method="longest per rank-step")),
+        Evidence("collections", Interval(float(len(hit)), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
     )
     alternatives = (
-        Alternative("checkpoint_stall", "ruled_out", "no checkpoint annotation or bulk device-to-host copy near the gaps"),
-        Alternative("dataloader_stall", "ruled_out", "the gaps are outside the data-loader annotation"),
-        Alternative("straggler_rank", "ruled_out" if spread else "cannot_rule_out",
-                    "the stalls hit different ranks and steps" if spread else "a single stall: it could be any one-off"),
+        Alternative("unattributed_host_stall", "ruled_out", "the stall is inside recorded GC events"),
+        Alternative("checkpoint_stall", "ruled_out", "no checkpoint annotation covers it"),
     )
+    peers = job.provenance.supports("peers") and n_ranks < len(ctx.ranks)
     return Finding(
         fault="gc_pause",
-        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if spread else 0.7),
+        confidence=ctx.confidence(imp.value, MIN_IMPACT),
         impact=imp,
         scope=scope,
-        symptom=(f"the host goes silent (no event on any thread) for ~{gap / 1e6:.0f} ms on {pauses} rank-step(s) "
-                 f"across {n_ranks} rank(s); the GPU drains and peers wait: {imp.value:.0%} of step time"),
+        symptom=(f"Python garbage collection runs while the GPU waits on {len(hit)} rank-step(s): {imp.value:.0%} of step time"
+                 + ("; the other ranks wait for the collecting ones at the next collective" if peers else "")),
         evidence=evidence,
         alternatives=alternatives,
         action=("Take GC off the critical path: gc.freeze() after model setup, gc.disable() and a planned gc.collect() "
-                "on all ranks every N steps. To confirm: gc.callbacks timing per rank (or py-spy) during the slow steps."),
-        attached=straggler_symptom(a, "lost_silent_ns"),
+                "on all ranks every N steps. To confirm: the GC events' generation and duration per step."),
+        attached=straggler_symptom(ctx, "lost_gc_ns"),
+    )
+
+
+@detector("unattributed_host_stall", needs=("kineto trace with host events (a silent host gap is a measured stall)",),
+          evidence=("host_gaps",), requires=_HOST_STALL_REQUIRES)
+def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
+    """The host wrote no event on any thread while the GPU drained: a stall that is measured, but whose
+    cause the trace does not show (GC, blocking I/O, a lock, Python work outside any op). It is reported
+    with its size and pattern, and with the signals that would name it; it never names a cause."""
+    ctx = job.ctx
+    if (na := _needs_signals(ctx, "unattributed_host_stall")) is not None:
+        return na
+    rs = ctx.rs
+    unannotated = (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES) & (rs["checkpoint_span_ns"] == 0)
+    rs = rs.assign(stall_ns=np.where(unannotated, 0, rs["lost_silent_ns"]))
+    loss = ctx.per_step("stall_ns", frame=rs)
+    imp = ctx.impact(loss)
+    if imp.value < MIN_IMPACT:
+        return _threshold_result("unattributed_host_stall", imp, "silent host stalls")
+    hit = rs[rs["stall_ns"] >= 0.01 * rs["step_time_ns"]]
+    n_ranks, n_steps = hit["rank"].nunique(), hit["step"].nunique()
+    scope = _scope(ctx, "stall_ns", loss, rs)
+    gap = float(hit["silent_max_gap_ns"].median()) if len(hit) else 0.0
+    regular = _regular_silence(ctx, rs) if job.provenance.supports(SEVERAL_STEPS) else None
+    if regular is not None:
+        return insufficient("unattributed_host_stall", f"irregular stalls: the host goes silent for ~{regular / 1e6:.1f} ms "
+                            "on every step alike, which is the program's own un-annotated host work (Python between "
+                            "ops) rather than a stall; with_stack=True or py-spy would show what runs there", imp)
+    if not job.provenance.supports(SEVERAL_STEPS):
+        pattern = f"on {n_steps} of {ctx.n_steps} traced step(s) (too few steps to tell a pattern)"
+    else:
+        pattern = f"on {n_steps} of {ctx.n_steps} steps, {n_ranks} of {len(ctx.ranks)} rank(s), irregular"
+    evidence = (
+        _impact_evidence("silent_stall_fraction", imp, "GPU idle while the host wrote no event on any thread (worst rank "
+                         "per step)"),
+        Evidence("stalls", Interval(float(len(hit)), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
+        Evidence("stall_ns", Interval(gap, unit="ns", method="median longest silent host gap of a stalled rank-step"),
+                 Interval(1e6, unit="ns", method="gaps under 1 ms are interpreter overhead")),
+    )
+    alternatives = (
+        Alternative("gc_pause", "cannot_rule_out", "no GC event was recorded; with PyTorch >= 2.9 "
+                    "_ExperimentalConfig(record_python_gc_info=True) records them, or gc.callbacks timing shows them"),
+        Alternative("dataloader_stall", "ruled_out", "the gaps are outside any data-loader op"),
+        Alternative("checkpoint_stall", "ruled_out", "no checkpoint annotation or bulk device-to-host copy near the gaps"),
+    )
+    return Finding(
+        fault="unattributed_host_stall",
+        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.9),
+        impact=imp,
+        scope=scope,
+        symptom=(f"the host goes silent (no event on any thread) for ~{gap / 1e6:.1f} ms while the GPU drains, {pattern}: "
+                 f"{imp.value:.0%} of step time, for a reason the trace does not show"),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=("Name the stall before fixing it: record Python GC events (PyTorch >= 2.9, with_stack=True and "
+                "_ExperimentalConfig(record_python_gc_info=True)), profile with with_stack=True, or sample the host "
+                "with py-spy during the slow steps; blocking I/O, locks and logging show there."),
+        attached=straggler_symptom(ctx, "lost_silent_ns"),
     )
 
 
@@ -332,7 +383,7 @@ REFILL_SHORT_KERNEL_SHARE = 0.5
 """A launch-bound program issues mostly kernels shorter than their launch call; when most kernels are
 longer, the host can stay ahead, and launch waits are the queue refilling after some other stall."""
 
-_STALL_CAUSES = ("lost_alloc_ns", "lost_checkpoint_ns", "lost_silent_ns", "lost_dataloader_ns", "lost_compile_ns",
+_STALL_CAUSES = ("lost_alloc_ns", "lost_checkpoint_ns", "lost_gc_ns", "lost_silent_ns", "lost_dataloader_ns", "lost_compile_ns",
                  "lost_sync_ns", "lost_d2h_ns")
 
 
@@ -356,9 +407,10 @@ def _refill_after_stall(ctx: JobContext, launch: pd.DataFrame, imp: Interval) ->
                         "run longer than their launch, so the program itself is not launch-bound", imp)
 
 
-@detector("host_launch_bound", needs=("kineto trace with CUDA runtime launches joined to their kernels",))
-def host_launch_bound(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("host_launch_bound", needs=("kineto trace with CUDA runtime launches joined to their kernels",),
+          evidence=("launch_links",), requires=(REAL_SIZE,))
+def host_launch_bound(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
     if (na := _needs_signals(ctx, "host_launch_bound")) is not None:
         return na
     loss = ctx.per_step("lost_launch_ns")
@@ -393,11 +445,13 @@ def host_launch_bound(a: JobAnalysis) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if len(scope["ranks"]) == len(ctx.ranks) else 0.9),
         impact=imp,
         scope=scope,
-        symptom=f"the GPU waits for the CPU to launch work {imp.value:.0%} of each step; kernels finish faster than they are issued",
+        symptom=(f"the GPU waits for the CPU to launch work {imp.value:.0%} of "
+                 + ("each step" if job.provenance.supports(STEPS) else "the traced window (no ProfilerStep: one window)")
+                 + "; kernels finish faster than they are issued"),
         evidence=tuple(evidence),
         alternatives=alternatives,
         action=("Issue fewer, larger ops: CUDA graphs (torch.compile mode='reduce-overhead'), fused optimizers "
                 "(foreach/fused=True), larger batches per launch; keep the Python loop lean. To confirm: the host "
                 "thread's CPU usage (100% on the launching thread)."),
-        attached=straggler_symptom(a, "lost_launch_ns"),
+        attached=straggler_symptom(ctx, "lost_launch_ns"),
     )

@@ -24,17 +24,20 @@ from perfsleuth.diagnose.context import (
     MIN_IMPACT,
     JobContext,
     below_bar,
-    context,
     fraction_interval,
     ratio_interval,
 )
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.provenance import PEERS, REAL_SIZE, STEPS
 
-HOST_CAUSES = ("lost_dataloader_ns", "lost_silent_ns", "lost_alloc_ns", "lost_checkpoint_ns", "lost_compile_ns",
+HOST_CAUSES = ("lost_dataloader_ns", "lost_gc_ns", "lost_silent_ns", "lost_alloc_ns", "lost_checkpoint_ns",
+               "lost_compile_ns",
                "lost_launch_ns")
-CAUSE_OF = {"lost_dataloader_ns": "dataloader_stall", "lost_silent_ns": "gc_pause", "lost_alloc_ns": "allocator_churn",
+CAUSE_OF = {"lost_dataloader_ns": "dataloader_stall", "lost_gc_ns": "gc_pause", "lost_silent_ns": "unattributed_host_stall",
+            "lost_alloc_ns": "allocator_churn",
             "lost_checkpoint_ns": "checkpoint_stall", "lost_compile_ns": "recompilation",
             "lost_launch_ns": "host_launch_bound"}
 
@@ -144,12 +147,13 @@ def _rank_excess(ctx: JobContext, rank: int) -> tuple[float, float, str | None]:
     return comp, host, best
 
 
-@detector("straggler_rank", needs=("kineto trace of >= 2 ranks with matched collectives",))
-def straggler_rank(a: JobAnalysis) -> Finding | NotAssessed | None:
+@detector("straggler_rank", needs=("kineto trace of >= 2 ranks with matched collectives",),
+          evidence=("matched_collectives",), requires=(REAL_SIZE, STEPS, PEERS))
+def straggler_rank(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
     rep = a.stragglers
     if rep.per_rank.num_rows == 0:
         return NotAssessed("straggler_rank", "traces of two or more ranks that share collectives")
-    ctx = context(a)
     if rep.straggler is None or rep.saving_fraction is None:
         return _compute_straggler(a, ctx, exclude=None)
     if rep.saving_fraction.value < MIN_IMPACT:
@@ -272,12 +276,11 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
     )
 
 
-def straggler_symptom(a: JobAnalysis, cause_col: str) -> tuple[str, ...]:
+def straggler_symptom(ctx: JobContext, cause_col: str) -> tuple[str, ...]:
     """The straggler symptom a host cause explains, for its finding's ``attached``."""
-    rep = a.stragglers
+    rep = ctx.a.stragglers
     if rep.straggler is None:
         return ()
-    ctx = context(a)
     comp, host, best = _rank_excess(ctx, rep.straggler)
     if best != cause_col or host <= max(comp, 0.0):
         return ()
@@ -296,9 +299,10 @@ def _groups(ctx: JobContext) -> dict[int, list[int]]:
     return out
 
 
-@detector("sequence_imbalance", needs=("kineto trace of >= 2 data-parallel ranks with per-step compute",))
-def sequence_imbalance(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("sequence_imbalance", needs=("kineto trace of >= 2 data-parallel ranks with per-step compute",),
+          evidence=("rank_steps",), requires=(REAL_SIZE, STEPS, PEERS))
+def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     rs = ctx.rs
     groups = {k: v for k, v in _groups(ctx).items() if len(v) >= 2}
     if rs.empty or not groups or ctx.n_steps < 2:
@@ -369,9 +373,10 @@ def sequence_imbalance(a: JobAnalysis) -> Finding | NotAssessed | None:
     )
 
 
-@detector("pipeline_bubble", needs=("kineto trace of every pipeline stage (point-to-point send/recv)",))
-def pipeline_bubble(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("pipeline_bubble", needs=("kineto trace of every pipeline stage (point-to-point send/recv)",),
+          evidence=("p2p_pairs",), requires=(REAL_SIZE, STEPS, PEERS))
+def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     pipe = ctx.pipeline
     if pipe is None:
         return None  # no pipeline traffic: no pipeline, no bubble

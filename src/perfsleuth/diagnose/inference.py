@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest.inference_bench import gpu_count
@@ -354,8 +355,9 @@ def _scope(v: ServingView) -> dict:
 
 
 @detector("kv_cache_preemption", needs=("vllm:num_preemptions_total rising while vllm:kv_cache_usage_perc is near 1",),
-          source=SOURCE)
-def kv_cache_preemption(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("serving_metrics",))
+def kv_cache_preemption(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "kv_cache_preemption"
     v = view(signals)
     b = v.busy
@@ -486,8 +488,9 @@ def _queue_share_finished(b: pd.DataFrame) -> Interval | None:
 
 
 @detector("request_queueing", needs=("vllm:num_requests_waiting over time against vllm:time_to_first_token_seconds",),
-          source=SOURCE)
-def request_queueing(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("serving_metrics",))
+def request_queueing(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "request_queueing"
     v = view(signals)
     b = v.busy
@@ -551,8 +554,9 @@ def request_queueing(signals: JobSignals) -> Finding | NotAssessed | None:
 
 
 @detector("low_batch_occupancy", needs=("vllm:num_requests_running against the batch the KV pool and --max-num-seqs allow",),
-          source=SOURCE)
-def low_batch_occupancy(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("serving_metrics",))
+def low_batch_occupancy(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "low_batch_occupancy"
     v = view(signals)
     df = v.intervals
@@ -646,8 +650,9 @@ def _occupancy_loss(v: ServingView, batch: float, cap: float) -> Interval:
 
 
 @detector("host_bound_serving", needs=("server E2E minus queue, prefill and decode time; decode step time against its HBM floor",),
-          source=SOURCE)
-def host_bound_serving(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("serving_metrics",))
+def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "host_bound_serving"
     v = view(signals)
     api = v.api_share
@@ -725,8 +730,10 @@ def host_bound_serving(signals: JobSignals) -> Finding | NotAssessed | None:
 # --- I6 --------------------------------------------------------------------------------------------
 
 
-@detector("memory_bound_decode", needs=("decode step time against (weights + KV bytes) / peak HBM bandwidth",), source=SOURCE)
-def memory_bound_decode(signals: JobSignals) -> Finding | NotAssessed | None:
+@detector("memory_bound_decode", needs=("decode step time against (weights + KV bytes) / peak HBM bandwidth",),
+          source=SOURCE, evidence=("serving_metrics",))
+def memory_bound_decode(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "memory_bound_decode"
     v = view(signals)
     if v.hardware is None:
@@ -846,8 +853,9 @@ def _interval_association(b: pd.DataFrame) -> tuple[Evidence | None, bool | None
 
 
 @detector("prefill_decode_interference", needs=("inter-token gaps against prefill activity (bench --save-detailed ITLs or "
-          "/metrics ITL and prompt-token counters)",), source=SOURCE)
-def prefill_decode_interference(signals: JobSignals) -> Finding | NotAssessed | None:
+          "/metrics ITL and prompt-token counters)",), source=SOURCE, evidence=("serving_metrics",))
+def prefill_decode_interference(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "prefill_decode_interference"
     v = view(signals)
     gaps = _gap_analysis(v.requests) if v.requests is not None else None

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_confidence
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.metrics.hardware import GpuSpec, lookup, resolve
@@ -342,10 +343,12 @@ def _flagged(table: pa.Table) -> pd.DataFrame:
     return med.reset_index().rename(columns={"kernel_name": "ncu_name"})
 
 
-@detector("small_kernels", needs=("Nsight Compute kernel metrics (grid size, achieved occupancy, speed of light)",), source="ncu")
-def small_kernels_ncu(signals: JobSignals) -> Finding | NotAssessed | None:
+@detector("small_kernels", needs=("Nsight Compute kernel metrics (grid size, achieved occupancy, speed of light)",),
+          source="ncu", evidence=("ncu_kernels",))
+def small_kernels_ncu(job: Job) -> Finding | NotAssessed | None:
     """Kernels whose launch cannot fill the GPU (fewer blocks than SMs, or too few resident warps) while
     both compute and memory run under 60% of peak, weighted by their share of time."""
+    signals = job.signals
     table = signals.table("kernel_metrics")
     if table is None or table.num_rows == 0:
         return NotAssessed("small_kernels", "Nsight Compute CSV (ncu --csv --page raw or --page details) of the job's kernels")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, context
+from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
-from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.launch import SHORT_KERNEL_NS
+from perfsleuth.trace.provenance import REAL_SIZE
 from perfsleuth.trace.rank_analysis import CHAIN_GAP_NS, CHAIN_MIN_KERNELS
 
 FUSED_KERNELS = 4.0
@@ -36,9 +37,9 @@ def pipeline_amplification(ctx: JobContext) -> float:
     return (m + pipe.stages - 1) / m
 
 
-@detector("small_kernels", needs=("kineto trace with GPU kernels",))
-def small_kernels(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("small_kernels", needs=("kineto trace with GPU kernels",), evidence=("gpu_kernels",), requires=(REAL_SIZE,))
+def small_kernels(job: Job) -> Finding | NotAssessed | None:
+    a, ctx = job.trace, job.ctx
     rs = ctx.rs
     if rs.empty or not ctx.has_signals:
         return NotAssessed("small_kernels", "a PyTorch-profiler trace with ProfilerStep annotations and GPU kernels")

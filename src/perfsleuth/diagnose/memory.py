@@ -20,11 +20,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, below_bar, context, require_host_and_gpu
+from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
-from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.provenance import REAL_SIZE, SEVERAL_STEPS, STEPS
 
 FLUSH_BURST = 4
 """At least 4 cudaFree calls back to back is the allocator emptying its cache, not churn."""
@@ -68,16 +69,16 @@ def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
                                 gpu_cost="GPU idle time is what allocator calls cost")
 
 
-@detector("allocator_churn", needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",))
-def allocator_churn(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+@detector("allocator_churn", needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",),
+          evidence=("allocator_calls",), requires=(REAL_SIZE, STEPS))
+def allocator_churn(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     if (na := _needs(ctx, "allocator_churn")) is not None:
         return na
     sp = _split(ctx)
     if not sp["calls"].any():
         return None
-    ctx.rs["churn_ns"] = sp["churn_ns"].to_numpy()
-    loss = ctx.per_step("churn_ns")
+    loss = ctx.per_step("churn_ns", frame=ctx.rs.assign(churn_ns=sp["churn_ns"].to_numpy()))
     imp = ctx.impact(loss)
     steady = float(sp.groupby("step")["calls"].any().mean())
     if imp.value < MIN_IMPACT:
@@ -119,21 +120,21 @@ def allocator_churn(a: JobAnalysis) -> Finding | NotAssessed | None:
         action=("Keep memory in the caching allocator: remove torch.cuda.empty_cache() from the loop, reuse buffers, "
                 "avoid shape changes that defeat block reuse, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. "
                 "To confirm: torch.cuda.memory_stats() num_device_alloc/num_device_free per step."),
-        attached=straggler_symptom(a, "lost_alloc_ns"),
+        attached=straggler_symptom(ctx, "lost_alloc_ns"),
     )
 
 
 @detector("memory_fragmentation", needs=("kineto trace with profile_memory=True (allocator memory events)",
-                                         "CUDA runtime events (cudaFree bursts)"))
-def memory_fragmentation(a: JobAnalysis) -> Finding | NotAssessed | None:
-    ctx = context(a)
+                                         "CUDA runtime events (cudaFree bursts)"),
+          evidence=("allocator_calls", "memory_events"), requires=(REAL_SIZE, SEVERAL_STEPS))
+def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
+    ctx = job.ctx
     if (na := _needs(ctx, "memory_fragmentation")) is not None:
         return na
     rs = ctx.rs
     has_mem = bool((rs["mem_events"] > 0).any())
     sp = _split(ctx)
-    ctx.rs["flush_ns"] = sp["flush_ns"].to_numpy()
-    loss = ctx.per_step("flush_ns")
+    loss = ctx.per_step("flush_ns", frame=ctx.rs.assign(flush_ns=sp["flush_ns"].to_numpy()))
     imp = ctx.impact(loss)
     ratio = None
     if has_mem:
@@ -188,5 +189,5 @@ def memory_fragmentation(a: JobAnalysis) -> Finding | NotAssessed | None:
         action=("Reduce fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, avoid varying tensor sizes "
                 "(pad to buckets), lower peak memory (activation checkpointing, smaller microbatch). To confirm: "
                 "torch.cuda.memory_stats() num_alloc_retries rising after warm-up."),
-        attached=straggler_symptom(a, "lost_alloc_ns"),
+        attached=straggler_symptom(ctx, "lost_alloc_ns"),
     )

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 from perfsleuth.diagnose.context import graded_confidence
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.metrics.fabric import Expected, active_table
@@ -60,22 +61,12 @@ def _bootstrap_mean(x: np.ndarray, unit: str, what: str) -> Interval:
     return Interval(value, float(lo), float(hi), unit, f"mean over {len(x)} {what}, 95% percentile bootstrap")
 
 
-_CACHE: dict[tuple[int, int], tuple[JobSignals, dict[str, Any]]] = {}
 T = TypeVar("T")
 
 
 def _cached(signals: JobSignals, name: str, build: Callable[[], T]) -> T:
-    """Tables the three detectors share, converted once per job (keyed by the bundle and its number
-    of sources, so a bundle that gains a source is read again)."""
-    key = (id(signals), len(signals.sources))
-    entry = _CACHE.get(key)
-    if entry is None or entry[0] is not signals:
-        if len(_CACHE) > 8:
-            _CACHE.clear()
-        entry = _CACHE[key] = (signals, {})
-    if name not in entry[1]:
-        entry[1][name] = build()
-    return entry[1][name]
+    """Tables the three detectors share, converted once per job (``JobSignals.view``)."""
+    return signals.view(f"nccl.{name}", build)
 
 
 def _tests(signals: JobSignals) -> pd.DataFrame | None:
@@ -257,8 +248,9 @@ def _apparent(d: _RunCurve, forced: list[_RunCurve], sizes: list[int]) -> str:
 
 @detector("nccl_algorithm_selection", needs=("nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside NCCL's default "
                                              "run (a sweep), or default runs whose TUNING lines show other choices",),
-          source=SOURCE)
-def nccl_algorithm_selection(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("nccl_tests", "nccl_log"))
+def nccl_algorithm_selection(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "nccl_algorithm_selection"
     df = _tests(signals)
     need = ("nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside a default run of the same collective and ranks "
@@ -510,8 +502,9 @@ def _measured_loss(signals: JobSignals, hosts: set[str]) -> Interval | None:
 
 
 @detector("nccl_transport_fallback", needs=("NCCL_DEBUG=INFO log of the job (NET/IB or NET/Socket, GPU Direct RDMA, "
-                                            "Channel and 'set by environment' lines)",), source=SOURCE)
-def nccl_transport_fallback(signals: JobSignals) -> Finding | NotAssessed | None:
+                                            "Channel and 'set by environment' lines)",), source=SOURCE, evidence=("nccl_log",))
+def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "nccl_transport_fallback"
     log = _log_main(signals)
     if log is None:
@@ -607,8 +600,9 @@ def _fallback_hosts(signals: JobSignals) -> set[str]:
 
 
 @detector("degraded_network", needs=("nccl-tests runs between nodes (all_reduce_perf over node pairs, or one multi-node "
-                                     "run against the fabric table)",), source=SOURCE)
-def degraded_network(signals: JobSignals) -> Finding | NotAssessed | None:
+                                     "run against the fabric table)",), source=SOURCE, evidence=("nccl_tests",))
+def degraded_network(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "degraded_network"
     df = _tests(signals)
     if df is None or df.empty:

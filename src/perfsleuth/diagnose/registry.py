@@ -1,29 +1,38 @@
-"""Detectors, registered by their taxonomy id (../TAXONOMY.md), and the engine that runs them.
+"""Detectors, registered by their taxonomy id (``perfsleuth.cases.case.TAXONOMY_IDS``), and the engine
+that runs them.
 
-A detector is a function ``JobAnalysis -> Finding | NotAssessed | None``: a finding when its fault
-is present, ``None`` when the evidence says it is absent, ``NotAssessed`` when it cannot decide —
-either a signal it needs is missing (``reason="missing_signal"``, naming the signal) or the signal
-is there but the evidence is too thin to name the fault (``reason="insufficient_evidence"``, with
-what was seen and what would decide it). Thin evidence is said, never turned into a
-low-confidence finding. Registration declares the signals a detector needs, so perfsleuth can
-tell which signals a platform should collect first.
+A detector's contract is data the engine reads before the detector runs:
 
-Trace detectors (``source="trace"``) take the job's ``JobAnalysis``; detectors of other sources
-(``source="dcgm"``, ``"nccl"``, ``"steplog"``, ``"inference"``, ``"ncu"``) take the ``JobSignals``
-bundle and read its tables. One fault may have a detector per source (a checkpoint stall shows in a
-trace and in a step log): the engine keeps the most confident finding and carries the others'
-symptoms with it.
+- ``needs``: the signals it reads, in words (which file or setting would give them); the signal
+  ranking (``perfsleuth signals``) is built from these.
+- ``evidence``: the kinds of *direct evidence* that prove its cause (``diagnose.evidence`` keys: a GC
+  event, a DataLoader op, a save annotation, matched collectives, a counter, a log line). When the
+  job holds none of them, the engine answers ``not_assessed`` (``missing_signal``, naming what would
+  provide it) and the rule never runs: silence is never evidence for a named cause.
+- ``requires``: the properties of the trace the claim rests on (``trace.provenance``: several steps,
+  peers, a whole host record, a real-sized capture). When the trace lacks one, the engine answers
+  ``insufficient_evidence`` and says why (one rank of 128 cannot show who waits for whom).
+
+A detector is then a function ``Job -> Finding | NotAssessed | None``: a finding when its fault is
+present, ``None`` when the evidence says it is absent, ``NotAssessed`` when it still cannot decide
+(thin evidence is said, never turned into a low-confidence finding). ``Job`` (``diagnose.job``) is the
+one immutable context the engine builds per job and passes to every detector.
+
+One fault may have a detector per source (a checkpoint stall shows in a trace and in a step log):
+the engine keeps the most confident finding and carries the others' symptoms with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 from typing import TYPE_CHECKING, Any
 
 from perfsleuth.model import Finding, Interval
 
 if TYPE_CHECKING:
+    from perfsleuth.diagnose.job import Job
     from perfsleuth.diagnose.signals import JobSignals
     from perfsleuth.trace.analysis import JobAnalysis
 
@@ -62,6 +71,8 @@ class Detector:
     needs: tuple[str, ...]
     fn: DetectorFn
     source: str = TRACE
+    evidence: tuple[str, ...] = ()  # any of these diagnose.evidence keys proves the cause
+    requires: tuple[str, ...] = ()  # every one of these trace.provenance properties is needed
 
     @property
     def key(self) -> str:
@@ -76,13 +87,31 @@ def detector_key(fault: str, source: str = TRACE) -> str:
 DETECTORS: dict[str, Detector] = {}
 
 
-def detector(fault: str, needs: tuple[str, ...], source: str = TRACE) -> Callable[[DetectorFn], DetectorFn]:
+def detector(fault: str, needs: tuple[str, ...], source: str = TRACE, *, evidence: tuple[str, ...],
+             requires: tuple[str, ...] = ()) -> Callable[[DetectorFn], DetectorFn]:
+    """Register a detector with its contract (see the module docstring); ``evidence`` is required."""
+    from perfsleuth.diagnose.evidence import PROOFS
+    from perfsleuth.trace.provenance import PROPERTIES
+
+    unknown = [k for k in evidence if k not in PROOFS] + [p for p in requires if p not in PROPERTIES]
+    if not evidence or unknown:
+        raise ValueError(f"detector for {fault}: declare its direct evidence (unknown: {unknown})")
+
     def register(fn: DetectorFn) -> DetectorFn:
         key = detector_key(fault, source)
         if key in DETECTORS:
             raise ValueError(f"detector for {key} registered twice")
-        DETECTORS[key] = Detector(fault, needs, fn, source)
-        return fn
+
+        @wraps(fn)
+        def run(job: Any) -> Finding | NotAssessed | None:
+            """Called alone (a test, a notebook) with a trace or a signal bundle, a detector gets the
+            context the engine would have built; the engine itself always passes a ``Job``."""
+            from perfsleuth.diagnose.job import Job
+
+            return fn(job if isinstance(job, Job) else Job.of(job, probe=False))
+
+        DETECTORS[key] = Detector(fault, needs, run, source, evidence, requires)
+        return run
 
     return register
 
@@ -109,25 +138,23 @@ def load_detectors() -> dict[str, Detector]:
     return DETECTORS
 
 
-def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
-    """Run every detector; findings sorted by impact.
+def diagnose(inputs: JobAnalysis | JobSignals) -> Diagnosis:
+    """Run every detector under its contract; findings sorted by impact.
 
     Root cause over symptom is the detectors' job: a detector whose symptom another cause explains
     (exposed communication that is really waiting for a straggler, a "straggler" that is really
     waiting for its data loader) reports only the unexplained part or nothing, and the cause's
     finding carries the symptom in ``attached``."""
-    from perfsleuth.diagnose.signals import JobSignals, attach
+    from perfsleuth.diagnose.job import Job
 
-    signals = job if isinstance(job, JobSignals) else JobSignals(trace=job)
-    attach(signals)
+    job = Job.of(inputs)
     by_fault: dict[str, list[Finding]] = {}
     skipped: dict[str, list[NotAssessed]] = {}
     absent: set[str] = set()  # a source looked and found the fault absent
     for det in load_detectors().values():
-        if det.source == TRACE:
-            out = det.fn(signals.trace) if signals.trace is not None else NotAssessed(det.fault, det.needs[0])
-        else:
-            out = det.fn(signals)
+        out = gate(det, job)
+        if out is None:
+            out = det.fn(job)
         if isinstance(out, Finding):
             by_fault.setdefault(out.fault, []).append(out)
         elif isinstance(out, NotAssessed):
@@ -145,6 +172,20 @@ def diagnose(job: JobAnalysis | JobSignals) -> Diagnosis:
         if ns:
             not_assessed.append(_best_reason(ns))
     return Diagnosis(tuple(findings), tuple(not_assessed))
+
+
+def gate(det: Detector, job: Job) -> NotAssessed | None:
+    """The engine's answer before a detector runs, or None to run it: its source or its direct
+    evidence missing (not assessed), or the trace unable to support its claim (insufficient evidence)."""
+    from perfsleuth.diagnose.evidence import describe
+
+    if det.source == TRACE and job.trace is None:
+        return NotAssessed(det.fault, det.needs[0])
+    if not any(k in job.evidence for k in det.evidence):
+        return NotAssessed(det.fault, describe(det.evidence) if det.source == TRACE else det.needs[0])
+    if det.source == TRACE and (lacking := job.provenance.missing(det.requires)):
+        return insufficient(det.fault, "; ".join(job.provenance.limits[p] for p in lacking))
+    return None
 
 
 def _merge(findings: list[Finding]) -> Finding:

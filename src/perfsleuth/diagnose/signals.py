@@ -7,8 +7,9 @@ benchmark — any subset. Trace detectors read the ``JobAnalysis``; the others r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -19,10 +20,22 @@ if TYPE_CHECKING:
     from perfsleuth.trace.analysis import JobAnalysis
 
 
+T = TypeVar("T")
+
+
 @dataclass(slots=True)
 class JobSignals:
     trace: JobAnalysis | None = None
     sources: list[SourceData] = field(default_factory=list)
+    _views: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def view(self, name: str, build: Callable[[], T]) -> T:
+        """A table several detectors derive from this bundle's sources (the nccl-tests rows fit to
+        judge, the telemetry grid), built once per bundle and number of sources."""
+        key = (name, len(self.sources))
+        if key not in self._views:
+            self._views[key] = build()
+        return self._views[key]  # type: ignore[no-any-return]
 
     def table(self, name: str) -> pa.Table | None:
         """The named table over every source that has it (None when no source does)."""
@@ -40,15 +53,3 @@ class JobSignals:
         if self.trace is not None:
             out = list(self.trace.caveats) + out
         return out
-
-
-def attach(signals: JobSignals) -> None:
-    """Let the trace detectors see the job's other sources: a trace judged alone misses what a
-    neighbouring file measured (the fabric's nccl-tests bandwidth is the reference for the trace's)."""
-    if signals.trace is not None:
-        signals.trace.beside = signals
-
-
-def signals_of(a: JobAnalysis) -> JobSignals | None:
-    """The sources ``attach`` put beside a trace analysis (None when it was diagnosed alone)."""
-    return a.beside

@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_confidence, ratio_interval
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -140,21 +141,10 @@ def _prepare(run_id: str, rows: pd.DataFrame, events: pd.DataFrame, timers: pd.D
     return RunLog(run_id, rows, events, timers, settings, base, timed, _noise_sd(quiet))
 
 
-_CACHE: list[tuple[JobSignals, tuple[int, ...], list[RunLog] | None]] = []
-_CACHE_SIZE = 4
-
-
 def run_logs(signals: JobSignals) -> list[RunLog] | None:
     """The runs of every step log in the job (None when there is no step log at all), computed once
     per ``JobSignals`` (and its current sources) for the three detectors."""
-    key = tuple(id(s) for s in signals.sources)
-    for cached, cached_key, runs in _CACHE:
-        if cached is signals and cached_key == key:
-            return runs
-    runs = _run_logs(signals)
-    _CACHE.append((signals, key, runs))
-    del _CACHE[:-_CACHE_SIZE]
-    return runs
+    return signals.view("steplog.runs", lambda: _run_logs(signals))
 
 
 def _run_logs(signals: JobSignals) -> list[RunLog] | None:
@@ -306,8 +296,9 @@ def _save_impact(rows: pd.DataFrame, cost: pd.Series, at_save: pd.Series) -> Int
 
 
 @detector("checkpoint_stall", needs=("step log: per-iteration times with checkpoint-save lines or the save interval",),
-          source=SOURCE)
-def checkpoint_stall(signals: JobSignals) -> Finding | NotAssessed | None:
+          source=SOURCE, evidence=("step_log",))
+def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     runs = run_logs(signals)
     if (na := _missing("checkpoint_stall", runs)) is not None:
         return na
@@ -455,8 +446,10 @@ def _restarts(run: RunLog) -> list[_Restart]:
     return out
 
 
-@detector("restart_overhead", needs=("step log with restarts: a second start or iteration numbers going back",), source=SOURCE)
-def restart_overhead(signals: JobSignals) -> Finding | NotAssessed | None:
+@detector("restart_overhead", needs=("step log with restarts: a second start or iteration numbers going back",),
+          source=SOURCE, evidence=("step_log",))
+def restart_overhead(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     runs = run_logs(signals)
     if (na := _missing("restart_overhead", runs)) is not None:
         return na
@@ -591,8 +584,10 @@ def _binomial(k: int, n: int) -> Interval:
                     f"share of {n} iterations skipped, NaN or inside a loss spike; exact binomial 95% interval")
 
 
-@detector("numeric_anomaly", needs=("step log with loss, loss scale, skipped and NaN iteration counts",), source=SOURCE)
-def numeric_anomaly(signals: JobSignals) -> Finding | NotAssessed | None:
+@detector("numeric_anomaly", needs=("step log with loss, loss scale, skipped and NaN iteration counts",),
+          source=SOURCE, evidence=("step_log",))
+def numeric_anomaly(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     runs = run_logs(signals)
     if (na := _missing("numeric_anomaly", runs)) is not None:
         return na

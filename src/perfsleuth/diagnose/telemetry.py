@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest.gpu_fields import CLOCK_EVENT_BITS, POWER_BITS, SETTING_BITS, THERMAL_BITS
@@ -116,23 +117,12 @@ def _ffill(a: np.ndarray) -> np.ndarray:
     return out
 
 
-_GRID_CACHE: list[tuple[tuple[pa.Table, ...], Grid]] = []
-
-
 def grid(signals: JobSignals) -> Grid | None:
-    """The job's samples on a grid (computed once per set of samples tables), or None without GPU samples."""
-    parts = tuple(s.tables["samples"] for s in signals.sources if "samples" in s.tables)
-    if not parts:
-        return None
-    for key, g in _GRID_CACHE:
-        if len(key) == len(parts) and all(a is b for a, b in zip(key, parts, strict=True)):
-            return g
-    table = signals.table("samples")
-    g = build_grid(table) if table is not None and table.num_rows else None
-    if g is not None:
-        _GRID_CACHE.append((parts, g))
-        del _GRID_CACHE[:-4]
-    return g
+    """The job's samples on a grid (computed once per signal bundle), or None without GPU samples."""
+    def build() -> Grid | None:
+        table = signals.table("samples")
+        return build_grid(table) if table is not None and table.num_rows else None
+    return signals.view("telemetry.grid", build)
 
 
 def build_grid(table: pa.Table) -> Grid | None:
@@ -414,22 +404,27 @@ def _quiet(fn):
     return run
 
 
-@detector("thermal_throttling", needs=("SM clock with clock-event reasons (thermal bits) or thermal violation counters",), source=SOURCE)
+@detector("thermal_throttling", needs=("SM clock with clock-event reasons (thermal bits) or thermal violation counters",),
+          source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def thermal_throttling(signals: JobSignals) -> Finding | NotAssessed | None:
+def thermal_throttling(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     return _clock_finding(signals, "thermal_throttling")
 
 
 @detector("power_capping", needs=("SM clock with clock-event reasons (power cap / brake bits) or power violation counters",),
-          source=SOURCE)
+          source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def power_capping(signals: JobSignals) -> Finding | NotAssessed | None:
+def power_capping(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     return _clock_finding(signals, "power_capping")
 
 
-@detector("clock_capping", needs=("SM clock and max SM clock with clock-event reasons (applications clocks setting)",), source=SOURCE)
+@detector("clock_capping", needs=("SM clock and max SM clock with clock-event reasons (applications clocks setting)",),
+          source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def clock_capping(signals: JobSignals) -> Finding | NotAssessed | None:
+def clock_capping(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     return _clock_finding(signals, "clock_capping")
 
 
@@ -437,9 +432,10 @@ def clock_capping(signals: JobSignals) -> Finding | NotAssessed | None:
 
 
 @detector("pcie_downtraining", needs=("PCIe link generation and width with their maxima (DCGM_FI_DEV_PCIE_LINK_GEN/WIDTH, "
-                                      "DCGM_FI_DEV_PCIE_MAX_LINK_GEN/WIDTH)",), source=SOURCE)
+                                      "DCGM_FI_DEV_PCIE_MAX_LINK_GEN/WIDTH)",), source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def pcie_downtraining(signals: JobSignals) -> Finding | NotAssessed | None:
+def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "pcie_downtraining"
     g = grid(signals)
     gen, width = (g.get("pcie_link_gen"), g.get("pcie_link_width")) if g is not None else (None, None)
@@ -555,9 +551,10 @@ def _increase(g: Grid, metric: str) -> np.ndarray | None:
 
 
 @detector("degraded_nvlink", needs=("NVLink error counters (DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL) or NVLink bytes "
-                                    "(DCGM_FI_PROF_NVLINK_TX/RX_BYTES)",), source=SOURCE)
+                                    "(DCGM_FI_PROF_NVLINK_TX/RX_BYTES)",), source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def degraded_nvlink(signals: JobSignals) -> Finding | NotAssessed | None:
+def degraded_nvlink(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "degraded_nvlink"
     g = grid(signals)
     if g is None:
@@ -629,9 +626,10 @@ def degraded_nvlink(signals: JobSignals) -> Finding | NotAssessed | None:
 
 
 @detector("gpu_hardware_errors", needs=("XID, ECC and row-remap fields (DCGM_FI_DEV_XID_ERRORS, _ECC_DBE_VOL_TOTAL, "
-                                        "_ROW_REMAP_PENDING / _FAILURE)",), source=SOURCE)
+                                        "_ROW_REMAP_PENDING / _FAILURE)",), source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def gpu_hardware_errors(signals: JobSignals) -> Finding | NotAssessed | None:
+def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "gpu_hardware_errors"
     g = grid(signals)
     names = ("xid_errors", "ecc_dbe_volatile", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure",
@@ -724,9 +722,10 @@ def _peer_spread(rel: np.ndarray, job_load: np.ndarray, k: int) -> float:
 
 
 @detector("slow_node", needs=("per-GPU SM activity (DCGM_FI_PROF_SM_ACTIVE) or GPU utilisation from >= 3 hosts of one job",),
-          source=SOURCE)
+          source=SOURCE, evidence=("gpu_samples",))
 @_quiet
-def slow_node(signals: JobSignals) -> Finding | NotAssessed | None:
+def slow_node(job: Job) -> Finding | NotAssessed | None:
+    signals = job.signals
     fault = "slow_node"
     g = grid(signals)
     metric = next((m for m in ("sm_active", "gr_engine_active", "gpu_util_pct") if g is not None and g.get(m) is not None), None)

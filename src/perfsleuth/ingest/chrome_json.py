@@ -54,6 +54,7 @@ class ChromeTraceStream(Generic[T]):
     bad_events: list[tuple[int, str]] = field(default_factory=list)
     _index: int = 0
     _consumed: int = 0
+    _bare: bool = False  # the file is a bare array of events (no traceEvents key, no other keys)
 
     def __iter__(self) -> Iterator[Chunk[T]]:
         with _open(self.path) as fh:
@@ -73,6 +74,12 @@ class ChromeTraceStream(Generic[T]):
     def _chunks(self, fh: io.BufferedIOBase) -> Iterator[Chunk[T]]:
         self._consumed = 0
         buf = self._read(fh)
+        stripped = buf.lstrip()
+        if stripped[:1] == b"[":  # the JSON Array Format: a bare list of events (PyTorch 1.8's profiler wrote it)
+            offset = len(buf) - len(stripped) + 1
+            self._bare = True
+            yield from self._array(fh, stripped[1:], offset)
+            return
         # 1. header: everything before "traceEvents"
         while True:
             pos = buf.find(_KEY)
@@ -95,11 +102,12 @@ class ChromeTraceStream(Generic[T]):
         if rest[m.end():m.end() + 1] != b"[":
             raise InputError(self.path, "traceEvents is not a JSON array", place=f"byte {pos}")
         self._parse_header(header)
-        offset = pos + len(_KEY) + m.end() + 1
-        buf = rest[m.end() + 1:]
+        yield from self._array(fh, rest[m.end() + 1:], pos + len(_KEY) + m.end() + 1)
+
+    def _array(self, fh: io.BufferedIOBase, buf: bytes, offset: int) -> Iterator[Chunk[T]]:
+        """The events array from just after its '[', chunk by chunk, then the keys after it."""
         index = self._index = 0
         eof = False
-        # 2. the array, chunk by chunk
         while True:
             if not eof and len(buf) < self.block_bytes // 2:
                 more = self._read(fh)
@@ -174,7 +182,7 @@ class ChromeTraceStream(Generic[T]):
     def _finish(self, buf: bytes, offset: int) -> tuple[list[T], int, bytes]:
         """At end of file: find the array's closing bracket, decode what precedes it."""
         stripped = buf.rstrip()
-        if not stripped.endswith(b"}"):
+        if not stripped.endswith(b"]" if self._bare else b"}"):
             raise InputError(self.path, "the file ends inside the traceEvents array", place=f"byte {offset + len(buf)}",
                              hint="the trace is truncated (the profiler or the copy did not finish)")
         end = len(buf)
@@ -184,7 +192,7 @@ class ChromeTraceStream(Generic[T]):
                 break
             end = close
             tail = buf[close + 1:]
-            if not _valid_tail(tail):
+            if not (not tail.strip() if self._bare else _valid_tail(tail)):
                 continue
             body = buf[:close].rstrip()
             if not body:

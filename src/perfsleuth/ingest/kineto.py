@@ -40,10 +40,12 @@ FORMAT = "kineto"
 T = TypeVar("T")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
-_NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
+# NCCL/RCCL kernels of every generation: ncclKernel_AllReduce_RING_LL_Sum_float (<= 2.18),
+# ncclDevKernel_AllReduce_Sum_f32_RING_LL (2.19+), ncclSymkDevKernel_AllReduce_... (2.27 symmetric kernels)
+_NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Symk?)?(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
 # Communication kernels outside NCCL: PyTorch symmetric-memory / NVLS all-reduce and vLLM's and
 # TensorRT-LLM's custom all-reduce. HTA counts these as compute.
-_CUSTOM_ALLREDUCE = re.compile(r"multimem_all_reduce|one_shot_all_reduce|two_shot_all_reduce|cross_device_reduce|"
+_CUSTOM_ALLREDUCE = re.compile(r"multimem_all_reduce|one_?shot_?all_?reduce|two_?shot_?all_?reduce|cross_device_reduce|"
                                r"custom_?all_?reduce|allreduce_fusion_kernel|lamport_all_reduce", re.IGNORECASE)
 _GPU_SIDE = frozenset({"kernel", "collective", "memcpy", "memset", "sync", "gpu_annotation"})
 PARALLEL_MIN_BYTES = 16 << 20
@@ -62,7 +64,10 @@ def detect(path: Path) -> bool:
             head = fh.read(1 << 20)
     except (OSError, EOFError):
         return False
-    return b'"traceEvents"' in head or (head.lstrip()[:1] == b"{" and b'"schemaVersion"' in head)
+    start = head.lstrip()[:1]
+    if start == b"[":  # the JSON Array Format of the Chrome trace (PyTorch 1.8): a bare list of events
+        return b'"ph"' in head and b'"ts"' in head
+    return b'"traceEvents"' in head or (start == b"{" and b'"schemaVersion"' in head)
 
 
 # --- one rank file -------------------------------------------------------------------------------
@@ -208,6 +213,7 @@ _KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
 _KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _GPU_SIDE_CODES = np.array([_KIND_CODE[k] for k in _GPU_SIDE])
 _KERNEL, _COLLECTIVE, _MEMORY = _KIND_CODE["kernel"], _KIND_CODE["collective"], _KIND_CODE["memory"]
+_CPU_OP, _ANNOTATION = _KIND_CODE["cpu_op"], _KIND_CODE["annotation"]
 _BYTES_CODES = np.array([_KIND_CODE[k] for k in ("memcpy", "memset", "memory")])
 
 
@@ -240,6 +246,14 @@ def _subset_str(args: list[fmt.Args], rows: np.ndarray, field: str, n: int) -> p
     return _str_column(out)
 
 
+def _profiler_steps_as_annotations(kind: np.ndarray, names: pa.DictionaryArray) -> np.ndarray:
+    """``ProfilerStep#N`` is an annotation whatever its category: PyTorch 1.8-1.10 wrote it as ``Operator``
+    (cpu_op), later releases as ``user_annotation``; decided once per distinct name."""
+    is_step = np.array([bool(v and _STEP_RE.match(v)) for v in names.dictionary.to_pylist()] + [False])
+    row_is_step = is_step[names.indices.fill_null(len(is_step) - 1).to_numpy()]
+    return np.where(row_is_step & (kind == _CPU_OP), _ANNOTATION, kind)
+
+
 def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
                  unread: Unread | None = None) -> pa.RecordBatch | None:
     """One Arrow batch from one chunk of decoded events.
@@ -264,6 +278,7 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     ts_ok, dur_ok = _plausible_times(ts, dur, kind >= 0, ts_ok, dur_ok & ~is_mem, unread)
     valid = (kind >= 0) & ts_ok & (dur_ok | is_mem)
     names = pa.array(list(map(_NAME, keep)), pa.string()).dictionary_encode()
+    kind = _profiler_steps_as_annotations(kind, names)
     args = list(map(_ARGS, keep))
     coll_arg = pa.array(_pluck(args, "collective_name"), pa.string())
     # collectives: kernels named like NCCL, or any event whose args name its collective

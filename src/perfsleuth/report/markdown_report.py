@@ -90,7 +90,8 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
                 return fmt_pct(ns / total) if total else "—"
 
             mark = " (straggler)" if r["rank"] == rep.straggler else ""
-            rows.append([f"{int(r['rank'])}{mark}", str(int(r["steps"])), fmt_ms(r["step_time_ns"]["median"]),
+            rows.append([f"{int(r['rank'])}{mark}", str(int(r["steps"])) if r["steps"] else "whole trace",
+                         fmt_ms(r["step_time_ns"]["median"]),
                          fmt_ms(r["step_time_ns"]["p90"]), share(b["compute"]), share(b["exposed_communication"]),
                          share(b["memcpy"]), share(idle["host_launch"]), share(idle["sync"]), share(idle["other"]),
                          fmt_pct(r["comm_comp_overlap"])])

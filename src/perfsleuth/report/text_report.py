@@ -48,7 +48,9 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         t.add_column(col, justify="right", no_wrap=True)
     for r in analysis.rank_summary():
         b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
-        t.add_row(str(r["rank"]), str(r["steps"]), _ms(r["step_time_ns"]["median"]), _ms(r["step_time_ns"]["p90"]),
+        whole = r["steps"] == 0  # no ProfilerStep: one window, the whole trace, not a step
+        t.add_row(str(r["rank"]), "whole trace" if whole else str(r["steps"]), _ms(r["step_time_ns"]["median"]),
+                  "—" if whole else _ms(r["step_time_ns"]["p90"]),
                   _pct(b["compute"] / total), _pct(b["communication"] / total), _pct(b["exposed_communication"] / total),
                   _pct(r["comm_comp_overlap"]), _pct(b["memcpy"] / total), _pct(b["idle"] / total),
                   _pct(r["idle_ns"]["host_launch"] / total), _pct(r["idle_ns"]["sync"] / total))

@@ -7,7 +7,6 @@ each analysis itself stays a pure function of the job's tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +19,7 @@ from perfsleuth.trace.collectives import RANK_COLLECTIVES, ClockAlignment, align
 from perfsleuth.trace.job import TraceJob
 from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
 from perfsleuth.trace.launch import SCHEMA as LAUNCH_SCHEMA
+from perfsleuth.trace.provenance import Provenance, provenance
 from perfsleuth.trace.rank_analysis import SIGNALS, RankResult, analyze_rank
 from perfsleuth.trace.stragglers import StragglerReport, analyze_stragglers
 
@@ -45,7 +45,7 @@ class JobAnalysis:
     signals: pa.Table = field(default_factory=SIGNALS.empty_table)  # per rank and step: causes of lost time (rank_analysis)
     collectives: pa.Table = field(default_factory=RANK_COLLECTIVES.empty_table)  # every collective kernel of every rank
     rank_facts: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: trace end, memory events, ...
-    beside: Any = None  # the job's other signal sources (diagnose.signals.JobSignals), set by diagnose() for trace detectors
+    provenance: Provenance = field(default_factory=Provenance)  # what the traces' shape cannot support (trace.provenance)
 
     @property
     def run_id(self) -> str:
@@ -127,6 +127,8 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
         rank_facts={r.rank: r.facts for r in results},
     )
     analysis.caveats.extend(check_trace(analysis))
+    analysis.provenance = provenance(analysis)
+    analysis.caveats.extend(analysis.provenance.caveats())
     analysis.caveats.extend(_step_time_quality(steps))
     analysis.caveats.extend(_single_step(steps))
     return analysis

@@ -1,4 +1,4 @@
-"""Kernel classes: GEMM, attention, elementwise, reduction, communication, memory, other.
+"""Kernel classes: GEMM, convolution, attention, embedding, elementwise, reduction, communication, memory, other.
 
 Classification runs once per distinct kernel name (names are dictionary-encoded), never per event.
 The patterns are data, in order: the first that matches wins. Communication is decided by the
@@ -13,18 +13,33 @@ import re
 import numpy as np
 import pyarrow as pa
 
-KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
+KERNEL_CLASSES = ("gemm", "convolution", "attention", "embedding", "elementwise", "reduction", "communication", "memory",
+                  "other")
 
 _WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "_mha", "mha_", "xformers")),
+    # FlashAttention 2/3 (flash_fwd_kernel, flash::..., FlashAttnFwdSm90), cuDNN/xFormers/TRT-LLM fused attention,
+    # PagedAttention (vLLM), FlashInfer
+    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "_mha", "mha_", "xformers", "paged_", "flashinfer",
+                   "BatchPrefill", "BatchDecode", "cudnn_generated_fort_native_sdpa")),
+    # TorchRec / fbgemm_gpu table-batched embeddings and their jagged-tensor plumbing, EmbeddingBag
+    ("embedding", ("split_embedding", "embedding_bag", "EmbeddingBag", "embedding_backward", "embedding_forward",
+                   "batch_index_select", "permute_pooled_embs", "permute_2D", "permute_1D", "jagged", "bounds_check_indices",
+                   "fbgemm_gpu::", "^fbgemm", "linearize_index", "segment_sum_csr", "indexSelectLargeIndex",
+                   "embedding_dense", "embedding")),
+    # cuDNN convolutions: implicit/precomputed GEMM, Winograd, FFT, depthwise, and the dgrad/wgrad/fprop engines
+    ("convolution", ("conv(?!ert)", "winograd", "implicit_convolve", "implicit_gemm", "precomputed_convolve", "dgrad",
+                     "wgrad", "fprop", "scudnn", "cudnn::cnn", "depthwise", "fft2d", "fft_", "nchwToNhwc", "nhwcToNchw")),
+    # cuBLAS/cuBLASLt (ampere_/sm80_/sm90_/sm100_ xmma, nvjet), CUTLASS 2/3 (cutlass_80_, cutlass3x_sm90/sm100),
+    # Triton templates, rocBLAS/hipBLASLt (Cijk_), MoE grouped GEMMs (grouped_gemm, fused_moe, cutlass grouped)
     ("gemm", ("(?<!fb)gemm", "cutlass", "cublas", "matmul", "wgmma", "xmma", "s884", "h884", "s1688", "h1688", "_mma_",
-              "triton_tem", "Cijk_", "conv(?!ert)", "nvjet", "^bmm_", "_bmm", "scudnn", "dgrad", "wgrad", "fprop")),
+              "triton_tem", "Cijk_", "nvjet", "^bmm_", "_bmm", "gemv", "fused_moe", "moe_align", "grouped_mm", "_mm_",
+              "hipblaslt", "ck_tile", "deep_gemm", "fp8_gemm", "w8a8", "marlin", "sm90_xmma", "sm100_")),
     ("reduction", ("reduce", "softmax", "norm", "bn_fw", "bn_bw", "GammaBeta", "triton_red", "triton_per", "argmax",
                    "argmin", "sum_kernel", "mean_kernel", "cross_entropy", "topk", "sort", "scan", "cumsum")),
     ("elementwise", ("elementwise", "triton_poi", "pointwise", "vectorized", "unrolled", "copy", "fill", "add", "mul",
                      "cat", "index", "gather", "scatter", "dropout", "gelu", "relu", "silu", "sigmoid", "tanh",
                      "distribution", "transpose", "where", "clamp", "adam", "sgd", "foreach", "cast", "rotary",
-                     "embedding", "nchwToNhwc", "nhwcToNchw", "permute", "quant", "bounds_check", "to_dense", "pooled")),
+                     "permute", "quant", "to_dense", "pooled")),
 )
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cls, re.compile("|".join(words), re.I)) for cls, words in _WORDS)
 

@@ -50,7 +50,7 @@ def rank_collectives(v: RankView) -> pa.Table:
     group = pc.if_else(pc.equal(group, ""), ranks_str, group)
     return pa.table({
         "rank": pa.array(np.full(t.num_rows, v.rank, np.int32)),
-        "group": group, "op": pc.cast(t["coll_op"], pa.string()).fill_null("unknown"), "step": t["step"],
+        "group": group, "op": pa.array(np.where(v.coll_op[m] == "", "unknown", v.coll_op[m]).astype(str), pa.string()), "step": t["step"],
         "seq": t["coll_seq"], "start_ns": t["ts_ns"], "end_ns": pc.add(t["ts_ns"], t["dur_ns"]),
         "bytes_in": t["coll_in_nelems"], "group_size": t["coll_group_size"],
     }, schema=RANK_COLLECTIVES)

@@ -19,6 +19,10 @@ from perfsleuth.trace.classify import classify_events
 from perfsleuth.trace.intervals import Coverage
 
 GPU_WORK = ("kernel", "collective", "memcpy", "memset")
+_HOST_COLLECTIVE = re.compile(r"^(?:nccl|gloo|c10d)(?:::|:)_?(all_?to_?all|alltoall|all_?gather|reduce_?scatter|"
+                              r"all_?reduce|broadcast|reduce|barrier|gather|scatter)", re.I)
+_HOST_OP = {"alltoall": "alltoall", "allgather": "allgather", "reducescatter": "reducescatter", "allreduce": "allreduce",
+            "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier", "gather": "gather", "scatter": "scatter"}
 _SYNC_CALL = re.compile(r"Synchronize|cudaStreamWaitEvent|hipStreamWaitEvent|cudaEventQuery", re.I)
 
 
@@ -36,6 +40,12 @@ def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray
 def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     codes, values = _dictionary(col)
     return values[codes]
+
+
+def _host_collective(name: str) -> str:
+    """'nccl:all_to_all' -> 'alltoall'; '' for a name that is not a host-side collective op."""
+    m = _HOST_COLLECTIVE.match(name or "")
+    return _HOST_OP.get(m.group(1).replace("_", "").lower(), "") if m else ""
 
 
 @dataclass
@@ -82,6 +92,31 @@ class RankView:
     def launch_end(self) -> np.ndarray:
         dur = self.table["launch_dur_ns"].fill_null(0).to_numpy()
         return np.where(self.launch_ts >= 0, self.launch_ts + dur, -1)
+
+    @cached_property
+    def coll_op(self) -> np.ndarray:
+        """Each collective kernel's operation. NCCL runs all-to-all (and gather/scatter) as grouped
+        send/recv, so its kernel is named ``SendRecv`` like a pipeline transfer; the host op that
+        launched it (``nccl:all_to_all``, ``c10d::alltoall_base_``) says what it really is."""
+        op = _strings(self.table["coll_op"]).astype(object)
+        coll = self.kind == "collective"
+        relabel = coll & (op == "sendrecv") & (self.launch_ts >= 0)
+        if not relabel.any():
+            return op
+        codes, values = _dictionary(self.table["name"])
+        host_op = np.array([_host_collective(v) for v in values], dtype=object)[codes]
+        spans = np.flatnonzero(((self.kind == "cpu_op") | (self.kind == "annotation")) & (host_op != ""))
+        if len(spans) == 0:
+            return op
+        spans = spans[np.argsort(self.ts[spans], kind="stable")]
+        starts, ends = self.ts[spans], self.end[spans]
+        idx = np.flatnonzero(relabel)
+        t = self.launch_ts[idx]
+        pos = np.searchsorted(starts, t, side="right") - 1
+        inside = (pos >= 0) & (t <= ends[np.maximum(pos, 0)])
+        # the innermost enclosing span is the latest-starting one that still contains the launch
+        op[idx[inside]] = host_op[spans[pos[inside]]]
+        return op
 
     def _cov(self, mask: np.ndarray) -> Coverage:
         return Coverage.of(self.ts[mask], self.end[mask])

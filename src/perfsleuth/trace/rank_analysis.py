@@ -13,6 +13,8 @@ events. Lost time is charged to the first cause, in this order, whose host span 
     checkpoint   a host annotation named like a checkpoint save/load (``checkpoint``, ``ckpt``, ``save``)
     compile      Dynamo/Inductor compilation spans (``(dynamo_timed)``, ``compile_fx``, ...)
     dataloader   the data-loader annotation (``enumerate(DataLoader)#...``, ``batch-generator``)
+    gc           Python garbage collection the profiler recorded (``Python GC`` events, PyTorch >= 2.9 with
+                 ``_ExperimentalConfig(record_python_gc_info=True)``; ``gc.collect`` annotations)
     silent       host gaps of at least ``SILENT_GAP_NS`` with no event on any thread (GC, I/O, a
                  Python stall the profiler does not see)
     alloc        cudaMalloc / cudaFree (and the driver's cuMemAlloc / cuMemFree), each up to the end of
@@ -35,7 +37,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.trace.breakdown import _host_wait_coverage, gpu_span_breakdown, rank_steps
 from perfsleuth.trace.collectives import P2P_OPS, rank_collectives
@@ -58,7 +59,7 @@ CHAIN_MIN_KERNELS = 4
 RELAUNCH_MAX_NS = 200_000
 """Issuing the next op after an allocator call takes microseconds; longer is something else's time."""
 
-CAUSES = ("checkpoint", "compile", "dataloader", "silent", "alloc", "d2h", "sync")
+CAUSES = ("checkpoint", "compile", "dataloader", "gc", "silent", "alloc", "d2h", "sync")
 
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|(?<![a-z])save(?![a-z])|state_dict|torch\.save|dcp\.", re.I)
 _NOT_CHECKPOINT = re.compile(r"activation|CheckpointFunction|recompute|non_reentrant", re.I)
@@ -72,6 +73,7 @@ _DTYPE_BYTES = {"float": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
                 "long": 8, "int64": 8, "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "short": 2,
                 "float8_e4m3fn": 1, "float8_e5m2": 1}
 _COMPILED_REGION = re.compile(r"Torch-Compiled Region|CompiledFunction")
+_GC = re.compile(r"^Python GC$|\bgc\.collect\b|garbage[ _]?collect", re.I)
 
 SIGNALS = pa.schema([
     ("rank", pa.int32()), ("step", pa.int32()),
@@ -88,6 +90,7 @@ SIGNALS = pa.schema([
     ("lost_launch_ns", pa.int64()),
     # host spans per cause inside the window, whatever the GPU did meanwhile
     ("checkpoint_span_ns", pa.int64()), ("compile_span_ns", pa.int64()), ("dataloader_span_ns", pa.int64()),
+    ("gc_span_ns", pa.int64()),
     ("silent_ns", pa.int64()), ("silent_max_gap_ns", pa.int64()),
     ("d2h_copies", pa.int64()), ("d2h_bytes", pa.int64()),
     ("malloc_calls", pa.int64()), ("free_calls", pa.int64()), ("free_burst_max", pa.int64()),
@@ -291,6 +294,7 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     comp = named_span & _name_mask(view, _COMPILE)
     data = named_span & _name_mask(view, _DATALOADER)
     alloc = api & _name_mask(view, _ALLOC)
+    gc = host & _name_mask(view, _GC)
 
     def cov(mask: np.ndarray) -> Coverage:
         return Coverage.of(view.ts[mask], view.end[mask])
@@ -304,7 +308,7 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     else:
         silent = Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     d2h = (kind == "memcpy") & _name_mask(view, _D2H)
-    covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "alloc": _alloc_coverage(view, alloc),
+    covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "gc": cov(gc), "alloc": _alloc_coverage(view, alloc),
               "d2h": cov(d2h), "silent": silent, "sync": view.host_sync}
 
     cc = view.comm_or_compute
@@ -312,7 +316,7 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
                                "step_time_ns": hi - lo}
     # communication split
     coll = view.kind == "collective"
-    op = pc.cast(view.table["coll_op"], pa.string()).fill_null("").to_numpy(zero_copy_only=False)
+    op = view.coll_op
     p2p = coll & np.isin(op, P2P_OPS)
     coll_np = coll & ~p2p
     compute = view.compute
@@ -357,6 +361,7 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     cols["checkpoint_span_ns"] = covers["checkpoint"].measure(lo, hi)
     cols["compile_span_ns"] = covers["compile"].measure(lo, hi)
     cols["dataloader_span_ns"] = covers["dataloader"].measure(lo, hi)
+    cols["gc_span_ns"] = covers["gc"].measure(lo, hi)
     cols["silent_ns"] = silent.measure(lo, hi)
     mid = (silent.starts + silent.ends) // 2
     gap_max = _per_window(windows, mid, silent.ends - silent.starts, "max") if len(mid) else np.zeros(n, np.int64)
@@ -378,16 +383,34 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
 
 
 def rank_facts(view: RankView) -> dict[str, float]:
-    """Rank-level facts: where its trace ends, whether it has memory events, compiled regions and host
-    operators (without them a host gap cannot be called silent)."""
+    """Rank-level facts: where its trace ends, and how many events of each kind of direct evidence it
+    holds (GC events, data-loader and checkpoint spans, allocator calls, launches joined to their
+    kernels). The diagnosis engine decides from these which causes the trace can prove at all."""
     if view.table.num_rows == 0:
         return {}
-    compiled = ((view.kind == "cpu_op") | (view.kind == "annotation")) & _name_mask(view, _COMPILED_REGION)
+    kind = view.kind
+    named_span = (kind == "cpu_op") | (kind == "annotation")
+    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
+    api = (kind == "runtime") | (kind == "driver")
+    compiled = named_span & _name_mask(view, _COMPILED_REGION)
+    corr = view.table["correlation"].fill_null(-1).to_numpy()
+    linked = view.is_gpu & (corr >= 0)
     return {
         "trace_start_ns": float(view.ts.min()),
         "trace_end_ns": float(view.end.max()),
         "gpu_end_ns": float(view.end[view.is_gpu].max()) if view.has_gpu else float("nan"),
-        "memory_events": float((view.kind == "memory").sum()),
+        "events": float(view.table.num_rows),
+        "gpu_events": float(view.is_gpu.sum()),
+        "host_events": float(host.sum()),
+        "memory_events": float((kind == "memory").sum()),
         "compiled_regions": float(compiled.sum()),
-        "cpu_ops": float((view.kind == "cpu_op").sum()),
+        "cpu_ops": float((kind == "cpu_op").sum()),
+        "python_events": float((kind == "python").sum()),
+        "gc_events": float((host & _name_mask(view, _GC)).sum()),
+        "dataloader_spans": float((named_span & _name_mask(view, _DATALOADER)).sum()),
+        "checkpoint_spans": float(((kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT)).sum()),
+        "compile_spans": float((named_span & _name_mask(view, _COMPILE)).sum()),
+        "allocator_calls": float((api & _name_mask(view, _ALLOC)).sum()),
+        "gpu_events_with_correlation": float(linked.sum()),
+        "gpu_events_launch_joined": float((linked & (view.launch_ts >= 0)).sum()),
     }

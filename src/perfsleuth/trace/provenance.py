@@ -1,0 +1,153 @@
+"""What a trace can support: the claims its own shape rules out, found before any detector runs.
+
+Real traces come in shapes a detector must not read as a workload's behaviour: a hand-written test
+fixture of a handful of events, a sampled or filtered trace whose host events were thinned out, a
+benchmark with no ``ProfilerStep`` (nothing to say per step), one rank of a 128-rank job (nothing
+to say about its peers), a window of a few milliseconds, CPU-only ranks. Each of these takes away a
+*property* that some detector claims rest on; this module finds which properties a job lacks and
+why, as data (``Provenance.limits``) and as caveats for the reader. The diagnosis engine refuses a
+detector whose declared requirements the job lacks (``diagnose.registry``), so the rule lives here
+once instead of in every detector.
+
+It measures; it does not judge the workload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from perfsleuth.errors import Caveat
+
+if TYPE_CHECKING:
+    from perfsleuth.trace.analysis import JobAnalysis
+
+# --- the properties a detector may require ---------------------------------------------------------
+REAL_SIZE = "real_size"
+"""The trace is a capture of a workload, not a fixture of a handful of events or a few milliseconds."""
+STEPS = "steps"
+"""ProfilerStep#N annotations: per-step claims (in N% of steps, on step k) are possible."""
+SEVERAL_STEPS = "several_steps"
+"""At least ``MIN_STEPS`` steps: claims about a pattern over steps (bursts on a few steps, regularity)."""
+HOST_RECORD = "host_record"
+"""The host's events were recorded whole: a gap in them means the host did nothing the profiler sees."""
+GPU = "gpu"
+"""GPU activity was traced on every rank."""
+PEERS = "peers"
+"""At least two ranks were traced: claims about one rank against its peers (who waits for whom)."""
+
+PROPERTIES = (REAL_SIZE, STEPS, SEVERAL_STEPS, HOST_RECORD, GPU, PEERS)
+
+MIN_EVENTS = 200
+"""A rank of a real training or inference step writes thousands of events; HTA's hand-made fixtures
+hold 7–60. Below this a trace is a fixture or a toy, and no rate or share in it describes a workload."""
+MIN_GPU_EVENTS = 20
+MIN_WINDOW_NS = 5_000_000
+"""Less than 5 ms traced is a few kernels' worth: start-up and profiler effects dominate it."""
+MIN_STEPS = 3
+MIN_LAUNCH_JOIN = 0.5
+"""Below half of the GPU events finding their launch call, the host side was filtered or dropped."""
+SPARSE_HOST_SHARE = 0.5
+"""A host silent for over half of *every* step on every rank has an incomplete record (sampled,
+filtered, or running uninstrumented code). A real stall leaves the other steps dense with events:
+a real H200 trace with a 300 ms gc.collect() every second step is 91% silent overall, but its other
+steps are not."""
+_SAMPLED_NAME = re.compile(r"sampl|filter|trimm|subset|reduced", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """The properties a job's traces lack, each with the reason (empty: the trace supports everything)."""
+
+    limits: dict[str, str] = field(default_factory=dict)
+
+    def supports(self, prop: str) -> bool:
+        return prop not in self.limits
+
+    def missing(self, props: tuple[str, ...]) -> list[str]:
+        return [p for p in props if p in self.limits]
+
+    def caveats(self) -> list[Caveat]:
+        """One caveat per limit that the trace analysis does not already state (a one-GPU job's lack of
+        peers limits nothing a user would ask about: no caveat for it)."""
+        return [Caveat(f"trace_{p}", why) for p, why in self.limits.items()
+                if p not in _ALREADY_STATED and not (p == PEERS and why.startswith(_ALONE))]
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.limits)
+
+
+_ALONE = "a single-rank job"
+_ALREADY_STATED = frozenset({STEPS, GPU})  # trace.analysis says no_profiler_steps / no_gpu_events itself
+
+
+def _world_size(a: JobAnalysis) -> int | None:
+    if a.runs.num_rows == 0 or "world_size" not in a.runs.column_names:
+        return None
+    value = a.runs["world_size"][0].as_py()
+    return int(value) if value else None
+
+
+def provenance(a: JobAnalysis) -> Provenance:
+    """The properties the job's traces cannot support (see the module docstring)."""
+    limits: dict[str, str] = {}
+    facts = a.rank_facts
+    ranks = sorted(facts)
+    if not ranks:
+        return Provenance({p: "no trace events" for p in PROPERTIES})
+    events = np.array([facts[r].get("events", 0.0) for r in ranks])
+    gpu_events = np.array([facts[r].get("gpu_events", 0.0) for r in ranks])
+    spans = np.array([facts[r].get("trace_end_ns", 0.0) - facts[r].get("trace_start_ns", 0.0) for r in ranks])
+    if events.max() < MIN_EVENTS or (gpu_events.max() > 0 and gpu_events.max() < MIN_GPU_EVENTS):
+        limits[REAL_SIZE] = (f"the trace holds {int(events.max())} events ({int(gpu_events.max())} on the GPU) on its "
+                             f"largest rank: a hand-written fixture or a toy run, too small for rates or shares to "
+                             f"describe a workload (under {MIN_EVENTS} events)")
+    elif spans.max() < MIN_WINDOW_NS:
+        limits[REAL_SIZE] = (f"the traced window is {spans.max() / 1e6:.1f} ms: too short to describe a workload "
+                             f"(under {MIN_WINDOW_NS / 1e6:.0f} ms)")
+    steps = a.steps.to_pandas() if a.steps.num_rows else None
+    n_steps = 0
+    if steps is None or not (steps["step"] >= 0).any():
+        limits[STEPS] = "no ProfilerStep#N annotations: no claim can be made per step"
+        limits[SEVERAL_STEPS] = limits[STEPS]
+    else:
+        n_steps = int(steps[steps["step"] >= 0].groupby("rank")["step"].nunique().max())
+        if n_steps < MIN_STEPS:
+            limits[SEVERAL_STEPS] = (f"{n_steps} ProfilerStep(s) per rank: a pattern over steps (bursts on a few steps, "
+                                     f"the same gap on every step) cannot be judged from fewer than {MIN_STEPS}")
+    if (reason := _host_record_limit(a, ranks)) is not None:
+        limits[HOST_RECORD] = reason
+    if not a.ranks_with_gpu or len(a.ranks_with_gpu) < len(ranks):
+        no_gpu = [r for r in ranks if r not in a.ranks_with_gpu]
+        limits[GPU] = f"rank(s) {no_gpu} have no GPU events (CPU-only, or GPU tracing off)"
+    world = _world_size(a)
+    if len(a.ranks_with_gpu) < 2:
+        limits[PEERS] = (f"one rank traced of a {world}-rank job: nothing can be said about its peers (who waits for whom)"
+                         if world and world > 1 else _ALONE + " (no peers to compare)")
+    return Provenance(limits)
+
+
+def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
+    """Why the host events cannot be read as the whole of what the host did, or None."""
+    facts = a.rank_facts
+    if not any(facts[r].get("cpu_ops", 0) for r in ranks):
+        return "no host operator events (torch.profiler ProfilerActivity.CPU off): every host gap would look silent"
+    named = [Path(f).name for f in a.rank_files.values() if f]
+    if named and all(_SAMPLED_NAME.search(n) for n in named):
+        return f"the trace file name says it was sampled or filtered ({named[0]}): host events may have been removed"
+    linked = sum(facts[r].get("gpu_events_with_correlation", 0) for r in ranks)
+    joined = sum(facts[r].get("gpu_events_launch_joined", 0) for r in ranks)
+    if linked >= MIN_GPU_EVENTS and joined / linked < MIN_LAUNCH_JOIN:
+        return (f"only {joined / linked:.0%} of the GPU events find the host call that launched them: the host side "
+                "was filtered or dropped")
+    sig = a.signals.to_pandas() if a.signals.num_rows else None
+    if sig is not None and "silent_ns" in sig and len(sig):
+        share = sig["silent_ns"] / sig["step_time_ns"].clip(lower=1)
+        if float(share.min()) > SPARSE_HOST_SHARE:
+            return (f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "
+                    "record is incomplete (sampled, filtered, or uninstrumented code), so its silence names nothing")
+    return None
