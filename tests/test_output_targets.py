@@ -229,3 +229,44 @@ def test_two_analyses_writing_one_report_leave_one_complete_report(inputs: Path,
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>") and page.count("<!DOCTYPE") == 1
     assert _leftovers(tmp_path, {"same.html"}) == []
+
+
+# --- no library warning reaches a user --------------------------------------------------------------
+
+DEGENERATE = {  # inputs that make numpy/scipy warn when unguarded: constant, one value, all NaN but one
+    "const_a.csv": "node,v\n" + "".join(f"n{i % 4},5\n" for i in range(24)),
+    "const_b.csv": "node,v\n" + "".join(f"n{i % 4},6\n" for i in range(24)),
+    "one.csv": "node,v\nn1,5\n",
+    "flat.csv": "v\n" + "5\n" * 40,
+    "nan.csv": "v\n" + "nan\n" * 10 + "1\n",
+}
+
+
+def _strict(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The verb in a fresh interpreter with every warning an error (as ``python -W error`` would)."""
+    return subprocess.run([str(Path(sys.executable).with_name("perfsleuth")), *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONWARNINGS": "error"})
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_every_verb_runs_with_warnings_as_errors(verb: str, inputs: Path, tmp_path: Path) -> None:
+    proc = _strict(_argv(verb, inputs, tmp_path / "store", str(tmp_path / "result")), tmp_path)
+    assert proc.returncode == VERBS[verb][1], proc.stderr
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr
+    assert (tmp_path / "result").read_text(encoding="utf-8").startswith(VERBS[verb][2])
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "const_a.csv", "const_b.csv", "--metric", "v", "--lower-is-better", "--cluster-by", "node"],
+    ["compare", "one.csv", "one.csv", "--metric", "v", "--lower-is-better"],
+    ["changes", "flat.csv"], ["changes", "nan.csv"],
+], ids=["compare-constant", "compare-one-value", "changes-flat", "changes-nan"])
+def test_degenerate_tables_give_caveats_not_warnings(args: list[str], tmp_path: Path) -> None:
+    for name, text in DEGENERATE.items():
+        (tmp_path / name).write_text(text)
+    proc = _strict([*args, "-f", "json"], tmp_path)
+    assert proc.returncode in (0, 2) and "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if proc.returncode == 0:
+        doc = json.loads(proc.stdout)
+        caveats = [c for part in doc.get("comparisons", doc.get("series", [])) for c in part["caveats"]]
+        assert caveats, "a degenerate input must say what limits the result"

@@ -7,6 +7,9 @@ exits with status 2; a traceback means a bug in perfsleuth.
 from __future__ import annotations
 
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +29,25 @@ FORMATS = (
     ("csv", "a table of samples or a history, one row per sample  [compare, changes]"),
     ("parquet", "the same as Parquet, including perfsleuth's records table  [compare, changes]"),
 )
+
+
+@app.callback()
+def _verb_scope(ctx: typer.Context) -> None:
+    """Around every verb: the library deprecations no user can act on are silenced for its duration."""
+    ctx.with_resource(_library_deprecations_quiet())
+
+
+@contextmanager
+def _library_deprecations_quiet() -> Iterator[None]:
+    """Silence the DeprecationWarnings Ibis's own calls raise, for as long as one verb runs.
+
+    Ibis 12 calls DuckDB's deprecated ``fetch_arrow_table()`` on every query and reads a deprecated
+    pandas option: warnings about Ibis's code that tell a user nothing and that perfsleuth cannot change.
+    Only that category from those modules is silenced, and only inside the verb (no filter is installed
+    at import); every other warning still surfaces, and the tests run each verb with warnings as errors."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ibis(\.|$)")
+        yield
 
 
 class OutputFormat(StrEnum):
