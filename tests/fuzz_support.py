@@ -158,6 +158,7 @@ class Mutant:
 
 
 HUGE = ("1e308", "-1e308", "1e999", "18446744073709551616", "9223372036854775807", "-9223372036854775808",
+        "10000000000000000000000000", "1e301", "9.2e18", "-50",
         "340282366920938463463374607431768211456", "99999999999999999999999999999999999999999999")
 SPECIAL = ("NaN", "nan", "Infinity", "-Infinity", "inf", "-inf", "-1", "0", "-0", "0.0", "1.5", "")
 WRONG = ("abc", "true", "null", "[]", "{}", '"', "'", ",", ";", "#", "%", "\\", "0x1F", "1,000", "--")
@@ -267,7 +268,11 @@ def _deep(depth: int) -> Any:
     return node
 
 
-WRONG_VALUES = (None, True, 0, -1, 1.5, "", "abc", [], {}, [1, 2], {"a": 1}, 2**64, -2**63, 1e308, math.nan, math.inf, -math.inf,
+EXTREME_VALUES = (10**25, -(10**25), 10**30, 2**63, -(2**63) - 1, 9.2e18, -9.2e18, 1e301, -1e301, -50.0, 5e-324)
+"""Issue 13's values: integers beyond int64, floats beyond 1e300, a timestamp no clock gives, a negative
+duration, the smallest subnormal; every reader must read them as missing with a caveat, or name them."""
+WRONG_VALUES = (*EXTREME_VALUES, None, True, 0, -1, 1.5, "", "abc", [], {}, [1, 2], {"a": 1}, 2**64, -2**63, 1e308, math.nan,
+                math.inf, -math.inf,
                 "NaN", "1e999", "日本語🚀", "\u0000", "\udcff")
 
 

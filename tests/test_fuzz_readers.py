@@ -83,6 +83,41 @@ def test_kineto_json_reader(scratch: Path, data: st.DataObject) -> None:
     check_reader(lambda p: trace_tables("kineto", p), write_mutant(scratch, name, m), known_schemas())
 
 
+_EXTREME_PLACES = ("ts", "dur", "args.stream", "args.device", "args.correlation", "args.External id")
+
+
+@FUZZ
+@given(data=st.data())
+def test_kineto_extreme_values_are_read_as_missing_or_named(scratch: Path, data: st.DataObject) -> None:
+    """One kernel gets an issue-13 value in one field: the read either names the file (an error) or keeps
+    every event but the one whose time is impossible, and a caveat names the field — never a silent drop."""
+    import copy
+
+    from fuzz_support import EXTREME_VALUES
+
+    doc = copy.deepcopy(kineto_sample())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    event = kernels[data.draw(st.integers(0, len(kernels) - 1), label="kernel")]
+    place = data.draw(st.sampled_from(_EXTREME_PLACES), label="field")
+    value = data.draw(st.sampled_from(EXTREME_VALUES), label="value")
+    clean = trace_tables("kineto", write_mutant(scratch, "rank-0.json", Mutant(_dumps(kineto_sample()).encode(), "clean")))
+    (event.setdefault("args", {}) if place.startswith("args.") else event)[place.removeprefix("args.")] = value
+    path = write_mutant(scratch, "rank-0.json", Mutant(_dumps(doc).encode(), f"{place}={value!r}"))
+    if check_reader(lambda p: trace_tables("kineto", p), path, known_schemas()) == "error":
+        return
+    from perfsleuth.ingest import kineto
+
+    caveats = [c.message for c in kineto.read_rank_file(path).caveats if c.code == "values_out_of_range"]
+    rows, before = trace_tables("kineto", path)["events"].num_rows, clean["events"].num_rows
+    valid_int = -(2**63) <= value < 2**63 and float(value).is_integer()
+    if place in ("ts", "dur") and (value < 0 and place == "dur" or abs(value) * 1000 > kineto.TIME_LIMIT_NS):
+        assert rows == before - 1 and any(m.startswith(f"{place}: 1 event") for m in caveats), caveats
+    elif place.startswith("args.") and not valid_int:
+        assert rows == before and any(m.startswith(f"{place}: 1 event") for m in caveats), caveats
+    else:
+        assert rows == before
+
+
 @FUZZ
 @given(data=st.data())
 def test_jax_trace_json_reader(scratch: Path, data: st.DataObject) -> None:
