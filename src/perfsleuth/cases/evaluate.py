@@ -295,7 +295,9 @@ def diagnose_case(case: Case) -> CaseResult:
 def case_result(case: Case, diagnosis: Diagnosis | None = None, error: str | None = None) -> CaseResult:
     """What a diagnosis (or an error) says on one case, against its label."""
     mags = {f.fault: f.magnitude for f in case.faults}
-    base = dict(name=case.name, path=str(case.path), expected=tuple(sorted(case.detectable)),
+    job = case.extra.get("job")  # transformed real suites name cases per job: say which job
+    name = f"{job}/{case.name}" if isinstance(job, str) else case.name
+    base = dict(name=name, path=str(case.path), expected=tuple(sorted(case.detectable)),
                 undetectable=tuple(sorted(case.undetectable)), magnitude=mags)
     if diagnosis is None:
         return CaseResult(findings=(), insufficient=(), error=error or "no diagnosis", **base)
