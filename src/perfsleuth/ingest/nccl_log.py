@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
 from perfsleuth.ingest.source import SourceData, register, sniff
 from perfsleuth.metrics.fabric import normalize_collective
 
@@ -142,12 +143,28 @@ class LogLine:
     msg: str
 
 
-def split_line(line: str) -> tuple[str, LogLine | None]:
+_GLUED_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?=[A-Za-z])")
+"""The tail of another stream's text glued to an NCCL line's host (``-1node07:123:123 [0] NCCL``)."""
+
+
+def split_line(line: str, known_hosts: Collection[str] = ()) -> tuple[str, LogLine | None]:
     """(text before an NCCL line, the NCCL line or None). Ranks' output can splice an NCCL line into
-    the middle of another line; the text before it is returned so the caller can read it."""
+    the middle of another line; the text before it is returned so the caller can read it. When that
+    text ends in a number glued to the host (stdout and stderr merged without a newline between),
+    the number goes back to the text: a host seen whole elsewhere in the file (``known_hosts``)
+    decides where the host begins, else the host is taken to start at its first letter."""
     m = PREFIX_RE.search(line)
     if m:
-        return line[: m.start()], LogLine(m["host"], int(m["pid"]), int(m["dev"]), m["level"], m["msg"].rstrip())
+        host, cut = m["host"], m.start()
+        if cut > 0 and host not in known_hosts:
+            tail = next((h for h in known_hosts if host.endswith(h) and len(h) < len(host)), None)
+            if tail is not None:
+                cut += len(host) - len(tail)
+                host = tail
+            elif g := _GLUED_NUMBER.match(host):
+                cut += g.end()
+                host = host[g.end():]
+        return line[:cut], LogLine(host, int(m["pid"]), int(m["dev"]), m["level"], m["msg"].rstrip())
     b = BARE_RE.match(line)
     if b:
         return "", LogLine(None, None, int(b["dev"]) if b["dev"] else None, b["level"], b["msg"].rstrip())
@@ -580,10 +597,11 @@ def read(path: Path) -> SourceData:
     path = Path(path)
     data = SourceData(NAME, str(path))
     parser = LogParser(path)
+    wrappers = WrapperStats()
     other = 0
     try:
         for lineno, line in iter_lines(path):
-            _before, ln = split_line(line)
+            _before, ln = split_line(wrappers.add(unwrap(line)).text)
             if ln is None:
                 other += 1
                 continue
@@ -594,6 +612,7 @@ def read(path: Path) -> SourceData:
         raise InputError(path, "no NCCL log lines (host:pid:tid [dev] NCCL INFO ...)",
                          hint="run the job with NCCL_DEBUG=INFO and keep its stdout/stderr")
     parser.into(data)
+    wrappers.into(data.meta)
     data.meta["other_lines"] = other
     if "nccl_log" not in data.tables:
         data.caveats.append(Caveat("nccl_log_no_init", "NCCL lines but no communicator facts (version, network, "

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
 from perfsleuth.ingest.nccl_log import LogEvent, LogParser, algorithm_name, iter_lines, protocol_name, split_line
 from perfsleuth.ingest.source import SourceData, register, sniff
 from perfsleuth.metrics.fabric import busbw_factor, normalize_collective
@@ -147,7 +148,6 @@ _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _COMMAND_RE = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
 _ENV_TOKEN_RE = re.compile(r"\bNCCL_(ALGO|PROTO)=([^\s\"']+)")
-_TAG_RE = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?\s?|\d+: )")
 _TS_RE = re.compile(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$")
 _INFO_ENV_RE = re.compile(r"^NCCL_(ALGO|PROTO)$")
 
@@ -165,7 +165,7 @@ def looks_like_nccl_tests(text: str) -> bool:
     if stripped.startswith("{"):  # -J: version, args, env, nccl_version come first; results can be far down
         return '"nccl_version"' in text and '"args"' in text or '"results"' in text and '"bus_bw"' in text
     for line in text.splitlines():
-        line = _TAG_RE.sub("", line, count=1)
+        line = unwrap(line).text.strip()
         if (_HEADER_RE.match(line) or _NTHREAD_RE.match(line) or _START_RE.match(line) or _AVG_RE.match(line)
                 or _VERSION_RE.match(line)):
             return True
@@ -296,9 +296,16 @@ class _Reader:
         self.pending_collective: str | None = None
         self.duplicate_headers = 0
         self.headerless_rows: list[int] = []
+        self.wrappers = WrapperStats()
+        self.known_hosts: set[str] = set()
+        self.pending: dict[tuple, tuple[int, str]] = {}  # stream -> (first line, text so far) of a row cut short
+        self.rejoined = 0
+        self.lost_rows: list[int] = []
+        self.last_row: dict[tuple, tuple[_Run, int, str]] = {}  # stream -> the row it wrote last and its text
 
     # -- run boundaries ---------------------------------------------------------------------------
     def _new_run(self, lineno: int) -> None:
+        self._flush_pending()
         self._close()
         self.run = _Run(len(self.runs), lineno)
 
@@ -322,22 +329,35 @@ class _Reader:
 
     # -- lines ------------------------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> None:
-        before, ln = split_line(raw)
+        u = self.wrappers.add(unwrap(raw))
+        before, ln = split_line(u.text, self.known_hosts)
         if ln is not None:
+            if ln.host and not before:
+                self.known_hosts.add(ln.host)
             self._on_log(self.log.feed(lineno, ln))
-            raw = before
-            if not raw.strip():
-                return
-        line = _TAG_RE.sub("", raw, count=1).rstrip()
-        s = line.strip()
+            if not before.strip():
+                return  # a row broken by this line stays pending: its rest comes on a later line
+            text = before
+        else:
+            text = u.text
+        key = (u.rank, u.host, u.local_rank)
+        s = text.strip()
         if not s:
+            if key in self.pending:  # a piece of a cut row that held only spaces
+                first, head = self.pending[key]
+                self.pending[key] = (first, head + text)
             return
+        if key in self.pending and self._continue(key, lineno, text, s):
+            return
+        if key in self.last_row and self._mend_last(key, text, s):
+            return
+        self.last_row.pop(key, None)
         if s.startswith("#"):
-            self._comment(lineno, line)
+            self._comment(lineno, s)
             return
         tokens = s.split()
         if tokens[0].isdigit():
-            self._row(lineno, tokens)
+            self._row(lineno, tokens, key, text)
             return
         if m := _COMMAND_RE.search(s):
             coll = normalize_collective(m.group(1))
@@ -345,6 +365,37 @@ class _Reader:
                 self.pending_collective = coll
         for k, v in _ENV_TOKEN_RE.findall(s):
             self.pending_env[f"NCCL_{k}"] = v
+
+    def _continue(self, key: tuple, lineno: int, text: str, s: str) -> bool:
+        """Offer a line to the row this stream left unfinished. True when it was its rest (or more of it).
+
+        The cut can fall anywhere, inside a number too (Open MPI forwards what each read() returned), so
+        the pieces are joined as written first, then with a space between."""
+        first, head = self.pending[key]
+        layout = self.run.layout or DEFAULT_LAYOUT
+        if s.startswith("#"):
+            self._lose(key)
+            return False
+        for joined in (head + text, head + " " + text):
+            tokens = joined.split()
+            if parse_row(tokens, layout) is not None:
+                del self.pending[key]
+                self.rejoined += 1
+                self._row(first, tokens, key, joined)
+                return True
+        if parse_row(s.split(), layout) is not None or len((head + text).split()) >= layout.width:
+            self._lose(key)
+            return False
+        self.pending[key] = (first, head + text)
+        return True
+
+    def _lose(self, key: tuple) -> None:
+        first, _ = self.pending.pop(key)
+        self.lost_rows.append(first)
+
+    def _flush_pending(self) -> None:
+        for key in list(self.pending):
+            self._lose(key)
 
     def _comment(self, lineno: int, line: str) -> None:
         run = self.run
@@ -392,7 +443,7 @@ class _Reader:
         elif _END_RE.match(line):
             run.complete = True
 
-    def _row(self, lineno: int, tokens: list[str]) -> None:
+    def _row(self, lineno: int, tokens: list[str], key: tuple = (None, None, None), text: str = "") -> None:
         run = self.run
         layout = run.layout
         if layout is None:
@@ -409,10 +460,36 @@ class _Reader:
             run = self.run
         row = parse_row(tokens, layout)
         if row is None:
+            if text and len(tokens) < layout.width and key not in self.pending:
+                self.pending[key] = (lineno, text.rstrip("\n"))  # the rest may come on a later line
+                return
             run.garbled.append(lineno)
             return
         row["line"] = lineno
         run.rows.append(row)
+        if text:
+            self.last_row[key] = (run, len(run.rows) - 1, text)
+
+    def _mend_last(self, key: tuple, text: str, s: str) -> bool:
+        """A piece that does not read alone, after a row of this stream that read: the row was cut
+        where its text still parsed (inside its last number, or after the out-of-place columns).
+        When the two read as one longer row, that row replaces the first reading."""
+        run, idx, head = self.last_row.pop(key)
+        layout = run.layout or DEFAULT_LAYOUT
+        if run is not self.run or s.startswith("#"):
+            return False
+        alone = parse_row(s.split(), layout)
+        if alone is not None and len(s.split()) == layout.width:
+            return False
+        for joined in (head + text, head + " " + text):
+            tokens = joined.split()
+            if len(tokens) > len(head.split()) and (row := parse_row(tokens, layout)) is not None:
+                row["line"] = run.rows[idx]["line"]
+                run.rows[idx] = row
+                self.rejoined += 1
+                self.last_row[key] = (run, idx, joined)
+                return True
+        return False
 
     def _on_log(self, ev: LogEvent | None) -> None:
         if ev is None:
@@ -429,7 +506,16 @@ class _Reader:
                 run.tuning.setdefault(int(ev.groups[1]), Counter())[(algo, proto)] += 1
 
     def finish(self) -> list[_Run]:
+        self._flush_pending()
         self._close()
+        if self.rejoined:
+            self.caveats.append(Caveat("nccl_tests_rows_rejoined", f"{self.rejoined} result row(s) were broken over "
+                                       "several lines (other output or NCCL lines in between) and were put back "
+                                       "together", str(self.path)))
+        if self.lost_rows:
+            self.caveats.append(Caveat("nccl_tests_split_rows_lost", f"{len(self.lost_rows)} result row(s) were cut "
+                                       "off and their rest never came (first at line "
+                                       f"{self.lost_rows[0]}): those sizes are missing", str(self.path)))
         if self.duplicate_headers:
             self.caveats.append(Caveat("nccl_tests_duplicate_header", f"{self.duplicate_headers} header(s) printed "
                                        "twice before results: several processes wrote into one output (nccl-tests "
@@ -663,6 +749,7 @@ def read(path: Path) -> SourceData:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
         runs = reader.finish()
         data.caveats.extend(reader.caveats)
+        reader.wrappers.into(data.meta)
         log = reader.log
     rows = [row for run in runs for row in _finish_run(run, path, data.caveats)]
     if not rows:

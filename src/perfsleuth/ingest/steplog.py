@@ -41,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
 from perfsleuth.ingest.source import SourceData, register, sniff_text
 from perfsleuth.model import RECORDS
 
@@ -196,21 +197,25 @@ class ParsedLog:
     settings: dict[str, str] = field(default_factory=dict)
     caveats: list[Caveat] = field(default_factory=list)
     lines: int = 0
+    wrappers: dict[str, object] | None = None  # line_wrappers.WrapperStats.meta(): ranks/hosts the launcher named
 
 
 class LineContext:
     """One text line as the format parsers see it: launcher prefix removed, rank read, timestamp on demand."""
 
-    __slots__ = ("line", "stream", "rank", "text", "_time")
+    __slots__ = ("line", "stream", "rank", "text", "_time", "_fallback")
 
-    def __init__(self, line: int, stream: str, rank: int, text: str, time_ns: int | None = None):
+    def __init__(self, line: int, stream: str, rank: int, text: str, time_ns: int | None = None,
+                 fallback_ns: int | None = None):
         self.line, self.stream, self.rank, self.text = line, stream, rank, text
         self._time: int | None | bool = time_ns if time_ns is not None else False
+        self._fallback = fallback_ns  # a wrapper's timestamp: used when the tool's own line has none
 
     @property
     def time_ns(self) -> int | None:
         if self._time is False:
-            self._time = timestamp_ns(self.text)
+            own = timestamp_ns(self.text)
+            self._time = own if own is not None else self._fallback
         return self._time  # type: ignore[return-value]
 
 
@@ -279,30 +284,12 @@ def timestamp_ns(text: str) -> int | None:
     return ns
 
 
-_PREFIXES: tuple[tuple[re.Pattern[str], int | None], ...] = (
-    (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # mpirun --tag-output: [job,rank]<stdout>:
-    (re.compile(r"^\[[A-Za-z_]*?(\d+)\]:\s?"), 1),  # torchrun --tee: [default3]:
-    (re.compile(r"^\[[A-Za-z0-9_.-]+:(\d+)\]:\s?"), 1),  # [host:rank]:
-    (re.compile(r"^(\d+):\s"), 1),  # srun --label: 3:
-    (re.compile(r"^[A-Za-z][\w.-]*\d:\s"), None),  # pdsh host label: worker-0:
-)
-
-
 def split_prefix(line: str) -> tuple[str, int, str]:
-    """(stream, rank, rest): the launcher's line prefix, the rank it names (-1 if none) and the text."""
-    stream, rank = "", -1
-    for _ in range(2):  # a launcher inside a launcher (srun around torchrun) prefixes twice
-        for pattern, group in _PREFIXES:
-            m = pattern.match(line)
-            if m:
-                stream += m.group(0).strip()
-                if group is not None:
-                    rank = int(m.group(group))
-                line = line[m.end():]
-                break
-        else:
-            break
-    return stream, rank, line
+    """(stream, rank, rest): the launcher's line prefix, the rank it names (-1 if none) and the text
+    (``line_wrappers.unwrap`` removes them, with timestamps, colour codes and CRs)."""
+    u = unwrap(line)
+    rank = u.placement_rank
+    return u.prefix, -1 if rank is None else rank, u.text
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
@@ -366,12 +353,14 @@ def parse_text(path: Path) -> ParsedLog:
     out = ParsedLog("text")
     problems = Problems()
     megatron, deepspeed = MegatronLines(out, problems), DeepSpeedLines(out, problems)
+    wrappers = WrapperStats()
     for number_, raw, complete in numbered_lines(path):
         out.lines = number_
         if len(raw) >= 4300 and _TOO_MANY_DIGITS.search(raw):
             problems.add("number_too_long", number_)
             continue
-        stream, rank, text = split_prefix(raw)
+        u = wrappers.add(unwrap(raw))
+        stream, rank, text = u.prefix, -1 if u.placement_rank is None else u.placement_rank, u.text
         if not text.strip():
             continue
         if not complete:
@@ -382,7 +371,7 @@ def parse_text(path: Path) -> ParsedLog:
                 break
         if "ank" in text and (tag := _RANK_TAG.search(text)) is not None:
             rank = int(tag.group(1) or tag.group(2))
-        c = LineContext(number_, stream, rank, text)
+        c = LineContext(number_, stream, rank, text, fallback_ns=u.time_ns)
         if megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems)) or deepspeed.feed(c):
             continue
         if (m := _SETTING.search(text)) is not None:
@@ -396,6 +385,7 @@ def parse_text(path: Path) -> ParsedLog:
         out.framework = "deepspeed" if ds_rows else "text"
         out.rows = ds_rows
     out.caveats.extend(problems.caveats(path, _PROBLEMS))
+    out.wrappers = wrappers.meta()
     return out
 
 
@@ -694,6 +684,8 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
                                "sessions": int(rows["session"].max()) + 1, "streams": sorted(rows["stream"].unique())}
     if (g := gpu_count(parsed.settings)) is not None:
         meta["gpus"] = g
+    if parsed.wrappers:
+        meta["wrappers"] = parsed.wrappers
     tables = {
         "step_log": _table(rows, STEP_LOG),
         "step_log_timers": _table(timers, STEP_LOG_TIMERS),
