@@ -39,7 +39,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.gpu_fields import BY_DCGM, BY_DMON, build_samples
+from perfsleuth.ingest.gpu_fields import BY_DCGM, BY_DCGM_ID, BY_DMON, GpuField, build_samples
+from perfsleuth.ingest.line_wrappers import clean_text
 from perfsleuth.ingest.source import SourceData, register, sniff, sniff_text
 
 EXPORTER = "dcgm_exporter"
@@ -81,8 +82,18 @@ def detect(path: Path) -> bool:
         return False
 
 
+_DMON_HEADER = re.compile(r"^\s*#\s?Entity\b")
+"""``#Entity`` (DCGM 2.2+) or ``# Entity`` (older dcgmi and NVIDIA's own docs)."""
+_DMON_COMMAND = re.compile(r"\bdcgmi\s+dmon\b(?P<args>.*)$")
+_DMON_END = re.compile(r"^\s*(?:dmon was stopped|\^C|Error|Signal)", re.IGNORECASE)
+_DMON_ROW = re.compile(r"^\s*(?:GPU|GPU-I|GPU-CI|Switch|Link|CPU|CPU Core)\s+\d")
+_LEAD_LINES = 4
+"""Lines a capture may hold before the header: the shell prompt and command, a blank, a banner."""
+
+
 def detect_dmon(path: Path) -> bool:
-    """``dcgmi dmon`` output: its first non-empty line is the ``#Entity`` header."""
+    """``dcgmi dmon`` output: the ``#Entity`` header among the first lines (after the command line a
+    pasted capture starts with, and launcher wrappers removed)."""
     try:
         path = Path(path)
         if not path.is_file():
@@ -90,8 +101,14 @@ def detect_dmon(path: Path) -> bool:
         text = sniff_text(path, 4096)
     except OSError:
         return False
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return first.lstrip().startswith("#Entity")
+    if "\x00" in text:
+        return False
+    for ln in [ln for ln in clean_text(text)[0].splitlines() if ln.strip()][: _LEAD_LINES + 1]:
+        if _DMON_HEADER.match(ln):
+            return True
+        if _DMON_ROW.match(ln):
+            return False  # rows before any header: not a capture's beginning
+    return False
 
 
 # --- dcgm-exporter text --------------------------------------------------------------------------------------
@@ -402,54 +419,103 @@ def _dmon_entity(tokens: list[str]) -> tuple[int | None, str]:
     return None, "{entity=" + "_".join(tokens) + "}"
 
 
-def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None, interval_ms: int = 1000) -> SourceData:
+def _dmon_options(args: str) -> tuple[list[int], int | None]:
+    """Field ids (``-e``) and interval in ms (``-d``) from a ``dcgmi dmon`` command line in the capture."""
+    ids: list[int] = []
+    interval = None
+    if m := re.search(r"(?:-e|--field-id)[ =]([\d,]+)", args):
+        ids = [int(x) for x in m.group(1).split(",") if x]
+    if m := re.search(r"(?:-d|--delay)[ =](\d+)", args):
+        interval = int(m.group(1))
+    return ids, interval
+
+
+def _dmon_header(raw: str) -> tuple[list[str], list[int]]:
+    """Field names of an ``#Entity`` header and the column where each starts."""
+    tokens = list(re.finditer(r"\S+", raw))
+    at = next(i for i, t in enumerate(tokens) if t.group(0).endswith("Entity"))
+    return [t.group(0) for t in tokens[at + 1:]], [t.start() for t in tokens[at + 1:]]
+
+
+def _dmon_values(raw: str, starts: list[int], width: int) -> tuple[list[str], list[str]] | None:
+    """(entity tokens, values) of one row: by the header's columns (a value DCGM did not return prints
+    as blanks), else split on whitespace when the row is not aligned (captures pasted through a
+    renderer that collapsed spaces) and has one value per field."""
+    entity = raw[: starts[0]].split()
+    values = [raw[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    if len(entity) >= 2 and len(entity) % 2 == 0 and entity[1].isdigit() and not any(" " in v for v in values):
+        return entity, values
+    tokens = raw.split()
+    for n_entity in (2, 4):
+        if len(tokens) == n_entity + width and tokens[1].isdigit():
+            return tokens[:n_entity], tokens[n_entity:]
+    return None
+
+
+def _dmon_field(name: str, position: int, ids: list[int]) -> GpuField | None:
+    """A column's registry field: by its short name, else by the ``-e`` id at its position."""
+    field = BY_DMON.get(name)
+    if field is None and len(ids) > position:
+        field = BY_DCGM_ID.get(ids[position])
+    return field
+
+
+def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None, interval_ms: int | None = None) -> SourceData:
     """``dcgmi dmon -e ...`` output as ``samples`` (times reconstructed: see the module docstring)."""
     path = Path(path)
     try:
         text = _load(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, "not text: cannot be dcgmi dmon output") from exc
+    text, wrappers = clean_text(text)
     header: list[str] | None = None
-    first_header: list[str] | None = None
     starts: list[int] = []
     rows: list[tuple[int | None, str, list[str]]] = []
     lines = text.splitlines()
+    ids: list[int] = []
+    interval_from_cmd: int | None = None
     cut_last = False
+    lead = 0
     for n, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("#Entity"):
-            # fixed-width table (dcgmi/DeviceMonitor.cpp): every column starts where its header name starts,
-            # and a value DCGM did not return prints as blanks, so splitting on whitespace would shift columns
-            starts = [m.start() for m in re.finditer(r"\S+", raw)][1:]
-            header = raw.split()[1:]
-            if not header:
+        if _DMON_HEADER.match(raw):
+            names, cols = _dmon_header(raw)
+            if not names:
                 raise InputError(path, "the #Entity header names no fields", place=f"line {n}", hint="expected `dcgmi dmon -e ...` output")
-            if first_header is not None and header != first_header:
+            if header is not None and names != header:
                 raise InputError(path, "the field list changes inside the file", place=f"line {n}", hint="one dmon run per file")
-            first_header = header
+            header, starts = names, cols
             continue
-        if line.startswith("ID") and header is not None and len(line.split()) <= len(header) + 1:
-            continue  # the units line
         if header is None:
-            raise InputError(path, "data before the #Entity header", place=f"line {n}", hint="expected `dcgmi dmon -e ...` output")
+            if m := _DMON_COMMAND.search(line):
+                ids, interval_from_cmd = _dmon_options(m.group("args"))
+            lead += 1
+            if lead > _LEAD_LINES or _DMON_ROW.match(raw):
+                raise InputError(path, "data before the #Entity header", place=f"line {n}", hint="expected `dcgmi dmon -e ...` output")
+            continue
+        if re.match(r"^I[Dd]\b", line) and len(line.split()) <= len(header) + 1:
+            continue  # the units line
+        if _DMON_END.match(line) or _DMON_COMMAND.search(line) or line.endswith(("$", "#")):
+            break  # the capture's end: dmon stopped by a signal, or the shell prompt after it
         if n == len(lines) and not text.endswith("\n") and len(raw.rstrip()) < starts[-1]:
             cut_last = True  # the last line, cut while being written
             continue
-        entity = raw[: starts[0]].split()
-        values = [raw[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-        if len(entity) < 2 or len(entity) % 2 or not entity[1].isdigit() or any(" " in v for v in values):
+        parsed = _dmon_values(raw, starts, len(header))
+        if parsed is None:
             raise InputError(path, f"not a dmon row: {raw.strip()[:100]!r}", place=f"line {n}",
                              hint="rows start with an entity (GPU 0) and align with the #Entity header")
+        entity, values = parsed
         gpu, qual = _dmon_entity(entity)
         rows.append((gpu, qual, values))
     if header is None or not rows:
         raise InputError(path, "no dcgmi dmon rows", hint="expected an #Entity header and GPU rows")
+    interval = interval_ms or interval_from_cmd or 1000
     caveats: list[Caveat] = []
     if cut_last:
         caveats.append(Caveat("truncated_line", "the last line is cut short and was skipped", str(path)))
-    fields = [BY_DMON.get(c) for c in header]
+    fields = [_dmon_field(c, i, ids) for i, c in enumerate(header)]
     unknown = [c for c, f in zip(header, fields, strict=True) if f is None]
     seen: dict[tuple[int | None, str], int] = {}
     sample_k = []
@@ -459,13 +525,13 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         sample_k.append(k)
     n_samples = max(seen.values())
     end = path.stat().st_mtime_ns
-    step = interval_ms * 1_000_000
+    step = interval * 1_000_000
     hosts, gpus, metrics, ts, vals = [], [], [], [], []
     na = 0
     for (gpu, qual, values), k in zip(rows, sample_k, strict=True):
         t = end - (n_samples - 1 - k) * step
         for col, field, raw in zip(header, fields, values, strict=True):
-            if raw in ("N/A", "-", ""):
+            if raw.upper() in ("N/A", "-", "") or raw.upper().startswith("N/A"):
                 na += 1
                 continue
             try:
@@ -477,8 +543,10 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
             metrics.append((field.name if field else f"dcgmi_dmon.{col}") + qual)
             ts.append(t)
             vals.append(v)
+    source = ("the -d option" if interval_ms else "-d in the capture's command line" if interval_from_cmd
+              else "dcgmi's default")
     caveats.append(Caveat("timestamps_reconstructed", f"dcgmi dmon prints no times: {n_samples} samples per entity placed "
-                          f"{interval_ms} ms apart, ending at the file's modification time", str(path)))
+                          f"{interval} ms apart ({source}), ending at the file's modification time", str(path)))
     if na:
         caveats.append(Caveat("not_available", f"{na} N/A or blank values (field not supported or not watched) read as missing",
                               str(path)))
@@ -487,7 +555,11 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
                               f"{', '.join(unknown)}", str(path)))
     table, more = build_samples(run_id or path.stem, pa.array(hosts, pa.string()), pa.array(gpus, pa.int32()),
                                 pa.array(metrics, pa.string()), np.array(ts, np.int64), np.array(vals, np.float64), str(path))
-    meta = {"source_names": {f.name: [c] for c, f in zip(header, fields, strict=True) if f}, "interval_ms": interval_ms}
+    meta: dict[str, object] = {"source_names": {f.name: [c] for c, f in zip(header, fields, strict=True) if f},
+                               "interval_ms": interval, "fields": header}
+    if ids:
+        meta["field_ids"] = ids
+    wrappers.into(meta)
     return SourceData(DMON, str(path), {"samples": table}, caveats + more, meta)
 
 

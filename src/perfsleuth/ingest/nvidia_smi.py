@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.gpu_fields import BY_NAME, BY_SMI_DMON, BY_SMI_QUERY, GpuField, build_samples
+from perfsleuth.ingest.line_wrappers import WrapperStats, clean_text
 from perfsleuth.ingest.source import SourceData, register, sniff_text
 
 DMON = "nvidia_smi_dmon"
@@ -53,6 +54,16 @@ _HEADER = re.compile(r"^\s*([^\[]+?)\s*(?:\[([^\]]+)\])?\s*$")
 _QUERY_IDS = {"index", "timestamp", "name", "pci.bus_id", "uuid", "serial"}
 
 
+_COMMAND = re.compile(r"(?:^|[$#>] )nvidia-smi\b")
+"""The command line a pasted capture starts with (``$ nvidia-smi dmon -s pu``)."""
+
+
+def _without_wrappers(text: str) -> tuple[str, WrapperStats]:
+    """The capture with launcher wrappers removed and its pasted command lines dropped."""
+    text, stats = clean_text(text)
+    return "\n".join(ln for ln in text.splitlines() if not _COMMAND.search(ln)) + "\n", stats
+
+
 # --- detection -----------------------------------------------------------------------------------------------
 
 
@@ -65,7 +76,7 @@ def _head_lines(path: Path, n: int = 3) -> list[str]:
         return []
     if "\x00" in raw:
         return []
-    return [ln for ln in raw.splitlines() if ln.strip()][:n]
+    return [ln for ln in clean_text(raw)[0].splitlines() if ln.strip() and not _COMMAND.search(ln)][:n]
 
 
 def detect_dmon(path: Path) -> bool:
@@ -163,9 +174,10 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     """``nvidia-smi dmon [-s ...] [-o DT]`` output as ``samples``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(errors="strict")
     except UnicodeDecodeError as exc:
         raise InputError(path, "not text: cannot be nvidia-smi dmon output") from exc
+    text, wrappers = _without_wrappers(text)
     names: list[str] | None = None
     units: list[str] | None = None
     names_line = 0
@@ -245,7 +257,9 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         caveats.append(Caveat("unknown_metric", "dmon columns not in the GPU field registry, kept as nvidia_smi_dmon.<name>: "
                               + ", ".join(unknown), str(path)))
     meta = {"source_names": {BY_SMI_DMON[c].name: [c] for c in names if c in BY_SMI_DMON}, "units": dict(zip(names, units, strict=True))}
-    return _finish(DMON, path, run_id, cols, caveats, meta)
+    data = _finish(DMON, path, run_id, cols, caveats, meta)
+    wrappers.into(data.meta)
+    return data
 
 
 # --- nvidia-smi --query-gpu CSV ------------------------------------------------------------------------------
@@ -287,9 +301,10 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
     """``nvidia-smi --query-gpu=... --format=csv [-lms N]`` output as ``samples``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(errors="strict")
     except UnicodeDecodeError as exc:
         raise InputError(path, "not text: cannot be nvidia-smi CSV output") from exc
+    text, wrappers = _without_wrappers(text)
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     numbered = [(reader.line_num, r) for r in reader if r]
     rows = [r for _, r in numbered]
@@ -352,7 +367,9 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
             meta.setdefault("gpus", {})
             for g, v in zip(gpu, frame[by_name[ident]].str.strip(), strict=True):
                 meta["gpus"].setdefault(int(g), {})[ident] = v
-    return _finish(QUERY, path, run_id, cols, caveats, meta)
+    data = _finish(QUERY, path, run_id, cols, caveats, meta)
+    wrappers.into(data.meta)
+    return data
 
 
 assert set(BY_SMI_DMON.values()) <= set(BY_NAME.values())  # noqa: S101  (registry consistency, a programming error)
