@@ -349,10 +349,12 @@ def parse_text(path: Path) -> ParsedLog:
     """One pass over a text log, each line offered to the Megatron reader, then the DeepSpeed reader."""
     from perfsleuth.ingest.steplog_deepspeed import DeepSpeedLines
     from perfsleuth.ingest.steplog_megatron import MegatronLines
+    from perfsleuth.ingest.steplog_trainers import TrainerLines
 
     out = ParsedLog("text")
     problems = Problems()
     megatron, deepspeed = MegatronLines(out, problems), DeepSpeedLines(out, problems)
+    trainers = TrainerLines(out, problems)
     wrappers = WrapperStats()
     for number_, raw, complete in numbered_lines(path):
         out.lines = number_
@@ -372,14 +374,18 @@ def parse_text(path: Path) -> ParsedLog:
         if "ank" in text and (tag := _RANK_TAG.search(text)) is not None:
             rank = int(tag.group(1) or tag.group(2))
         c = LineContext(number_, stream, rank, text, fallback_ns=u.time_ns)
-        if megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems)) or deepspeed.feed(c):
+        if (megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems)) or deepspeed.feed(c)
+                or trainers.feed(c)):
             continue
         if (m := _SETTING.search(text)) is not None:
             out.settings.setdefault(m.group(1), m.group(2))
         elif "elapsed time per iteration" in text:
             problems.add("unparsed_line", number_)
     ds_rows = deepspeed.finish()
-    if out.rows:
+    trainers.finish(path)
+    if out.rows and out.framework in ("torchtitan", "hf_trainer"):
+        pass
+    elif out.rows:
         out.framework = "megatron+deepspeed" if ds_rows else "megatron"
     else:
         out.framework = "deepspeed" if ds_rows else "text"
@@ -758,7 +764,10 @@ def detect(path: Path) -> bool:
         return False
     if not text:
         return False
-    return steplog_jsonl.sniff(text) or steplog_megatron.sniff(text) or steplog_deepspeed.sniff(text)
+    from perfsleuth.ingest import steplog_trainers
+
+    return (steplog_jsonl.sniff(text) or steplog_megatron.sniff(text) or steplog_deepspeed.sniff(text)
+            or steplog_trainers.sniff(text) or steplog_trainers.sniff_trainer_state(text))
 
 
 def read(path: Path) -> SourceData:
@@ -771,7 +780,12 @@ def read(path: Path) -> SourceData:
     text = _sniff(path)
     if not text.strip():
         raise InputError(path, "the file is empty or not text")
-    parsed = steplog_jsonl.parse(path) if steplog_jsonl.sniff(text) else parse_text(path)
+    from perfsleuth.ingest import steplog_trainers
+
+    if steplog_trainers.sniff_trainer_state(text):
+        parsed = steplog_trainers.parse_trainer_state(path)
+    else:
+        parsed = steplog_jsonl.parse(path) if steplog_jsonl.sniff(text) else parse_text(path)
     return build(parsed, path)
 
 
