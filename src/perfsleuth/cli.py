@@ -393,12 +393,15 @@ def signals(
 def formats() -> None:
     """What perfsleuth can read."""
     from perfsleuth.ingest import adapters  # noqa: F401  (registration)
+    from perfsleuth.ingest.corpus import covered
     from perfsleuth.ingest.source import ADAPTERS
 
     rows = [FORMATS[0], *((a.name, f"{a.description}  [analyze]") for a in ADAPTERS.values()), *FORMATS[1:]]
     width = max(len(n) for n, _ in rows) + 2
     for name, what in rows:
         typer.echo(f"{name:<{width}} {what}")
+        if corpus := covered(name):
+            typer.echo(f"{'':<{width}}   {corpus}")
 
 
 @app.command()

@@ -1,0 +1,61 @@
+"""Which tool versions the real-file corpus covers, per format, for ``perfsleuth formats``.
+
+A reader is only as good as the files it was checked on. tests/data/real/manifest.json lists the
+real public files the tests read, with their sources and the tool version that wrote each; this
+table is its summary, packaged so the command can say it without the tests being installed.
+``tests/test_real_corpus.py`` fails when the two disagree.
+"""
+
+from __future__ import annotations
+
+REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "dcgm_exporter": (1, (
+        "dcgm-exporter 2.x/3.x names",
+    )),
+    "dcgmi_dmon": (1, (
+        "DCGM 3.x dcgmi dmon",
+    )),
+    "nccl_log": (5, (
+        "NCCL 2.18",
+        "NCCL 2.20-2.23",
+        "NCCL 2.4",
+    )),
+    "nccl_tests": (12, (
+        "nccl-tests 2.19.6 -J (JSON format 3)",
+        "nccl-tests 2.19.6, NCCL 2.28.9",
+        "nccl-tests 2020-2021 (no root column)",
+    )),
+    "ncu": (4, (
+        "Nsight Compute 2025 on B200 (CC 10.0, details page)",
+        "Nsight Compute 2025.3.1 (details page)",
+        "Nsight Compute 2025.3.1 (raw page)",
+        "Nsight Compute 2025.3.1 (raw page, --metrics)",
+    )),
+    "nvidia_smi_dmon": (1, (
+        "driver 580.159.04",
+    )),
+    "nvidia_smi_query": (1, (
+        "driver 580.159.04",
+    )),
+    "steplog": (10, (
+        "DeepSpeed 2020",
+        "DeepSpeed 2022",
+        "Megatron-DeepSpeed + DeepSpeed 0.12 (2023-11)",
+        "Megatron-DeepSpeed 2023",
+        "Megatron-LM 2022",
+        "Megatron-LM 2024",
+        "Megatron-LM v1 (2020)",
+        "torchtitan 2026-02, every rank printing",
+        "torchtitan 2026-05 (grad_norm, tps)",
+        "transformers Trainer 4.47 (grad_norm in the log dict)",
+    )),
+}
+"""format -> (real files checked against their own text, the tool versions that wrote them)."""
+
+
+def covered(fmt: str) -> str:
+    """One line for ``perfsleuth formats``: how many real files, of which versions; '' when none."""
+    if fmt not in REAL_CORPUS:
+        return ""
+    n, versions = REAL_CORPUS[fmt]
+    return f"real corpus: {n} file(s); {'; '.join(versions)}"

@@ -1,0 +1,173 @@
+"""Every file of the real corpus (tests/data/real/manifest.json) is read, and at least one value the
+reader returns is checked against the file's own text, read here by a separate, plain reading of
+the text (a regular expression or the csv/json modules), never by the reader under test.
+
+Each ``check`` names one oracle below: nccl-tests' ``# Avg bus bandwidth`` footer against the mean
+of the rows read and the row count against the result lines; a Megatron log's iteration count and
+mean elapsed time; a DCGM field's values; an ncu page's kernel count and durations.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsleuth.ingest import adapters  # noqa: F401  (registration)
+from perfsleuth.ingest.source import ADAPTERS, detect_format
+
+DATA = Path(__file__).parent / "data"
+MANIFEST = json.loads((DATA / "real" / "manifest.json").read_text())["files"]
+TAG = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:|\d+: |[\w-]+\d: )")
+
+
+def _text(path: Path) -> list[str]:
+    return [TAG.sub("", ln) for ln in path.read_text(errors="replace").splitlines()]
+
+
+def _read(entry: dict):
+    path = DATA / entry["path"]
+    adapter = detect_format(path)
+    assert adapter is not None, f"{entry['path']}: not recognised"
+    return adapter.name, adapter.read(path), path
+
+
+# --- oracles: each reads the file's text its own way ------------------------------------------------------
+
+def nccl_avg_busbw(sd, path: Path) -> None:
+    lines = _text(path)
+    avgs = [float(m.group(1)) for ln in lines if (m := re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S+)", ln))]
+    results = [ln.split() for ln in lines if re.match(r"^\s+\d+\s+\d+\s+[a-z0-9_]+\s", ln)]
+    t = sd.tables["nccl_tests"].to_pandas()
+    assert t["line"].nunique() == len(results)
+    for run, avg in zip(sorted(t["run_index"].unique()), avgs, strict=False):
+        r = t[t["run_index"] == run]
+        assert r["avg_busbw_gbs"].iloc[0] == avg
+        assert abs(r["busbw_gbs"].mean() - avg) <= 0.006 + 0.005 * avg  # the footer averages unrounded values
+
+
+def nccl_json_rows(sd, path: Path) -> None:
+    doc = json.loads(path.read_text())
+    t = sd.tables["nccl_tests"].to_pandas()
+    assert t["size_bytes"].nunique() == len({r["size"] for r in doc["results"]})
+    assert sorted(t[t.placement == "out_of_place"]["time_us"]) == sorted(r["out_of_place"]["time"] for r in doc["results"])
+
+
+def nccl_line_count(sd, path: Path) -> None:
+    n = sum(1 for ln in path.read_text(errors="replace").splitlines() if re.search(r"NCCL (?:INFO|WARN) ", ln))
+    assert sd.meta["nccl_lines"] >= n * 0.9 and sd.meta["nccl_lines"] > 0
+    if m := re.search(r"NCCL version (\d+\.\d+\.\d+)", path.read_text(errors="replace")):
+        assert m.group(1) in str(sd.meta.get("nccl_version"))
+
+
+def megatron(sd, path: Path) -> None:
+    its = [ln for ln in path.read_text().splitlines() if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|", ln)]
+    ms = [float(m.group(1)) for ln in its if (m := re.search(r"elapsed time per iteration \(ms\):\s*([\d.]+)", ln))]
+    t = sd.tables["step_log"].to_pandas()
+    mt = t[t["line"].isin([i + 1 for i, ln in enumerate(path.read_text().splitlines())
+                           if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|", ln)])]
+    assert len(mt) == len(its)
+    if ms:
+        assert np.isclose(mt["step_time_ns"].mean() / 1e6, np.mean(ms))
+
+
+def deepspeed(sd, path: Path) -> None:
+    steps = {int(m.group(1)) for ln in path.read_text().splitlines() if (m := re.search(r"step=(\d+), skipped=", ln))}
+    t = sd.tables["step_log"].to_pandas()
+    assert steps <= set(t["step"]) | {0}
+
+
+def torchtitan(sd, path: Path) -> None:
+    found = [(int(m.group(1)), float(m.group(2))) for ln in path.read_text().splitlines()
+             if (m := re.search(r"step:\s*(\d+)\s+loss:\s*([\d.]+)", ln))]
+    t = sd.tables["step_log"].to_pandas()
+    assert list(zip(t["step"], t["loss"], strict=True)) == list(dict(found).items())
+
+
+def hf_dicts(sd, path: Path) -> None:
+    losses = [float(m.group(1)) for ln in path.read_text().splitlines() if (m := re.search(r"\{'loss': ([\d.]+)", ln))]
+    assert list(sd.tables["step_log"].column("loss").to_pylist()) == losses
+
+
+def exporter_samples(sd, path: Path) -> None:
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    want = sorted(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+    df = sd.tables["samples"].to_pandas()
+    assert sorted(df[df.metric == "gpu_temp_c"]["value"]) == want
+
+
+def dmon_first_value(sd, path: Path) -> None:
+    lines = path.read_text().splitlines()
+    header = next(ln for ln in lines if "Entity" in ln).split()[1:]
+    row = next(ln for ln in lines if ln.startswith("GPU ")).split()
+    df = sd.tables["samples"].to_pandas()
+    got = df[(df.gpu == int(row[1])) & (df.metric == f"dcgmi_dmon.{header[0]}")]["value"]
+    assert got.iloc[0] == float(row[2])
+
+
+def smi_dmon_rows(sd, path: Path) -> None:
+    rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    names = next(ln for ln in path.read_text().splitlines() if ln.startswith("#")).lstrip("#").split()
+    pwr = [float(r[names.index("pwr")]) for r in rows if r[names.index("pwr")] != "-"]
+    df = sd.tables["samples"].to_pandas()
+    assert sorted(df[df.metric == "power_w"]["value"]) == sorted(pwr)
+
+
+def smi_query_rows(sd, path: Path) -> None:
+    rows = list(csv.reader(io.StringIO(path.read_text()), skipinitialspace=True))
+    col = next(i for i, c in enumerate(rows[0]) if c.startswith("power.draw"))
+    want = sorted(float(r[col].split()[0]) for r in rows[1:] if r and r[col].split()[0].replace(".", "").isdigit())
+    df = sd.tables["samples"].to_pandas()
+    assert sorted(df[df.metric == "power_w"]["value"]) == want
+
+
+def ncu_kernels(sd, path: Path) -> None:
+    text = path.read_text()
+    body = text[text.index('"ID"'):]
+    rows = list(csv.reader(io.StringIO(body)))
+    ids = {r[0] for r in rows[1:] if r and r[0].isdigit()}
+    assert sd.tables["kernel_metrics"].num_rows == len(ids)
+
+
+ORACLES = {f.__name__: f for f in (nccl_avg_busbw, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan,
+                                    hf_dicts, exporter_samples, dmon_first_value, smi_dmon_rows, smi_query_rows,
+                                    ncu_kernels)}
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])
+def test_real_file(entry: dict) -> None:
+    name, sd, path = _read(entry)
+    fmt = entry["format"]
+    assert name == fmt or fmt == "nccl_log_or_tests" and name in ("nccl_log", "nccl_tests")
+    ORACLES[entry["check"]](sd, path)
+
+
+def test_manifest_entries_are_sourced() -> None:
+    for e in MANIFEST:
+        assert e["source"] and e["licence"] and e["tool_version"], e["path"]
+        assert (DATA / e["path"]).is_file(), e["path"]
+        if e["source"].startswith("https://github.com/") and "/issues/" not in e["source"] and "/pull/" not in e["source"]:
+            assert e["commit"] and e["source_path"], e["path"]
+    assert set(ADAPTERS) >= {e["format"] for e in MANIFEST} - {"nccl_log_or_tests"}
+
+
+def test_formats_verb_lists_the_versions_the_corpus_covers() -> None:
+    from typer.testing import CliRunner
+
+    from perfsleuth.cli import app
+    from perfsleuth.ingest.corpus import REAL_CORPUS
+
+    want: dict[str, tuple[int, set[str]]] = {}
+    for e in MANIFEST:
+        fmt = e["format"].replace("nccl_log_or_tests", "nccl_log")
+        n, versions = want.get(fmt, (0, set()))
+        want[fmt] = (n + 1, versions | {e["tool_version"]})
+    assert {k: (n, set(v)) for k, (n, v) in REAL_CORPUS.items()} == want
+    out = CliRunner().invoke(app, ["formats"]).output
+    for fmt, (n, versions) in REAL_CORPUS.items():
+        assert f"real corpus: {n} file(s); {'; '.join(versions)}" in out, fmt
