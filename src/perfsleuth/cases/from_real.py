@@ -38,6 +38,9 @@ UNDETECTABLE_SHARE = 0.2
 """About one fault case in five is sized below the 3% bar on purpose (the diagnosis should abstain)."""
 COPIES = 4
 TUNE_TRIES = 4
+STRAGGLER_ALPHA = 0.05
+"""A straggler is provable only when being slowest on every step is unlikely by chance (binomial, 1/ranks per
+step, Bonferroni over ranks), as for the simulated suite's labels."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,36 @@ def usable(docs: list[dict[str, Any]]) -> str | None:
             return "no GPU work"
     if len({rank_of(d, i) for i, d in enumerate(docs)}) != len(docs):
         return "rank files do not have distinct ranks"
+    sizes = [(len(d["traceEvents"]), sum(1 for e in d["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"))
+             for d in docs]
+    if max(n for n, _ in sizes) < FIXTURE_EVENTS or max(k for _, k in sizes) < FIXTURE_KERNELS:
+        return (f"fixture-sized ({max(n for n, _ in sizes)} events, {max(k for _, k in sizes)} kernels): a hand-made "
+                "or toy trace is no workload to inject a fault of known size into")
     return None
+
+
+FIXTURE_EVENTS = 200
+FIXTURE_KERNELS = 20
+"""Below these a trace is a test fixture or a toy (HTA's hand-made traces hold 7-60 events); a fault
+injected there has no workload to be judged against (perfsleuth answers "insufficient evidence")."""
+_SAMPLED = re.compile(r"sampl|filter|trimm|subset|reduced", re.I)
+
+
+def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Faults that no diagnosis could prove from this job's traces, whatever their size, with why.
+
+    - exposed_communication when ranks of the job are not traced: time inside a collective is then
+      transfer or waiting for an untraced late rank, and nothing in the traces tells which;
+    - unattributed_host_stall when the file name says the trace was sampled or filtered: a gap in a
+      thinned host record is not silence."""
+    out: dict[str, str] = {}
+    world = max(int((d.get("distributedInfo") or {}).get("world_size") or 0) for d in docs)
+    if world > len(docs):
+        out["exposed_communication"] = (f"{len(docs)} of the job's {world} ranks are traced: slower collectives cannot be "
+                                        "told from waiting for an untraced rank")
+    if all(_SAMPLED.search(f.name) for f in job.files):
+        out["unattributed_host_stall"] = "the trace file says it was sampled or filtered: its host gaps are not silence"
+    return out
 
 
 class SuiteWriter:
@@ -92,6 +124,7 @@ class SuiteWriter:
         self.origin = [{"path": str(f), "sha256": sha256(f)} for f in job.files]
         self.counter: dict[str, int] = {}
         self.written: list[Path] = []
+        self.undetectable = undetectable_reasons(job, docs)
 
     def _dir(self, stem: str) -> Path:
         self.counter[stem] = self.counter.get(stem, 0) + 1
@@ -179,7 +212,10 @@ class SuiteWriter:
         notes = (f"{fault} injected into the real trace(s) by {stem}: {out.params}; the job's time grew from "
                  f"{out.before_ns / 1e6:.1f} ms to {out.after_ns / 1e6:.1f} ms (replayed), magnitude {m:.3f} of the mutated "
                  f"job's time (target {target:.3f}). " + " ".join(out.notes) + (" " + extra_notes if extra_notes else ""))
-        self._write(d, [CaseFault(fault, scope, m, m >= DETECTABLE_MIN_IMPACT)],
+        why = self.undetectable.get(fault)
+        if why:
+            notes += f" Labeled undetectable whatever its size: {why}."
+        self._write(d, [CaseFault(fault, scope, m, m >= DETECTABLE_MIN_IMPACT and not why)],
                     {"name": stem, "params": _jsonable(out.params), "injected_us": out.injected_ns / 1000,
                      "before_ns": out.before_ns, "after_ns": out.after_ns}, notes, "mutation", original, origin)
         return d
@@ -253,6 +289,12 @@ def _straggler(w: SuiteWriter, docs: list[dict[str, Any]], indices: list[Any], r
     from perfsleuth.cases.mutate_kineto import collective_groups
 
     target = _target(rng)
+    ranks = len(docs) if len(docs) > 1 and collective_groups(indices) is not None else COPIES
+    steps = min(len(i.steps) for i in indices)
+    chance = min(1.0, ranks * (1 / ranks) ** steps)
+    if chance >= STRAGGLER_ALPHA:
+        w.undetectable["straggler_rank"] = (f"{steps} steps on {ranks} ranks: one rank is slowest on every step by chance "
+                                            f"{chance:.0%} of the time, so no test can tell a straggler from chance")
     if len(docs) > 1 and collective_groups(indices) is not None:
         pos = int(rng.integers(len(docs)))
         w.fault("straggler_rank", "straggler_rank", lambda d, s: rf.straggler(d, pos, 1 + 0.3 * s), target)

@@ -165,6 +165,22 @@ def dataloader_stall(job: Job) -> Finding | NotAssessed | None:
     )
 
 
+def _not_a_periodic_save(job: Job, rs: pd.DataFrame) -> str | None:
+    """Why bulk device-to-host copies alone do not show a save here, or None when they do.
+
+    Without a save annotation, the copies are evidence of a checkpoint only as a periodic pattern: state
+    leaves the GPU on some steps and not on the others (a real H200 trace: torch.save every 3rd step).
+    Copies on every step, or a trace of one or two steps, are as well an inference job returning its
+    outputs (seen on a real OWLv2 trace, where a host stall next to them was called a save)."""
+    if not job.provenance.supports(SEVERAL_STEPS):
+        return job.provenance.limits[SEVERAL_STEPS]
+    copying = rs.groupby("step")["d2h_bytes"].max() >= CHECKPOINT_D2H_BYTES
+    if copying.mean() > 0.5:
+        return (f"bulk device-to-host copies on {copying.mean():.0%} of steps are the job's own traffic (outputs, "
+                "metrics), not periodic saves")
+    return None
+
+
 @detector("checkpoint_stall", needs=("kineto trace with checkpoint annotations or device-to-host copies",),
           evidence=("checkpoint_spans", "bulk_d2h"), requires=(REAL_SIZE, STEPS))
 def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
@@ -180,6 +196,8 @@ def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
         return _threshold_result("checkpoint_stall", imp, "checkpoint saves")
     scope = _scope(ctx, "ckpt_loss", loss, rs)
     annotated = bool((rs["lost_checkpoint_ns"] > 0).any())
+    if not annotated and (why := _not_a_periodic_save(job, rs)):
+        return insufficient("checkpoint_stall", f"a save annotation or step-log save lines: {why}", imp)
     d2h = rs[rs["step"].isin(scope["steps"])]["d2h_bytes"]
     saves = int((rs["ckpt_loss"] > 0.01 * rs["step_time_ns"]).sum())
     worst = float((loss / ctx.step_time).max())
@@ -379,6 +397,9 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     )
 
 
+INSUFFICIENT_SHARE = 0.015
+"""Launch waits under 1.5 % of the clean steps' time are no launch-bound program."""
+
 REFILL_SHORT_KERNEL_SHARE = 0.5
 """A launch-bound program issues mostly kernels shorter than their launch call; when most kernels are
 longer, the host can stay ahead, and launch waits are the queue refilling after some other stall."""
@@ -394,10 +415,19 @@ def _refill_after_stall(ctx: JobContext, launch: pd.DataFrame, imp: Interval) ->
     every kernel until then waits for its launch. Seen on a real H200 trace: empty_cache() every step
     cost 23% in allocator calls and 4% more in launch waits right after them; the same loop without it
     had none."""
-    if launch.empty or float(launch["gpu_shorter_than_launch_share"].median()) >= REFILL_SHORT_KERNEL_SHARE:
-        return None
     rs = ctx.rs
     other = rs[list(_STALL_CAUSES)].sum(axis=1)
+    clean = other < 0.01 * rs["step_time_ns"]
+    if 2 <= int(clean.sum()) < len(rs):
+        # steps without another stall show the program as it is: launch waits only in the stalled steps are
+        # their aftermath (the queue refilling), whatever the kernels' length
+        share = float(rs.loc[clean, "lost_launch_ns"].sum() / max(float(rs.loc[clean, "step_time_ns"].sum()), 1.0))
+        if share < INSUFFICIENT_SHARE:
+            return insufficient("host_launch_bound", f"launch waits away from other stalls: the {int(clean.sum())} steps "
+                                f"without another stall wait for launches {share:.1%} of the time; the waits sit in the "
+                                "stalled steps (the GPU queue refilling after them)", imp)
+    if launch.empty or float(launch["gpu_shorter_than_launch_share"].median()) >= REFILL_SHORT_KERNEL_SHARE:
+        return None
     waiting = rs["lost_launch_ns"] > 0.005 * rs["step_time_ns"]
     if not waiting.any() or not (other[waiting] >= rs.loc[waiting, "lost_launch_ns"]).all():
         return None

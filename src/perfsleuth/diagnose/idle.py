@@ -19,8 +19,8 @@ from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.provenance import REAL_SIZE, STEPS
 from perfsleuth.trace.rank_analysis import CAUSES
 
-UNEXPLAINED_IDLE_MIN = 0.10
-"""Idle time no cause explains is reported from a tenth of the step: below that it is the ordinary
+UNEXPLAINED_IDLE_MIN = 0.20
+"""Idle time no cause explains is reported from a fifth of the step: below that it is the ordinary
 slack of a real program (short waits between phases) and naming it would be noise."""
 
 _EXPLAINED = (*[f"lost_{c}_ns" for c in CAUSES], "lost_launch_ns")

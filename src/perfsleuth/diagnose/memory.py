@@ -46,10 +46,14 @@ def steady_flush_ranks(rs: pd.DataFrame, burst: pd.Series) -> set[int]:
     return {int(r) for r, row in per_rank.iterrows() if row["mean"] >= STEADY_SHARE and row["sum"] >= STEADY_FLUSH_MIN_STEPS}
 
 
-def _split(ctx: JobContext) -> pd.DataFrame:
-    """Per (rank, step): allocator lost time split into flush (fragmentation) and churn."""
+def _split(ctx: JobContext, several_steps: bool = True) -> pd.DataFrame:
+    """Per (rank, step): allocator lost time split into flush (fragmentation) and churn. A flush is a
+    burst on a few steps among quiet ones; with fewer than three steps no step can be told apart from
+    the others, so every allocator call counts as churn."""
     rs = ctx.rs
     burst = (rs["free_burst_max"] >= FLUSH_BURST) | (rs["mem_reserved_drops"].fillna(0) > 0)
+    if not several_steps:
+        burst = burst & False
     flush = burst & ~rs["rank"].isin(steady_flush_ranks(rs, burst))
     calls = (rs["malloc_calls"] + rs["free_calls"]) > 0
     plain = rs[calls & ~flush].groupby("rank")["lost_alloc_ns"].median()
@@ -75,7 +79,7 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if (na := _needs(ctx, "allocator_churn")) is not None:
         return na
-    sp = _split(ctx)
+    sp = _split(ctx, job.provenance.supports(SEVERAL_STEPS))
     if not sp["calls"].any():
         return None
     loss = ctx.per_step("churn_ns", frame=ctx.rs.assign(churn_ns=sp["churn_ns"].to_numpy()))
@@ -111,8 +115,9 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if steady >= 0.8 else 0.9),
         impact=imp,
         scope={"ranks": ranks, "steps": sorted(int(s) for s in hit["step"].unique())},
-        symptom=(f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps "
-                 f"({per_step_calls['malloc_calls']:.0f} mallocs per step"
+        symptom=((f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps " if job.provenance.supports(SEVERAL_STEPS)
+                  else f"cudaMalloc/cudaFree on the {ctx.n_steps} traced step(s) (too few to call it steady state) ")
+                 + f"({per_step_calls['malloc_calls']:.0f} mallocs per step"
                  + ("; the allocator cache is emptied every step, as torch.cuda.empty_cache() in the loop does" if emptied else "")
                  + f"); each cudaFree drains the GPU: {imp.value:.0%} of step time"),
         evidence=evidence,

@@ -46,8 +46,9 @@ MIN_EVENTS = 200
 """A rank of a real training or inference step writes thousands of events; HTA's hand-made fixtures
 hold 7–60. Below this a trace is a fixture or a toy, and no rate or share in it describes a workload."""
 MIN_GPU_EVENTS = 20
-MIN_WINDOW_NS = 5_000_000
-"""Less than 5 ms traced is a few kernels' worth: start-up and profiler effects dominate it."""
+MIN_WINDOW_NS = 1_000_000
+"""Less than 1 ms traced is a few kernels' worth: start-up and profiler effects dominate it (one real inference
+step of a small model, BERT-small on an H100, takes 4.9 ms, and is a workload)."""
 MIN_STEPS = 3
 MIN_LAUNCH_JOIN = 0.5
 """Below half of the GPU events finding their launch call, the host side was filtered or dropped."""
@@ -75,7 +76,8 @@ class Provenance:
         """One caveat per limit that the trace analysis does not already state (a one-GPU job's lack of
         peers limits nothing a user would ask about: no caveat for it)."""
         return [Caveat(f"trace_{p}", why) for p, why in self.limits.items()
-                if p not in _ALREADY_STATED and not (p == PEERS and why.startswith(_ALONE))]
+                if p not in _ALREADY_STATED and not (p == PEERS and why.startswith(_ALONE))
+                and not (p == SEVERAL_STEPS and STEPS in self.limits)]
 
     def to_json(self) -> dict[str, str]:
         return dict(self.limits)
@@ -102,10 +104,14 @@ def provenance(a: JobAnalysis) -> Provenance:
     events = np.array([facts[r].get("events", 0.0) for r in ranks])
     gpu_events = np.array([facts[r].get("gpu_events", 0.0) for r in ranks])
     spans = np.array([facts[r].get("trace_end_ns", 0.0) - facts[r].get("trace_start_ns", 0.0) for r in ranks])
-    if events.max() < MIN_EVENTS or (gpu_events.max() > 0 and gpu_events.max() < MIN_GPU_EVENTS):
+    if events.max() < MIN_EVENTS:
         limits[REAL_SIZE] = (f"the trace holds {int(events.max())} events ({int(gpu_events.max())} on the GPU) on its "
                              f"largest rank: a hand-written fixture or a toy run, too small for rates or shares to "
                              f"describe a workload (under {MIN_EVENTS} events)")
+    elif 0 < gpu_events.max() < MIN_GPU_EVENTS:
+        limits[REAL_SIZE] = (f"only {int(gpu_events.max())} GPU events beside {int(events.max())} host events: the "
+                             "window holds almost no GPU work (a CUDA-graph capture, start-up, a CPU phase), so GPU "
+                             f"shares of it describe no workload (under {MIN_GPU_EVENTS} GPU events)")
     elif spans.max() < MIN_WINDOW_NS:
         limits[REAL_SIZE] = (f"the traced window is {spans.max() / 1e6:.1f} ms: too short to describe a workload "
                              f"(under {MIN_WINDOW_NS / 1e6:.0f} ms)")
@@ -145,7 +151,7 @@ def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
         return (f"only {joined / linked:.0%} of the GPU events find the host call that launched them: the host side "
                 "was filtered or dropped")
     sig = a.signals.to_pandas() if a.signals.num_rows else None
-    if sig is not None and "silent_ns" in sig and len(sig):
+    if sig is not None and "silent_ns" in sig and sig.groupby("rank").size().min() >= MIN_STEPS:
         share = sig["silent_ns"] / sig["step_time_ns"].clip(lower=1)
         if float(share.min()) > SPARSE_HOST_SHARE:
             return (f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "

@@ -15,8 +15,9 @@ events. Lost time is charged to the first cause, in this order, whose host span 
     dataloader   the data-loader annotation (``enumerate(DataLoader)#...``, ``batch-generator``)
     gc           Python garbage collection the profiler recorded (``Python GC`` events, PyTorch >= 2.9 with
                  ``_ExperimentalConfig(record_python_gc_info=True)``; ``gc.collect`` annotations)
-    silent       host gaps of at least ``SILENT_GAP_NS`` with no event on any thread (GC, I/O, a
-                 Python stall the profiler does not see)
+    silent       host gaps of at least ``SILENT_GAP_NS`` with no op, annotation or runtime call on any
+                 thread (GC, I/O, a Python stall the profiler does not see; with_stack's Python frames
+                 do not count, since they enclose the stall too)
     alloc        cudaMalloc / cudaFree (and the driver's cuMemAlloc / cuMemFree), each up to the end of
                  the next kernel launch, at most ``RELAUNCH_MAX_NS`` later (a cudaFree drains the GPU;
                  re-issuing work is part of its cost)
@@ -159,7 +160,9 @@ def _leaf_coverage(view: RankView, host: np.ndarray) -> Coverage:
     tid, ts, end = tid[order], ts[order], end[order]
     leaf = np.ones(len(ts), dtype=bool)
     same = tid[1:] == tid[:-1]
-    leaf[:-1] = ~(same & (ts[1:] < end[:-1]))
+    # a span is a parent only when it contains the next one; two calls that merely touch (float
+    # microseconds rounded to ns make back-to-back calls overlap by a few ns) are both leaves
+    leaf[:-1] = ~(same & (ts[1:] < end[:-1]) & (end[1:] <= end[:-1]))
     return Coverage.of(ts[leaf], end[leaf])
 
 
@@ -280,6 +283,38 @@ def _alloc_coverage(view: RankView, alloc: np.ndarray) -> Coverage:
     return Coverage.of(lo, hi)
 
 
+QUEUED_SLACK_NS = 2_000
+"""A kernel that starts more than 2 µs after its launch returned sat in the queue: the host was ahead."""
+REFILL_MAX_NS = 50_000_000
+
+
+def _with_refill(view: RankView, stalls: Coverage) -> Coverage:
+    """A stall's intervals, each extended over the time the host needs to get ahead of the GPU again.
+
+    While the host stalls, the GPU drains the work already queued; afterwards its compute stream waits
+    for every launch until the host has rebuilt a queue, i.e. until the first kernel that waits in the
+    queue again. Those waits are the stall's cost, not a launch-bound program. Only a stall that found
+    a queue to drain (work launched before it still running after it began) is extended: a program that
+    was launch-bound already has none, and its waits stay its own. Without this, a cudaFree or a
+    data-loader stall injected into real traces made host_launch_bound a second, misleading finding."""
+    if len(stalls.starts) == 0 or not view.has_gpu:
+        return stalls
+    g = np.flatnonzero(view.is_gpu & (view.launch_end >= 0))
+    if len(g) == 0:
+        return stalls
+    order = g[np.argsort(view.launch_end[g], kind="stable")]
+    launched, busy_until = view.launch_end[order], np.maximum.accumulate(view.end[order])
+    k = np.searchsorted(launched, stalls.starts, side="right") - 1
+    drained = (k >= 0) & (busy_until[np.maximum(k, 0)] > stalls.starts)
+    queued = np.sort(view.ts[g][view.ts[g] > view.launch_end[g] + QUEUED_SLACK_NS])
+    ahead = stalls.ends + REFILL_MAX_NS
+    if len(queued):
+        q = np.searchsorted(queued, stalls.ends, side="left")
+        ahead = np.where(q < len(queued), queued[np.minimum(q, len(queued) - 1)], ahead)
+    refill_end = np.where(drained, np.minimum(ahead, stalls.ends + REFILL_MAX_NS), stalls.ends)
+    return Coverage.of(np.concatenate([stalls.starts, stalls.ends]), np.concatenate([stalls.ends, refill_end]))
+
+
 def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     """One row per step window of the rank (see the module docstring and ``SIGNALS``)."""
     n = len(windows)
@@ -299,9 +334,13 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     def cov(mask: np.ndarray) -> Coverage:
         return Coverage.of(view.ts[mask], view.end[mask])
 
-    leaves = _leaf_coverage(view, host)
-    if host.any():
-        h_lo, h_hi = int(view.ts[host].min()), int(view.end[host].max())
+    # Python frames (with_stack) enclose everything the host does, a stall included: silence is measured
+    # against the profiler's own events (ops, annotations, runtime calls); a gap with only frames open is
+    # the host running Python that issues nothing, which is what a stall looks like there
+    ops = host & (kind != "python")
+    leaves = _leaf_coverage(view, ops)
+    if ops.any():
+        h_lo, h_hi = int(view.ts[ops].min()), int(view.end[ops].max())
         g_lo, g_hi = leaves.gaps(h_lo, h_hi)
         big = (g_hi - g_lo) >= SILENT_GAP_NS
         silent = Coverage.of(g_lo[big], g_hi[big])
@@ -310,6 +349,8 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     d2h = (kind == "memcpy") & _name_mask(view, _D2H)
     covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "gc": cov(gc), "alloc": _alloc_coverage(view, alloc),
               "d2h": cov(d2h), "silent": silent, "sync": view.host_sync}
+    spans = {c: covers[c].measure(lo, hi) for c in ("checkpoint", "compile", "dataloader", "gc", "silent", "alloc")}
+    covers = {c: _with_refill(view, v) if c != "sync" else v for c, v in covers.items()}
 
     cc = view.comm_or_compute
     cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step,
@@ -353,16 +394,17 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
         prev = now
     explained = Coverage.union(*acc)
     if view.has_gpu:
-        # the compute stream waiting for the host to launch its next kernel (collectives may run meanwhile)
+        # the compute stream waiting for the host to launch its next kernel (collectives may run meanwhile),
+        # except the wait that directly follows another cause's stall: the queue refilling is that stall's cost
         cols["lost_launch_ns"] = Coverage.union(w_host, explained).measure(lo, hi) - explained.measure(lo, hi)
     else:
         cols["lost_launch_ns"] = np.zeros(n, np.int64)
     # host spans
-    cols["checkpoint_span_ns"] = covers["checkpoint"].measure(lo, hi)
-    cols["compile_span_ns"] = covers["compile"].measure(lo, hi)
-    cols["dataloader_span_ns"] = covers["dataloader"].measure(lo, hi)
-    cols["gc_span_ns"] = covers["gc"].measure(lo, hi)
-    cols["silent_ns"] = silent.measure(lo, hi)
+    cols["checkpoint_span_ns"] = spans["checkpoint"]
+    cols["compile_span_ns"] = spans["compile"]
+    cols["dataloader_span_ns"] = spans["dataloader"]
+    cols["gc_span_ns"] = spans["gc"]
+    cols["silent_ns"] = spans["silent"]
     mid = (silent.starts + silent.ends) // 2
     gap_max = _per_window(windows, mid, silent.ends - silent.starts, "max") if len(mid) else np.zeros(n, np.int64)
     cols["silent_max_gap_ns"] = np.maximum(gap_max, 0)
@@ -373,7 +415,7 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     cols["malloc_calls"] = _per_window(windows, view.ts[alloc & ~is_free])
     cols["free_calls"] = _per_window(windows, view.ts[alloc & is_free])
     cols["free_burst_max"] = _free_bursts(view, alloc, windows)
-    cols["alloc_host_ns"] = covers["alloc"].measure(lo, hi)
+    cols["alloc_host_ns"] = spans["alloc"]
     cols.update(_memory(view, windows))
     kern = kind == "kernel"
     cols["kernels"] = _per_window(windows, view.ts[kern])
