@@ -84,7 +84,7 @@ def usable(docs: list[dict[str, Any]]) -> str | None:
             return "no GPU work"
     if len({rank_of(d, i) for i, d in enumerate(docs)}) != len(docs):
         return "rank files do not have distinct ranks"
-    sizes = [(len(d["traceEvents"]), sum(1 for e in d["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"))
+    sizes = [(len(d["traceEvents"]), sum(1 for e in d["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel"))
              for d in docs]
     if max(n for n, _ in sizes) < FIXTURE_EVENTS or max(k for _, k in sizes) < FIXTURE_KERNELS:
         return (f"fixture-sized ({max(n for n, _ in sizes)} events, {max(k for _, k in sizes)} kernels): a hand-made "
