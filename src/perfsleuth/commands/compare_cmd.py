@@ -97,16 +97,30 @@ def _pct(x: float | None, signed: bool = True) -> str:
     return f"{100 * x:+.{digits}f}%" if signed else f"{100 * x:.{digits}f}%"
 
 
+SCIENTIFIC_ABOVE, SCIENTIFIC_BELOW = 1e12, 1e-4
+"""Magnitudes outside these are written in scientific notation: 1e299 in fixed point is 300 digits, and
+1e-7 at four significant digits needs eleven decimals nobody reads."""
+
+
+def _scientific(x: float) -> bool:
+    return abs(x) >= SCIENTIFIC_ABOVE or 0 < abs(x) < SCIENTIFIC_BELOW
+
+
 def _number_format(scale: float | None):
-    """A formatter showing about four significant digits of ``scale`` (the baseline mean) for every value."""
+    """A formatter showing about four significant digits of ``scale`` (the baseline mean) for every value;
+    scientific (``1.235e+299``) when the scale, or the value itself, is huge or tiny."""
     decimals = 2
-    if scale is not None and scale == scale and scale != 0:
+    usable = scale is not None and scale == scale and scale != 0 and math.isfinite(scale)
+    if usable:
         decimals = min(max(0, 3 - math.floor(math.log10(abs(scale)))), 9)
+    sci_scale = usable and _scientific(scale)
 
     def fmt(x: float | None, unit: str = "", signed: bool = False) -> str:
         if x is None or x != x:
             return "—"
-        text = f"{x:+,.{decimals}f}" if signed else f"{x:,.{decimals}f}"
+        sign = "+" if signed else ""
+        sci = sci_scale or (math.isfinite(x) and abs(x) >= SCIENTIFIC_ABOVE)
+        text = f"{x:{sign}.3e}" if sci else f"{x:{sign},.{decimals}f}"
         return f"{text} {unit}" if unit and unit not in ("ratio", "fraction") else text
 
     return fmt

@@ -35,6 +35,7 @@ from ibis import _
 
 from perfsleuth.engine import backend_of, engine_name, to_arrow
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.fleet import values
 from perfsleuth.fleet.columns import RUN_ID, THROUGHPUT, TIME, RecordColumns, record_columns
 from perfsleuth.fleet.factor_tree import fleet_attribution
 from perfsleuth.fleet.windows import NS_PER_DAY, Window, choose_windows, day_to_date
@@ -160,12 +161,15 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
     if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
         raise InputError(None, f"the price per GPU-hour must be 0 or more, got {price_per_gpu_hour}")
     cols = record_columns(records, source)
-    keyed = records.filter(records[TIME].notnull()).mutate(
-        ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records), ps_w=cols.weight(records))
-    keyed, caveats = _measured(keyed, source)
+    records, caveats = _measurements_only(records, cols, source)
+    keyed = records.mutate(ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records),
+                           ps_w=cols.weight(records))
+    keyed, measured = _measured(keyed, source)
+    caveats += measured
     daily = _daily(keyed, cols)
     if not daily:
-        raise InputError(source, "the records hold no row with a time", hint="time_ns is epoch nanoseconds")
+        raise InputError(source, "the records hold no row with a usable time", place=f"column {TIME}",
+                         hint="time_ns is epoch nanoseconds, 2015..2100")
     trend, trend_note = _trend(daily)
     if baseline is None or current is None:
         change_days = [daily[cp.index].day for cp in trend.change_points] if trend else []
@@ -196,6 +200,41 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
                      rate_lost_h, causes, unexplained, _waterfall(loc), attribution, attribution_note, factors, factor_note,
                      slowest, runs_found,
                      tuple(caveats) + (loc.caveats if loc else ()))
+
+
+def _measurements_only(records: ir.Table, cols: RecordColumns, source: str) -> tuple[ir.Table, list[Caveat]]:
+    """The records without the rows whose time or top line is no measurement, and the factor values that are
+    none read as missing, with a caveat per column saying how many rows (``fleet.values``).
+
+    A time before 2015 or after 2100 would put a run on a day no window holds (a ts of 9.2e18 ns is the
+    year 2261); a throughput, tokens or GPU-seconds that is NaN, infinite, negative or beyond ±1e300 (or
+    whose product with the weight is) would make every sum it enters NaN or infinite; a factor value like
+    that would do the same to its window's mean, so only that value is dropped, not the run."""
+    weight = cols.weight(records)
+    drop: dict[str, ir.BooleanValue] = {TIME: values.implausible_time(records[TIME])}
+    words = {TIME: values.NOT_A_TIME}
+    for column in (cols.tokens if cols.tokens and cols.gpu_seconds else THROUGHPUT, cols.gpu_seconds):
+        if column is not None:
+            drop[column], words[column] = values.column_check(records, column)
+    if THROUGHPUT in drop:
+        drop[THROUGHPUT] = drop[THROUGHPUT] | values.unusable(records[THROUGHPUT].cast("float64") * weight)
+    dropped = ibis.or_(*drop.values())
+    blank = {f: ~dropped & (values.column_check(records, f)[0] | values.unusable(records[f].cast("float64") * weight))
+             for f in cols.factors}
+    counts = values.count_flags(records, {**{f"drop {c}": b for c, b in drop.items()},
+                                          **{f"blank {c}": b for c, b in blank.items()},
+                                          "no time": records[TIME].isnull()})
+    caveats = [values.unusable_caveat(c, counts[f"drop {c}"], words[c], "left out of every number on this page", source)
+               for c in drop if counts[f"drop {c}"]]
+    caveats += [values.unusable_caveat(f, counts[f"blank {f}"], values.column_check(records, f)[1] + " (alone or times "
+                                       "the run's weight)", "read as missing", source) for f in blank if counts[f"blank {f}"]]
+    if counts["no time"]:
+        caveats.append(Caveat("records-without-time", f"column {TIME}: {counts['no time']} records have no time and are "
+                              "left out of every number on this page", source))
+    kept = records.filter(records[TIME].notnull() & ~dropped)
+    null = ibis.null("float64")
+    return kept.mutate(**{f: ibis.ifelse(blank[f], null, kept[f].cast("float64")) for f in blank
+                          if counts[f"blank {f}"]}), caveats
 
 
 def _finite(v: ir.FloatingValue) -> ir.BooleanValue:

@@ -16,6 +16,7 @@ import gzip
 import io
 import re
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from perfsleuth.errors import InputError
+from perfsleuth.errors import Caveat, InputError
 
 T = TypeVar("T")
 
@@ -52,6 +53,8 @@ class ChromeTraceStream(Generic[T]):
     block_bytes: int = BLOCK_BYTES
     metadata: dict[str, Any] = field(default_factory=dict)
     bad_events: list[tuple[int, str]] = field(default_factory=list)
+    non_json: Counter = field(default_factory=Counter)  # key -> NaN/Infinity literals read as null there
+    first_non_json: int | None = None  # byte offset of the first such literal (in the decompressed text)
     _index: int = 0
     _consumed: int = 0
     _bare: bool = False  # the file is a bare array of events (no traceEvents key, no other keys)
@@ -121,7 +124,7 @@ class ChromeTraceStream(Generic[T]):
                     yield Chunk(events, index, offset)
                 self._parse_tail(tail, offset + consumed)
                 return
-            cut = self._decode_prefix(buf)
+            cut = self._decode_prefix(buf, offset)
             if cut is None:  # no decodable boundary in this buffer: read more
                 more = self._read(fh)
                 if not more:
@@ -136,7 +139,7 @@ class ChromeTraceStream(Generic[T]):
             offset += end
             buf = buf[end:]
 
-    def _decode_prefix(self, buf: bytes) -> tuple[list[T], int] | None:
+    def _decode_prefix(self, buf: bytes, offset: int) -> tuple[list[T], int] | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary, trying a few cuts."""
         candidates = 0
         end = len(buf)
@@ -144,20 +147,20 @@ class ChromeTraceStream(Generic[T]):
             cut = buf.rfind(b"},", 0, end)
             if cut < 0:
                 return None
-            events = self._decode(b"[" + buf[: cut + 1] + b"]")
+            events = self._decode(b"[" + buf[: cut + 1] + b"]", offset)
             if events is not None:
                 return events, cut + 2
             end = cut
             candidates += 1
         return None
 
-    def _decode(self, text: bytes) -> list[T] | None:
+    def _decode(self, text: bytes, offset: int | None = None) -> list[T] | None:
         try:
             return self.decoder.decode(text)
         except msgspec.ValidationError:
             pass  # either a bad cut that happened to fail on types first, or truly odd events
         except msgspec.DecodeError:
-            return None
+            return self._decode_literals(text, offset)
         except RecursionError:
             raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
                              hint="the trace is corrupted") from None
@@ -169,6 +172,38 @@ class ChromeTraceStream(Generic[T]):
             raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
                              hint="the trace is corrupted") from None
         return self._lenient_all(raw)
+
+    def _decode_literals(self, text: bytes, offset: int | None) -> list[T] | None:
+        """``text`` decoded with its NaN/Infinity literals read as null, when it has any and then decodes.
+
+        Python's ``json.dumps`` writes ``"dur": NaN``; no JSON parser takes it, and one such value would
+        make the whole array undecodable. This runs only where a decode already failed (a bad cut or
+        such a literal), and the literals are counted only when the result decodes (a bad cut is retried
+        elsewhere and counts nothing)."""
+        if b"NaN" not in text and b"Infinity" not in text:
+            return None
+        fixed, counts, first = replace_literals(text)
+        if not counts:
+            return None
+        try:
+            raw = msgspec.json.decode(fixed)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        self.non_json.update(counts)
+        if offset is not None:
+            self._first_at(max(offset + first - 1, 0))  # "[" was prepended
+        return self._lenient_all(raw) if isinstance(raw, list) else None
+
+    def literal_caveats(self) -> list[Caveat]:
+        """One caveat naming the keys whose NaN/Infinity literals were read as missing, with counts."""
+        if not self.non_json:
+            return []
+        total = sum(self.non_json.values())
+        keys = ", ".join(f"{k}: {n}" for k, n in self.non_json.most_common())
+        where = f" (first at byte {self.first_non_json})" if self.first_non_json is not None else ""
+        what = "values were NaN or Infinity literals" if total > 1 else "value was a NaN or Infinity literal"
+        return [Caveat("values_not_json", f"{total} {what}{where}, which JSON does not have (Python's json.dumps writes "
+                       f"them): read as missing ({keys})", str(self.path))]
 
     def _lenient_all(self, raw: list[Any]) -> list[T]:
         out: list[T] = []
@@ -197,14 +232,31 @@ class ChromeTraceStream(Generic[T]):
             body = buf[:close].rstrip()
             if not body:
                 return [], close + 1, tail
-            events = self._decode(b"[" + body + b"]")
+            events = self._decode(b"[" + body + b"]", offset)
             if events is not None:
                 return events, close + 1, tail
         raise InputError(self.path, "the traceEvents array is not valid JSON", place=f"after byte {offset}",
                          hint="the trace is truncated or corrupted")
 
+    def _decode_object(self, text: bytes, base: int) -> Any:
+        """A header or tail object (``text[0]`` at byte ``base`` of the file, or near it); NaN/Infinity
+        literals in it read as null and counted."""
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            fixed, counts, first = replace_literals(text)
+            if not counts:
+                raise
+            value = msgspec.json.decode(fixed)
+            self.non_json.update(counts)
+            self._first_at(base + first)
+            return value
+
+    def _first_at(self, offset: int) -> None:
+        self.first_non_json = offset if self.first_non_json is None else min(self.first_non_json, offset)
+
     def _parse_header(self, header: bytes) -> None:
-        text = header.rstrip()
+        text, start = header.rstrip(), 0
         if not text.startswith(b"{"):
             start = text.find(b"{")
             if start < 0:
@@ -212,7 +264,7 @@ class ChromeTraceStream(Generic[T]):
             text = text[start:]
         text = text.rstrip().rstrip(b",")
         try:
-            meta = msgspec.json.decode(text + b"}") if text != b"{" else {}
+            meta = self._decode_object(text + b"}", start) if text != b"{" else {}
         except (msgspec.DecodeError, RecursionError) as exc:
             raise InputError(self.path, f"the keys before traceEvents are not valid JSON: {exc}", place="file header") from None
         if isinstance(meta, dict):
@@ -223,7 +275,7 @@ class ChromeTraceStream(Generic[T]):
         if text in (b"}", b""):
             return
         try:
-            meta = msgspec.json.decode(b"{" + text)
+            meta = self._decode_object(b"{" + text, offset + tail.find(text) - 1)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise InputError(self.path, f"the keys after traceEvents are not valid JSON: {exc}", place=f"byte {offset}") from None
         if isinstance(meta, dict):
@@ -236,6 +288,33 @@ class ChromeTraceStream(Generic[T]):
                              hint="pass the .json or .json.gz file the PyTorch profiler wrote")
         raise InputError(self.path, "no traceEvents key: this is JSON but not a Chrome/Kineto trace",
                          hint="pass the file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler")
+
+
+_LITERAL = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)(-?Infinity|NaN)(?![A-Za-z0-9_])'
+                      rb'|"(?:[^"\\]|\\.)*"'
+                      rb'|(?<![A-Za-z0-9_.])(-?Infinity|NaN)(?![A-Za-z0-9_])')
+"""A key and its NaN/Infinity value; any other string (skipped whole, so a name holding "NaN" is kept);
+a bare literal (in an array)."""
+
+
+def replace_literals(text: bytes) -> tuple[bytes, Counter, int]:
+    """``text`` with each NaN/Infinity literal outside strings written as null; per key how many (an array
+    element counts under ``[]``), and the offset of the first one (-1 when none)."""
+    counts: Counter = Counter()
+    first = [-1]
+
+    def sub(m: re.Match[bytes]) -> bytes:
+        if m.group(3) is None and m.group(4) is None:
+            return m.group(0)
+        if first[0] < 0:
+            first[0] = m.start(3) if m.group(3) is not None else m.start(4)
+        if m.group(3) is not None:
+            counts[m.group(1).decode("utf-8", "replace")] += 1
+            return b'"' + m.group(1) + b'"' + m.group(2) + b"null"
+        counts["[]"] += 1
+        return b"null"
+
+    return _LITERAL.sub(sub, text), counts, first[0]
 
 
 def _valid_tail(tail: bytes) -> bool:

@@ -38,7 +38,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -223,10 +223,14 @@ class _Raw:
     threads: dict[tuple[int, int], str]
     metadata: dict[str, Any]
     malformed: list[tuple[int, str]]
+    unread: kineto.Unread = field(default_factory=kineto.Unread)  # values read as missing or events skipped, per field
+    literals: list[Caveat] = field(default_factory=list)  # NaN/Infinity literals read as missing
 
 
-def _int_list(values: list[Any]) -> pa.Array:
-    """Integers as written, or as decimal strings (the converter writes every arg as a string)."""
+def _int_list(values: list[Any], unread: kineto.Unread, name: str, *, labels: bool = False) -> pa.Array:
+    """Integers as written, or as decimal strings (the converter writes every arg as a string); the
+    two fast paths first, then the Kineto reader's value-by-value reading, which reads a value beyond
+    int64 (``"10000000000000000000000000"``, ``1e300``) as missing and counts it in ``unread``."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
@@ -234,24 +238,17 @@ def _int_list(values: list[Any]) -> pa.Array:
     try:
         return pc.cast(pa.array(values, pa.string()), pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        out = []
-        for v in values:
-            try:
-                out.append(int(v) if v is not None else None)
-            except (TypeError, ValueError, OverflowError):
-                out.append(None)
-        return pa.array(out, pa.int64())
+        return kineto.int_column(values, unread, name, labels=labels)
 
 
 def _as_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
+    """An int64 id (a process or thread), or None for anything else (text, 10**25)."""
+    return kineto.int64_or_none(value)
 
 
 def _decode_json(json_path: Path, report_as: Path) -> _Raw:
     stream = ChromeTraceStream(json_path, DECODER, _lenient_event)
+    unread = kineto.Unread()
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], str] = {}
     batches = []
@@ -273,20 +270,21 @@ def _decode_json(json_path: Path, report_as: Path) -> _Raw:
                 continue
             args = list(map(get_args, keep))
             batches.append(pa.RecordBatch.from_pydict({
-                "pid": _int_list(list(map(attrgetter("pid"), keep))),
-                "tid": _int_list(list(map(attrgetter("tid"), keep))),
+                "pid": _int_list(list(map(attrgetter("pid"), keep)), unread, "pid", labels=True),
+                "tid": _int_list(list(map(attrgetter("tid"), keep)), unread, "tid", labels=True),
                 "name": pa.array(list(map(attrgetter("name"), keep)), pa.string()),
                 "ts": pa.array(list(map(attrgetter("ts"), keep)), pa.float64()),
                 "dur": pa.array(list(map(attrgetter("dur"), keep)), pa.float64()),
-                "correlation": _int_list(list(map(attrgetter("correlation_id"), args))),
-                "step_num": _int_list(list(map(attrgetter("step_num"), args))),
+                "correlation": _int_list(list(map(attrgetter("correlation_id"), args)), unread, "args.correlation_id"),
+                "step_num": _int_list(list(map(attrgetter("step_num"), args)), unread, "args.step_num"),
                 "hlo_op": pa.array(list(map(attrgetter("hlo_op"), args)), pa.string()),
                 "memcpy": pa.array(list(map(attrgetter("memcpy_details"), args)), pa.string()),
                 "memset": pa.array(list(map(attrgetter("memset_details"), args)), pa.string()),
             }))
     except InputError as exc:  # name the file the user gave, and a JAX hint
         raise InputError(report_as, exc.cause, place=exc.place, hint=_HINT) from None
-    return _Raw(batches, processes, threads, dict(stream.metadata), list(stream.bad_events))
+    return _Raw(batches, processes, threads, dict(stream.metadata), list(stream.bad_events), unread,
+                stream.literal_caveats())
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,9 +420,7 @@ def _events_table(raw: _Raw, path: Path) -> tuple[pa.Table, list[Caveat]]:
             nbytes[rows] = _per_value(*_dictionary(details), _first_int(pattern), np.int64)[rows]
     line_device = np.array([ln.device for ln in lines], np.int64)[line_of]
     category = pa.DictionaryArray.from_arrays(pa.array(line_of, pa.int32()), pa.array([ln.name for ln in lines], pa.string()))
-    ts_ns = kineto.us_to_ns(t["ts"].combine_chunks().to_numpy(zero_copy_only=False))
-    dur = t["dur"].combine_chunks().fill_null(0.0).to_numpy(zero_copy_only=False)
-    dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
+    ts_ns, dur_ns, timed = _times(t, kind >= 0, raw.unread)
     tid = t["tid"].combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
     cols = {
         "kind": kind, "category": category, "name": name,
@@ -433,10 +429,10 @@ def _events_table(raw: _Raw, path: Path) -> tuple[pa.Table, list[Caveat]]:
         "tid": np.where(host, tid, -1), "ts_ns": ts_ns, "dur_ns": dur_ns,
         "correlation": corr.fill_null(-1).to_numpy(zero_copy_only=False), "bytes": nbytes, "coll_op": op,
     }
-    keep = kind >= 0
+    keep = (kind >= 0) & timed
     main = _chunk_table({c: (v.filter(pa.array(keep)) if isinstance(v, pa.Array) else v[keep]) for c, v in cols.items()}, op_vocab)
-    steps, step_caveat = _step_rows(host & step_num.is_valid().to_numpy(zero_copy_only=False), step_num, role, category,
-                                    name, ts_ns, dur_ns, tid)
+    steps, step_caveat = _step_rows(host & timed & step_num.is_valid().to_numpy(zero_copy_only=False), step_num, role,
+                                    category, name, ts_ns, dur_ns, tid)
     caveats = [step_caveat] if step_caveat else []
     devices = sorted(set(line_device[keep & ~host].tolist()))
     if len(devices) > 1:
@@ -450,7 +446,22 @@ def _events_table(raw: _Raw, path: Path) -> tuple[pa.Table, list[Caveat]]:
         first_index, why = raw.malformed[0]
         caveats.append(Caveat("events_malformed", f"{len(raw.malformed)} events could not be read and were skipped "
                               f"(first: event #{first_index}: {why})", str(path)))
+    caveats.extend(raw.literals + raw.unread.caveats(path))
     return pa.concat_tables([main, steps]).unify_dictionaries(), caveats
+
+
+def _times(t: pa.Table, event: np.ndarray, unread: kineto.Unread) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``ts``/``dur`` as int ns, and which events have times a clock gives (the Kineto reader's rule: a ts
+    beyond 2100 as an epoch time or not finite, a dur negative, not finite or longer than that, skips the
+    event and is counted in ``unread``; cast, a 9.2e18 µs ts would wrap around int64 and land anywhere).
+    A missing ``dur`` is 0, as before."""
+    ts, dur = t["ts"].combine_chunks(), t["dur"].combine_chunks()
+    ok = np.ones(len(ts), dtype=bool)
+    ts_ok, dur_ok = kineto.plausible_times(ts, dur, event, ok, ok, unread)
+    timed = ts_ok & dur_ok
+    ts_us = np.where(timed, ts.fill_null(0.0).to_numpy(zero_copy_only=False), 0.0)
+    dur_us = np.where(timed, dur.fill_null(0.0).to_numpy(zero_copy_only=False), 0.0)
+    return kineto.us_to_ns(ts_us), np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64), timed
 
 
 def _chunk_table(cols: dict[str, Any], op_vocab: Sequence[str] = ("",)) -> pa.Table:

@@ -139,9 +139,10 @@ class Unread:
 
 _UNREAD_EFFECT = {"ts": "outside any plausible clock (beyond 2100 as an epoch time, or not finite): those events were skipped",
                   "dur": "negative, not finite or longer than any run: those events were skipped"}
+_UNREAD_EFFECT |= {"start": _UNREAD_EFFECT["ts"], "end - start": _UNREAD_EFFECT["dur"]}  # the same, as nsys's columns
 
 
-def _int64_or_none(value: Any) -> int | None:
+def int64_or_none(value: Any) -> int | None:
     """An int64 from an integer, an integral float or a decimal/hex string; None for anything else
     (10**25, 1e300, NaN, "abc")."""
     if isinstance(value, float):
@@ -155,13 +156,13 @@ def _int64_or_none(value: Any) -> int | None:
     return int(value) if value is not None and -INT64_MAX - 1 <= value <= INT64_MAX else None
 
 
-def _int_column(values: list[Any], unread: Unread | None = None, name: str = "", *, labels: bool = False) -> pa.Array:
+def int_column(values: list[Any], unread: Unread | None = None, name: str = "", *, labels: bool = False) -> pa.Array:
     """An int64 column; values that are not int64 integers are null, counted in ``unread`` under ``name``
     (``labels``: text is a legitimate value there, as in a Kineto ``"pid": "Spans"``, so only numbers count)."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        ints = [None if v is None else _int64_or_none(v) for v in values]
+        ints = [None if v is None else int64_or_none(v) for v in values]
         bad = [v for v, i in zip(values, ints, strict=True)
                if v is not None and i is None and not (labels and isinstance(v, str))]
         if unread is not None and bad:
@@ -227,7 +228,7 @@ def _subset_int(args: list[fmt.Args], rows: np.ndarray, field: str, n: int, unre
     values = np.zeros(n, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
     if len(rows):
-        got = _int_column(_pluck(_take(args, rows), field), unread, f"args.{field}", labels=labels)
+        got = int_column(_pluck(_take(args, rows), field), unread, f"args.{field}", labels=labels)
         values[rows] = got.fill_null(0).to_numpy()
         valid[rows] = got.is_valid().to_numpy(zero_copy_only=False)
     return pa.array(values, pa.int64(), mask=~valid)
@@ -275,7 +276,7 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     ts_ok = ts.is_valid().to_numpy(zero_copy_only=False)
     dur_ok = dur.is_valid().to_numpy(zero_copy_only=False) | is_mem
     dropped[0] += int(((kind >= 0) & ~(ts_ok & dur_ok)).sum())
-    ts_ok, dur_ok = _plausible_times(ts, dur, kind >= 0, ts_ok, dur_ok & ~is_mem, unread)
+    ts_ok, dur_ok = plausible_times(ts, dur, kind >= 0, ts_ok, dur_ok & ~is_mem, unread)
     valid = (kind >= 0) & ts_ok & (dur_ok | is_mem)
     names = pa.array(list(map(_NAME, keep)), pa.string()).dictionary_encode()
     kind = _profiler_steps_as_annotations(kind, names)
@@ -300,8 +301,8 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
                                              pa.array(op_vocab or [""], pa.string()))
     gpu_side = np.isin(kind, _GPU_SIDE_CODES)
     gpu_rows = np.flatnonzero(gpu_side)
-    pid = _int_column(list(map(_PID, keep)), unread, "pid", labels=True).fill_null(-1).to_numpy()
-    tid = _int_column(list(map(_TID, keep)), unread, "tid", labels=True).fill_null(-1).to_numpy()
+    pid = int_column(list(map(_PID, keep)), unread, "pid", labels=True).fill_null(-1).to_numpy()
+    tid = int_column(list(map(_TID, keep)), unread, "tid", labels=True).fill_null(-1).to_numpy()
     dev = _subset_int(args, gpu_rows, "device", n, unread).fill_null(-1).to_numpy()
     device = np.where(gpu_side, np.where(dev >= 0, dev, pid), -1)
     mem_rows = np.flatnonzero(is_mem)
@@ -310,9 +311,9 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     device = np.where((device >= -1) & (device <= INT32_MAX), device, -1)  # an int32 column
     st = _subset_int(args, gpu_rows, "stream", n, unread, labels=True).fill_null(-1).to_numpy()
     stream = np.where(gpu_side, np.where(st >= 0, st, tid), -1)
-    ext = _int_column(_pluck(args, "external_id"), unread, "args.External id")
+    ext = int_column(_pluck(args, "external_id"), unread, "args.External id")
     if ext.null_count == n:
-        ext = _int_column(_pluck(args, "external_id_legacy"), unread, "args.external id")
+        ext = int_column(_pluck(args, "external_id_legacy"), unread, "args.external id")
     byte_rows = np.flatnonzero(np.isin(kind, _BYTES_CODES))
     nbytes = _subset_int(args, byte_rows, "bytes", n, unread)
     if len(mem_rows):
@@ -329,7 +330,7 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
         "tid": pa.array(np.where(gpu_side, -1, tid), pa.int64()),
         "ts_ns": pa.array(us_to_ns(ts_us)),
         "dur_ns": pa.array(np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)),
-        "correlation": _int_column(_pluck(args, "correlation"), unread, "args.correlation").fill_null(-1),
+        "correlation": int_column(_pluck(args, "correlation"), unread, "args.correlation").fill_null(-1),
         "external_id": ext.fill_null(-1),
         "bytes": nbytes,
         "mem_allocated_bytes": _subset_int(args, mem_rows, "mem_total_allocated", n, unread),
@@ -347,7 +348,7 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     return batch if valid.all() else batch.filter(pa.array(valid))
 
 
-def _plausible_times(ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray,
+def plausible_times(ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray,
                      unread: Unread | None) -> tuple[np.ndarray, np.ndarray]:
     """``ts_ok``/``dur_ok`` less the times no clock gives (beyond 2100 as epoch ns, not finite) and the
     durations no event has (negative, not finite, longer than that): counted in ``unread``, never cast
@@ -419,6 +420,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
         first_index, why = stream.bad_events[0]
         caveats.append(Caveat("events_malformed", f"{len(stream.bad_events)} events could not be read and were skipped "
                               f"(first: event #{first_index}: {why})", str(path)))
+    caveats.extend(stream.literal_caveats())
     for key, values in lenient.dropped.items():
         unread.add(f"args.{key}", len(values), values[0])
     caveats.extend(unread.caveats(path))
@@ -485,7 +487,7 @@ def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.nd
     is_gpu = np.isin(kind, ["kernel", "collective", "memcpy", "memset", "sync"]) & (corr >= 0)
     if not is_launch.any() or not is_gpu.any():
         return launch_ts, launch_dur
-    is_gpu &= ~np.isin(corr, _repeated(corr[is_launch]))  # an id two launches carry names neither
+    is_gpu &= ~np.isin(corr, repeated(corr[is_launch]))  # an id two launches carry names neither
     l_corr, l_ts, l_dur = corr[is_launch], ts[is_launch], dur[is_launch]
     order = np.argsort(l_corr, kind="stable")
     l_corr, l_ts, l_dur = l_corr[order], l_ts[order], l_dur[order]
@@ -498,7 +500,7 @@ def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.nd
     return launch_ts, launch_dur
 
 
-def _repeated(ids: np.ndarray) -> np.ndarray:
+def repeated(ids: np.ndarray) -> np.ndarray:
     """The values that occur more than once in ``ids``."""
     values, counts = np.unique(ids, return_counts=True)
     return values[counts > 1]
@@ -507,7 +509,8 @@ def _repeated(ids: np.ndarray) -> np.ndarray:
 _GPU_WORK = ("kernel", "collective", "memcpy", "memset")
 
 
-def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path) -> list[Caveat]:
+def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path,
+                        name: str = "args.correlation") -> list[Caveat]:
     """Say when launches cannot be joined to GPU work: correlation ids two launches share (a damaged or
     merged trace; those GPU events are not joined, see ``join_launches``) or GPU work without an id
     (launch delays and host-launch idle are then not measured for it). Many kernels sharing one
@@ -516,16 +519,16 @@ def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path) ->
     launch = host & (corr >= 0)
     gpu = np.isin(kind, _GPU_WORK)
     out = []
-    shared = _repeated(corr[launch])
+    shared = repeated(corr[launch])
     if len(shared):
         n = int((gpu & np.isin(corr, shared)).sum())
-        out.append(Caveat("correlation_duplicated", f"args.correlation: {len(shared)} id{'s are' if len(shared) > 1 else ' is'} "
+        out.append(Caveat("correlation_duplicated", f"{name}: {len(shared)} id{'s are' if len(shared) > 1 else ' is'} "
                           f"carried by more than one launch (first: {int(shared[0])}); the {n} GPU events with them are not "
                           "joined to a launch, so their steps come from their own times and launch delays leave them out",
                           str(path)))
     missing = int((gpu & (corr < 0)).sum())
     if missing and host.any():
-        out.append(Caveat("correlation_missing", f"args.correlation: {missing} of {int(gpu.sum())} GPU events have no "
+        out.append(Caveat("correlation_missing", f"{name}: {missing} of {int(gpu.sum())} GPU events have no "
                           "correlation id: they are not joined to their launches (no launch delay, no host-launch idle "
                           "for them)", str(path)))
     return out

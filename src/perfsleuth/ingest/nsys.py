@@ -182,10 +182,11 @@ class _Db:
             parts.append(np.fromiter(chain.from_iterable(chunk), np.int64, len(chunk) * ncols).reshape(len(chunk), ncols))
         return np.concatenate(parts) if parts else np.zeros((0, ncols), np.int64)
 
-    def int_column_set(self, table: str, sql: str, ncols: int) -> _Columns:
+    def int_column_set(self, table: str, sql: str, ncols: int, names: Sequence[str] = ()) -> _Columns:
         """Like ``int_columns`` for a query over every row of ``table``, but each column is its own array,
         sized from the table's row count and filled chunk by chunk: no concatenation copy, and
-        ``_assemble`` can free one column before it copies the next."""
+        ``_assemble`` can free one column before it copies the next. ``names``: the selected columns, to
+        name the one holding a value that is no int64 (a REAL 1e300, a TEXT) in the error."""
         n = self.conn.execute(f"SELECT count(*) FROM {_q(table)}").fetchone()[0]
         cols = [np.empty(n, np.int64) for _ in range(ncols)]
         cur = self.conn.execute(sql)
@@ -193,7 +194,10 @@ class _Db:
         while chunk := cur.fetchmany(_CHUNK_ROWS):
             if done + len(chunk) > n:
                 raise sqlite3.DatabaseError(f"{table} has more rows than count(*) said")
-            block = np.fromiter(chain.from_iterable(chunk), np.int64, len(chunk) * ncols).reshape(len(chunk), ncols)
+            try:
+                block = np.fromiter(chain.from_iterable(chunk), np.int64, len(chunk) * ncols).reshape(len(chunk), ncols)
+            except (ValueError, TypeError, OverflowError):
+                raise _not_int64(self.path, table, chunk, done, names) from None
             for j, col in enumerate(cols):
                 col[done:done + len(chunk)] = block[:, j]
             done += len(chunk)
@@ -210,6 +214,18 @@ class _Db:
             return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
 
         return self._lenient(fetch)
+
+
+def _not_int64(path: Path, table: str, chunk: list[tuple], done: int, names: Sequence[str]) -> InputError:
+    """The error for the first value of ``chunk`` that is no int64 integer: its table, column and row."""
+    for i, row in enumerate(chunk):
+        for j, value in enumerate(row):
+            if not (isinstance(value, int) and -(2**63) <= value < 2**63):
+                column = re.sub(r"^ifnull\((\w+),.*\)$", r"\1", names[j]) if j < len(names) else f"column {j + 1}"
+                return InputError(path, f"{column} is {value!r}, not an integer nsys writes (beyond int64, a real or text)",
+                                  place=f"{table}, row {done + i + 1}", hint="this is not the layout nsys export writes; "
+                                  "export the report again")
+    return InputError(path, "a value is not an int64 integer", place=table)
 
 
 class _Columns:
@@ -334,6 +350,10 @@ def _report(db: _Db, caveats: list[Caveat]) -> _Report:
             normalized = export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
             base = 0 if normalized or row[1] is None else int(row[1])
             offset, clock = int(row[0]) - base, "UTC epoch (TARGET_INFO_SESSION_START_TIME)"
+            if not abs(int(row[0])) <= kineto.TIME_LIMIT_NS:  # a clock near 0 is fine: simulated reports use one
+                caveats.append(Caveat("nsys_clock_not_rebased", f"{t}.utcEpochNs is {row[0]}, later than any clock "
+                                      "(beyond 2100 as an epoch time): times are left on the report's own clock", str(db.path)))
+                offset, clock = 0, "report clock (not rebased: the session start is no time a clock gives)"
     if offset is None:
         caveats.append(Caveat("nsys_clock_not_rebased", OPTIONAL_TABLES["TARGET_INFO_SESSION_START_TIME"], str(db.path)))
     gpus: dict[int, dict[str, Any]] = {}
@@ -389,7 +409,7 @@ def _corr_expr(db: _Db, table: str) -> str:
 def _gpu_table(db: _Db, table: str, extra: Sequence[str] = ()) -> _Columns:
     cols = ["start", "end - start", "ifnull(deviceId, -1)", "ifnull(streamId, -1)", _corr_expr(db, table), _pid_expr(db, table),
             *extra]
-    return db.int_column_set(table, f"SELECT {', '.join(cols)} FROM {_q(table)} ORDER BY rowid", len(cols))
+    return db.int_column_set(table, f"SELECT {', '.join(cols)} FROM {_q(table)} ORDER BY rowid", len(cols), cols)
 
 
 def _streams(raw: np.ndarray) -> np.ndarray:
@@ -867,12 +887,36 @@ def _at_rows(n: int, rows: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.array(out, values.type, mask=~valid)
 
 
-def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int) -> pa.Table:
-    """One process's events: concatenated, NCCL kernels marked, launches joined, steps assigned."""
-    table, kind = _assemble(parts, offset_ns)
+def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int,
+                 path: Path) -> tuple[pa.Table, list[Caveat]]:
+    """One process's events: impossible times skipped, concatenated, NCCL kernels marked, launches joined,
+    steps assigned; and the caveats the Kineto reader gives for the same faults (``values_out_of_range``,
+    ``correlation_duplicated``, ``correlation_missing``)."""
+    unread = kineto.Unread()
+    table, kind = _assemble(_plausible_parts(parts, offset_ns, unread), offset_ns)
     table, kind = _mark_collectives(table, kind)
     table = _join_and_step(table, kind)
-    return _collectives(table, kind, nccl, pid, offset_ns)
+    caveats = unread.caveats(path) + kineto.correlation_caveats(_KIND_NAMES[kind], table["correlation"].to_numpy(), path,
+                                                                  "correlationId")
+    return _collectives(table, kind, nccl, pid, offset_ns), caveats
+
+
+def _plausible_parts(parts: list[_Part], offset_ns: int, unread: kineto.Unread) -> list[_Part]:
+    """The parts without rows whose time no clock gives: a start that, rebased, lies beyond 2100 as an
+    epoch time (added in int64 it would wrap around and land anywhere), or an end before the start or
+    further from it than that (nsys's own rows never do either). Each skip is counted in ``unread``."""
+    out = []
+    for p in parts:
+        with np.errstate(over="ignore"):
+            bad_ts = ~(np.abs(p.ts.astype(np.float64) + float(offset_ns)) <= kineto.TIME_LIMIT_NS)
+        bad_dur = ~bad_ts & ((p.dur < 0) | (p.dur > kineto.TIME_LIMIT_NS))
+        if bad_ts.any():
+            unread.add("start", int(bad_ts.sum()), int(p.ts[np.argmax(bad_ts)]))
+        if bad_dur.any():
+            unread.add("end - start", int(bad_dur.sum()), int(p.dur[np.argmax(bad_dur)]))
+        bad = bad_ts | bad_dur
+        out.append(p.take(np.flatnonzero(~bad)) if bad.any() else p)
+    return out
 
 
 def _join_and_step(table: pa.Table, kind: np.ndarray) -> pa.Table:
@@ -960,11 +1004,11 @@ def _read(db: _Db, single_file: bool, pattern: re.Pattern[str]) -> list[RankFile
         parts = [p if m.all() else p.take(np.flatnonzero(m)) for p, m in zip(sources, mine, strict=True)]
         sources = [p for p, m in zip(sources, mine, strict=True) if not m.all()]
         del mine
-        events = _rank_events(parts, report.clock_offset_ns, nvtx.nccl, pid)
+        events, own = _rank_events(parts, report.clock_offset_ns, nvtx.nccl, pid, path)
         rank, source = ranks[pid]
         meta = _metadata(path, report, rank, world, devices.get(pid, []), pid, events, nvtx.nccl.has_payloads)
         span = (pc.min(events["ts_ns"]).as_py(), pc.max(events["ts_ns"]).as_py()) if events.num_rows else None
-        rank_caveats = [c for c in caveats if c.code != "rank_assumed" or source == "single file"]
+        rank_caveats = [c for c in caveats if c.code != "rank_assumed" or source == "single file"] + own
         out.append(RankFile(str(path), rank, source, meta, events, rank_caveats, span))
     return sorted(out, key=lambda r: r.rank)
 

@@ -476,14 +476,22 @@ def _bootstrap(b: np.ndarray, c: np.ndarray, s: _Settings) -> tuple[tuple[float,
     return (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1]))
 
 
+def _scale_of(*arrays: np.ndarray) -> float:
+    """The largest magnitude in ``arrays`` (1 when all are 0 or empty): dividing by it first keeps the
+    squares a variance takes finite for values near 1e300, and changes no interval once multiplied back."""
+    peak = max((float(np.max(np.abs(a))) for a in arrays if len(a)), default=0.0)
+    return peak if peak > 0 and math.isfinite(peak) else 1.0
+
+
 def _arm_summary(arm: _Arm, unit: str, s: _Settings, what: str) -> ArmSummary:
-    m = arm.unit_means
-    mean = float(m.mean()) if arm.units else math.nan
+    k = _scale_of(arm.unit_means)
+    m = arm.unit_means / k  # scale-free: the spread of 1e299-sized means squared would overflow
+    mean = float(arm.unit_means.mean()) if arm.units else math.nan
     median = float(np.median(arm.unit_medians)) if arm.units else math.nan
-    cv = float(m.std(ddof=1) / mean) if arm.units >= 2 and mean != 0 else None
+    cv = float(m.std(ddof=1) / (mean / k)) if arm.units >= 2 and mean != 0 else None
     if arm.units >= 2 and np.ptp(m) > 0:
-        ci = stats.ttest_1samp(m, popmean=mean).confidence_interval(s.confidence)
-        mean_iv = Interval(mean, float(ci.low), float(ci.high), unit, f"mean of {arm.units} {what} means, t interval")
+        ci = stats.ttest_1samp(m, popmean=mean / k).confidence_interval(s.confidence)
+        mean_iv = Interval(mean, float(ci.low) * k, float(ci.high) * k, unit, f"mean of {arm.units} {what} means, t interval")
     else:
         mean_iv = Interval(mean, None, None, unit, f"mean of {arm.units} {what} means (no interval: "
                            + ("fewer than two" if arm.units < 2 else "no spread between") + f" {what}s)")
@@ -620,7 +628,7 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     if lr is None:
         extra = None
         if ratio_ok:
-            pooled = [a.unit_means.var(ddof=1) / a.mean**2 for a in (b, c) if a.units >= 2 and a.mean > 0]
+            pooled = [(a.unit_means / a.mean).var(ddof=1) for a in (b, c) if a.units >= 2 and a.mean > 0]
             pooled = [v for v in pooled if v > 0]
             if pooled and not any(x.code in ("constant_values", "no_unit_variation") for x in blockers):
                 v = float(np.mean(pooled))
@@ -646,9 +654,10 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     p_value = float(2 * stats.t.sf(abs(t_stat), lr.df))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        diff_ci = stats.ttest_ind(c.unit_means, b.unit_means, equal_var=False).confidence_interval(s.confidence)
+        k = _scale_of(b.unit_means, c.unit_means)  # t works on squares: (1e200)² overflows, scaled values do not
+        diff_ci = stats.ttest_ind(c.unit_means / k, b.unit_means / k, equal_var=False).confidence_interval(s.confidence)
     log_ci = _t_interval(lr, s.confidence)
-    diff_lo, diff_hi = float(diff_ci.low), float(diff_ci.high)
+    diff_lo, diff_hi = float(diff_ci.low) * k, float(diff_ci.high) * k
     if method == "bootstrap":
         boot = _bootstrap(b.unit_means, c.unit_means, s)
         if boot is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsleuth.errors import InputError
-from perfsleuth.model import RECORDS
+from perfsleuth.model import MAX_MEASUREMENT, RECORDS
 from perfsleuth.store.layout import check_date
 
 SIDECAR = "dims.json"
@@ -70,10 +71,26 @@ def parse_flags(flags: Sequence[str]) -> dict[str, str]:
             key = key.strip()
             if key != "date":
                 check_name(key, source=None, place="--dims")
-            out[key] = value.strip()
+            out[key] = check_fact(key, value.strip(), source=None, place=f"--dims {key}")
     if "date" in out:
         check_date(out["date"], place="--dims date")
     return out
+
+
+def check_fact(key: str, text: str, *, source: str | Path | None, place: str) -> str:
+    """``text`` unchanged; an error naming the place when ``key`` is a numeric fact and ``text`` is not a
+    positive number up to 1e300. Checked where the value is written (a flag, a sidecar key) so the error
+    names that place: tokens × steps of 1e308 would overflow every fleet sum the run enters."""
+    if key not in NUMERIC_FACTS:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_MEASUREMENT:
+        raise InputError(source, f"{key}={text!r} is not a positive number up to 1e300", place=place,
+                         hint=f"e.g. --dims {key}=1048576")
+    return text
 
 
 def sidecar_path(job: Path) -> Path:
@@ -97,7 +114,11 @@ def read_sidecar(job: Path) -> dict[str, str]:
             check_name(str(key), source=path, place=f"key {key!r}")
         if isinstance(value, dict | list) or value is None:
             raise InputError(path, f"the value of {key!r} must be text or a number", place=f"key {key!r}")
-        out[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(path, f"the value of {key!r} is {value!r}: a NaN or Infinity literal, which is not JSON and "
+                                   "names nothing", place=f"key {key!r}", hint="write the value as text, or remove the key")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out[str(key)] = check_fact(str(key), text, source=path, place=f"key {key!r}")
     if "date" in out:
         check_date(out["date"], source=path, place="key 'date'")
     return out

@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsleuth.errors import InputError
 from perfsleuth.ingest.kineto import EPOCH_RANGE_NS, wall_clock_ns
-from perfsleuth.model import RECORDS, RUNS, SAMPLES
+from perfsleuth.model import RECORDS, RUNS, SAMPLES, usable
 from perfsleuth.store import dims as dimensions
 from perfsleuth.store.layout import sha256_of
 from perfsleuth.store.write import JobData, conform
@@ -62,6 +63,8 @@ def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str
     facts = workload_facts(dims, path)
     records = _records(report, dims, facts)
     notes = record_caveats(records)
+    records, unusable = usable_records(records)
+    notes += unusable + _unknown_gpu_note(dims, records)
     date = dims.pop("date", None) or _date_from(records, analysis.runs)
     if date is None:
         newest = max(f.stat().st_mtime for f in job_files(path))
@@ -86,15 +89,8 @@ def workload_facts(dims: dict[str, str], path: Path) -> dict[str, float]:
     for key in dimensions.NUMERIC_FACTS:
         if key not in dims:
             continue
-        text = dims.pop(key)
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not value > 0 or value == float("inf"):
-            raise InputError(path, f"{key}={text!r} is not a positive number", place=f"dimension {key}",
-                             hint=f"e.g. --dims {key}=1048576")
-        facts[key] = value
+        text = dimensions.check_fact(key, dims.pop(key), source=path, place=f"dimension {key}")
+        facts[key] = float(text)
     return facts
 
 
@@ -107,6 +103,37 @@ def _records(report, dims: dict[str, str], facts: Mapping[str, float]) -> pa.Tab
     rec = job_record(report, clean, tokens_per_step=facts.get("tokens_per_step"),
                      model_flops_per_step=facts.get("model_flops_per_step"), precision=clean.get("precision"))
     return _with_dims(rec, clean)
+
+
+def usable_records(records: pa.Table) -> tuple[pa.Table, list[str]]:
+    """The records with float values that are no measurement (NaN, infinite, beyond ±1e300: tokens from a
+    tokens_per_step near 1e300) stored as null, and a note per column saying how many rows: a fleet report
+    would read them as missing anyway, and the store should not keep what no query can sum."""
+    notes = []
+    for i, f in enumerate(records.schema):
+        if not pa.types.is_floating(f.type):
+            continue
+        col = records.column(i)
+        bad = ~usable(col.to_numpy(zero_copy_only=False)) & col.is_valid().to_numpy(zero_copy_only=False)
+        if bad.any():
+            n = int(bad.sum())
+            notes.append(f"column {f.name}: {n} row{'s were' if n > 1 else ' was'} NaN, infinite or beyond ±1e300 "
+                         "and stored as missing")
+            records = records.set_column(i, f, pc.if_else(pa.array(bad), pa.scalar(None, f.type), col))
+    return records, notes
+
+
+def _unknown_gpu_note(dims: Mapping[str, str], records: pa.Table) -> list[str]:
+    """Say so when the run's gpu_sku dimension names a GPU perfsleuth has no peaks for (a newer part): its
+    record's peak and MFU are those of the GPU the files name, or none."""
+    from perfsleuth.metrics.hardware import lookup
+
+    sku = dims.get("gpu_sku")
+    if not sku or lookup(sku) is not None:
+        return []
+    measured = next((v for v in records["gpu_sku"].to_pylist() if v), None) if "gpu_sku" in records.column_names else None
+    peak = f"those of the GPU the files name ({measured})" if measured else "unknown (MFU is null)"
+    return [f"dimension gpu_sku {sku!r} names a GPU perfsleuth has no peaks for: the record's peak FLOP/s and MFU are {peak}"]
 
 
 def record_caveats(records: pa.Table) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import ibis
 import ibis.expr.types as ir
@@ -20,6 +21,7 @@ from ibis.backends import BaseBackend
 
 from perfsleuth.engine import to_arrow
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.fleet import values
 from perfsleuth.fleet.windows import day_to_date, parse_window
 from perfsleuth.segment.evidence import split_dims
 from perfsleuth.segment.mixrate import LeafSpec
@@ -57,18 +59,19 @@ class FleetMetric:
     numerator: Callable[[ir.Table], ir.NumericValue]
     denominator: Callable[[ir.Table], ir.NumericValue]
     method: str
+    columns: tuple[str, ...]  # the records columns it reads: where an unusable value is named
 
 
 def _gpu_time_weighted(col: str) -> FleetMetric:
     return FleetMetric(col, lambda t: t[col] * t.gpu_seconds, lambda t: t.gpu_seconds,
-                       f"GPU-time-weighted mean of {col}: Σ {col}·gpu_seconds / Σ gpu_seconds")
+                       f"GPU-time-weighted mean of {col}: Σ {col}·gpu_seconds / Σ gpu_seconds", (col, "gpu_seconds"))
 
 
 METRICS: dict[str, FleetMetric] = {
     "tokens_per_s_per_gpu": FleetMetric("tokens_per_s_per_gpu", lambda t: t.tokens, lambda t: t.gpu_seconds,
-                                        "Σ tokens / Σ gpu_seconds over runs"),
+                                        "Σ tokens / Σ gpu_seconds over runs", ("tokens", "gpu_seconds")),
     "step_time_ns": FleetMetric("step_time_ns", lambda t: t.step_time_ns * t.steps, lambda t: t.steps,
-                                "step-weighted mean: Σ step_time_ns·steps / Σ steps"),
+                                "step-weighted mean: Σ step_time_ns·steps / Σ steps", ("step_time_ns", "steps")),
     "mfu": _gpu_time_weighted("mfu"),
 }
 
@@ -112,10 +115,11 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
         raise InputError(store.root, "the store's records carry no dimension to search", hint="ingest with --dims cluster=...,node=...")
     in0, in1 = baseline.holds(records.date), current.holds(records.date)
     num, den = m.numerator(records).cast("float64"), m.denominator(records).cast("float64")
-    measured = num.notnull() & den.notnull() & (den > 0)
+    flags = _unusable_flags(records, m, num, den)
+    measured = num.notnull() & den.notnull() & (den > 0) & ~ibis.or_(*flags.values())
     null = ibis.null().cast("float64")
     t = records.filter(in0 | in1).select(
-        *chosen, _in1=in1, _ok=measured,
+        *chosen, _in1=in1, _ok=measured, **{f"_bad{i}": flag for i, flag in enumerate(flags.values())},
         n_current=ibis.ifelse(in1 & measured, num, null), n_baseline=ibis.ifelse(~in1 & measured, num, null),
         d_current=ibis.ifelse(in1 & measured, den, null), d_baseline=ibis.ifelse(~in1 & measured, den, null))
     counts = to_arrow(t.group_by("_in1").aggregate(runs=t.count(), measured=t._ok.cast("int64").sum())).to_pylist()
@@ -131,7 +135,8 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
     work, _suspect = split_dims(chosen, workload_dims)
     if workload_dims is not None and (missing := [d for d in workload_dims if d not in chosen]):
         raise InputError(store.root, f"--workload-dims names no searched dimension: {', '.join(missing)}", place="--workload-dims")
-    caveats = []
+    caveats = _unusable_caveats(t, m, list(flags), store.root)
+    t = t.drop(*(f"_bad{i}" for i in range(len(flags))))
     if work:
         per = t.filter(t._ok).group_by(list(work)).aggregate(has1=t._in1.cast("int64").max(), has0=(~t._in1).cast("int64").max())
         shared = to_arrow(per.aggregate(both=((per.has0 == 1) & (per.has1 == 1)).cast("int64").sum(), n=per.count())).to_pylist()[0]
@@ -145,6 +150,30 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
     table = t.drop("_in1", "_ok")
     spec = LeafSpec(chosen, "n_current", "n_baseline", "d_current", "d_baseline")
     return FleetLeaves(table, spec, work, m, {"baseline": by[False]["measured"], "current": by[True]["measured"]}, tuple(caveats))
+
+
+def _unusable_flags(records: ir.Table, m: FleetMetric, num: ir.FloatingValue,
+                    den: ir.FloatingValue) -> dict[str, ir.BooleanValue]:
+    """Per column the metric reads, where its value is no measurement (``fleet.values``); then where the
+    numerator or denominator is none though its columns are (``step_time_ns·steps`` past ±1e300). A run
+    with any of them is read as unmeasured: one NaN or infinity would make its window's total one."""
+    flags = {c: values.column_check(records, c)[0] for c in m.columns if c in records.columns}
+    columns_bad = ibis.or_(*flags.values()) if flags else ibis.literal(False)
+    flags["numerator/denominator"] = ~columns_bad & (values.unusable(num) | values.unusable(den))
+    return flags
+
+
+def _unusable_caveats(t: ir.Table, m: FleetMetric, names: list[str], root: Path) -> list[Caveat]:
+    """One caveat per column of the metric that held values no measurement is, with how many runs."""
+    counts = values.count_flags(t, {name: t[f"_bad{i}"] for i, name in enumerate(names)})
+    effect = f"read as missing: those runs are left out of {m.name}"
+    out = [values.unusable_caveat(c, n, values.what_is_unusable(c), effect, root, unit="run")
+           for c, n in counts.items() if n and c != "numerator/denominator"]
+    if counts.get("numerator/denominator"):
+        n = counts["numerator/denominator"]
+        out.append(Caveat("values_unusable", f"metric {m.name}: {n} run{'s' if n != 1 else ''} whose {m.method.split(':')[0]} "
+                          f"terms multiply past ±1e300 {'was' if n == 1 else 'were'} {effect}", str(root)))
+    return out
 
 
 def _date_range(store: Store, con: BaseBackend) -> str:
