@@ -593,3 +593,62 @@ def localize_input(path: Path) -> Mapping[str, pa.Table]:
     table = engine.table(con, path)
     table.count().execute()
     return {"input": engine.to_arrow(table)}
+
+
+# --- issue 13's values in the table inputs: fleet report records, localize --store runs, ingest dims -----
+
+EPOCH_RANGE_NS = (1_420_070_400 * 10**9, 4_102_444_800 * 10**9)  # 2015..2100, restated: the oracle is not the code
+AMOUNTS = frozenset({"tokens", "gpu_seconds", "steps", "step_time_ns", "tokens_per_s_per_gpu"})
+RECORD_FLOATS = st.sampled_from((*(float(v) for v in EXTREME_VALUES), math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308,
+                                 -1e308, 1e300, 1.5))
+"""Issue 13's values as a float column holds them (an integer beyond int64 becomes its float)."""
+RECORD_TIMES = st.sampled_from((9_200_000_000_000_000_000, -9_200_000_000_000_000_000, 2**63 - 1, -(2**63), -50, 0, 1,
+                                EPOCH_RANGE_NS[0] - 1, EPOCH_RANGE_NS[1] + 1))
+"""Epoch-ns times no clock gives (an int64 column holds nothing beyond int64)."""
+DIM_VALUES = st.sampled_from((*EXTREME_VALUES, math.nan, math.inf, -math.inf, 1e308, 0, -1, 1.5, "1e308", "1e999", "nan",
+                              "-5", "", "abc", True, None, [1], {"a": 1}, "日本語🚀"))
+"""Values a dimensions sidecar (JSON, written by json.dumps: NaN and Infinity literals included) may hold."""
+
+
+def unusable(column: str, value: float) -> bool:
+    """The issue's rule for one records cell: what the table inputs must read as missing and name."""
+    if column == "time_ns":
+        return not EPOCH_RANGE_NS[0] <= value <= EPOCH_RANGE_NS[1]
+    return not (math.isfinite(value) and abs(value) <= 1e300) or (column in AMOUNTS and value < 0)
+
+
+@cache
+def records_sample() -> pa.Table:
+    """Ten days of the simulated fleet history (a rack slows on day 6): ~960 records, every column kind."""
+    import datetime as dt
+
+    from perfsleuth.cases.fleet_history import FleetHistory, fleet_history
+
+    return fleet_history(FleetHistory(dt.date(2026, 3, 1), 10, 6))
+
+
+def with_cells(table: pa.Table, column: str, cells: Mapping[int, Any]) -> pa.Table:
+    """``table`` with ``column`` set to ``cells`` (row -> value) and otherwise unchanged."""
+    values = table[column].to_pylist()
+    for row, value in cells.items():
+        values[row] = value
+    return table.set_column(table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type))
+
+
+def runs_sample(cells: Mapping[str, Mapping[int, Any]] | None = None) -> pa.Table:
+    """Forty runs as a store's records rows (two weeks of May 2024, four nodes, n1 30 % slower in the second),
+    with ``cells`` (column -> row -> value) planted."""
+    from perfsleuth.store.write import stored_schema
+
+    rows = []
+    for i in range(40):
+        cur, node = i >= 20, f"n{i % 4}"
+        day = (8 if cur else 1) + i % 5
+        tok = 100.0 * (0.7 if cur and node == "n1" else 1.0)
+        rows.append({"run_id": f"r{i}", "unit": "run", "time_ns": (19844 + day) * 86_400 * 10**9,
+                     "dims": [("node", node), ("model", "m")], "tokens": tok * 10, "gpu_seconds": 10.0, "steps": 10,
+                     "step_time_ns": 1e9, "tokens_per_s_per_gpu": tok, "date": f"2024-05-{day:02d}", "cluster": "c1"})
+    for column, values in (cells or {}).items():
+        for row, value in values.items():
+            rows[row][column] = value
+    return pa.Table.from_pylist(rows, schema=stored_schema("records"))

@@ -19,6 +19,10 @@ from pathlib import Path
 import pytest
 from fuzz_support import (
     ADAPTER_SAMPLES,
+    DIM_VALUES,
+    RECORD_FLOATS,
+    RECORD_TIMES,
+    TOKEN_VALUES,
     Mutant,
     adapter_tables,
     byte_mutants,
@@ -37,10 +41,15 @@ from fuzz_support import (
     parquet_mutants,
     parquet_sample,
     paths_of,
+    records_sample,
+    run_guarded,
+    runs_sample,
     sqlite_mutants,
     sqlite_tables,
     text_sample,
     trace_tables,
+    unusable,
+    with_cells,
     write_mutant,
 )
 from hypothesis import HealthCheck, given, settings
@@ -228,3 +237,123 @@ def test_compare_and_changes_table_reader(scratch: Path, case: tuple[str, Mutant
 def test_localize_table_reader(scratch: Path, case: tuple[str, Mutant]) -> None:
     name, m = case
     check_reader(localize_input, write_mutant(scratch, name, m), None)
+
+
+# --- issue 13's values inside the table inputs: fleet report records, localize --store runs, ingest dims ---
+
+_RECORD_COLUMNS = ("tokens", "gpu_seconds", "step_time_ns", "compute_fraction", "time_ns")
+
+
+def _cells(data: st.DataObject, n: int, values: st.SearchStrategy) -> dict[int, object]:
+    rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True), label="rows")
+    return {r: data.draw(values, label=f"row {r}") for r in rows}
+
+
+@FUZZ
+@given(data=st.data())
+def test_fleet_report_records_with_extreme_values(scratch: Path, data: st.DataObject) -> None:
+    """A records table with issue-13 values in one column builds a page of finite numbers whose caveats name
+    that column with the exact count of cells it could not use, or fails with an error naming the file."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    from perfsleuth import engine
+    from perfsleuth.errors import InputError
+    from perfsleuth.fleet.report import build_fleet_page
+
+    table = records_sample()
+    column = data.draw(st.sampled_from(_RECORD_COLUMNS), label="column")
+    cells = _cells(data, table.num_rows, RECORD_TIMES if column == "time_ns" else RECORD_FLOATS)
+    path = scratch / "records.parquet"
+    pq.write_table(with_cells(table, column, cells), path)
+    try:
+        page = run_guarded(lambda: build_fleet_page(engine.table(engine.connect(threads=1), path), source=str(path),
+                                                    bootstrap=0))
+    except InputError as exc:
+        assert str(path) in str(exc)
+        return
+    for w in (page.baseline, page.current):
+        assert w.gpu_hours is None or math.isfinite(w.gpu_hours)
+        assert w.tokens_per_s_per_gpu is None or math.isfinite(w.tokens_per_s_per_gpu)
+    weight = table["gpu_seconds"].to_pylist()
+    factor = column in ("step_time_ns", "compute_fraction")  # a factor is weighted: 1e300 × GPU-seconds is unusable too
+    bad = sum(unusable(column, v) or (factor and unusable(column, v * weight[r])) for r, v in cells.items())
+    named = [c.message for c in page.caveats if c.code == "values_unusable" and c.message.startswith(f"column {column}:")]
+    assert (named[0].split()[2] == str(bad)) if bad else not named, (named, cells)
+
+
+@FUZZ
+@given(data=st.data())
+def test_localize_store_runs_with_extreme_values(scratch: Path, data: st.DataObject) -> None:
+    """A store whose runs hold issue-13 values in a metric's column: localize --store's leaf table names the
+    column with the count of runs it read as missing, or the error names the store."""
+    import uuid
+
+    from perfsleuth import engine
+    from perfsleuth.errors import InputError
+    from perfsleuth.segment.localize import localize
+    from perfsleuth.store import JobData, Store, StoreWriter
+    from perfsleuth.store.leaf import Window, fleet_leaves
+
+    column = data.draw(st.sampled_from(("tokens", "gpu_seconds", "steps", "step_time_ns")), label="column")
+    ints = st.sampled_from((-50, -1, 0, 2**63 - 1, -(2**63)))
+    cells = _cells(data, 40, ints if column == "steps" else RECORD_FLOATS)
+    root = scratch / f"store-{uuid.uuid4().hex}"
+    with StoreWriter(root) as w:
+        w.add(JobData("fuzz".ljust(64, "0"), "fuzz", tuple(f"r{i}" for i in range(40)), {}, {"records": runs_sample({column: cells})}))
+    metric = "tokens_per_s_per_gpu" if column in ("tokens", "gpu_seconds") else "step_time_ns"
+
+    def run():
+        leaves = fleet_leaves(Store(root), engine.connect(threads=1), metric, Window.parse("2024-05-01..2024-05-07", "b"),
+                              Window.parse("2024-05-08..2024-05-14", "c"))
+        localize(leaves.table, leaves.spec, bootstrap=0)
+        return leaves
+
+    try:
+        leaves = run_guarded(run)
+    except InputError as exc:
+        assert str(root) in str(exc), exc
+        return
+    bad = sum(unusable(column, float(v)) for v in cells.values())
+    named = [c.message for c in leaves.caveats if c.message.startswith(f"column {column}:")]
+    assert (named[0].split()[2] == str(bad)) if bad else not named, (named, cells)
+
+
+@FUZZ
+@given(key=st.sampled_from(("tokens_per_step", "model_flops_per_step", "tp", "node", "date")), value=DIM_VALUES)
+def test_dims_sidecar_with_extreme_values(scratch: Path, key: str, value: object) -> None:
+    """A dimensions sidecar holding an issue-13 value is read to text dimensions (numeric facts positive and at
+    most 1e300, no NaN or Infinity) or refused with an error naming the sidecar and the key."""
+    import math
+
+    from perfsleuth.errors import InputError
+    from perfsleuth.store.dims import NUMERIC_FACTS, read_sidecar
+
+    job = scratch / "job"
+    job.mkdir(exist_ok=True)
+    (job / "dims.json").write_text(json.dumps({key: value}))
+    try:
+        dims = read_sidecar(job)
+    except InputError as exc:
+        assert exc.path == str(job / "dims.json") and exc.place == f"key {key!r}", exc
+        return
+    assert not (isinstance(value, float) and not math.isfinite(value))
+    assert all(isinstance(v, str) for v in dims.values())
+    if key in NUMERIC_FACTS:
+        assert 0 < float(dims[key]) <= 1e300
+
+
+@FUZZ
+@given(key=st.sampled_from(("tokens_per_step", "model_flops_per_step", "tp")), text=TOKEN_VALUES)
+def test_dims_flags_with_extreme_values(key: str, text: str) -> None:
+    from perfsleuth.errors import InputError
+    from perfsleuth.store.dims import NUMERIC_FACTS, parse_flags
+
+    try:
+        dims = parse_flags([f"{key}={text}"])
+    except InputError as exc:
+        assert exc.place is not None and exc.place.startswith("--dims"), exc
+        return
+    if key in NUMERIC_FACTS and key in dims:
+        assert 0 < float(dims[key]) <= 1e300

@@ -270,3 +270,66 @@ def test_degenerate_tables_give_caveats_not_warnings(args: list[str], tmp_path: 
         doc = json.loads(proc.stdout)
         caveats = [c for part in doc.get("comparisons", doc.get("series", [])) for c in part["caveats"]]
         assert caveats, "a degenerate input must say what limits the result"
+
+
+# the verbs that take no --out (or write a directory), the store forms, and the issue's extreme inputs
+OTHER_VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int]] = {
+    "cases-make": (lambda d, t: ["cases", "make", str(t / "suite"), "-n", "2", "--workers", "1"], 0),
+    "cases-add": (lambda d, t: ["cases", "add", str(d / "job"), str(t / "case"), "--fault", "healthy"], 0),
+    "demo-fleet": (lambda d, t: ["demo", "--fleet", "--html", str(t / "fleet.html")], 0),
+    "localize-store": (lambda d, t: ["localize", "--store", str(d / "store"), "--metric", "tokens_per_s_per_gpu",
+                                     "--baseline", "2026-03-12..2026-03-18", "--current", "2026-03-19..2026-03-25",
+                                     "--bootstrap", "0"], 0),
+    "fleet-report-store": (lambda d, t: ["fleet", "report", "--store", str(d / "store"), "--bootstrap", "0",
+                                         "--out", str(t / "f.html")], 0),
+    "formats": (lambda d, t: ["formats"], 0),
+    "version": (lambda d, t: ["version"], 0),
+    "compare-1e299": (lambda d, t: ["compare", str(d / "huge_a.csv"), str(d / "huge_b.csv"), "--metric", "v",
+                                    "--lower-is-better"], 1),
+    "fleet-report-extremes": (lambda d, t: ["fleet", "report", "--records", str(d / "extreme.parquet"), "--bootstrap", "0",
+                                            "--out", str(t / "x.html")], 0),
+    "analyze-nan-literal": (lambda d, t: ["analyze", str(d / "nan.json"), "--workers", "1"], 0),
+}
+
+
+@pytest.fixture(scope="module")
+def more_inputs(inputs: Path) -> Path:
+    """A store of the fleet history from 2026-03-12, tables of 1e299-sized values, records with a 1e308 and a
+    time in 2261, and a Kineto file holding NaN literals (what Python's json.dumps writes)."""
+    import pyarrow as pa
+
+    from perfsleuth.cases.fleet_history import FleetHistory, write_history_store
+
+    history = fleet_history()
+    write_history_store(history, inputs / "store", FleetHistory(), first_day=11)
+    (inputs / "huge_a.csv").write_text("v\n" + "".join(f"{(1 + 0.01 * (i % 5)) * 1e299}\n" for i in range(24)))
+    (inputs / "huge_b.csv").write_text("v\n" + "".join(f"{(1.1 + 0.01 * (i % 5)) * 1e299}\n" for i in range(24)))
+    tokens, times = history["tokens"].to_pylist(), history["time_ns"].to_pylist()
+    tokens[3], times[5] = 1e308, 9_200_000_000_000_000_000
+    extreme = history.set_column(history.schema.get_field_index("tokens"), "tokens", pa.array(tokens))
+    pq.write_table(extreme.set_column(extreme.schema.get_field_index("time_ns"), "time_ns", pa.array(times)),
+                   inputs / "extreme.parquet")
+    doc = json.loads((inputs / "job" / "rank-0.json").read_text())
+    next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["dur"] = float("nan")
+    (inputs / "nan.json").write_text(json.dumps(doc))
+    return inputs
+
+
+def test_other_verbs_cover_the_whole_cli() -> None:
+    """Every top-level verb (and every ``cases``/``fleet`` sub-verb) is run with warnings as errors here or in VERBS."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    names = set(group.commands)  # type: ignore[attr-defined]
+    covered = {v.split("-")[0] for v in (*VERBS, *OTHER_VERBS)} | {"cases", "fleet"}
+    assert names <= covered, names - covered
+    for sub, verbs in (("cases", {"make", "add"}), ("fleet", {"report"})):
+        assert set(group.commands[sub].commands) == verbs  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("verb", list(OTHER_VERBS))
+def test_every_other_verb_and_extreme_input_runs_with_warnings_as_errors(verb: str, more_inputs: Path, tmp_path: Path) -> None:
+    make, status = OTHER_VERBS[verb]
+    proc = _strict(make(more_inputs, tmp_path), tmp_path)
+    assert proc.returncode == status, proc.stderr
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -21,7 +21,6 @@ from rich.table import Table
 from perfsleuth import engine as engines
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import Caveat, InputError, PerfsleuthError
-from perfsleuth.model import MAX_MEASUREMENT
 from perfsleuth.report.escape import terminal_block, terminal_text
 from perfsleuth.segment.localize import Localization, check_bootstrap, localize
 from perfsleuth.segment.mixrate import LeafSpec
@@ -104,8 +103,10 @@ def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[
     (null: sums leave it out), and a caveat per column saying how many rows; one query counts them all."""
     import ibis
 
+    from perfsleuth.fleet.values import unusable
+
     values = {m: table[m].cast("float64") for m in metrics}
-    bad = {m: (v.isnan() | v.isinf() | (v.abs() > MAX_MEASUREMENT)).fill_null(False) for m, v in values.items()}
+    bad = {m: unusable(v) for m, v in values.items()}
     counts = table.aggregate([b.cast("int64").sum().name(f"bad_{i}") for i, b in enumerate(bad.values())]).execute()
     caveats = [Caveat("values_unusable", f"column {m}: {int(n)} row{'s' if n != 1 else ''} held NaN, infinity or a value "
                       "beyond ±1e300 and were read as missing", str(path))
