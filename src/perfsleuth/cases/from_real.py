@@ -96,7 +96,6 @@ FIXTURE_EVENTS = 200
 FIXTURE_KERNELS = 20
 """Below these a trace is a test fixture or a toy (HTA's hand-made traces hold 7-60 events); a fault
 injected there has no workload to be judged against (perfsleuth answers "insufficient evidence")."""
-_SAMPLED = re.compile(r"sampl|filter|trimm|subset|reduced", re.I)
 
 
 def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -104,16 +103,24 @@ def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]
 
     - exposed_communication when ranks of the job are not traced: time inside a collective is then
       transfer or waiting for an untraced late rank, and nothing in the traces tells which;
-    - unattributed_host_stall when the file name says the trace was sampled or filtered: a gap in a
-      thinned host record is not silence."""
+    - unattributed_host_stall when the trace holds under half of the events the profiler numbered:
+      a gap in a thinned host record is not silence."""
     out: dict[str, str] = {}
     world = max(int((d.get("distributedInfo") or {}).get("world_size") or 0) for d in docs)
     if world > len(docs):
         out["exposed_communication"] = (f"{len(docs)} of the job's {world} ranks are traced: slower collectives cannot be "
                                         "told from waiting for an untraced rank")
-    if all(_SAMPLED.search(f.name) for f in job.files):
-        out["unattributed_host_stall"] = "the trace file says it was sampled or filtered: its host gaps are not silence"
+    if all(_numbered_share(d) < 0.5 for d in docs):
+        out["unattributed_host_stall"] = ("the trace holds under half of the events the profiler numbered (args 'Ev Idx'): "
+                                          "it was sampled or filtered, so its host gaps are not silence")
     return out
+
+
+def _numbered_share(doc: dict[str, Any]) -> float:
+    """Events present over the span of the profiler's event numbers (1.0 when it wrote none)."""
+    idx = [e["args"]["Ev Idx"] for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("args"), dict)
+           and isinstance(e["args"].get("Ev Idx"), int)]
+    return len(idx) / (max(idx) - min(idx) + 1) if len(idx) > 1 else 1.0
 
 
 class SuiteWriter:

@@ -37,8 +37,12 @@ on the development real-trace suite (seed 20240612, issue 12) findings on one- a
 were right 41 times in 41 at 0.82, so the penalty was too large for real traces; a few steps still leave
 start-up and window-end effects possible, hence not 1."""
 
-CONFIDENCE_CEILING = 0.97
-CONFIDENCE_FLOOR = 0.7
+CONFIDENCE_CEILING = 0.98
+CONFIDENCE_FLOOR = 0.8
+"""The anchors of ``graded_confidence``: 0.7 and 0.97 were set on simulated cases; on the real-trace
+suites of issue 12 (and on simulated seed 8080) findings at the floor were right every time (ECE 0.08,
+all under-confident), so the floor is 0.8; it stays below 1 because hidden cases hold errors these
+suites do not."""
 
 BOOTSTRAP = 1000
 

@@ -383,7 +383,7 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     )
     return Finding(
         fault="unattributed_host_stall",
-        confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.9),
+        confidence=ctx.confidence(imp.value, MIN_IMPACT),  # a measured stall; its cause is explicitly left open
         impact=imp,
         scope=scope,
         symptom=(f"the host goes silent (no event on any thread) for ~{gap / 1e6:.1f} ms while the GPU drains, {pattern}: "

@@ -210,6 +210,7 @@ def normalise_collective(raw: str) -> str:
 
 
 _PH, _CAT, _NAME, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid", "args"))
+_EV_IDX = attrgetter("args.ev_idx")
 _KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
 _KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _GPU_SIDE_CODES = np.array([_KIND_CODE[k] for k in _GPU_SIDE])
@@ -396,6 +397,39 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
                      hint="name rank files like rank-3.json, or profile with torch.distributed initialised")
 
 
+SAMPLED_COVERAGE = 0.5
+"""Fewer than half of the profiler's numbered events present: the file was sampled or filtered."""
+
+
+@dataclass(slots=True)
+class EventNumbers:
+    """The profiler numbers its host events (args ``Ev Idx``, 0, 1, 2, ...). A file that holds far fewer
+    events than the numbers span had events removed after the fact (HTA's sampled test trace keeps 1%
+    of them): a gap in its host record is then not silence, whatever the file is called."""
+
+    count: int = 0
+    low: int | None = None
+    high: int | None = None
+
+    def add(self, events: list[fmt.Event]) -> None:
+        numbers = [i for i in map(_EV_IDX, events) if type(i) is int]
+        if numbers:
+            self.count += len(numbers)
+            lo, hi = min(numbers), max(numbers)
+            self.low = lo if self.low is None else min(self.low, lo)
+            self.high = hi if self.high is None else max(self.high, hi)
+
+    def caveats(self, path: Path) -> list[Caveat]:
+        if self.low is None or self.high is None:
+            return []
+        span = self.high - self.low + 1
+        if span < 1000 or self.count >= SAMPLED_COVERAGE * span:
+            return []
+        return [Caveat("events_sampled", f"the profiler numbered {span} host events (args 'Ev Idx' {self.low}..{self.high}) "
+                       f"but the file holds {self.count}: {1 - self.count / span:.0%} were removed (a sampled or filtered "
+                       "trace)", str(path))]
+
+
 def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
     """Decode one Kineto file into an events table (without run_id/rank columns yet).
 
@@ -408,12 +442,14 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     kinds, colls = _KindCache(), CollectiveOpCache()
     dropped, unread = [0], Unread()
     batches = []
+    numbered = EventNumbers()
     for chunk in stream:
         batch = _chunk_batch(chunk.events, kinds, colls, dropped, unread)
         if batch is not None:
             batches.append(batch)
+        numbered.add(chunk.events)
         chunk.events.clear()
-    caveats: list[Caveat] = []
+    caveats: list[Caveat] = numbered.caveats(path)
     if dropped[0]:
         caveats.append(Caveat("events_missing_fields", f"{dropped[0]} complete events had no ts or dur and were skipped", str(path)))
     if stream.bad_events:

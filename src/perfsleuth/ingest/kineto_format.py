@@ -59,6 +59,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     mem_total_allocated: int | None = msgspec.field(name="Total Allocated", default=None)
     mem_total_reserved: int | None = msgspec.field(name="Total Reserved", default=None)
     mem_device_id: int | None = msgspec.field(name="Device Id", default=None)
+    ev_idx: int | None = msgspec.field(name="Ev Idx", default=None)  # the profiler's running count of host events
 
 
 _NO_ARGS = Args()

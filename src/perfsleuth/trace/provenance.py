@@ -14,9 +14,7 @@ It measures; it does not judge the workload.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,7 +55,6 @@ SPARSE_HOST_SHARE = 0.5
 filtered, or running uninstrumented code). A real stall leaves the other steps dense with events:
 a real H200 trace with a 300 ms gc.collect() every second step is 91% silent overall, but its other
 steps are not."""
-_SAMPLED_NAME = re.compile(r"sampl|filter|trimm|subset|reduced", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +139,9 @@ def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
     facts = a.rank_facts
     if not any(facts[r].get("cpu_ops", 0) for r in ranks):
         return "no host operator events (torch.profiler ProfilerActivity.CPU off): every host gap would look silent"
-    named = [Path(f).name for f in a.rank_files.values() if f]
-    if named and all(_SAMPLED_NAME.search(n) for n in named):
-        return f"the trace file name says it was sampled or filtered ({named[0]}): host events may have been removed"
+    sampled = [c for c in a.caveats if c.code == "events_sampled"]
+    if sampled:
+        return f"{sampled[0].message}: its host gaps are not silence"
     linked = sum(facts[r].get("gpu_events_with_correlation", 0) for r in ranks)
     joined = sum(facts[r].get("gpu_events_launch_joined", 0) for r in ranks)
     if linked >= MIN_GPU_EVENTS and joined / linked < MIN_LAUNCH_JOIN:

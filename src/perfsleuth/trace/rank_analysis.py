@@ -283,36 +283,43 @@ def _alloc_coverage(view: RankView, alloc: np.ndarray) -> Coverage:
     return Coverage.of(lo, hi)
 
 
-QUEUED_SLACK_NS = 2_000
-"""A kernel that starts more than 2 µs after its launch returned sat in the queue: the host was ahead."""
-REFILL_MAX_NS = 50_000_000
+REFILL_GAP_NS = 1_000_000
+"""Stall intervals less than 1 ms apart are one stall (a burst of allocator calls, one after the other)."""
 
 
-def _with_refill(view: RankView, stalls: Coverage) -> Coverage:
-    """A stall's intervals, each extended over the time the host needs to get ahead of the GPU again.
-
-    While the host stalls, the GPU drains the work already queued; afterwards its compute stream waits
-    for every launch until the host has rebuilt a queue, i.e. until the first kernel that waits in the
-    queue again. Those waits are the stall's cost, not a launch-bound program. Only a stall that found
-    a queue to drain (work launched before it still running after it began) is extended: a program that
-    was launch-bound already has none, and its waits stay its own. Without this, a cudaFree or a
-    data-loader stall injected into real traces made host_launch_bound a second, misleading finding."""
-    if len(stalls.starts) == 0 or not view.has_gpu:
-        return stalls
+def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.ndarray) -> Coverage:
+    """The launch waits a stall causes after it ends: the host lost the stall's length D, and the GPU,
+    which drained the work already queued meanwhile, waits for launches afterwards, spread over however
+    many kernels had less slack than D. The GPU cannot lose more than the host did, and it did not lose
+    the part of D it spent busy with the queue: so the waits after the stall (in its step window) are
+    charged to it up to that backlog, the first ones first. A program that was launch-bound already has
+    no backlog, and its waits stay its own. Without this, a cudaFree or a data-loader stall injected
+    into real traces made host_launch_bound a second, misleading finding."""
+    if len(stalls.starts) == 0 or len(waits.starts) == 0 or not view.has_gpu:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     g = np.flatnonzero(view.is_gpu & (view.launch_end >= 0))
     if len(g) == 0:
-        return stalls
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     order = g[np.argsort(view.launch_end[g], kind="stable")]
     launched, busy_until = view.launch_end[order], np.maximum.accumulate(view.end[order])
-    k = np.searchsorted(launched, stalls.starts, side="right") - 1
-    drained = (k >= 0) & (busy_until[np.maximum(k, 0)] > stalls.starts)
-    queued = np.sort(view.ts[g][view.ts[g] > view.launch_end[g] + QUEUED_SLACK_NS])
-    ahead = stalls.ends + REFILL_MAX_NS
-    if len(queued):
-        q = np.searchsorted(queued, stalls.ends, side="left")
-        ahead = np.where(q < len(queued), queued[np.minimum(q, len(queued) - 1)], ahead)
-    refill_end = np.where(drained, np.minimum(ahead, stalls.ends + REFILL_MAX_NS), stalls.ends)
-    return Coverage.of(np.concatenate([stalls.starts, stalls.ends]), np.concatenate([stalls.ends, refill_end]))
+    burst = Coverage.of(stalls.starts, stalls.ends + REFILL_GAP_NS)
+    starts, ends = burst.starts, burst.ends - REFILL_GAP_NS
+    k = np.searchsorted(launched, starts, side="right") - 1
+    budget = np.where(k >= 0, np.clip(busy_until[np.maximum(k, 0)] - starts, 0, ends - starts), 0)
+    limit = window_end[np.clip(np.searchsorted(window_end, ends, side="right"), 0, len(window_end) - 1)]
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    for e, b, w_end in zip(ends.tolist(), budget.tolist(), limit.tolist(), strict=True):
+        w = int(np.searchsorted(waits.ends, e, side="right"))
+        while b > 0 and w < len(waits.starts) and waits.starts[w] < w_end:
+            a, z = max(int(waits.starts[w]), e), int(waits.ends[w])
+            take = min(z - a, b)
+            if take > 0:
+                out_lo.append(a)
+                out_hi.append(a + take)
+                b -= take
+            w += 1
+    return Coverage.of(np.array(out_lo, np.int64), np.array(out_hi, np.int64))
 
 
 def rank_signals(view: RankView, windows: Windows) -> pa.Table:
@@ -350,7 +357,6 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "gc": cov(gc), "alloc": _alloc_coverage(view, alloc),
               "d2h": cov(d2h), "silent": silent, "sync": view.host_sync}
     spans = {c: covers[c].measure(lo, hi) for c in ("checkpoint", "compile", "dataloader", "gc", "silent", "alloc")}
-    covers = {c: _with_refill(view, v) if c != "sync" else v for c, v in covers.items()}
 
     cc = view.comm_or_compute
     cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step,
@@ -382,16 +388,23 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     cols["p2p_ns"] = c_p2p.measure(lo, hi)
     cols["exposed_p2p_ns"] = cc.measure(lo, hi) - Coverage.union(c_np, compute).measure(lo, hi)
     cols["p2p_ops"] = _per_window(windows, view.ts[p2p])
+    refills = ({c: _refill(view, v, w_host, hi) for c, v in covers.items() if c != "sync"} if view.has_gpu else {})
     # lost time per cause, first cause wins; pipeline receives waiting for their sender are not work
     productive = Coverage.union(compute, c_np)
     base = productive.measure(lo, hi)
     acc: list[Coverage] = []
     prev = base
-    for c in CAUSES:
+    for c in CAUSES:  # each cause's own spans first, in order ...
         acc.append(covers[c])
         now = Coverage.union(productive, *acc).measure(lo, hi)
         cols[f"lost_{c}_ns"] = now - prev
         prev = now
+    for c in CAUSES:  # ... then the queue refills after them, which never take another cause's own time
+        if c in refills:
+            acc.append(refills[c])
+            now = Coverage.union(productive, *acc).measure(lo, hi)
+            cols[f"lost_{c}_ns"] = cols[f"lost_{c}_ns"] + (now - prev)
+            prev = now
     explained = Coverage.union(*acc)
     if view.has_gpu:
         # the compute stream waiting for the host to launch its next kernel (collectives may run meanwhile),
