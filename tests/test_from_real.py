@@ -19,9 +19,8 @@ from perfsleuth.cases.retime import Gap, retime
 from perfsleuth.commands.cases_cmd import cases_make_real
 from perfsleuth.commands.evaluate_cmd import evaluate_command
 
-TRACES = Path("/work/shared/data/traces")
+TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"  # ../shared beside the checkout
 NCCL = TRACES / "nccl_parser_config" / "nccl_data.json.gz"  # 3 steps, allreduce, drained step starts
-SMALL = TRACES / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"  # tiny: the CLI round trip
 QUEUED = TRACES / "negative_queue_length_values_check" / "rank0.json.gz"  # GPU-bound: host runs ahead
 H200 = Path(__file__).parent / "data" / "real_h200" / "torch" / "healthy"
 pytestmark = pytest.mark.skipif(not NCCL.is_file(), reason="real traces not present")
@@ -187,22 +186,23 @@ def test_evaluate_does_not_count_what_the_original_already_had() -> None:
 def test_the_cli_writes_a_suite_that_evaluate_reads(tmp_path: Path, capsys) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    (src / SMALL.name).symlink_to(SMALL)
+    (src / "h200_healthy").symlink_to(H200, target_is_directory=True)  # a small real capture (HTA's toy is fixture-sized)
     assert cases_make_real(src, tmp_path / "suite", seed=3) == 0
     docs = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "suite").rglob("case.json")}
     assert {"original", "control-time_shift-1", "control-gzip-1", "control-rename-1", "control-rank_relabel-1",
-            "dataloader_stall-1", "checkpoint_stall-1", "allocator_churn-1", "unattributed_host_stall-1"} <= set(docs)
+            "dataloader_stall-1", "allocator_churn-1", "unattributed_host_stall-1"} <= set(docs)
+    # (a save is injected only where the GPU has drained, which this GPU-bound capture never does)
     for name, doc in docs.items():
         assert doc["source"] == "real" and doc["origin"][0]["sha256"] and doc["original"] in (".", "../original",
                                                                                               "../copies-original")
         for f in doc["faults"]:
-            assert f["detectable"] == (f["magnitude"] >= 0.03), name
+            assert f["detectable"] == (f["magnitude"] >= 0.03 and "undetectable whatever" not in doc["notes"]), name
     capsys.readouterr()
     status = evaluate_command([tmp_path / "suite"], format="json", workers=1)
     rep = json.loads(capsys.readouterr().out)
     assert status in (0, 1) and rep["suite"] == "real-transformed" and rep["errors"] == []
     assert rep["cases"] == len(docs) and rep["bar"][0]["criterion"].startswith("macro F1 >= 0.95")
-    job = tmp_path / "suite" / "mi250_minitoy_train_ROCm6_2_kineto"
+    job = tmp_path / "suite" / "h200_healthy"
     again = evaluate([job / "control-gzip-1"], workers=1)
     assert again.cases[0].baseline == tuple(sorted(evaluate([job / "original"],
                                                            workers=1).cases[0].found))

@@ -54,7 +54,10 @@ def save_doc(doc: dict[str, Any], path: str | Path, gz: bool | None = None) -> P
 
 
 def trace_files(folder: Path) -> list[Path]:
-    return sorted(f for f in folder.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+    """The Kineto traces in a folder, recognised by content (a case.json or capture.json beside them is not one)."""
+    from perfsleuth.ingest.kineto import detect
+
+    return sorted(f for f in folder.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and detect(f))
 
 
 def rank_of(doc: dict[str, Any], default: int = 0) -> int:
