@@ -149,20 +149,27 @@ def _name_mask(view: RankView, pattern: re.Pattern[str], exclude: re.Pattern[str
     return hit[codes]
 
 
-def _leaf_coverage(view: RankView, host: np.ndarray) -> Coverage:
-    """Union of host events that contain no other host event of their thread (the innermost spans)."""
+def _leaf_coverage(view: RankView, host: np.ndarray, *, long_frames_silent: bool = False) -> Coverage:
+    """Union of host events that contain no other host event of their thread (the innermost spans).
+
+    ``long_frames_silent``: a Python frame (with_stack) that is innermost and lasts ``SILENT_GAP_NS`` or
+    more does not count: the host sat inside that function without calling anything the profiler
+    records (a GC, blocking I/O, pure-Python work), which is what a stall looks like in such traces."""
     idx = np.flatnonzero(host & (view.end > view.ts))
     if len(idx) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     tid = view.table["tid"].fill_null(-1).to_numpy()[idx]
     ts, end = view.ts[idx], view.end[idx]
+    frame = view.kind[idx] == "python"
     order = np.lexsort((-(end - ts), ts, tid))
-    tid, ts, end = tid[order], ts[order], end[order]
+    tid, ts, end, frame = tid[order], ts[order], end[order], frame[order]
     leaf = np.ones(len(ts), dtype=bool)
     same = tid[1:] == tid[:-1]
     # a span is a parent only when it contains the next one; two calls that merely touch (float
     # microseconds rounded to ns make back-to-back calls overlap by a few ns) are both leaves
     leaf[:-1] = ~(same & (ts[1:] < end[:-1]) & (end[1:] <= end[:-1]))
+    if long_frames_silent:
+        leaf &= ~(frame & ((end - ts) >= SILENT_GAP_NS))
     return Coverage.of(ts[leaf], end[leaf])
 
 
@@ -341,11 +348,11 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     def cov(mask: np.ndarray) -> Coverage:
         return Coverage.of(view.ts[mask], view.end[mask])
 
-    # Python frames (with_stack) enclose everything the host does, a stall included: silence is measured
-    # against the profiler's own events (ops, annotations, runtime calls); a gap with only frames open is
-    # the host running Python that issues nothing, which is what a stall looks like there
-    ops = host & (kind != "python")
-    leaves = _leaf_coverage(view, ops)
+    # silence is a gap in the innermost host events; with with_stack, a long innermost Python frame is
+    # one too (the host sat in that function calling nothing recorded), while Python at work leaves many
+    # short frames
+    ops = host
+    leaves = _leaf_coverage(view, ops, long_frames_silent=True)
     if ops.any():
         h_lo, h_hi = int(view.ts[ops].min()), int(view.end[ops].max())
         g_lo, g_hi = leaves.gaps(h_lo, h_hi)
