@@ -99,8 +99,12 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         for sym in f.attached:
             console.print(Text("    explains ") + safe(sym, None))
         console.print(Text("    next: ") + safe(f.action, None))
+    # one line per reason: a trace too small or without steps limits many detectors for the same reason
+    by_reason: dict[str, list[str]] = {}
     for n in diagnosis.insufficient_evidence:
-        console.print(safe(f"  insufficient evidence: {n.fault} (would decide it: {n.missing_signal})", None), style="dim")
+        by_reason.setdefault(n.missing_signal, []).append(n.fault)
+    for reason, faults in by_reason.items():
+        console.print(safe(f"  insufficient evidence: {', '.join(faults)} (would decide it: {reason})", None), style="dim")
     missing = [n.fault for n in diagnosis.missing_signals]
     if missing:  # what each needs is in --format json / md; here one line keeps the findings in view
         console.print(Text(f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
