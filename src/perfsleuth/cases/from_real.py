@@ -31,6 +31,9 @@ from perfsleuth.cases import real_faults as rf
 from perfsleuth.cases.case import DETECTABLE_MIN_IMPACT, Case, CaseFault, write_case
 from perfsleuth.cases.kineto_raw import TRACE_SUFFIXES, index_rank, is_gz, load_doc, rank_of, save_doc, trace_files
 from perfsleuth.cases.mutate_kineto import Outcome, comm_mask, job_time, round_us
+from perfsleuth.diagnose.imbalance import PERSISTENT_ALPHA
+from perfsleuth.ingest.kineto import SAMPLED_COVERAGE
+from perfsleuth.trace.provenance import MIN_EVENTS, MIN_GPU_EVENTS
 
 DETECTABLE_RULE = ("injected by construction; detectable when the job's added time (replayed mutated trace minus "
                    f"the original) is at least {DETECTABLE_MIN_IMPACT:.0%} of the mutated job's time")
@@ -38,9 +41,9 @@ UNDETECTABLE_SHARE = 0.2
 """About one fault case in five is sized below the 3% bar on purpose (the diagnosis should abstain)."""
 COPIES = 4
 TUNE_TRIES = 4
-STRAGGLER_ALPHA = 0.05
+STRAGGLER_ALPHA = PERSISTENT_ALPHA
 """A straggler is provable only when being slowest on every step is unlikely by chance (binomial, 1/ranks per
-step, Bonferroni over ranks), as for the simulated suite's labels."""
+step, Bonferroni over ranks): the detector's own test level, as for the simulated suite's labels."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +95,11 @@ def usable(docs: list[dict[str, Any]]) -> str | None:
     return None
 
 
-FIXTURE_EVENTS = 200
-FIXTURE_KERNELS = 20
-"""Below these a trace is a test fixture or a toy (HTA's hand-made traces hold 7-60 events); a fault
-injected there has no workload to be judged against (perfsleuth answers "insufficient evidence")."""
+FIXTURE_EVENTS = MIN_EVENTS
+FIXTURE_KERNELS = MIN_GPU_EVENTS
+"""The analysis's own fixture bar (``trace.provenance``): below these a trace is a test fixture or a
+toy (HTA's hand-made traces hold 7-60 events); a fault injected there has no workload to be judged
+against (perfsleuth answers "insufficient evidence")."""
 
 
 def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -110,7 +114,7 @@ def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]
     if world > len(docs):
         out["exposed_communication"] = (f"{len(docs)} of the job's {world} ranks are traced: slower collectives cannot be "
                                         "told from waiting for an untraced rank")
-    if all(_numbered_share(d) < 0.5 for d in docs):
+    if all(_numbered_share(d) < SAMPLED_COVERAGE for d in docs):
         out["unattributed_host_stall"] = ("the trace holds under half of the events the profiler numbered (args 'Ev Idx'): "
                                           "it was sampled or filtered, so its host gaps are not silence")
     return out

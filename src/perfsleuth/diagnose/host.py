@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
+from perfsleuth.diagnose.evidence import BULK_D2H_BYTES
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
@@ -37,9 +38,10 @@ SCATTERED_SPECIFICITY = 0.8
 """How much less sure a data-loader stall is when it could be jitter (``scattered_worst_rank``): the
 GPU did wait, so it stays a finding, but one an engineer should confirm with the loader's timings."""
 
-CHECKPOINT_D2H_BYTES = 32 << 20
+CHECKPOINT_D2H_BYTES = BULK_D2H_BYTES
 """A step that copies at least 32 MiB device-to-host is saving state (a checkpoint without an
-annotation: ``torch.save`` of GPU tensors copies them to host memory first)."""
+annotation: ``torch.save`` of GPU tensors copies them to host memory first); the same bar the
+engine's ``bulk_d2h`` evidence probe uses."""
 
 
 def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
@@ -280,7 +282,7 @@ REGULAR_SILENCE_MIN_STEPS = 4
 _HOST_STALL_REQUIRES = (REAL_SIZE, STEPS, HOST_RECORD)
 
 
-def _regular_silence(ctx: JobContext, rs: pd.DataFrame) -> float | None:
+def _regular_silence(rs: pd.DataFrame) -> float | None:
     """The median silent gap when it recurs on every step with a near-constant length, else None.
 
     Garbage collections come when allocation counts cross a threshold, so their pauses land on some
@@ -359,7 +361,7 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     n_ranks, n_steps = hit["rank"].nunique(), hit["step"].nunique()
     scope = _scope(ctx, "stall_ns", loss, rs)
     gap = float(hit["silent_max_gap_ns"].median()) if len(hit) else 0.0
-    regular = _regular_silence(ctx, rs) if job.provenance.supports(SEVERAL_STEPS) else None
+    regular = _regular_silence(rs) if job.provenance.supports(SEVERAL_STEPS) else None
     if regular is not None:
         return insufficient("unattributed_host_stall", f"irregular stalls: the host goes silent for ~{regular / 1e6:.1f} ms "
                             "on every step alike, which is the program's own un-annotated host work (Python between "

@@ -11,8 +11,6 @@ thresholds" there would hide the biggest loss in the trace.
 
 from __future__ import annotations
 
-import numpy as np
-
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
@@ -76,7 +74,3 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
                 "optimizer, logging), profile with with_stack=True, or sample the host with py-spy; waits on other "
                 "streams or processes show in Nsight Systems. To confirm: the annotated phase that covers the idle time."),
     )
-
-
-def _unused() -> None:  # keep numpy imported for type checkers of frame arithmetic
-    np.asarray(())
