@@ -122,6 +122,7 @@ class RankResult:
 
 def analyze_rank(view: RankView, run_id: str) -> RankResult:
     windows = step_windows(view)
+    masks = cause_masks(view)
     steps = rank_steps(view, run_id, windows)
     return RankResult(
         rank=view.rank,
@@ -133,8 +134,8 @@ def analyze_rank(view: RankView, run_id: str) -> RankResult:
         has_gpu=view.has_gpu,
         has_profiler_steps=bool((steps["step"].to_numpy() >= 0).any()) if steps.num_rows else False,
         gpu_span=gpu_span_breakdown(view),
-        signals=rank_signals(view, windows),
-        facts=rank_facts(view),
+        signals=rank_signals(view, windows, masks),
+        facts=rank_facts(view, masks),
     )
 
 
@@ -329,21 +330,33 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
     return Coverage.of(np.array(out_lo, np.int64), np.array(out_hi, np.int64))
 
 
-def rank_signals(view: RankView, windows: Windows) -> pa.Table:
+def cause_masks(view: RankView) -> dict[str, np.ndarray]:
+    """Per event: host, runtime/driver call, and the spans of each named cause (one regex pass per
+    distinct name, shared by the per-step signals and the rank's facts)."""
+    kind = view.kind
+    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
+    api = (kind == "runtime") | (kind == "driver")
+    named_span = (kind == "annotation") | (kind == "cpu_op")
+    return {
+        "host": host, "api": api, "named_span": named_span,
+        "checkpoint": (kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT),
+        "compile": named_span & _name_mask(view, _COMPILE),
+        "dataloader": named_span & _name_mask(view, _DATALOADER),
+        "alloc": api & _name_mask(view, _ALLOC),
+        "gc": host & _name_mask(view, _GC),
+    }
+
+
+def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] | None = None) -> pa.Table:
     """One row per step window of the rank (see the module docstring and ``SIGNALS``)."""
     n = len(windows)
     if n == 0 or view.table.num_rows == 0:
         return SIGNALS.empty_table()
     lo, hi = windows.start.astype(np.int64), windows.end.astype(np.int64)
     kind = view.kind
-    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
-    api = (kind == "runtime") | (kind == "driver")
-    named_span = (kind == "annotation") | (kind == "cpu_op")
-    ckpt = (kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT)
-    comp = named_span & _name_mask(view, _COMPILE)
-    data = named_span & _name_mask(view, _DATALOADER)
-    alloc = api & _name_mask(view, _ALLOC)
-    gc = host & _name_mask(view, _GC)
+    m = masks if masks is not None else cause_masks(view)
+    host, api, ckpt, comp, data, alloc, gc = (m[k] for k in ("host", "api", "checkpoint", "compile", "dataloader",
+                                                             "alloc", "gc"))
 
     def cov(mask: np.ndarray) -> Coverage:
         return Coverage.of(view.ts[mask], view.end[mask])
@@ -444,17 +457,16 @@ def rank_signals(view: RankView, windows: Windows) -> pa.Table:
     return pa.table({k: cols[k] for k in SIGNALS.names}, schema=SIGNALS)
 
 
-def rank_facts(view: RankView) -> dict[str, float]:
+def rank_facts(view: RankView, masks: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     """Rank-level facts: where its trace ends, and how many events of each kind of direct evidence it
     holds (GC events, data-loader and checkpoint spans, allocator calls, launches joined to their
     kernels). The diagnosis engine decides from these which causes the trace can prove at all."""
     if view.table.num_rows == 0:
         return {}
     kind = view.kind
-    named_span = (kind == "cpu_op") | (kind == "annotation")
-    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
-    api = (kind == "runtime") | (kind == "driver")
-    compiled = named_span & _name_mask(view, _COMPILED_REGION)
+    m = masks if masks is not None else cause_masks(view)
+    host = m["host"]
+    compiled = m["named_span"] & _name_mask(view, _COMPILED_REGION)
     corr = view.table["correlation"].fill_null(-1).to_numpy()
     linked = view.is_gpu & (corr >= 0)
     return {
@@ -468,11 +480,11 @@ def rank_facts(view: RankView) -> dict[str, float]:
         "compiled_regions": float(compiled.sum()),
         "cpu_ops": float((kind == "cpu_op").sum()),
         "python_events": float((kind == "python").sum()),
-        "gc_events": float((host & _name_mask(view, _GC)).sum()),
-        "dataloader_spans": float((named_span & _name_mask(view, _DATALOADER)).sum()),
-        "checkpoint_spans": float(((kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT)).sum()),
-        "compile_spans": float((named_span & _name_mask(view, _COMPILE)).sum()),
-        "allocator_calls": float((api & _name_mask(view, _ALLOC)).sum()),
+        "gc_events": float(m["gc"].sum()),
+        "dataloader_spans": float(m["dataloader"].sum()),
+        "checkpoint_spans": float(m["checkpoint"].sum()),
+        "compile_spans": float(m["compile"].sum()),
+        "allocator_calls": float(m["alloc"].sum()),
         "gpu_events_with_correlation": float(linked.sum()),
         "gpu_events_launch_joined": float((linked & (view.launch_ts >= 0)).sum()),
     }
