@@ -17,9 +17,11 @@ from typing import Annotated
 import typer
 
 from perfsleuth import __version__
-from perfsleuth.errors import PerfsleuthError
+from perfsleuth.commands.help_format import WholeSummaryGroup
+from perfsleuth.errors import InputError, PerfsleuthError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]}, rich_markup_mode=None, cls=WholeSummaryGroup,
                   help="perfsleuth: why is this GPU job slower than it should be, and how sure are we.")
 
 
@@ -31,8 +33,15 @@ FORMATS = (
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"perfsleuth {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _verb_scope(ctx: typer.Context) -> None:
+def _verb_scope(ctx: typer.Context, version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version, help="print the version and exit")] = False) -> None:
     """Around every verb: the library deprecations no user can act on are silenced for its duration."""
     ctx.with_resource(_library_deprecations_quiet())
 
@@ -61,6 +70,13 @@ def _fail(exc: PerfsleuthError) -> None:
     from perfsleuth.commands.output import fail
 
     raise typer.Exit(fail(str(exc)))
+
+
+def _require(*paths: Path | None) -> None:
+    """Fail at once on an input path that does not exist, before a verb imports its (heavy) engine."""
+    for path in paths:
+        if path is not None and not path.exists() and not path.is_symlink():
+            _fail(InputError(path, "no such file or directory"))
 
 
 def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
@@ -112,6 +128,7 @@ def analyze(
              "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
 ) -> None:
     """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
+    _require(*paths)
     from perfsleuth.api import analyze as run_analysis
 
     try:
@@ -180,6 +197,7 @@ def compare(
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Did CANDIDATE regress against BASELINE, by how much, and how sure (exit 1 on a regression)."""
+    _require(baseline, candidate)
     from perfsleuth.commands.compare_cmd import compare_command
 
     if format in (OutputFormat.html, OutputFormat.md):
@@ -200,6 +218,7 @@ def changes(
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Where did this history change, and is it real."""
+    _require(file)
     from perfsleuth.commands.changes_cmd import changes_command
 
     if format in (OutputFormat.html, OutputFormat.md):
@@ -273,6 +292,7 @@ def ingest(
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Add jobs to the fleet store (Parquet, partitioned by date and cluster); content already stored is skipped."""
+    _require(*paths)
     from perfsleuth.commands.ingest_cmd import ingest_command
 
     raise typer.Exit(ingest_command(paths, store, dims or [], run_id, format.value, out))
@@ -290,12 +310,14 @@ def diff(
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
     """Which kernels, collectives and phases made CANDIDATE's steps slower (or faster) than BASELINE's."""
+    _require(baseline, candidate)
     from perfsleuth.commands.diff_cmd import diff_command
 
     raise typer.Exit(diff_command(baseline, candidate, format.value, out, top, threshold, method, workers))
 
 
-fleet_app = typer.Typer(no_args_is_help=True, help="The fleet page: trend, factor tree, culprits and their cost.")
+fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
+                        help="The fleet page: trend, factor tree, culprits and their cost.")
 app.add_typer(fleet_app, name="fleet")
 
 
@@ -325,7 +347,8 @@ def fleet_report(
                                           master=master, bootstrap=bootstrap, seed=seed))
 
 
-cases_app = typer.Typer(no_args_is_help=True, help="Labeled cases: make a simulated suite, or add an investigated real job.")
+cases_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
+                        help="Labeled cases: make a simulated suite, or add an investigated real job.")
 app.add_typer(cases_app, name="cases")
 
 
@@ -371,6 +394,7 @@ def evaluate(
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
     """Score the diagnosis on labeled cases: per-class F1, confusion, misleading findings, calibration."""
+    _require(*cases)
     from perfsleuth.commands.evaluate_cmd import evaluate_command
 
     raise typer.Exit(evaluate_command(cases, format, out, workers))
@@ -384,6 +408,7 @@ def signals(
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
     """Which signals to collect first: what each signal group buys in diagnosis quality, against its cost."""
+    _require(*cases)
     from perfsleuth.commands.signals_cmd import signals_command
 
     raise typer.Exit(signals_command(cases, format, out, workers))
