@@ -23,6 +23,9 @@ from perfsleuth.ingest.source import ADAPTERS, detect_format
 
 DATA = Path(__file__).parent / "data"
 MANIFEST = json.loads((DATA / "real" / "manifest.json").read_text())["files"]
+_STAGED = Path("/tmp/corpus/staged.json")
+if _STAGED.is_file():  # drafting aid, never present in CI
+    MANIFEST = MANIFEST + json.loads(_STAGED.read_text())
 TAG = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:|\d+: |[\w-]+\d: )")
 
 
@@ -49,6 +52,28 @@ def nccl_avg_busbw(sd, path: Path) -> None:
         r = t[t["run_index"] == run]
         assert r["avg_busbw_gbs"].iloc[0] == avg
         assert abs(r["busbw_gbs"].mean() - avg) <= 0.006 + 0.005 * avg  # the footer averages unrounded values
+
+
+_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?:-?\d+\s+)?([\d.]+|N/A)\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+\S+"
+                       r"\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+\S+\s*$")
+
+
+def nccl_rows(sd, path: Path) -> None:
+    """Every complete result row of the text, as (size, out-of-place time, out-of-place busbw, in-place busbw), is a
+    row read (an excerpt whose rows were elided has no footer to average)."""
+    want = [(int(m.group(1)), m.group(5), m.group(7), m.group(10)) for ln in _text(path) if (m := _NCCL_ROW.match(ln))]
+    assert want
+    t = sd.tables["nccl_tests"].to_pandas()
+    got = {}
+    for r in t.itertuples():
+        got.setdefault((r.run_index, r.line), {})[r.placement] = r
+    rows = []
+    for parts in got.values():
+        o, i = parts.get("out_of_place"), parts.get("in_place")
+        rows.append((int(o.size_bytes), o.time_us, o.busbw_gbs, i.busbw_gbs if i is not None else None))
+    def num(x):
+        return None if x in ("N/A", None) else float(x)
+    assert sorted(rows) == sorted((s, num(a), num(b), num(c)) for s, a, b, c in want)
 
 
 def nccl_json_rows(sd, path: Path) -> None:
@@ -94,6 +119,41 @@ def hf_dicts(sd, path: Path) -> None:
     assert list(sd.tables["step_log"].column("loss").to_pylist()) == losses
 
 
+def nemo(sd, path: Path) -> None:
+    """NeMo 2 lines: (global_step, train_step_timing, reduced_train_loss); NeMo 1 bars: (global_step, loss)."""
+    text = path.read_text()
+    want = [(int(m.group(1)), float(m.group(2)), float(m.group(3)) if m.group(3) else None)
+            for m in re.finditer(r"global_step: (\d+) \| reduced_train_loss: ([\d.]+)(?: \| train_step_timing in s: ([\d.]+))?", text)]
+    want = [(s, t, loss) for s, loss, t in want]
+    want += [(int(float(m.group(2))), None, float(m.group(1)))
+             for m in re.finditer(r"reduced_train_loss=([\d.]+), global_step=([\d.]+)", text)]
+    t = sd.tables["step_log"].to_pandas()
+    got = [(int(r.step), None if np.isnan(r.step_time_ns) or "global_step=" in text else round(r.step_time_ns / 1e9, 6), r.loss)
+           for r in t.itertuples()]
+    assert got == [(s, None if tm is None else round(tm, 6), loss) for s, tm, loss in want]
+
+
+def lightning_bar(sd, path: Path) -> None:
+    """One row per (epoch, batch) the bar drew past batch 0, its time the last rate drawn for it."""
+    last: dict[tuple[int, int], float] = {}
+    for m in re.finditer(r"Epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/\d+ \[[^,\]]*,\s*([\d.]+)(it/s|s/it)", path.read_text()):
+        if int(m.group(2)) > 0:
+            v = float(m.group(3))
+            last[(int(m.group(1)), int(m.group(2)))] = v if m.group(4) == "s/it" else 1 / v
+    t = sd.tables["step_log"].to_pandas()
+    assert len(t) == len(last)
+    assert np.allclose(t["step_time_ns"].to_numpy() / 1e9, list(last.values()), rtol=1e-6)
+
+
+def torchtune(sd, path: Path) -> None:
+    """Bar updates 'epoch|step|Loss: x' and metric-logger lines 'Step n | loss:x': (step, loss) in order."""
+    text = path.read_text()
+    want = [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"\d+\|(\d+)\|Loss: ([\d.]+):", text)]
+    want += [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"(?m)^Step (\d+) \| loss:([\d.]+)", text)]
+    t = sd.tables["step_log"].to_pandas()
+    assert list(zip(t["step"], t["loss"], strict=True)) == want
+
+
 def exporter_samples(sd, path: Path) -> None:
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     want = sorted(float(ln.rsplit(" ", 1)[1]) for ln in lines)
@@ -134,9 +194,9 @@ def ncu_kernels(sd, path: Path) -> None:
     assert sd.tables["kernel_metrics"].num_rows == len(ids)
 
 
-ORACLES = {f.__name__: f for f in (nccl_avg_busbw, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan,
-                                    hf_dicts, exporter_samples, dmon_first_value, smi_dmon_rows, smi_query_rows,
-                                    ncu_kernels)}
+ORACLES = {f.__name__: f for f in (
+    nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, nemo, lightning_bar,
+    torchtune, exporter_samples, dmon_first_value, smi_dmon_rows, smi_query_rows, ncu_kernels)}
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])

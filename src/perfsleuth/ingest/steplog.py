@@ -46,7 +46,8 @@ from perfsleuth.ingest.source import SourceData, register, sniff_text
 from perfsleuth.model import RECORDS
 
 NAME = "steplog"
-DESCRIPTION = "training step logs: Megatron-LM iteration lines, DeepSpeed step/throughput lines, JSON Lines"
+DESCRIPTION = ("training step logs: Megatron-LM iteration lines, DeepSpeed step/throughput lines, torchtitan, Hugging Face "
+               "Trainer, NeMo, Lightning and TorchTune step lines, JSON Lines")
 DETECT_BYTES = 1 << 20
 """Megatron prints its whole argument list (and NCCL its banner) before the first iteration: sniff 1 MiB."""
 RECENT_STEPS = 4
@@ -345,18 +346,35 @@ def _timer_line(c: LineContext, out: ParsedLog, problems: Problems) -> bool:
     return True
 
 
+_BAR_REDRAW = re.compile(r"\d+%\|")
+
+
+def _redrawn(lines: Iterator[tuple[int, str, bool]]) -> Iterator[tuple[int, str, bool]]:
+    """A progress bar redrawn in place is one physical line of updates split by carriage returns: each update
+    is offered as a line of its own (same number), so every step it drew is read, not only the last."""
+    for number_, raw, complete in lines:
+        body = raw.rstrip("\r")
+        if "\r" not in body or _BAR_REDRAW.search(body) is None:
+            yield number_, raw, complete
+            continue
+        parts = [p for p in body.split("\r") if p.strip()]
+        for i, part in enumerate(parts):
+            yield number_, part, complete or i < len(parts) - 1
+
+
 def parse_text(path: Path) -> ParsedLog:
     """One pass over a text log, each line offered to the Megatron reader, then the DeepSpeed reader."""
     from perfsleuth.ingest.steplog_deepspeed import DeepSpeedLines
+    from perfsleuth.ingest.steplog_lightning import LightningLines
     from perfsleuth.ingest.steplog_megatron import MegatronLines
     from perfsleuth.ingest.steplog_trainers import TrainerLines
 
     out = ParsedLog("text")
     problems = Problems()
     megatron, deepspeed = MegatronLines(out, problems), DeepSpeedLines(out, problems)
-    trainers = TrainerLines(out, problems)
+    trainers, lightning = TrainerLines(out, problems), LightningLines(out, problems)
     wrappers = WrapperStats()
-    for number_, raw, complete in numbered_lines(path):
+    for number_, raw, complete in _redrawn(numbered_lines(path)):
         out.lines = number_
         if len(raw) >= 4300 and _TOO_MANY_DIGITS.search(raw):
             problems.add("number_too_long", number_)
@@ -374,8 +392,8 @@ def parse_text(path: Path) -> ParsedLog:
         if "ank" in text and (tag := _RANK_TAG.search(text)) is not None:
             rank = int(tag.group(1) or tag.group(2))
         c = LineContext(number_, stream, rank, text, fallback_ns=u.time_ns)
-        if (megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems)) or deepspeed.feed(c)
-                or trainers.feed(c)):
+        if (lightning.feed(c) or megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems))
+                or deepspeed.feed(c) or trainers.feed(c)):
             continue
         if (m := _SETTING.search(text)) is not None:
             out.settings.setdefault(m.group(1), m.group(2))
@@ -383,7 +401,8 @@ def parse_text(path: Path) -> ParsedLog:
             problems.add("unparsed_line", number_)
     ds_rows = deepspeed.finish()
     trainers.finish(path)
-    if out.rows and out.framework in ("torchtitan", "hf_trainer"):
+    lightning.finish(path)
+    if out.rows and out.framework in ("torchtitan", "hf_trainer", "nemo", "lightning", "torchtune"):
         pass
     elif out.rows:
         out.framework = "megatron+deepspeed" if ds_rows else "megatron"
@@ -764,10 +783,10 @@ def detect(path: Path) -> bool:
         return False
     if not text:
         return False
-    from perfsleuth.ingest import steplog_trainers
+    from perfsleuth.ingest import steplog_lightning, steplog_trainers
 
     return (steplog_jsonl.sniff(text) or steplog_megatron.sniff(text) or steplog_deepspeed.sniff(text)
-            or steplog_trainers.sniff(text) or steplog_trainers.sniff_trainer_state(text))
+            or steplog_trainers.sniff(text) or steplog_trainers.sniff_trainer_state(text) or steplog_lightning.sniff(text))
 
 
 def read(path: Path) -> SourceData:
