@@ -78,6 +78,7 @@ def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str
         "steps": analysis.steps,
         "records": records,
         "samples": _samples(report),
+        "findings": _findings(report, rid, dims, records),
     }
     tables = {name: _tagged(t, rid, date, cluster) for name, t in tables.items() if t is not None and t.num_rows}
     return JobData(sha256, str(path), (rid,), dims, tables, tuple(notes))
@@ -154,6 +155,17 @@ def _runs(runs: pa.Table, dims: dict[str, str]) -> pa.Table:
     own = dict(runs["dims"][0].as_py() or []) if runs.num_rows and runs["dims"][0].is_valid else {}
     arr = pa.array([sorted({**own, **dims}.items())] * runs.num_rows, RUNS.field("dims").type)
     return conform(runs, RUNS).set_column(RUNS.get_field_index("dims"), RUNS.field("dims"), arr)
+
+
+def _findings(report, run_id: str, dims: Mapping[str, str], records: pa.Table) -> pa.Table:
+    """The job's findings and not-assessed answers (``store.findings``), weighted by the run's GPU-seconds."""
+    from perfsleuth.store.findings import findings_rows
+
+    gpu_s = [v for v in records["gpu_seconds"].to_pylist() if v is not None] if records.num_rows else []
+    runs = report.analysis.runs
+    traced = runs["workload"][0].as_py() if runs.num_rows and "workload" in runs.column_names else None
+    return findings_rows(report.diagnosis, run_id=run_id, workload=dims.get("workload") or dims.get("model") or traced,
+                         gpu_seconds=sum(gpu_s) if gpu_s else None)
 
 
 def _samples(report) -> pa.Table | None:

@@ -29,10 +29,11 @@ from perfsleuth.errors import InputError, StoreWriteError
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 TMP_SUFFIX = ".tmp"
-STORED_TABLES = ("runs", "steps", "records", "samples")
+STORED_TABLES = ("runs", "steps", "records", "samples", "findings", "verdicts", "alerts")
 """Events are not stored: a job's events are millions of rows (hundreds of MB of traces) that no fleet
 query reads; the per-step breakdown (``steps``) and the per-job ``records`` carry what fleet analyses use,
-and the trace files stay the place to dig into one job."""
+and the trace files stay the place to dig into one job. ``findings``, ``verdicts`` and ``alerts`` are the
+outcome tables (``store.findings``): a job's diagnosis, fix verdicts, and what the watch raised."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

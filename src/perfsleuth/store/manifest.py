@@ -49,6 +49,7 @@ class JobEntry:
     schema_version: str = SCHEMA_VERSION
     ingested_at: str = ""
     notes: tuple[str, ...] = field(default=())
+    kind: str = "job"  # job (an ingest), verdict (perfsleuth verify) or alerts (perfsleuth watch)
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -61,7 +62,7 @@ class JobEntry:
         return JobEntry(doc["sha256"], doc["source"], tuple(doc["run_ids"]), dict(doc.get("dims") or {}),
                         tuple(doc.get("dim_keys") or ()), parts,
                         str(doc.get("schema_version", SCHEMA_VERSION)), doc.get("ingested_at", ""),
-                        tuple(doc.get("notes") or ()))
+                        tuple(doc.get("notes") or ()), str(doc.get("kind", "job")))
 
 
 @dataclass(frozen=True, slots=True)

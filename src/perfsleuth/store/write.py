@@ -65,7 +65,9 @@ class Damage:
 
 def stored_schema(table: str) -> pa.Schema:
     """The canonical schema of ``table`` plus the partition columns (kept inside the files too)."""
-    base = TABLES[table]
+    from perfsleuth.store.findings import SCHEMAS
+
+    base = TABLES.get(table) or SCHEMAS[table]
     extra = [pa.field("date", pa.string(), nullable=False, metadata={"doc": "partition: the run's date, YYYY-MM-DD (UTC)"}),
              pa.field("cluster", pa.string(), metadata={"doc": "partition: the run's cluster dimension"})]
     return pa.schema([*base, *extra], metadata=base.metadata)
