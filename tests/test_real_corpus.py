@@ -154,11 +154,50 @@ def torchtune(sd, path: Path) -> None:
     assert list(zip(t["step"], t["loss"], strict=True)) == want
 
 
+def trtllm_summary(sd, path: Path) -> None:
+    """trtllm-bench's overview: request throughput, and each [TPOT]/[TTFT]/[Latency] P50 as the median."""
+    text = path.read_text()
+    r = sd.tables["inference_records"].to_pylist()[0]
+    assert r["request_throughput_rps"] == float(re.search(r"Request Throughput \(req/sec\):\s+([\d.]+)", text).group(1))
+    for tag, col in (("TPOT", "tpot"), ("TTFT", "ttft"), ("Latency", "e2el")):
+        if m := re.search(rf"\[{tag}\] P50\s*:\s*([\d.]+)", text):
+            assert r[f"{col}_median_ms"] == float(m.group(1))
+    if m := re.search(r"TP Size:\s+(\d+)", text):
+        assert dict(sd.tables["records"].to_pylist()[0]["dims"])["tp"] == m.group(1)
+
+
+def serving_summary(sd, path: Path) -> None:
+    """vllm bench serve / SGLang bench_serving console summaries: one result per banner, its request throughput and
+    median TTFT as printed."""
+    text = path.read_text()
+    blocks = text.split("Serving Benchmark Result")[1:]
+    rows = sd.tables["inference_records"].to_pylist()
+    assert len(rows) == len(blocks)
+    for r, b in zip(rows, blocks, strict=True):
+        assert r["request_throughput_rps"] == float(re.search(r"Request throughput \(req/s\):\s+([\d.]+)", b).group(1))
+        if m := re.search(r"Median TTFT \(ms\):\s+([\d.]+)", b):
+            assert r["ttft_median_ms"] == float(m.group(1))
+
+
 def exporter_samples(sd, path: Path) -> None:
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     want = sorted(float(ln.rsplit(" ", 1)[1]) for ln in lines)
     df = sd.tables["samples"].to_pandas()
     assert sorted(df[df.metric == "gpu_temp_c"]["value"]) == want
+
+
+def exporter_field(sd, path: Path) -> None:
+    """Per GPU, the values of the DCGM_FI_ sample lines: DCGM's blank sentinels (>= 0x7ffffff0) read as missing, every
+    other value read as written."""
+    lines = [m for ln in path.read_text().splitlines()
+             if (m := re.match(r'^(DCGM_FI_\w+)\{.*?\bgpu="(\d+)".*\}\s+(\S+)(?:\s+\d+)?\s*$', ln))]
+    assert lines
+    df = sd.tables["samples"].to_pandas()
+    for gpu in {int(m.group(2)) for m in lines}:
+        vals = [float(m.group(3)) for m in lines if int(m.group(2)) == gpu]
+        got = df[df.gpu == gpu]["value"]
+        assert sorted(got.dropna()) == sorted(v for v in vals if v < 0x7FFFFFF0)
+        assert got.isna().sum() == sum(v >= 0x7FFFFFF0 for v in vals)
 
 
 def dmon_first_value(sd, path: Path) -> None:
@@ -196,7 +235,8 @@ def ncu_kernels(sd, path: Path) -> None:
 
 ORACLES = {f.__name__: f for f in (
     nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, nemo, lightning_bar,
-    torchtune, exporter_samples, dmon_first_value, smi_dmon_rows, smi_query_rows, ncu_kernels)}
+    torchtune, trtllm_summary, serving_summary, exporter_samples, exporter_field, dmon_first_value, smi_dmon_rows, smi_query_rows,
+    ncu_kernels)}
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])

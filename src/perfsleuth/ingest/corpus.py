@@ -9,11 +9,24 @@ table is its summary, packaged so the command can say it without the tests being
 from __future__ import annotations
 
 REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "dcgm_exporter": (1, (
+    "dcgm_exporter": (3, (
+        "dcgm-exporter 2.0.13 (DCGM 2.1.2), a blank-sentinel value",
+        "dcgm-exporter 2.x on Kubernetes (pod labels), a blank-sentinel value",
         "dcgm-exporter 2.x/3.x names",
     )),
     "dcgmi_dmon": (1, (
         "DCGM 3.x dcgmi dmon",
+    )),
+    "inference_bench": (9, (
+        "SGLang 0.4.0.post2 bench_serving (summary cut in the thread)",
+        "SGLang 0.5 bench_serving (P95/Max ITL)",
+        "SGLang 0.5 bench_serving (vision tokens, Concurrency)",
+        "SGLang 0.5.x bench_serving (peak throughput, P90/P95 E2E)",
+        "SGLang bench_serving against vLLM (quoted with '> ')",
+        "trtllm-bench 0.21 (latency breakdown, dataset details)",
+        "trtllm-bench 1.1.0rc1 (PyTorch backend, setup sections)",
+        "trtllm-bench throughput (PyTorch backend, 2025)",
+        "vllm bench serve 0.11+ (peak throughput, failed requests)",
     )),
     "nccl_log": (5, (
         "NCCL 2.18",
@@ -36,8 +49,9 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "Nsight Compute 2025.3.1 (raw page)",
         "Nsight Compute 2025.3.1 (raw page, --metrics)",
     )),
-    "nvidia_smi_dmon": (1, (
+    "nvidia_smi_dmon": (2, (
         "driver 580.159.04",
+        "nvidia-smi dmon layout (old 'temp' column), 2 GPUs, from NVML's Go sample",
     )),
     "nvidia_smi_query": (1, (
         "driver 580.159.04",

@@ -259,6 +259,10 @@ def _parse_text(data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> l
     return caveats
 
 
+_ELISION = re.compile(r"^\s*(?:\.{3,}|\u2026)\s*$")
+"""A line of dots: a scrape quoted in a README or an issue, with the lines in between left out."""
+
+
 def _slow_lines(lines: list[str], data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> list[Caveat]:
     """Lines the columnar path cannot take, through the reference parser; a line it rejects is bad input,
     except the last line of a file that does not end with a newline (a scrape cut while being written)."""
@@ -267,6 +271,11 @@ def _slow_lines(lines: list[str], data: bytes, path: Path, default_ts_ns: int, p
     caveats: list[Caveat] = []
     last_line = data.rstrip(b"\n").rsplit(b"\n", 1)[-1].decode("utf-8", errors="replace")
     cut = not data.endswith(b"\n")
+    elided = [line for line in lines if _ELISION.match(line)]
+    if elided:
+        caveats.append(Caveat("elided_lines", f"{len(elided)} line(s) of only '...' (where a quoted scrape left lines out) "
+                              "were skipped: the scrape is partial", str(path)))
+        lines = [line for line in lines if not _ELISION.match(line)]
     for line in lines:
         try:
             samples = [s for fam in text_string_to_metric_families(line + "\n") for s in fam.samples]

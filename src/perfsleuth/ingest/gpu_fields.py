@@ -205,6 +205,7 @@ BY_DCGM: dict[str, GpuField] = {n: f for f in FIELDS for n in f.dcgm_names}
 BY_DCGM_ID: dict[int, GpuField] = {f.dcgm_id: f for f in FIELDS if f.dcgm_id is not None}
 BY_DMON: dict[str, GpuField] = {f.dmon: f for f in FIELDS if f.dmon}
 BY_SMI_DMON: dict[str, GpuField] = {f.smi_dmon: f for f in FIELDS if f.smi_dmon}
+BY_SMI_DMON.setdefault("temp", BY_SMI_DMON["gtemp"])  # older drivers print one "temp" column (the GPU's), no gtemp/mtemp
 BY_SMI_QUERY: dict[str, GpuField] = {n: f for f in FIELDS for n in f.smi_query}
 
 CLOCK_EVENT_BITS: dict[str, int] = {

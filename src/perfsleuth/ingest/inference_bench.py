@@ -46,11 +46,13 @@ import numpy as np
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest import inference_text
 from perfsleuth.ingest.source import SourceData, register, sniff_text
 from perfsleuth.model import RECORDS
 
 NAME = "inference_bench"
-DESCRIPTION = "serving benchmark result: vllm bench serve JSON, SGLang bench_serving JSONL, genai-perf/AIPerf JSON"
+DESCRIPTION = ("serving benchmark result: vllm bench serve JSON, SGLang bench_serving JSONL, genai-perf/AIPerf JSON, "
+               "and the console summaries of vllm bench serve, SGLang bench_serving and trtllm-bench")
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
@@ -61,7 +63,8 @@ INFERENCE_RECORDS = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("time_ns", pa.int64(), metadata={"unit": "ns", "doc": "benchmark date (the tool's local clock, read as UTC)"}),
-        pa.field("source_format", pa.string(), metadata={"doc": "vllm_bench, sglang_bench, genai_perf"}),
+        pa.field("source_format", pa.string(), metadata={"doc": "vllm_bench, sglang_bench, genai_perf; console summaries: "
+                                                                     "vllm_bench_text, sglang_bench_text, trtllm_bench"}),
         pa.field("backend", pa.string()),
         pa.field("model", pa.string()),
         pa.field("tokenizer", pa.string()),
@@ -146,7 +149,7 @@ def detect(path: Path) -> bool:
     except OSError:
         return False
     if not head.startswith("{"):
-        return False
+        return inference_text.sniff(head)
     if '"mean_ttft_ms"' in head or (any(f'"{k}"' in head for k in _VLLM_KEYS) and '"completed"' in head):
         return True
     return sum(f'"{k}"' in head for k in _GENAI_KEYS) >= 2 and '"unit"' in head
@@ -239,6 +242,12 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
     text = _open_text(p)
     if not text.strip():
         raise InputError(p, "the file is empty")
+    if not text.lstrip().startswith("{") and inference_text.sniff(text):
+        docs, text_caveats = inference_text.parse(text, str(p))
+        if not docs:
+            raise InputError(p, "a benchmark summary banner without any result line after it",
+                             hint="the run may have failed before printing its results")
+        return docs, text_caveats
     caveats: list[Caveat] = []
     try:
         doc = json.loads(text)
@@ -289,6 +298,8 @@ def _int(x: Any) -> int | None:
 
 
 def _kind(doc: dict) -> str | None:
+    if isinstance(doc.get(inference_text.FORMAT_KEY), str):
+        return doc[inference_text.FORMAT_KEY]
     if any(isinstance(doc.get(k), dict) and ("avg" in doc[k] or "p50" in doc[k]) for k in _GENAI_KEYS):
         return "genai_perf"
     if "mean_e2e_latency_ms" in doc or ("concurrency" in doc and "model_id" not in doc and "request_throughput" in doc):
@@ -349,7 +360,8 @@ def _vllm_like(doc: dict, row: dict, dims: dict, kind: str) -> None:
     extra: dict[str, float] = {}
     consumed = {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
                 "request_goodput", "request_goodput:", "input_throughput", "output_throughput", "total_token_throughput",
-                "total_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "concurrency"}
+                "total_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "concurrency",
+                inference_text.FORMAT_KEY}
     for key, val in doc.items():
         m = _LAT_KEY.match(key)
         if m is not None:
@@ -372,6 +384,9 @@ def _vllm_like(doc: dict, row: dict, dims: dict, kind: str) -> None:
     for key in ("label", "dataset_name", "endpoint_type"):
         if doc.get(key) is not None:
             dims[key] = str(doc[key])
+    for key in ("tp", "pp", "ep"):  # trtllm-bench's world: tp is what gpu_count reads
+        if isinstance(doc.get(key), float) and math.isfinite(doc[key]):
+            dims[key] = str(int(doc[key]))
     _setup_dims(row, dims, kind)
 
 
