@@ -175,6 +175,8 @@ def main() -> None:
     ap.add_argument("--otava-python", default=str(DEFAULT_OTAVA_PYTHON) if DEFAULT_OTAVA_PYTHON.exists()
                     else sys.executable)
     ap.add_argument("--corpus", choices=("all", "tcpd", "tssb"), default="all")
+    ap.add_argument("--part", choices=("all", "dev", "holdout"), default="all",
+                    help="score only the development or hold-out series (HOLDOUT.md); tuning runs use dev")
     ap.add_argument("--null-per-subset", type=int, default=50)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -183,6 +185,8 @@ def main() -> None:
         series += load_tcpd(args.tcpd_dir)
     if args.corpus in ("all", "tssb"):
         series += load_tssb()
+    if args.part != "all":
+        series = [s for s in series if s.meta["split"] == args.part]
     preds, seconds = predictions(series, args.otava_python)
     table = score(series, preds)
     nulls = null_rate(args.null_per_subset) if args.null_per_subset else {}
