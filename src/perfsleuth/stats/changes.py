@@ -26,6 +26,7 @@ from scipy.special import ndtr
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.model import Interval, usable
+from perfsleuth.stats import series_shape
 from perfsleuth.stats.changepoint_locate import PiecewiseLinear, make_locator
 from perfsleuth.stats.changepoint_test import (
     Decision,
@@ -49,6 +50,7 @@ STEADY_MIN = 50  # a stretch this long without a change is a regime, not part of
 # 1000 gave F1 0.773, 0.755, 0.764 with the residual-autocorrelation widening; it found no false
 # alarm on the synthetic nulls and 12 per 10,000 points on random walks (the scan test alone: 26).
 LINEAR_BETA = 64.0
+SHORT_SERIES = 30  # below this many analysed values the report states the smallest shift it can confirm
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class ChangeReport:
     warmup_excluded: int = 0
     noise_ar1: float = 0.0
     unit: str = ""
+    season: dict[str, Any] | None = None  # the cycle taken out before detection, if any
+    variance_changes: tuple[dict[str, Any], ...] = ()  # spread changes inside level segments
 
     @property
     def indices(self) -> list[int]:
@@ -125,6 +129,8 @@ class ChangeReport:
             "unit": self.unit,
             "noise_ar1": self.noise_ar1,
             "change_points": [cp.to_json() for cp in self.change_points],
+            "season": self.season,
+            "variance_changes": list(self.variance_changes),
             "caveats": [c.to_json() for c in self.caveats],
         }
 
@@ -347,8 +353,8 @@ def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = Tru
 
 
 def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
-            locator: str = "binseg", exclude_warmup: bool = True, trend_changes: bool = True, unit: str = "",
-            name: str = "series") -> ChangeReport:
+            locator: str = "binseg", exclude_warmup: bool = True, trend_changes: bool = True,
+            remove_season: bool = False, unit: str = "", name: str = "series") -> ChangeReport:
     """Change points of a time-ordered series (or of any series with ``times``, sorted first).
 
     ``alpha`` is the false-alarm rate per series: a series without a change reports one with at most
@@ -356,7 +362,11 @@ def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min
     piecewise-linear detector (``changepoint_locate.PiecewiseLinear``): slope changes and large
     shifts in smooth or trending histories, found by a penalised fit rather than a test, so they
     carry ``evidence="linear_fit"``. ``min_size`` is the shortest segment a change
-    can create, so shorter bursts (a single spike) are never changes. Raises ``InputError`` for input
+    can create, so shorter bursts (a single spike) are never changes. A clear daily/weekly/monthly
+    cycle is always recognised and stated (``season``, caveat ``seasonal``); ``remove_season`` also
+    takes it out before detection (off by default: on the TCPD development series, removing the
+    cycles of trending, growing histories cost more change points than it saved, while the
+    autocorrelation widening already keeps cycles from raising false alarms). Raises ``InputError`` for input
     that cannot be a series (empty, not numeric, no finite value); everything else that limits the
     answer is a caveat in the report.
     """
@@ -366,7 +376,7 @@ def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min
         raise InputError(None, f"min_size must be at least 2, got {min_size}")
     prep = _prepare(series, times, name)
     return _analyse(prep, alpha=alpha, min_size=min_size, locator=locator, exclude_warmup=exclude_warmup,
-                    unit=unit, name=name, trend_changes=trend_changes)
+                    unit=unit, name=name, trend_changes=trend_changes, remove_season=remove_season)
 
 
 def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list, NoiseModel]:
@@ -379,14 +389,33 @@ def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tupl
 
 
 def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, exclude_warmup: bool, unit: str,
-             name: str, trend_changes: bool = True) -> ChangeReport:
+             name: str, trend_changes: bool = True, remove_season: bool = False) -> ChangeReport:
     caveats = list(prep.caveats)
     method = _method(locator, alpha, min_size, trend_changes)
 
-    def report(cps=(), n_analysed=0, warmup=0, ar1=0.0):
-        return ChangeReport(tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit)
+    shape: dict[str, Any] = {"season": None, "variance": ()}
 
-    x_all = prep.values
+    def report(cps=(), n_analysed=0, warmup=0, ar1=0.0):
+        return ChangeReport(tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit,
+                            shape["season"], tuple(shape["variance"]))
+
+    raw_all = prep.values
+    x_all = raw_all
+    finite_times = None if prep.times is None else prep.times[prep.positions]
+    _sampling_caveat(finite_times, caveats, name)
+    if len(raw_all) >= 2 * min_size and np.ptp(raw_all) > 0:
+        season = series_shape.seasonality(raw_all, series_shape.periods_for(finite_times))
+        if season is not None:
+            if remove_season:
+                x_all = series_shape.deseasonalise(raw_all, season)
+            shape["season"] = {"period": season.period, "p_value": season.p_value, "amplitude": season.amplitude,
+                               "removed": remove_season}
+            done = ("was taken out before looking for changes; levels are of the raw values" if remove_season else
+                    "is treated as correlated noise (the test is widened for it); a change shorter than a cycle "
+                    "cannot be told from it")
+            caveats.append(Caveat("seasonal", f"{name}: a cycle of {season.period} points (Kruskal-Wallis on the "
+                                              f"differences by phase, p = {season.p_value:.1g}; the phases' effects "
+                                              f"span {season.amplitude:.4g}{(' ' + unit) if unit else ''}) {done}"))
     if len(x_all) < 2 * min_size:
         caveats.append(Caveat("too_few_samples", f"{name}: only {len(x_all)} usable values; a change needs at least "
                                                  f"{min_size} on each side"))
@@ -429,11 +458,40 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
     scan_found = {d.index for d in decisions}
     if trend_changes:
         decisions = _with_linear_fit(x, decisions, min_size, noise)
-    cps = _measure(x, positions, prep.times, decisions, noise, unit, scan_found)
+    raw = raw_all[warmup:]
+    cps = _measure(raw, positions, prep.times, decisions, noise, unit, scan_found)
+    _variance_report(x, positions, decisions, alpha, min_size, shape, caveats, name)
+    if len(x) < SHORT_SERIES:
+        shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size)
+        caveats.append(Caveat("short_series", f"{name}: only {len(x)} values: the scan test confirms a shift of "
+                                              f"about {shift:.1f} noise SDs or more at mid-series; smaller changes "
+                                              "go unreported, not disproved"))
     if quality is not None:
         caveats.extend(_outliers(quality, x, decisions, name) if decisions or warmup else
                        [c for c in first_check if c.code == "outliers"])
     return report(cps, len(x), warmup, noise.ar1)
+
+
+def _sampling_caveat(times: np.ndarray | None, caveats: list[Caveat], name: str) -> None:
+    gaps, ratio = series_shape.sampling_gaps(times)
+    if gaps:
+        caveats.append(Caveat("irregular_times", f"{name}: {gaps} time steps over {series_shape.GAP_FACTOR:g}x the "
+                                                 f"median step (the largest {ratio:.0f}x): points are analysed in "
+                                                 "order, not by time, so a change inside a gap is placed at the "
+                                                 "first point after it"))
+
+
+def _variance_report(x: np.ndarray, positions: np.ndarray, decisions, alpha: float, min_size: int,
+                     shape: dict[str, Any], caveats: list[Caveat], name: str) -> None:
+    bounds = [0, *(d.index for d in decisions), len(x)]
+    found = series_shape.variance_changes(x, bounds, alpha=alpha, min_size=min_size)
+    if not found:
+        return
+    shape["variance"] = [{"index": int(positions[v.index]), "sd_before": v.sd_before, "sd_after": v.sd_after,
+                          "p_value": v.p_value} for v in found]
+    text = ", ".join(f"at {int(positions[v.index])} (SD {v.sd_before:.3g} -> {v.sd_after:.3g})" for v in found)
+    caveats.append(Caveat("variance_change", f"{name}: the spread changes within a level segment {text}; the "
+                                             "levels' intervals assume one spread per segment"))
 
 
 def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:

@@ -1,0 +1,160 @@
+"""What a history looks like besides its levels: cycles, variance changes, uneven sampling, shortness.
+
+``changes`` asks these questions so that its report can say what it saw and what it did about it:
+
+- ``seasonality``: a daily/weekly (or monthly) cycle, tested with Kruskal-Wallis on the first
+  differences grouped by phase (differences are blind to level shifts and linear trends, so a step
+  cannot pass for a cycle), and ``deseasonalise`` to take the cycle's per-phase effect out before
+  change points are looked for.
+- ``variance_changes``: where the spread changes within a level segment (the scan test of
+  ``changepoint_test`` run on the absolute deviations from the segment's median).
+- ``sampling_gaps``: timestamps whose spacing is far from regular.
+- ``detectable_shift``: the smallest mid-series shift (in noise SDs) the scan test can confirm at
+  this length and level, for the short-series caveat.
+
+Nothing here decides what is a change point of the level; ``stats.changes`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import kruskal
+
+from perfsleuth.stats.changepoint_test import RankCusum, ScanTest, estimate_noise, null_inflation, scan_p_value
+
+SEASON_P = 1e-3  # a cycle must be this clear (Kruskal-Wallis p) to be taken out
+SEASON_MIN_CYCLES = 4
+DEFAULT_PERIODS = (7, 12, 24)  # weekly in daily data, yearly in monthly data, daily in hourly data
+GAP_FACTOR = 3.0  # a spacing this many times the median spacing is a gap
+
+
+@dataclass(frozen=True, slots=True)
+class Season:
+    period: int
+    p_value: float
+    amplitude: float  # range of the per-phase effects, in the data's units
+
+
+def periods_for(times: np.ndarray | None) -> tuple[int, ...]:
+    """Candidate cycle lengths, in points, from the median time step (daily -> 7, hourly -> 24 and
+    168, monthly -> 12, minutes -> 60 and 1440); the defaults without usable times."""
+    if times is None or len(times) < 3:
+        return DEFAULT_PERIODS
+    if times.dtype.kind != "M":
+        return DEFAULT_PERIODS
+    ok = times[~np.isnat(times)].astype("datetime64[s]").astype("int64")
+    if len(ok) < 3:
+        return DEFAULT_PERIODS
+    step = float(np.median(np.diff(ok)))
+    day, hour = 86400.0, 3600.0
+    if step <= 0:
+        return DEFAULT_PERIODS
+    for unit, cycles in ((60.0, (60, 1440)), (hour, (24, 168)), (day, (7,)), (7 * day, (52,)), (30.4 * day, (12,))):
+        if 0.8 * unit <= step <= 1.25 * unit:
+            return cycles
+    return DEFAULT_PERIODS
+
+
+def seasonality(x: np.ndarray, periods: tuple[int, ...] = DEFAULT_PERIODS) -> Season | None:
+    """The clearest cycle among ``periods`` with at least four cycles of data, or None."""
+    d = np.diff(x)
+    best: Season | None = None
+    for p in periods:
+        if len(x) < SEASON_MIN_CYCLES * p or p < 2:
+            continue
+        phase = np.arange(1, len(x)) % p
+        groups = [d[phase == k] for k in range(p)]
+        if min(len(g) for g in groups) < 2 or np.ptp(d) == 0:
+            continue
+        try:
+            p_value = float(kruskal(*groups).pvalue)
+        except ValueError:  # all values equal within every group
+            continue
+        if p_value < SEASON_P and (best is None or p_value < best.p_value):
+            effects = _phase_effects(x, p)
+            best = Season(p, p_value, float(np.ptp(effects)))
+    return best
+
+
+def _phase_effects(x: np.ndarray, p: int) -> np.ndarray:
+    """Per-phase median of the deviation from a centred running median one cycle wide."""
+    from scipy.ndimage import median_filter
+
+    trend = median_filter(x, size=p if p % 2 else p + 1, mode="nearest")
+    r = x - trend
+    phase = np.arange(len(x)) % p
+    eff = np.array([np.median(r[phase == k]) for k in range(p)])
+    return eff - np.median(eff)
+
+
+def deseasonalise(x: np.ndarray, season: Season) -> np.ndarray:
+    eff = _phase_effects(x, season.period)
+    return x - eff[np.arange(len(x)) % season.period]
+
+
+@dataclass(frozen=True, slots=True)
+class VarianceChange:
+    index: int  # position in the analysed values (first point with the new spread)
+    sd_before: float
+    sd_after: float
+    p_value: float
+
+
+def variance_changes(x: np.ndarray, bounds: list[int], *, alpha: float, min_size: int) -> list[VarianceChange]:
+    """Changes of spread inside each level segment [bounds[i], bounds[i+1]): the rank scan test on
+    |x - segment median|, at the same level as the level test."""
+    dev = np.empty(len(x))
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+        dev[a:b] = np.abs(x[a:b] - np.median(x[a:b]))
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+        seg = dev[a:b]
+        m = len(seg)
+        if m < 4 * min_size or np.ptp(seg) == 0:
+            continue
+        stat = RankCusum(seg, 1.0, min_size)
+        stat.inflation = max(1.0, estimate_noise(stat.scores(0, m)).variance_inflation)
+        k, c, p = stat.best(0, m)
+        p = min(1.0, p * null_inflation(len(x)))
+        if k < 0 or p > alpha:
+            continue
+        before, after = seg[:k], seg[k:]
+        out.append(VarianceChange(a + k, 1.4826 * float(np.median(before)), 1.4826 * float(np.median(after)), p))
+    return out
+
+
+def sampling_gaps(times: np.ndarray | None) -> tuple[int, float]:
+    """(number of spacings over GAP_FACTOR x the median spacing, largest spacing / median)."""
+    if times is None or len(times) < 3:
+        return 0, 1.0
+    d = np.diff(np.sort(_seconds(times)))
+    d = d[d > 0]
+    if len(d) < 2:
+        return 0, 1.0
+    med = float(np.median(d))
+    return int((d > GAP_FACTOR * med).sum()), float(d.max() / med)
+
+
+def _seconds(times: np.ndarray) -> np.ndarray:
+    """The present times as floats (nanoseconds for timestamps)."""
+    if times.dtype.kind == "M":
+        return times[~np.isnat(times)].astype("datetime64[ns]").astype("int64").astype(float)
+    t = times.astype(float)
+    return t[np.isfinite(t)]
+
+
+def detectable_shift(n: int, *, alpha: float, min_size: int) -> float:
+    """Smallest shift (noise SDs) at the middle of ``n`` i.i.d. points whose CUSUM reaches the
+    scan test's critical value: |C| = delta * sqrt(k (n - k) / n) at k = n / 2."""
+    level = ScanTest(alpha=alpha, min_size=min_size).level(n)
+    lo, hi = 0.0, 50.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if scan_p_value(mid, n, min_size) > level:
+            lo = mid
+        else:
+            hi = mid
+    k = n // 2
+    return hi / np.sqrt(k * (n - k) / n)
