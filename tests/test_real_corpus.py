@@ -54,14 +54,14 @@ def nccl_avg_busbw(sd, path: Path) -> None:
         assert abs(r["busbw_gbs"].mean() - avg) <= 0.006 + 0.005 * avg  # the footer averages unrounded values
 
 
-_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?:-?\d+\s+)?([\d.]+|N/A)\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+\S+"
-                       r"\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+([\d.]+|N/A)\s+\S+\s*$")
+_V = r"([\d.]+(?:e[-+]\d+)?|N/A)"
+_NCCL_ROW = re.compile(rf"^\s*(\d+)\s+\d+\s+[a-z]\w*\s+(?:[a-z]+\s+)?(?:-?\d+\s+)?{_V}\s+{_V}\s+{_V}\s+\S+\s+{_V}\s+{_V}\s+{_V}\s+\S+\s*$")
 
 
 def nccl_rows(sd, path: Path) -> None:
     """Every complete result row of the text, as (size, out-of-place time, out-of-place busbw, in-place busbw), is a
     row read (an excerpt whose rows were elided has no footer to average)."""
-    want = [(int(m.group(1)), m.group(5), m.group(7), m.group(10)) for ln in _text(path) if (m := _NCCL_ROW.match(ln))]
+    want = [(int(m.group(1)), m.group(2), m.group(4), m.group(7)) for ln in _text(path) if (m := _NCCL_ROW.match(ln))]
     assert want
     t = sd.tables["nccl_tests"].to_pandas()
     got = {}
@@ -179,6 +179,14 @@ def serving_summary(sd, path: Path) -> None:
             assert r["ttft_median_ms"] == float(m.group(1))
 
 
+def vllm_samples(sd, path: Path) -> None:
+    """A /metrics scrape: one sample row per sample line, with its value."""
+    vals = [float(m.group(1)) for ln in path.read_text().splitlines()
+            if ln.strip() and not ln.startswith("#") and (m := re.search(r"\s(\S+)\s*$", ln))]
+    df = sd.tables["samples"].to_pandas()
+    assert sorted(df["value"]) == sorted(vals)
+
+
 def exporter_samples(sd, path: Path) -> None:
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     want = sorted(float(ln.rsplit(" ", 1)[1]) for ln in lines)
@@ -235,8 +243,8 @@ def ncu_kernels(sd, path: Path) -> None:
 
 ORACLES = {f.__name__: f for f in (
     nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, nemo, lightning_bar,
-    torchtune, trtllm_summary, serving_summary, exporter_samples, exporter_field, dmon_first_value, smi_dmon_rows, smi_query_rows,
-    ncu_kernels)}
+    torchtune, trtllm_summary, serving_summary, vllm_samples, exporter_samples, exporter_field, dmon_first_value, smi_dmon_rows,
+    smi_query_rows, ncu_kernels)}
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])

@@ -9,10 +9,16 @@ table is its summary, packaged so the command can say it without the tests being
 from __future__ import annotations
 
 REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "dcgm_exporter": (3, (
+    "dcgm_exporter": (9, (
+        "dcgm-exporter (GPU Operator 24.9.2) on L40S",
         "dcgm-exporter 2.0.13 (DCGM 2.1.2), a blank-sentinel value",
         "dcgm-exporter 2.x on Kubernetes (pod labels), a blank-sentinel value",
         "dcgm-exporter 2.x/3.x names",
+        "dcgm-exporter 3.x on A30 MIG (4 instances per GPU)",
+        "dcgm-exporter 3.x on H100 (driver 550, pod labels)",
+        "dcgm-exporter 3.x on H100 MIG (driver 535, GPU_I_ID labels)",
+        "dcgm-exporter 3.x on V100 (counter family)",
+        "dcgm-exporter 4.x (mixed models, MIG and pod labels, lower-case hostname)",
     )),
     "dcgmi_dmon": (1, (
         "DCGM 3.x dcgmi dmon",
@@ -28,19 +34,28 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "trtllm-bench throughput (PyTorch backend, 2025)",
         "vllm bench serve 0.11+ (peak throughput, failed requests)",
     )),
-    "nccl_log": (5, (
+    "nccl_log": (11, (
         "NCCL 2.18",
         "NCCL 2.20-2.23",
         "NCCL 2.4",
+        "NCCL 2.x INFO lines ('Channel NN : r[busId]')",
+        "NCCL 2.x INFO lines ('Channel NN : r[busId]', threadThresholds)",
+        "NCCL 2.x INFO lines ('Channel NN/0 : r[busId]')",
+        "NCCL 2.x INFO lines ('Channel NN/0 : r[dev]', device indices)",
     )),
-    "nccl_tests": (17, (
+    "nccl_tests": (22, (
         "nccl-tests 2.19.6 -J (JSON format 3)",
         "nccl-tests 2.19.6, NCCL 2.28.9",
+        "nccl-tests 2.x (root column) on H20",
+        "nccl-tests 2.x (root column), H100 pair reporting busbw 0 (NCCL_DEBUG=INFO run)",
         "nccl-tests 2.x (root column), mpirun --tag-output",
         "nccl-tests 2.x (root column), rows elided ('...')",
         "nccl-tests 2.x (root column), srun -l, 2x p4de",
         "nccl-tests 2.x (root column), srun -l, 2x p5",
+        "nccl-tests 2.x (root column), zero-size rows repeated",
         "nccl-tests 2.x + NCCL 2.18.5, mpirun --tag-output, rows elided ('...')",
+        "nccl-tests 2.x result rows only (no header), 2026",
+        "nccl-tests 2018-2019 (no redop or root column, error as 0e+00)",
         "nccl-tests 2020-2021 (no root column)",
     )),
     "ncu": (4, (
@@ -49,14 +64,15 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "Nsight Compute 2025.3.1 (raw page)",
         "Nsight Compute 2025.3.1 (raw page, --metrics)",
     )),
-    "nvidia_smi_dmon": (2, (
+    "nvidia_smi_dmon": (3, (
         "driver 580.159.04",
+        "nvidia-smi dmon -s pucvmet (2016, 'temp' column, 4 GPUs)",
         "nvidia-smi dmon layout (old 'temp' column), 2 GPUs, from NVML's Go sample",
     )),
     "nvidia_smi_query": (1, (
         "driver 580.159.04",
     )),
-    "steplog": (37, (
+    "steplog": (38, (
         "DeepSpeed 2020",
         "DeepSpeed 2022",
         "Lightning 2.x (ModelParallelStrategy example, one bar line)",
@@ -64,6 +80,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "Megatron-DeepSpeed + DeepSpeed 0.12 (2023-11)",
         "Megatron-DeepSpeed 2021 (BigScience)",
         "Megatron-DeepSpeed 2023",
+        "Megatron-LLM (EPFL fork of Megatron-LM, 2023)",
         "Megatron-LM 2021 (BigScience runs)",
         "Megatron-LM 2022",
         "Megatron-LM 2024",
@@ -85,6 +102,10 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "torchtune 0.2 (tqdm bar, line cut in the doc)",
         "torchtune 0.5 (tqdm bar epoch|step|Loss)",
         "transformers Trainer 4.47 (grad_norm in the log dict)",
+    )),
+    "vllm_metrics": (2, (
+        "vLLM 0.10 /metrics (api_server_count > 1, engine label, buckets only)",
+        "vLLM 0.7 /metrics (v1 HELP texts, process_* families)",
     )),
 }
 """format -> (real files checked against their own text, the tool versions that wrote them)."""

@@ -159,16 +159,48 @@ def nccl_version_from_code(code: int) -> str:
     return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
 
 
+_GROUP = DEFAULT_LAYOUT.group
+_BARE_LAYOUTS = {
+    13: Layout(KEY_COLUMNS, _GROUP, 2, False, False),
+    12: Layout(("size", "count", "type", "redop"), _GROUP, 2, False, False),
+    11: Layout(("size", "count", "type"), _GROUP, 2, False, False),
+}
+_MEASURE = re.compile(r"^(?:[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|N/A)$")
+_DTYPE = re.compile(r"^[a-z][a-z0-9_]*$")
+BARE_ROWS = 3
+"""Result rows pasted without their column header are recognised from this many lines of that shape."""
+
+
+def bare_layout(tokens: list[str]) -> Layout | None:
+    """The layout of a result row seen without its header, from its shape: 13 tokens (size count type redop root
+    and two groups of time algbw busbw wrong: nccl-tests 2.x), 12 (no root column, 2020-2021) or 11 (no redop
+    either, 2018-2019); None when the tokens are not such a row."""
+    layout = _BARE_LAYOUTS.get(len(tokens))
+    if layout is None or not (tokens[0].isdigit() and tokens[1].isdigit() and _DTYPE.match(tokens[2])):
+        return None
+    nk = len(layout.keys)
+    if nk >= 4 and (_MEASURE.match(tokens[3]) or not _DTYPE.match(tokens[3])):
+        return None  # a redop is a word
+    if nk == 5 and not tokens[4].lstrip("-").isdigit():
+        return None
+    return layout if all(_MEASURE.match(t) for t in tokens[nk:]) else None
+
+
 def looks_like_nccl_tests(text: str) -> bool:
     """The content sniff: a results table header, a run header or footer, or the -J JSON's keys."""
     stripped = text.lstrip()
     if stripped.startswith("{"):  # -J: version, args, env, nccl_version come first; results can be far down
         return '"nccl_version"' in text and '"args"' in text or '"results"' in text and '"bus_bw"' in text
+    bare = 0
     for line in text.splitlines():
         line = unwrap(line).text.strip()
         if (_HEADER_RE.match(line) or _NTHREAD_RE.match(line) or _START_RE.match(line) or _AVG_RE.match(line)
                 or _VERSION_RE.match(line)):
             return True
+        if line[:1].isdigit() and bare_layout(line.split()) is not None:
+            bare += 1
+            if bare >= BARE_ROWS:  # rows pasted without their header: still a results table
+                return True
     return False
 
 
@@ -447,13 +479,15 @@ class _Reader:
         run = self.run
         layout = run.layout
         if layout is None:
-            if len(tokens) != DEFAULT_LAYOUT.width:
+            guessed = bare_layout(tokens)
+            if guessed is None:
                 self.headerless_rows.append(lineno)
                 return
-            layout = run.layout = DEFAULT_LAYOUT
+            layout = run.layout = guessed
+            cols = " ".join(guessed.keys)
             self.caveats.append(Caveat("nccl_tests_no_header", f"results from line {lineno} have no column header "
-                                       "(output cut at its start?); read with the current nccl-tests layout",
-                                       str(self.path)))
+                                       f"(output cut at its start, or rows pasted alone); read by their shape as "
+                                       f"{cols} + out-of-place and in-place time algbw busbw wrong", str(self.path)))
         if run.complete:  # results after a footer without a new header: another run
             self._new_run(lineno)
             self.run.layout = layout
