@@ -92,7 +92,7 @@ ALERTS = pa.schema([
     _f("relative_low", pa.float64(), "low end of its interval", "fraction"),
     _f("relative_high", pa.float64(), "high end of its interval", "fraction"),
     _f("p_value", pa.float64(), "the change-point test's p-value"),
-    _f("culprits", pa.string(), "JSON list of the culprits localize named ({label, elements, share})"),
+    _f("culprits", pa.string(), "JSON list of the culprits localize named ({label, element, share_of_rate})"),
 ], metadata={"table": "alerts", "schema_version": SCHEMA_VERSION})
 
 SCHEMAS: dict[str, pa.Schema] = {"findings": FINDINGS, "verdicts": VERDICTS, "alerts": ALERTS}

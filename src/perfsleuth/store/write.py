@@ -52,6 +52,7 @@ class JobData:
     dims: dict[str, str]
     tables: dict[str, pa.Table]
     notes: tuple[str, ...] = field(default=())
+    kind: str = "job"  # what made the entry: an ingested job, or an outcome (verdict, alerts; store.findings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ class StoreWriter:
         parts = tuple(_write_parts(self.root, job))
         keys = _dim_keys(job.tables.get("records"))
         entry = JobEntry(job.sha256, job.source, job.run_ids, dict(job.dims), tuple(keys), parts,
-                         ingested_at=datetime.now(UTC).isoformat(timespec="seconds"), notes=job.notes)
+                         ingested_at=datetime.now(UTC).isoformat(timespec="seconds"), notes=job.notes, kind=job.kind)
         updated = self.manifest.with_job(entry)
         manifests.save(self.root, updated)  # the commit point
         self.manifest = updated
