@@ -156,3 +156,30 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
 
 def _gpu_sku(analysis: JobAnalysis) -> str | None:
     return analysis.runs["gpu_sku"][0].as_py() if analysis.runs.num_rows and "gpu_sku" in analysis.runs.column_names else None
+
+
+def verify(before: str | Path, after: str | Path, *, finding: str | None = None, store: str | Path | None = None,
+           tolerance: float = 0.25, threshold: float = 0.02, diff: bool = True, workers: int | None = None):
+    """The ``perfsleuth verify`` verb: did fixing BEFORE's finding (``finding``, default its largest) save
+    what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids of that store;
+    with ``store`` the verdict is kept there. Returns ``(fleet.verify.Verification, "added"|"skipped"|None)``."""
+    from perfsleuth import engine
+    from perfsleuth.fleet.verify import resolve_side, store_verdict, verify_sides
+    from perfsleuth.store import Store
+
+    opened = Store(store) if store is not None else None
+    con = engine.connect("duckdb") if opened is not None else None
+    b = resolve_side(str(before), store=opened, con=con, workers=workers)
+    a = resolve_side(str(after), store=opened, con=con, workers=workers)
+    v = verify_sides(b, a, fault=finding, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)
+    stored = store_verdict(Path(store), v, b, a) if store is not None else None
+    return v, stored
+
+
+def watch(store: str | Path, **options: Any):
+    """The ``perfsleuth watch`` verb: new regressions in the store's series since the last watch, each
+    with its culprits, remembered in the store (``fleet.watch.watch_store`` lists the options).
+    Returns a ``fleet.watch.WatchResult``."""
+    from perfsleuth.fleet.watch import watch_store
+
+    return watch_store(Path(store), **options)
