@@ -209,15 +209,26 @@ def compare(
 
 @app.command()
 def changes(
-    file: Annotated[Path, typer.Argument(help="a time-ordered history: CSV, Parquet or a records table")],
+    file: Annotated[Path | None, typer.Argument(help="a time-ordered history: CSV, Parquet or a records table")] = None,
     metric: Annotated[str | None, typer.Option(help="metric column (default: the only numeric column)")] = None,
     time: Annotated[str | None, typer.Option("--time", help="time column (default: the only timestamp column, else row order)")] = None,
     series_by: Annotated[list[str] | None, typer.Option("--series-by", help="one history per value of these columns")] = None,
     alpha: Annotated[float, typer.Option(help="false-alarm rate per series")] = 0.01,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    store: Annotated[Path | None, typer.Option("--store", help="a fleet store instead of FILE: one series of run values "
+                                                              "per workload x cluster (or --series-by dims); needs "
+                                                              "--metric")] = None,
 ) -> None:
     """Where did this history change, and is it real."""
+    if (file is None) == (store is None):
+        typer.echo("perfsleuth: error: give either FILE (a history table) or --store DIR, not both", err=True)
+        raise typer.Exit(2)
+    if store is not None:
+        _require(store)
+        from perfsleuth.commands.changes_store import changes_store_command
+
+        raise typer.Exit(changes_store_command(store, metric, series_by or [], format.value, out, alpha))
     _require(file)
     from perfsleuth.commands.changes_cmd import changes_command
 

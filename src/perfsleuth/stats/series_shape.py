@@ -27,7 +27,7 @@ from perfsleuth.stats.changepoint_test import RankCusum, ScanTest, estimate_nois
 SEASON_P = 1e-3  # a cycle must be this clear (Kruskal-Wallis p) to be taken out
 SEASON_MIN_CYCLES = 4
 DEFAULT_PERIODS = (7, 12, 24)  # weekly in daily data, yearly in monthly data, daily in hourly data
-GAP_FACTOR = 3.0  # a spacing this many times the median spacing is a gap
+GAP_FACTOR = 10.0  # a spacing this many times the median spacing is a gap (random arrival times rarely reach it)
 
 
 @dataclass(frozen=True, slots=True)
