@@ -327,6 +327,49 @@ def diff(
     raise typer.Exit(diff_command(baseline, candidate, format.value, out, top, threshold, method, workers))
 
 
+@app.command()
+def verify(
+    before: Annotated[str, typer.Argument(help="the job with the finding: its files (what analyze takes) or, with "
+                                              "--store, run id(s) of the store, comma-separated")],
+    after: Annotated[str, typer.Argument(help="the job after the fix: files or store run id(s)")],
+    finding: Annotated[str | None, typer.Option(help="the fault of BEFORE's finding to verify (default: its largest)")] = None,
+    store: Annotated[Path | None, typer.Option(help="a fleet store: sides may be its run ids, and the verdict is kept "
+                                                    "there")] = None,
+    tolerance: Annotated[float, typer.Option(help="how far below the predicted saving a real saving still validates "
+                                                  "the finding (0.25 = 25%)")] = 0.25,
+    threshold: Annotated[float, typer.Option(help="smallest relative change that matters (0.02 = 2%)")] = 0.02,
+    diff: Annotated[bool, typer.Option("--diff/--no-diff", help="diff the two sides' traces: what else changed")] = True,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+) -> None:
+    """Did the fix save what BEFORE's finding predicted: validated, partly, not validated or inconclusive (exit 0 validated)."""
+    from perfsleuth.commands.verify_cmd import verify_command
+
+    raise typer.Exit(verify_command(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold,
+                                    diff=diff, format=format, out=out, workers=workers))
+
+
+@app.command()
+def watch(
+    store: Annotated[Path, typer.Option(help="the fleet store to watch (state is kept in it)")],
+    metric: Annotated[str, typer.Option(help="records column to watch")] = "tokens_per_s_per_gpu",
+    alpha: Annotated[float, typer.Option(help="false-alarm rate of the change-point test, per series and watch")] = 0.001,
+    threshold: Annotated[float, typer.Option(help="smallest regression that alerts (0.05 = 5%)")] = 0.05,
+    lookback_days: Annotated[int, typer.Option(help="changes starting this many days before the newest run are new")] = 3,
+    dedupe_days: Annotated[int, typer.Option(help="a change this close to one already raised for the series is the same")] = 3,
+    format: Annotated[str, typer.Option("--format", "-f", help="jsonl (one alert a line), json, openmetrics or text")] = "jsonl",
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    openmetrics: Annotated[Path | None, typer.Option(help="also write OpenMetrics text here (a textfile collector's "
+                                                          "*.prom)")] = None,
+) -> None:
+    """Raise new regressions in the store's series, each once, with culprits (exit 1 on a new one), for cron or CI."""
+    from perfsleuth.commands.watch_cmd import watch_command
+
+    raise typer.Exit(watch_command(store, format=format, out=out, openmetrics=openmetrics, metric=metric, alpha=alpha,
+                                   threshold=threshold, lookback_days=lookback_days, dedupe_days=dedupe_days))
+
+
 fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
                         help="The fleet page: trend, factor tree, culprits and their cost.")
 app.add_typer(fleet_app, name="fleet")
