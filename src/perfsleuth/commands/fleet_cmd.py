@@ -48,11 +48,20 @@ def _build(out: Path, store: Path | None, records: Path | None, baseline: str | 
         raise InputError(None, "give both --baseline and --current, or neither")
     windows = (parse_window(baseline, "--baseline"), parse_window(current, "--current")) if baseline and current else (None, None)
     con = engines.connect(engine, master=master)
+    opened = None
     if store is not None:
         from perfsleuth.store import Store
 
-        table, source = Store(store).records(con), str(store)
+        opened = Store(store)
+        table, source = opened.records(con), str(store)
     else:
         table, source = engines.table(con, Path(records)), str(records)
-    return build_fleet_page(table, source=source, baseline=windows[0], current=windows[1], price_per_gpu_hour=price,
+    page = build_fleet_page(table, source=source, baseline=windows[0], current=windows[1], price_per_gpu_hour=price,
                             currency=currency, runs_dir=out.parent / RUNS_DIR, bootstrap=bootstrap, seed=seed)
+    if opened is None:
+        return page
+    from dataclasses import replace
+
+    from perfsleuth.fleet.outcomes import store_outcomes
+
+    return replace(page, outcomes=store_outcomes(opened, con, page.current.window))

@@ -132,12 +132,11 @@ class FleetOutcomes:
 
 
 def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window: Window | None = None) -> FleetOutcomes:
-    """The outcome sections from a store's ``findings`` (and ``verdicts``) tables on an engine."""
-    if window is not None:
+    """The outcome sections from a store's ``findings`` (runs in ``window``, default all) and ``verdicts``
+    (all) tables on an engine."""
+    if window is not None:  # the verdicts are every fix ever verified: few, and a track record
         first, last = day_to_date(window.first_day).isoformat(), day_to_date(window.last_day).isoformat()
         findings = findings.filter((findings.date >= first) & (findings.date <= last))
-        if verdicts is not None:
-            verdicts = verdicts.filter((verdicts.date >= first) & (verdicts.date <= last))
     hours = findings.run_gpu_seconds.cast("float64") / 3600.0
     t = findings.mutate(h=hours, workload=findings.workload.fill_null("(unknown)"),
                         cluster=findings.cluster.fill_null("(none)"))

@@ -147,6 +147,7 @@ class FleetPage:
     slowest_runs: tuple[RunLink, ...]
     runs_dir_found: bool
     caveats: tuple[Caveat, ...] = field(default=())
+    outcomes: object | None = None  # fleet.outcomes.FleetOutcomes: causes by fault class, missing signals, verdicts (stores)
 
     def cost(self, gpu_hours: float | None) -> float | None:
         return None if gpu_hours is None else gpu_hours * self.price_per_gpu_hour

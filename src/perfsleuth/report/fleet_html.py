@@ -392,5 +392,8 @@ def _method(p: FleetPage) -> str:
 
 def render_fleet_html(p: FleetPage) -> str:
     """The fleet page for ``p``."""
-    body = "".join((_header(p), _summary(p), _trend(p), _factors(p), _waterfall(p), _culprits(p), _runs(p), _method(p)))
+    from perfsleuth.report.fleet_outcomes_html import render_outcomes
+
+    body = "".join((_header(p), _summary(p), _trend(p), _factors(p), _waterfall(p), _culprits(p),
+                    render_outcomes(p.outcomes, p.price_per_gpu_hour, p.currency), _runs(p), _method(p)))
     return page("perfsleuth fleet report", body)
