@@ -3,8 +3,11 @@ reader returns is checked against the file's own text, read here by a separate, 
 the text (a regular expression or the csv/json modules), never by the reader under test.
 
 Each ``check`` names one oracle below: nccl-tests' ``# Avg bus bandwidth`` footer against the mean
-of the rows read and the row count against the result lines; a Megatron log's iteration count and
-mean elapsed time; a DCGM field's values; an ncu page's kernel count and durations.
+of the rows read and the row count against the result lines (or, for an excerpt without a footer,
+every row's size, time and bus bandwidths); a Megatron log's iteration count and mean elapsed time;
+NeMo/Lightning/TorchTune/torchtitan/Trainer steps with their losses and times; a DCGM field's
+values per GPU (blank sentinels missing); a /metrics scrape's sample values; a serving summary's
+throughput and median latencies; an ncu page's kernel count.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ from perfsleuth.ingest.source import ADAPTERS, detect_format
 
 DATA = Path(__file__).parent / "data"
 MANIFEST = json.loads((DATA / "real" / "manifest.json").read_text())["files"]
-_STAGED = Path("/tmp/corpus/staged.json")
-if _STAGED.is_file():  # drafting aid, never present in CI
-    MANIFEST = MANIFEST + json.loads(_STAGED.read_text())
 TAG = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:|\d+: |[\w-]+\d: )")
 
 

@@ -346,22 +346,6 @@ def _timer_line(c: LineContext, out: ParsedLog, problems: Problems) -> bool:
     return True
 
 
-_BAR_REDRAW = re.compile(r"\d+%\|")
-
-
-def _redrawn(lines: Iterator[tuple[int, str, bool]]) -> Iterator[tuple[int, str, bool]]:
-    """A progress bar redrawn in place is one physical line of updates split by carriage returns: each update
-    is offered as a line of its own (same number), so every step it drew is read, not only the last."""
-    for number_, raw, complete in lines:
-        body = raw.rstrip("\r")
-        if "\r" not in body or _BAR_REDRAW.search(body) is None:
-            yield number_, raw, complete
-            continue
-        parts = [p for p in body.split("\r") if p.strip()]
-        for i, part in enumerate(parts):
-            yield number_, part, complete or i < len(parts) - 1
-
-
 def parse_text(path: Path) -> ParsedLog:
     """One pass over a text log, each line offered to the Megatron reader, then the DeepSpeed reader."""
     from perfsleuth.ingest.steplog_deepspeed import DeepSpeedLines
@@ -374,7 +358,7 @@ def parse_text(path: Path) -> ParsedLog:
     megatron, deepspeed = MegatronLines(out, problems), DeepSpeedLines(out, problems)
     trainers, lightning = TrainerLines(out, problems), LightningLines(out, problems)
     wrappers = WrapperStats()
-    for number_, raw, complete in _redrawn(numbered_lines(path)):
+    for number_, raw, complete in numbered_lines(path):
         out.lines = number_
         if len(raw) >= 4300 and _TOO_MANY_DIGITS.search(raw):
             problems.add("number_too_long", number_)

@@ -19,9 +19,9 @@ Formats, read off real logs (tests/data/real/SOURCES.md names them)::
 Step times: NeMo's ``train_step_timing in s`` when the line has it; else the bar's rate (tqdm's
 smoothed iterations per second, or seconds per iteration), which is an average over recent steps and
 says so in a caveat. TorchTune's metric-logger lines carry no time: their rows have none (tokens per
-second per GPU lands in ``extra``). A bar redrawn in place (carriage returns, one physical line) is
-read update by update (``steplog.parse_text`` splits it); an update repeated for the same batch
-(Lightning redraws after refreshing its metrics) replaces the one before it.
+second per GPU lands in ``extra``). A bar redrawn in place with carriage returns is read update by
+update (the text reader takes a CR as a line end); an update repeated for the same batch (Lightning
+redraws after refreshing its metrics) replaces the one before it.
 """
 
 from __future__ import annotations
