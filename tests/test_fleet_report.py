@@ -251,7 +251,7 @@ def test_fleet_demo_finds_the_injected_rack_day_and_loss(tmp_path):
     import re
 
     page = tmp_path / "fleet.html"
-    res = CliRunner().invoke(app, ["demo", "--fleet", "--out", str(tmp_path / "demo"), "--html", str(page)])
+    res = CliRunner().invoke(app, ["demo", "--fleet", "--keep", str(tmp_path / "demo"), "--html", str(page)])
     assert res.exit_code == 0, res.output
     assert "change point(s) on 2026-03-19" in res.output
     (culprit,) = re.findall(r"culprit (\S+): ([\d,]+) \[([\d,]+), ([\d,]+)\] GPU-hours lost", res.output)

@@ -66,6 +66,24 @@ class OutputFormat(StrEnum):
     md = "md"
 
 
+class DataFormat(StrEnum):
+    """The verbs whose result is a record, not a report: text for people, json for machines."""
+
+    text = "text"
+    json = "json"
+
+
+class PageFormat(StrEnum):
+    """``evaluate``: text, json, or one self-contained HTML page."""
+
+    text = "text"
+    json = "json"
+    html = "html"
+
+
+_FORMAT_HELP = "text for people, json for machines, md for a ticket, html for one self-contained page"
+
+
 def _fail(exc: PerfsleuthError) -> None:
     from perfsleuth.commands.output import fail
 
@@ -140,7 +158,8 @@ def analyze(
 
 @app.command()
 def demo(
-    out: Annotated[Path | None, typer.Option(help="keep the simulated job's traces here (default: a temp dir)")] = None,
+    keep: Annotated[Path | None, typer.Option("--keep", help="keep the simulated job's files (traces; with --fleet, the "
+                                                             "store) in this directory (default: a temp dir)")] = None,
     seed: Annotated[int, typer.Option(help="simulator seed")] = 7,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
     html: Annotated[Path | None, typer.Option(help="also write the HTML report here (default perfsleuth-demo.html, "
@@ -152,14 +171,14 @@ def demo(
     if fleet:
         from perfsleuth.commands.fleet_demo import fleet_demo
 
-        raise typer.Exit(fleet_demo(out, html or Path("perfsleuth-fleet-demo.html"), seed=seed))
+        raise typer.Exit(fleet_demo(keep, html or Path("perfsleuth-fleet-demo.html"), seed=seed))
     html = html or Path("perfsleuth-demo.html")
     from perfsleuth.api import analyze as run_analysis
     from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.report.text_report import make_console
 
     with tempfile.TemporaryDirectory(prefix="perfsleuth-demo-") as tmp:
-        target = out or Path(tmp)
+        target = keep or Path(tmp)
         target.mkdir(parents=True, exist_ok=True)
         truth = write_demo_job(target, seed=seed)
         try:
@@ -175,7 +194,7 @@ def demo(
             return
         console = make_console()
         console.print(f"Simulated a {truth['world_size']}-rank data-parallel training job (PyTorch-profiler traces in "
-                      f"{target if out else 'a temporary directory'}). Injected: {', '.join(truth['faults'])}.\n",
+                      f"{target if keep else 'a temporary directory'}). Injected: {', '.join(truth['faults'])}.\n",
                       markup=False)
         _emit(report, format, None)
         found = ", ".join(f.fault for f in report.diagnosis.findings) or "nothing"
@@ -193,16 +212,13 @@ def compare(
     threshold: Annotated[float, typer.Option(help="smallest relative effect that matters (0.02 = 2%)")] = 0.02,
     higher_is_better: Annotated[bool | None, typer.Option("--higher-is-better/--lower-is-better",
                                                           help="direction of 'worse' (default: from the metric's name)")] = None,
-    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Did CANDIDATE regress against BASELINE, by how much, and how sure (exit 1 on a regression)."""
     _require(baseline, candidate)
     from perfsleuth.commands.compare_cmd import compare_command
 
-    if format in (OutputFormat.html, OutputFormat.md):
-        typer.echo("perfsleuth: error: compare writes text or json", err=True)
-        raise typer.Exit(2)
     raise typer.Exit(compare_command(baseline, candidate, metric, group_by or [], cluster_by or [], threshold,
                                      higher_is_better, format.value, out))
 
@@ -214,7 +230,7 @@ def changes(
     time: Annotated[str | None, typer.Option("--time", help="time column (default: the only timestamp column, else row order)")] = None,
     series_by: Annotated[list[str] | None, typer.Option("--series-by", help="one history per value of these columns")] = None,
     alpha: Annotated[float, typer.Option(help="false-alarm rate per series")] = 0.01,
-    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     store: Annotated[Path | None, typer.Option("--store", help="a fleet store instead of FILE: one series of run values "
                                                               "per workload x cluster (or --series-by dims); needs "
@@ -232,9 +248,6 @@ def changes(
     _require(file)
     from perfsleuth.commands.changes_cmd import changes_command
 
-    if format in (OutputFormat.html, OutputFormat.md):
-        typer.echo("perfsleuth: error: changes writes text or json", err=True)
-        raise typer.Exit(2)
     raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha))
 
 
@@ -253,21 +266,21 @@ def localize(
     store: Annotated[Path | None, typer.Option(help="a fleet store (perfsleuth ingest) instead of FILE")] = None,
     metric: Annotated[str | None, typer.Option(help="--store: the fleet metric (tokens_per_s_per_gpu, mfu, step_time_ns, "
                                                     "or any numeric records column)")] = None,
-    dims: Annotated[str | None, typer.Option(help="--store: the dimensions to search, comma-separated (default: all the "
-                                                  "store's, except per-run identifiers)")] = None,
+    search_dims: Annotated[str | None, typer.Option("--search-dims", help="--store: the dimensions to search, "
+                                                    "comma-separated (default: all the store's, except per-run identifiers)")] = None,
     workload_dims: Annotated[str | None, typer.Option(help="dimensions that describe the workload (model, tp, pp, ...), "
                                                           "comma-separated: culprits are compared like with like")] = None,
     engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
     bootstrap: Annotated[int, typer.Option(help="bootstrap resamples over runs for intervals and selection frequency")] = 20,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text or json")] = OutputFormat.text,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Which machines, versions and configs explain a fleet change: mix vs rate, culprits with evidence.
 
     Two forms: localize FILE --current COL --baseline COL, or localize --store DIR --metric NAME
-    --baseline YYYY-MM-DD..YYYY-MM-DD --current YYYY-MM-DD..YYYY-MM-DD [--dims a,b,...]."""
+    --baseline YYYY-MM-DD..YYYY-MM-DD --current YYYY-MM-DD..YYYY-MM-DD [--search-dims a,b,...]."""
     from perfsleuth.commands.localize_cmd import localize_command, localize_store_command
 
     def names(text: str | None) -> list[str] | None:
@@ -280,13 +293,14 @@ def localize(
         problem = "--current and --baseline are required"
     elif store is not None and (metric is None or current_denominator or baseline_denominator):
         problem = "--store needs --metric (and takes no denominator columns)"
-    elif file is not None and (metric or dims):
-        problem = "--metric and --dims go with --store; a leaf table names its metric columns with --current/--baseline"
+    elif file is not None and (metric or search_dims):
+        problem = ("--metric and --search-dims go with --store; a leaf table names its metric columns with "
+                   "--current/--baseline")
     if problem:
         typer.echo(f"perfsleuth: error: {problem}", err=True)
         raise typer.Exit(2)
     if store is not None:
-        raise typer.Exit(localize_store_command(store, metric, baseline, current, names(dims), names(workload_dims),
+        raise typer.Exit(localize_store_command(store, metric, baseline, current, names(search_dims), names(workload_dims),
                                                 format.value, out, engine, bootstrap=bootstrap, seed=seed, master=master))
     raise typer.Exit(localize_command(file, current, baseline, current_denominator, baseline_denominator, format.value, out,
                                       engine, names(workload_dims), bootstrap=bootstrap, seed=seed, master=master))
@@ -299,7 +313,7 @@ def ingest(
     dims: Annotated[list[str] | None, typer.Option("--dims", help="key=value dimensions of the runs (cluster=c1,node=n07); "
                                                                   "they win over a dims.json sidecar and the files' metadata")] = None,
     run_id: Annotated[str | None, typer.Option(help="the run's id (one PATH only; default: the trace's, else the PATH's name)")] = None,
-    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="text or json")] = OutputFormat.text,
+    format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
     """Add jobs to the fleet store (Parquet, partitioned by date and cluster); content already stored is skipped."""
@@ -443,7 +457,8 @@ def cases_add(
 @app.command()
 def evaluate(
     cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text, json or html (one self-contained page)")] = "text",
+    format: Annotated[PageFormat, typer.Option("--format", "-f", help="text, json or html (one self-contained page)")]
+    = PageFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
@@ -451,13 +466,13 @@ def evaluate(
     _require(*cases)
     from perfsleuth.commands.evaluate_cmd import evaluate_command
 
-    raise typer.Exit(evaluate_command(cases, format, out, workers))
+    raise typer.Exit(evaluate_command(cases, format.value, out, workers))
 
 
 @app.command()
 def signals(
     cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
+    format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
 ) -> None:
@@ -465,7 +480,7 @@ def signals(
     _require(*cases)
     from perfsleuth.commands.signals_cmd import signals_command
 
-    raise typer.Exit(signals_command(cases, format, out, workers))
+    raise typer.Exit(signals_command(cases, format.value, out, workers))
 
 
 @app.command()

@@ -22,6 +22,7 @@ from perfsleuth.report.escape import terminal_block
 from perfsleuth.stats.changes import ChangeReport, changes
 
 SCHEMA = "perfsleuth.changes/1"
+FORMATS = ("text", "json", "md", "html")
 QUIET_SERIES_SHOWN = 0  # in text, series without a change are counted, not listed, when there are several
 
 
@@ -32,13 +33,13 @@ def changes_command(file: Path, metric: str | None, time_col: str | None, series
         doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha)
     except PerfsleuthError as exc:
         return fail(str(exc))
-    return deliver_doc(doc, text, format, out)
+    return deliver_doc(doc, text, format, out, title=f"perfsleuth changes · {doc['metric']} · {Path(file).name}")
 
 
 def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str,
          alpha: float) -> tuple[dict[str, Any], str]:
-    if format not in ("text", "json"):
-        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if format not in FORMATS:
+        raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")
     if not 0 < alpha < 1:
         raise InputError(None, f"--alpha must be between 0 and 1, got {alpha}")
     history = _step_log_history(path)
@@ -188,9 +189,12 @@ def _change_line(cp, unit: str) -> str:
     where = f"#{cp.index}" + (f" ({_time_text(cp.time)})" if cp.time is not None else "")
     rel = f"{abs(cp.relative_change):.1%}" if cp.relative_change is not None else "from zero"
     b, a = cp.before, cp.after
-    return (f"  {where}: {cp.direction} {rel}, median {_num(b.value)} [{_num(b.low)}, {_num(b.high)}] -> "
+    kind = ("level shift" if cp.kind == "level" else
+            f"slope change ({_num(cp.slope_before, unit)} -> {_num(cp.slope_after, unit)} per point)")
+    how = _p(cp.p_value) if cp.evidence == "scan_test" else "found by the piecewise-linear fit, not the test"
+    return (f"  {where}: {kind}, {cp.direction} {rel}, median {_num(b.value)} [{_num(b.low)}, {_num(b.high)}] -> "
             f"{_num(a.value, unit)} [{_num(a.low)}, {_num(a.high)}] ({abs(cp.effect_sd):.1f} noise SD, "
-            f"{cp.n_before} points before, {cp.n_after} after; {_p(cp.p_value)})")
+            f"{cp.n_before} points before, {cp.n_after} after; {how})")
 
 
 def _time_text(t: Any) -> str:

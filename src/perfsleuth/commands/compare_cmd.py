@@ -27,11 +27,12 @@ from perfsleuth.commands.output import STDOUT, fail, is_stdout, write_output
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.ingest.tables import pick_metric, read_table, require_columns
 from perfsleuth.report.escape import json_document
+from perfsleuth.report.text_pages import page
 from perfsleuth.report.text_report import make_console, safe
 from perfsleuth.stats.compare import Comparison, compare, compare_groups
 
 SCHEMA = "perfsleuth.compare/1"
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "md", "html")
 _ORDER = {"regression": 0, "improvement": 1, "inconclusive": 2, "no_change": 3}
 _STYLE = {"regression": "bold red", "improvement": "bold green", "inconclusive": "bold yellow", "no_change": "bold"}
 _WORD = {"regression": "REGRESSION", "improvement": "IMPROVEMENT", "inconclusive": "INCONCLUSIVE",
@@ -297,12 +298,14 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
                                    threshold, higher_is_better)
         if format == "json":
             write_output(STDOUT if is_stdout(out) else out, json_document(to_json(results, ctx), allow_nan=False) + "\n")
-        elif is_stdout(out):
+        elif format == "text" and is_stdout(out):
             render_text(results, ctx, make_console())
         else:
             buffer = io.StringIO()
             render_text(results, ctx, make_console(buffer))
-            write_output(out, buffer.getvalue())
+            title = f"perfsleuth compare · {', '.join(ctx['metrics'])} · {Path(baseline).name} vs {Path(candidate).name}"
+            text = page(format, title, buffer.getvalue())
+            write_output(STDOUT if is_stdout(out) else out, text if text.endswith("\n") else text + "\n")
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:  # --out in a missing directory, an unreadable input, ...

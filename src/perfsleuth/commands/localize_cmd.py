@@ -26,6 +26,7 @@ from perfsleuth.segment.localize import Localization, check_bootstrap, localize
 from perfsleuth.segment.mixrate import LeafSpec
 
 SCHEMA = "perfsleuth.localize/1"
+FORMATS = ("text", "json", "md", "html")
 
 
 def localize_command(file: Path, current: str, baseline: str, current_denominator: str | None = None,
@@ -38,7 +39,7 @@ def localize_command(file: Path, current: str, baseline: str, current_denominato
                          workload_dims, bootstrap, seed, master)
     except PerfsleuthError as exc:
         return fail(str(exc))
-    return deliver_doc(doc, text, format, out)
+    return deliver_doc(doc, text, format, out, title=f"perfsleuth localize · {current} vs {baseline} · {Path(file).name}")
 
 
 def _run(path: Path, current: str, baseline: str, current_den: str | None, baseline_den: str | None, format: str,
@@ -95,7 +96,8 @@ def localize_store_command(store: Path, metric: str, baseline: str, current: str
                             "current_window": str(cur), "runs": leaves.runs}}
     head = (f"{metric} ({leaves.metric.method}); baseline {base} ({leaves.runs['baseline']} runs), "
             f"current {cur} ({leaves.runs['current']} runs)\n")
-    return deliver_doc(doc, head + render_text(Path(store), result), format, out)
+    return deliver_doc(doc, head + render_text(Path(store), result), format, out,
+                       title=f"perfsleuth localize · {metric} · {cur} vs {base}")
 
 
 def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[Any, list[Caveat]]:
@@ -119,8 +121,8 @@ def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[
 
 def _check_options(format: str, engine: str, bootstrap: int) -> None:
     """The options both forms share, checked before any file is opened or engine started."""
-    if format not in ("text", "json"):
-        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if format not in FORMATS:
+        raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")
     engines.require(engine)
     check_bootstrap(bootstrap)
 

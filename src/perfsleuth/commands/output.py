@@ -177,7 +177,11 @@ def deliver(text: str, out: Path | str | None) -> int:
     return 0
 
 
-def deliver_doc(doc: dict[str, Any], text: str, format: str, out: Path | str | None) -> int:
-    """JSON of ``doc`` when ``format`` is json, else the text rendering, through :func:`deliver`."""
-    payload = json_document(doc) if format == "json" else text
-    return deliver(payload, out)
+def deliver_doc(doc: dict[str, Any], text: str, format: str, out: Path | str | None, title: str | None = None) -> int:
+    """JSON of ``doc`` when ``format`` is json, the text rendering as a Markdown block or an HTML page
+    (titled ``title``) for md and html, else the text itself, through :func:`deliver`."""
+    if format == "json":
+        return deliver(json_document(doc), out)
+    from perfsleuth.report.text_pages import page
+
+    return deliver(page(format, title or "perfsleuth", text), out)

@@ -109,7 +109,7 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
     chosen = tuple(dims) if dims else tuple(d for d in known if d not in NOT_SEARCHED)
     unknown = [d for d in chosen if d not in known]
     if unknown:
-        raise InputError(store.root, f"unknown dimension(s): {', '.join(unknown)}", place="--dims",
+        raise InputError(store.root, f"unknown dimension(s): {', '.join(unknown)}", place="--search-dims",
                          hint=f"dimensions in this store: {', '.join(known)}")
     if not chosen:
         raise InputError(store.root, "the store's records carry no dimension to search", hint="ingest with --dims cluster=...,node=...")
