@@ -116,7 +116,11 @@ def fine_noise_sd(x: np.ndarray) -> float:
     if len(x) < 3:
         return 0.0
     d = np.diff(x, 2)
-    return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(6.0)
+    robust = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(6.0)
+    if robust > 1e-9 * max(float(np.max(np.abs(x))), 1e-300):
+        return robust
+    # most second differences are (numerically) zero: a noiseless pattern; its own spread is the scale
+    return float(np.std(d)) / np.sqrt(6.0)
 
 
 def linear_residuals(x: np.ndarray, cps: list[int]) -> np.ndarray:

@@ -577,7 +577,8 @@ def _measure(x: np.ndarray, positions: np.ndarray, times: np.ndarray | None, dec
         index = int(positions[d.index])
         kind, jump, s1, s2 = _kind(x, bounds[i], bounds[i + 1], bounds[i + 2])
         rel = (after.value - before.value) / abs(before.value) if before.value != 0 else None
-        effect = (after.value - before.value) / sd if sd > 0 else float("inf") * np.sign(after.value - before.value)
+        step = after.value - before.value
+        effect = step / sd if sd > 0 else (float(np.copysign(np.inf, step)) if step != 0 else 0.0)
         out.append(ChangePoint(
             index=index,
             time=None if times is None else times[index],
