@@ -119,6 +119,15 @@ def hf_dicts(sd, path: Path) -> None:
     assert list(sd.tables["step_log"].column("loss").to_pylist()) == losses
 
 
+def hf_summary(sd, path: Path) -> None:
+    """A Trainer log with only its final summary: one row, train_runtime x train_steps_per_second steps."""
+    m = re.search(r"\{'train_runtime': ([\d.]+), .*?'train_steps_per_second': ([\d.]+)", path.read_text())
+    runtime, rate = float(m.group(1)), float(m.group(2))
+    t = sd.tables["step_log"].to_pandas()
+    assert len(t) == 1 and t["step"].iloc[0] == round(runtime * rate)
+    assert np.isclose(t["step_time_ns"].iloc[0] / 1e9, runtime / round(runtime * rate))
+
+
 def nemo(sd, path: Path) -> None:
     """NeMo 2 lines: (global_step, train_step_timing, reduced_train_loss); NeMo 1 bars: (global_step, loss)."""
     text = path.read_text()
@@ -242,7 +251,7 @@ def ncu_kernels(sd, path: Path) -> None:
 
 
 ORACLES = {f.__name__: f for f in (
-    nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, nemo, lightning_bar,
+    nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, hf_summary, nemo, lightning_bar,
     torchtune, trtllm_summary, serving_summary, vllm_samples, exporter_samples, exporter_field, dmon_first_value, smi_dmon_rows,
     smi_query_rows, ncu_kernels)}
 

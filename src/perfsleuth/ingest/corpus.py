@@ -72,7 +72,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
     "nvidia_smi_query": (1, (
         "driver 580.159.04",
     )),
-    "steplog": (38, (
+    "steplog": (42, (
         "DeepSpeed 2020",
         "DeepSpeed 2022",
         "Lightning 2.x (ModelParallelStrategy example, one bar line)",
@@ -101,6 +101,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         "torchtune 0.2 (metric logger 'Step N | k:v', tokens_per_second_per_gpu)",
         "torchtune 0.2 (tqdm bar, line cut in the doc)",
         "torchtune 0.5 (tqdm bar epoch|step|Loss)",
+        "transformers Trainer + DeepSpeed ZeRO-3 (2021), final summary only",
         "transformers Trainer 4.47 (grad_norm in the log dict)",
     )),
     "vllm_metrics": (2, (

@@ -386,6 +386,9 @@ def parse_text(path: Path) -> ParsedLog:
     ds_rows = deepspeed.finish()
     trainers.finish(path)
     lightning.finish(path)
+    if not out.rows and not ds_rows and (summary := trainers.summary_row(path)) is not None:
+        out.rows.append(summary)
+        out.framework = "hf_trainer"
     if out.rows and out.framework in ("torchtitan", "hf_trainer", "nemo", "lightning", "torchtune"):
         pass
     elif out.rows:

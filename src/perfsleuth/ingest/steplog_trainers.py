@@ -56,6 +56,7 @@ class TrainerLines:
         self.out, self.problems = out, problems
         self.last: dict[tuple[str, int], tuple[int, int]] = {}  # stream -> (step, time) of its last step line
         self.hf_rows = 0
+        self.summary_line: int | None = None
 
     def feed(self, c: LineContext) -> bool:
         if "loss:" in c.text and (m := _TITAN.search(c.text)):
@@ -98,6 +99,8 @@ class TrainerLines:
         if not isinstance(doc, dict):
             return False
         if "train_runtime" in doc:
+            if self.summary_line is None:  # every rank prints it: the first is the one whose values are kept
+                self.summary_line = c.line
             for k in ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "epoch"):
                 if isinstance(doc.get(k), int | float):
                     self.out.settings.setdefault(k, str(doc[k]))
@@ -113,6 +116,23 @@ class TrainerLines:
         self.out.rows.append(row)
         self.out.framework = "hf_trainer"
         return True
+
+    def summary_row(self, path: Path) -> StepRow | None:
+        """A log whose only Trainer line is the final summary (a run too short to log a step, or logging off):
+        one row for the whole run, its steps from train_runtime x train_steps_per_second, with a caveat."""
+        st = self.out.settings
+        try:
+            runtime, rate = float(st["train_runtime"]), float(st["train_steps_per_second"])
+        except (KeyError, ValueError):
+            return None
+        steps = round(runtime * rate)
+        if self.summary_line is None or steps < 1 or not runtime > 0:
+            return None
+        self.out.caveats.append(Caveat("run_summary_only", f"no step lines, only the Trainer's final summary (line "
+                                       f"{self.summary_line}): one row for the run, {steps} step(s) = train_runtime "
+                                       f"{runtime:g} s x train_steps_per_second {rate:g} (printed rounded: the step "
+                                       "count and time per step are estimates)", str(path)))
+        return StepRow(line=self.summary_line, step=steps, iterations=steps, step_time_ns=runtime / steps * 1e9)
 
     def finish(self, path: Path) -> None:
         if self.hf_rows:
