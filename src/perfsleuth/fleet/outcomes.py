@@ -131,10 +131,16 @@ class FleetOutcomes:
                 "caveats": [c.to_json() for c in self.caveats]}
 
 
-def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window: Window | None = None) -> FleetOutcomes:
-    """The outcome sections from a store's ``findings`` (runs in ``window``, default all) and ``verdicts``
-    (all) tables on an engine."""
-    if window is not None:  # the verdicts are every fix ever verified: few, and a track record
+def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window: Window | None = None,
+                   runs: ir.Table | None = None) -> FleetOutcomes:
+    """The outcome sections from a store's ``findings`` and ``verdicts`` (all: few, and a track record).
+
+    ``window`` keeps the findings of the runs measured in it: by their records' ``time_ns`` when ``runs``
+    (run_id, time_ns) is given, as the fleet page's windows are, else by the store's date partition."""
+    if window is not None and runs is not None:
+        inside = runs.filter((runs.time_ns >= window.start_ns) & (runs.time_ns < window.end_ns)).select("run_id").distinct()
+        findings = findings.filter(findings.run_id.isin(inside.run_id))
+    elif window is not None:
         first, last = day_to_date(window.first_day).isoformat(), day_to_date(window.last_day).isoformat()
         findings = findings.filter((findings.date >= first) & (findings.date <= last))
     hours = findings.run_gpu_seconds.cast("float64") / 3600.0
@@ -234,4 +240,5 @@ def _verdicts(v: ir.Table) -> tuple[VerdictSummary, ...]:
 
 def store_outcomes(store: Any, con: Any, window: Window | None = None) -> FleetOutcomes:
     """``fleet_outcomes`` over a ``Store`` opened for reading."""
-    return fleet_outcomes(store.table(con, "findings"), store.table(con, "verdicts"), window)
+    runs = store.table(con, "records").select("run_id", "time_ns")
+    return fleet_outcomes(store.table(con, "findings"), store.table(con, "verdicts"), window, runs)
