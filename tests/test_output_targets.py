@@ -72,6 +72,7 @@ VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int, str]] = {
     "evaluate": (lambda d, s: ["evaluate", str(d / "job"), "--workers", "1", "-f", "json"], 1, "{"),  # 1: one case does not meet the bar
     "signals": (lambda d, s: ["signals", str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
     "demo-html": (lambda d, s: ["demo", "-f", "json", "--html"], 0, "<!DOCTYPE html>"),
+    "verify": (lambda d, s: ["verify", str(d / "job"), str(d / "job"), "--workers", "1", "--no-diff", "-f", "json"], 1, "{"),
 }
 """``demo`` takes its page's path as ``--html``; the argv ends with the option the target follows."""
 
@@ -282,6 +283,7 @@ OTHER_VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int]] = {
                                      "--bootstrap", "0"], 0),
     "fleet-report-store": (lambda d, t: ["fleet", "report", "--store", str(d / "store"), "--bootstrap", "0",
                                          "--out", str(t / "f.html")], 0),
+    "watch": (lambda d, t: ["watch", "--store", str(d / "store"), "-f", "json", "--openmetrics", str(t / "w.prom")], 0),
     "formats": (lambda d, t: ["formats"], 0),
     "version": (lambda d, t: ["version"], 0),
     "compare-1e299": (lambda d, t: ["compare", str(d / "huge_a.csv"), str(d / "huge_b.csv"), "--metric", "v",
