@@ -23,13 +23,15 @@ from perfsleuth.stats.direction import infer_direction, resolve_direction, unit_
 
 def steps(nodes: int, *, runs: int = 1, per_run: int = 20, effect: float = 0.0, node_sd: float = 0.05,
           step_sd: float = 0.005, seed: int = 0, metric: str = "step_time_ms", base: float = 100.0) -> pa.Table:
-    """Steps within runs within nodes: a random node effect (node_sd) much larger than step noise (step_sd)."""
+    """Steps within runs within nodes: a random node effect (node_sd) much larger than step noise (step_sd).
+    Each seed draws its own nodes (their effects are independent), so they are named apart: two arms
+    from different seeds share no node and are compared as independent (paired tests build shared nodes)."""
     rng = np.random.default_rng(seed)
     node = np.repeat(np.arange(nodes), runs * per_run)
     run = np.tile(np.repeat(np.arange(runs), per_run), nodes)
     node_level = np.exp(rng.normal(0.0, node_sd, nodes))[node]
     values = base * (1 + effect) * node_level * (1 + rng.normal(0.0, step_sd, len(node)))
-    return pa.table({"node": pa.array([f"n{i:03d}" for i in node]), "run": run, metric: values})
+    return pa.table({"node": pa.array([f"s{seed}-n{i:03d}" for i in node]), "run": run, metric: values})
 
 
 @pytest.fixture
@@ -183,7 +185,7 @@ def test_false_positive_rate_holds_at_few_and_many_clusters_where_step_level_fai
             arms = [100 * np.exp(rng.normal(0, 0.05, nodes))[node] * (1 + rng.normal(0, 0.005, len(node)))
                     for _ in range(2)]
             b, c = (pd.DataFrame({"node": node, "step_time_ms": a}) for a in arms)
-            r = compare(b, c, "step_time_ms", cluster_by=["node"], threshold=0.0)
+            r = compare(b, c, "step_time_ms", cluster_by=["node"], threshold=0.0, paired=False)
             methods.add(r.method)
             false_pos += r.verdict in ("regression", "improvement")
             naive_false_pos += stats.ttest_ind(arms[0], arms[1]).pvalue < alpha
@@ -272,7 +274,7 @@ def test_a_failed_quality_check_caveats_the_verdict(monkeypatch: pytest.MonkeyPa
 def test_the_real_quality_checks_flag_two_populations() -> None:
     pytest.importorskip("perfsleuth.stats.quality")
     b = steps(10, node_sd=0.001, seed=1).to_pandas()
-    b.loc[b["node"] < "n005", "step_time_ms"] *= 1.3  # two node types mixed in the baseline
+    b.loc[b["node"] < "s1-n005", "step_time_ms"] *= 1.3  # two node types mixed in the baseline
     r = compare(b, steps(10, node_sd=0.001, seed=2).to_pandas(), "step_time_ms", cluster_by=["node"])
     assert r.verdict_trust == "caveated" and "bimodal" in {c.code for c in r.caveats}
 

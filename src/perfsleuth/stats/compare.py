@@ -66,6 +66,10 @@ HL_MAX_UNITS = 2000
 # above it the large-sample order statistics give the same interval at a fraction of the cost.
 HL_EXACT_MAX_PAIRS = 400
 MAX_EXTRA_UNITS = 1_000_000
+# Paired analysis: used when at least this many units (the outermost cluster level: nodes,
+# configurations) appear in both arms and they are at least this share of each arm's units.
+PAIRED_MIN_UNITS = 3
+PAIRED_MIN_SHARE = 0.5
 
 VERDICTS = ("regression", "improvement", "no_change", "inconclusive")
 METHODS = ("auto", "t", "bootstrap")
@@ -138,6 +142,10 @@ class Comparison:
     caveats: tuple[Caveat, ...] = ()
     p_adjusted: float | None = None
     group: tuple[tuple[str, Any], ...] = field(default=())
+    # the equivalence (TOST) p-value for "within ±threshold", and its BH adjustment in compare_many
+    p_no_change: float | None = None
+    p_no_change_adjusted: float | None = None
+    paired_units: int = 0  # units compared with themselves (0: the arms were compared as independent)
 
     @property
     def verdict_trust(self) -> str:
@@ -165,6 +173,9 @@ class Comparison:
             "candidate": self.candidate.to_json(),
             "p_value": _num(self.p_value, 12),
             "p_adjusted": _num(self.p_adjusted, 12),
+            "p_no_change": _num(self.p_no_change, 12),
+            "p_no_change_adjusted": _num(self.p_no_change_adjusted, 12),
+            "paired_units": self.paired_units,
             "mde_relative": _num(self.mde_relative),
             "extra_units_needed": self.extra_units_needed,
             "threshold": self.threshold,
@@ -316,6 +327,7 @@ class _Arm:
     unit_means: np.ndarray
     unit_medians: np.ndarray
     caveats: tuple[Caveat, ...]
+    unit_ids: np.ndarray | None = None  # outermost cluster code of each unit (shared across arms), None for samples
 
     @property
     def n(self) -> int:
@@ -334,10 +346,12 @@ class _Arm:
         return self.n > 0 and float(np.ptp(self.values)) == 0.0
 
 
-def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Unit means and unit medians, averaged up the nesting: innermost groups first, then their parents."""
+def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                                                         np.ndarray | None]:
+    """Unit means and unit medians, averaged up the nesting: innermost groups first, then their parents;
+    the innermost group of each sample; and the outermost level's code of each unit."""
     if not levels:
-        return values, values, None
+        return values, values, None, None
     keys: list[tuple[np.ndarray, np.ndarray, int]] = []
     key: np.ndarray | None = None
     for codes in levels:
@@ -356,7 +370,7 @@ def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.nda
         n_parent = len(keys[lvl - 1][1])
         means = np.bincount(parent, weights=means, minlength=n_parent) / np.bincount(parent, minlength=n_parent)
         medians = pd.Series(medians).groupby(parent, sort=True).median().to_numpy()
-    return means, medians, inner
+    return means, medians, inner, np.asarray(keys[0][1])
 
 
 def _check_samples(values: np.ndarray, *, clusters: np.ndarray | None, order: np.ndarray | None,
@@ -400,7 +414,7 @@ def _prepare(sample: _Sample, name: str, metric: str, unit_level: str) -> _Arm:
                              place="cluster columns")
     if not keep.all():
         sample = sample.take(np.flatnonzero(keep))
-    means, medians, inner = _aggregate(sample.values, sample.levels)
+    means, medians, inner, unit_ids = _aggregate(sample.values, sample.levels)
     order = sample.order
     if not sample.explicit_order and inner is not None:
         # Row positions run across runs and nodes; a sample's place inside its own run is what
@@ -408,7 +422,7 @@ def _prepare(sample: _Sample, name: str, metric: str, unit_level: str) -> _Arm:
         order = pd.Series(inner).groupby(inner, sort=False).cumcount().to_numpy(dtype=np.float64)
     for c in _check_samples(sample.values, clusters=inner, order=order, name=name):
         caveats.append(Caveat(c.code, c.message, c.path or sample.label))
-    return _Arm(name, sample.label, sample.values, means, medians, tuple(caveats))
+    return _Arm(name, sample.label, sample.values, means, medians, tuple(caveats), unit_ids)
 
 
 # --- the statistics ------------------------------------------------------------------------------
@@ -538,11 +552,15 @@ def _hodges_lehmann(b: np.ndarray, c: np.ndarray, unit: str, s: _Settings, what:
                     base + ", Moses interval (large-sample Mann-Whitney order statistics)")
 
 
-def _decide(ratio: Interval, significant: bool, s: _Settings, higher_is_better: bool) -> str:
+def _decide(ratio: Interval, significant: bool, s: _Settings, higher_is_better: bool,
+            equivalent: bool | None = None) -> str:
+    """The verdict. ``equivalent`` (compare_many: the adjusted equivalence test) replaces the rule
+    that the interval lies inside (1 - threshold, 1 + threshold) when given."""
     if ratio.low is None or ratio.high is None:
         return "inconclusive"
     up, down = 1.0 + s.threshold, 1.0 - s.threshold
-    if s.threshold > 0 and ratio.low > down and ratio.high < up:
+    inside = ratio.low > down and ratio.high < up if equivalent is None else equivalent
+    if s.threshold > 0 and inside:
         return "no_change"
     if significant and (ratio.value > up or ratio.value < down):
         worse = ratio.value < 1.0 if higher_is_better else ratio.value > 1.0
@@ -584,8 +602,55 @@ def _extra_units(lr_est: float, vb: float, vc: float, nb: int, nc: int, s: _Sett
     return hi
 
 
+def _p_no_change(est: float, se: float, df: float, threshold: float) -> float | None:
+    """Two one-sided t tests against ratios 1 - threshold and 1 + threshold, as one p-value: it is
+    below alpha exactly when the (1 - alpha) interval lies inside the band."""
+    if threshold <= 0 or not se > 0:
+        return None
+    lo, hi = math.log1p(-threshold), math.log1p(threshold)
+    p_low = float(stats.t.sf((est - lo) / se, df))
+    p_high = float(stats.t.cdf((est - hi) / se, df))
+    return min(1.0, 2.0 * max(p_low, p_high))
+
+
+def _pairs(b: _Arm, c: _Arm, paired: bool | None) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+    """Unit means of the units in both arms, aligned, and how many units each arm leaves out; None
+    when the arms are not to be paired (``paired`` False, no shared units, or too few for ``None``)."""
+    if paired is False or b.unit_ids is None or c.unit_ids is None:
+        return None
+    shared, ib, ic = np.intersect1d(b.unit_ids, c.unit_ids, return_indices=True)
+    k = len(shared)
+    if k < PAIRED_MIN_UNITS or (paired is None and (k < PAIRED_MIN_SHARE * b.units or k < PAIRED_MIN_SHARE * c.units)):
+        return None
+    bm, cm = b.unit_means[ib], c.unit_means[ic]
+    if (bm <= 0).any() or (cm <= 0).any():
+        return None
+    return bm, cm, b.units - k, c.units - k
+
+
+def _paired_intervals(bm: np.ndarray, cm: np.ndarray, s: _Settings, unit: str, design: str, what: str
+                      ) -> tuple[_LogRatio, Interval, Interval, float]:
+    """Paired t on the per-unit log ratios (ratio: their geometric mean) and on the differences."""
+    d = np.log(cm) - np.log(bm)
+    k = len(d)
+    var = float(d.var(ddof=1))
+    lr = _LogRatio(float(d.mean()), math.sqrt(var / k), float(k - 1), var / 2.0, var / 2.0)
+    log_ci = _t_interval(lr, s.confidence)
+    scale = _scale_of(bm, cm)
+    dd = (cm - bm) / scale
+    q = float(stats.t.ppf(0.5 + s.confidence / 2, k - 1))
+    half = q * float(dd.std(ddof=1)) / math.sqrt(k)
+    mean_d = float(dd.mean())
+    detail = f"paired t over the {design} ({k - 1} df)"
+    ratio = Interval(math.exp(lr.estimate), math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio",
+                     f"geometric mean of candidate/baseline per {what}; {detail}")
+    difference = Interval(mean_d * scale, (mean_d - half) * scale, (mean_d + half) * scale, unit,
+                          f"mean candidate − baseline per {what}; {detail}")
+    return lr, ratio, difference, float(2 * stats.t.sf(abs(lr.estimate / lr.se), lr.df)) if lr.se > 0 else 1.0
+
+
 def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction, s: _Settings,
-                  unit_level: str) -> Comparison:
+                  unit_level: str, paired: bool | None = None) -> Comparison:
     what = unit_level if unit_level != "sample" else "sample"
     arm_caveats: dict[str, list[Caveat]] = {b.name: list(b.caveats), c.name: list(c.caveats)}
     blockers: list[Caveat] = []
@@ -609,6 +674,15 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     ratio_value = c.mean / b.mean if ratio_ok else math.nan
     diff_value = c.mean - b.mean
     lr: _LogRatio | None = None
+    pair = None if blockers or s.method == "bootstrap" else _pairs(b, c, paired)
+    if pair is not None and float(np.ptp(np.log(pair[1]) - np.log(pair[0]))) == 0.0:
+        pair = None  # every unit moved by exactly the same ratio: no paired noise estimate
+    if paired is True and pair is None and not blockers:
+        arm_caveats[c.name].append(Caveat("not_paired", f"a paired analysis needs at least {PAIRED_MIN_UNITS} {what}s "
+                                          "in both arms with positive means; the arms were compared as independent",
+                                          None))
+    if pair is not None:
+        return _paired_comparison(b, c, pair, metric, unit, direction, s, unit_level, what, arm_caveats)
     if not blockers:
         lr = _LogRatio.of(b.unit_means, c.unit_means)
         if lr.se == 0:
@@ -687,7 +761,35 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     return Comparison(
         metric, unit, direction.higher_is_better, direction.reason, unit_level, b.n, c.n, b.units, c.units,
         baseline, candidate, ratio, difference, hl, p_value, mde, verdict, extra, method_id, s.threshold,
-        s.confidence, s.power, tuple(caveats))
+        s.confidence, s.power, tuple(caveats), p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold))
+
+
+def _paired_comparison(b: _Arm, c: _Arm, pair: tuple[np.ndarray, np.ndarray, int, int], metric: str, unit: str,
+                       direction: Direction, s: _Settings, unit_level: str, what: str,
+                       arm_caveats: dict[str, list[Caveat]]) -> Comparison:
+    """The comparison over the units both arms measured, each against itself."""
+    bm, cm, left_b, left_c = pair
+    k = len(bm)
+    caveats = [*arm_caveats[b.name], *arm_caveats[c.name]]
+    if left_b or left_c:
+        caveats.append(Caveat("unpaired_units_left_out", f"{left_b} baseline and {left_c} candidate {what}s appear in "
+                              f"one arm only and are left out of the paired comparison of the {k} in both", None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        baseline = _arm_summary(b, unit, s, what)
+        candidate = _arm_summary(c, unit, s, what)
+        hl = _hodges_lehmann(b.unit_medians, c.unit_medians, unit, s, what)
+    lr, ratio, difference, p_value = _paired_intervals(bm, cm, s, unit, f"{k} {what}s in both arms", what)
+    crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
+    mde = math.expm1(crit * lr.se)
+    significant = ratio.low > 1.0 or ratio.high < 1.0
+    verdict = _decide(ratio, significant, s, direction.higher_is_better)
+    extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, k, k, s) if verdict == "inconclusive" else None
+    return Comparison(
+        metric, unit, direction.higher_is_better, direction.reason, unit_level, b.n, c.n, b.units, c.units,
+        baseline, candidate, ratio, difference, hl, p_value, mde, verdict, extra, "paired_t_log_ratio", s.threshold,
+        s.confidence, s.power, tuple(caveats), p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
+        paired_units=k)
 
 
 def _unit(metric: str, *samples: _Sample) -> str:
@@ -703,7 +805,7 @@ def _unit(metric: str, *samples: _Sample) -> str:
 def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequence[str] = (),
             higher_is_better: bool | None = None, threshold: float = 0.02, confidence: float = 0.95,
             power: float = 0.8, seed: int = 0, method: str = "auto", order_by: str | None = None,
-            labels: tuple[str, str] = ("baseline", "candidate")) -> Comparison:
+            labels: tuple[str, str] = ("baseline", "candidate"), paired: bool | None = None) -> Comparison:
     """Compare ``metric`` between two arms of samples; see the module docstring for the method.
 
     ``baseline``/``candidate``: a pyarrow Table or pandas DataFrame with the metric column and the
@@ -712,6 +814,12 @@ def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequenc
     does not say). ``method``: "auto" (the Welch t interval; see the module docstring), "t" or "bootstrap". ``order_by``: a
     column giving the samples' order (step, ts_ns) for the warm-up and drift checks; the row order
     otherwise. ``labels`` name the arms in errors and caveats (the CLI passes the file paths).
+
+    ``paired``: None (default) pairs the arms when the same units (the first ``cluster_by`` level:
+    nodes, configurations) appear in both, at least ``PAIRED_MIN_UNITS`` of them and at least half of
+    each arm's units; the test is then a paired t on each unit's log ratio, which removes the
+    between-unit spread that an independent comparison has to carry. True asks for it (a caveat
+    says when it cannot be done), False never pairs.
 
     Raises ``InputError`` for what the caller must fix (missing or non-numeric column, an empty arm,
     an unknown direction); degenerate data (one unit, constant values) gives ``inconclusive`` with
@@ -722,10 +830,31 @@ def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequenc
     direction = resolve_direction(metric, higher_is_better, path=labels[1])
     sb = _sample(baseline, metric, cluster_by, order_by, labels[0])
     sc = _sample(candidate, metric, cluster_by, order_by, labels[1])
+    sb, sc = _shared_unit_codes(baseline, candidate, cluster_by, sb, sc)
     unit_level = cluster_by[0] if cluster_by else "sample"
     b = _prepare(sb, "baseline", metric, unit_level)
     c = _prepare(sc, "candidate", metric, unit_level)
-    return _compare_arms(b, c, metric, _unit(metric, sb, sc), direction, s, unit_level)
+    return _compare_arms(b, c, metric, _unit(metric, sb, sc), direction, s, unit_level, paired)
+
+
+def _column_values(data: Data, col: str) -> pd.Series:
+    if isinstance(data, pd.DataFrame):
+        return data[col].reset_index(drop=True)
+    arr = data[col]
+    return pd.Series(arr.to_pylist() if isinstance(arr, pa.ChunkedArray | pa.Array) else list(arr), dtype=object)
+
+
+def _shared_unit_codes(baseline: Data, candidate: Data, cluster_by: Sequence[str], sb: _Sample, sc: _Sample
+                       ) -> tuple[_Sample, _Sample]:
+    """The outermost cluster level coded over both arms at once, so a node has one code in each."""
+    if not cluster_by:
+        return sb, sc
+    col = cluster_by[0]
+    both = pd.concat([_column_values(baseline, col), _column_values(candidate, col)], ignore_index=True)
+    codes, _ = pd.factorize(both, use_na_sentinel=True)
+    codes = codes.astype(np.int64, copy=False)
+    nb = len(sb.values)
+    return (replace(sb, levels=(codes[:nb], *sb.levels[1:])), replace(sc, levels=(codes[nb:], *sc.levels[1:])))
 
 
 def _group_index(data: Data, group_by: Sequence[str]) -> dict[tuple, np.ndarray]:
@@ -761,13 +890,18 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
                    cluster_by: Sequence[str] = (), higher_is_better: bool | None | Mapping[str, bool] = None,
                    threshold: float = 0.02, confidence: float = 0.95, power: float = 0.8, seed: int = 0,
                    method: str = "auto", order_by: str | None = None,
-                   labels: tuple[str, str] = ("baseline", "candidate")) -> list[Comparison]:
+                   labels: tuple[str, str] = ("baseline", "candidate"), paired: bool | None = None
+                   ) -> list[Comparison]:
     """The typed results behind ``compare_many``: one ``Comparison`` per (group, metric), BH-adjusted.
 
     Verdicts use the Benjamini–Hochberg adjusted p-values (``scipy.stats.false_discovery_control``)
     over every comparison that produced a p-value, so at most a fraction 1 − confidence of the
-    regressions and improvements reported are expected to be false. A group with too little data in
-    one arm becomes an ``inconclusive`` row with a caveat instead of stopping the others.
+    regressions and improvements reported are expected to be false. ``no_change`` is judged the same
+    way: each comparison's equivalence p-value (two one-sided t tests against ±threshold; below alpha
+    exactly when its interval lies inside the band) is BH-adjusted over the comparisons, so at most
+    that fraction of the no_change verdicts are expected to hide a change beyond the threshold. A
+    group with too little data in one arm becomes an ``inconclusive`` row with a caveat instead of
+    stopping the others. ``paired`` as in ``compare``, per group.
     """
     s = _settings(threshold, confidence, power, seed, method)
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
@@ -783,8 +917,9 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
         given = higher_is_better.get(m) if isinstance(higher_is_better, Mapping) else higher_is_better
         directions[m] = resolve_direction(m, given, path=labels[1])
     unit_level = cluster_by[0] if cluster_by else "sample"
-    samples = {m: (_sample(baseline, m, cluster_by, order_by, labels[0], group_by),
-                   _sample(candidate, m, cluster_by, order_by, labels[1], group_by)) for m in metrics}
+    samples = {m: _shared_unit_codes(baseline, candidate, cluster_by,
+                                     _sample(baseline, m, cluster_by, order_by, labels[0], group_by),
+                                     _sample(candidate, m, cluster_by, order_by, labels[1], group_by)) for m in metrics}
     groups_b, groups_c = _group_index(baseline, group_by), _group_index(candidate, group_by)
     keys = list(groups_b) + [k for k in groups_c if k not in groups_b]
     results: list[Comparison] = []
@@ -805,25 +940,32 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
                 try:
                     b = _prepare(sb.take(ib), "baseline", m, unit_level)
                     c = _prepare(sc.take(ic), "candidate", m, unit_level)
-                    comp = _compare_arms(b, c, m, unit, directions[m], s, unit_level)
+                    comp = _compare_arms(b, c, m, unit, directions[m], s, unit_level, paired)
                 except InputError as exc:
                     comp = _empty_comparison(m, unit, directions[m], s, unit_level,
                                              Caveat("unusable_group", f"{where}: {exc.cause}", exc.path),
                                              len(ib), len(ic))
             results.append(replace(comp, group=group))
     tested = [i for i, r in enumerate(results) if r.p_value is not None]
+    equiv = [i for i in tested if results[i].p_no_change is not None]
+    eq_adjusted: dict[int, float] = {}
+    if equiv:
+        eq = stats.false_discovery_control([results[i].p_no_change for i in equiv], method="bh")
+        eq_adjusted = {i: float(p) for i, p in zip(equiv, eq, strict=True)}
     if tested:
         adjusted = stats.false_discovery_control([results[i].p_value for i in tested], method="bh")
         for i, p_adj in zip(tested, adjusted, strict=True):
             r = results[i]
-            verdict = _decide(r.ratio, float(p_adj) < s.alpha, s, r.higher_is_better)
+            p_eq = eq_adjusted.get(i)
+            verdict = _decide(r.ratio, float(p_adj) < s.alpha, s, r.higher_is_better,
+                              equivalent=p_eq is not None and p_eq < s.alpha)
             extra = r.extra_units_needed
             if verdict == "inconclusive" and extra is None and r.verdict != "inconclusive":
                 # Significant alone but not after adjustment: plan from the same noise.
                 lr = math.log(r.ratio.value)
                 se_units = _planning_variances(r)
                 extra = _extra_units(lr, *se_units, r.units_baseline, r.units_candidate, s) if se_units else None
-            results[i] = replace(r, p_adjusted=float(p_adj), verdict=verdict,
+            results[i] = replace(r, p_adjusted=float(p_adj), verdict=verdict, p_no_change_adjusted=p_eq,
                                  extra_units_needed=extra if verdict == "inconclusive" else None)
     return results
 
