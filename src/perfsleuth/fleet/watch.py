@@ -334,7 +334,10 @@ def watch_store(root: Path, options: WatchOptions | None = None, *, now_ns: int 
     data_until = max(table["date"].to_pylist()) if table.num_rows else None
     raised_peek = stored_rows(store.root, store.manifest.parts("alerts"), "alerts").to_pylist()
     caveats: list[Caveat] = []
-    if not keys or keys == ("cluster",):
+    if not all_series:
+        caveats.append(Caveat("nothing_to_watch", f"no stored run measures {o.metric} (a trace alone gives no tokens: "
+                                                  "ingest with --dims tokens_per_step=, or watch --metric step_time_ns)"))
+    elif not keys or keys == ("cluster",):
         caveats.append(Caveat("series_without_workload", "the records carry no workload or model dimension: every run of "
                                                          "a cluster is one series"))
     fresh: list[Alert] = []
