@@ -42,9 +42,9 @@ def _format_choices(cmd) -> tuple[str, ...]:
 
 
 def _kind(p) -> str:
-    """What an option takes: 'choice' for an enum, else its annotation ('list[str]', Path, bool...)."""
+    """What an option takes: 'word' for one string or a choice of them, else its annotation ('list[str]', Path...)."""
     ann = p.type_descriptor.annotation
-    return "choice" if isinstance(ann, type) and issubclass(ann, Enum) else str(ann)
+    return "word" if ann is str or (isinstance(ann, type) and issubclass(ann, Enum)) else str(ann)
 
 
 def test_an_option_name_has_one_type_and_arity_in_every_verb():

@@ -81,6 +81,16 @@ class PageFormat(StrEnum):
     html = "html"
 
 
+def _set_progress(value: bool | None) -> None:
+    from perfsleuth import progress
+
+    progress.configure(value)
+
+
+ShowProgress = Annotated[bool | None, typer.Option(
+    "--progress/--quiet", callback=_set_progress, expose_value=False,
+    help="progress on stderr: --progress always, --quiet never (default: only when stderr is a terminal)")]
+
 _FORMAT_HELP = "text for people, json for machines, md for a ticket, html for one self-contained page"
 
 
@@ -144,13 +154,16 @@ def analyze(
     placement: Annotated[str | None, typer.Option(
         help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
              "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
     _require(*paths)
+    from perfsleuth import progress
     from perfsleuth.api import analyze as run_analysis
 
     try:
-        report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement)
+        with progress.task(f"analysing {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''}"):
+            report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement)
     except PerfsleuthError as exc:
         _fail(exc)
     _emit(report, format, out)
@@ -315,6 +328,7 @@ def ingest(
     run_id: Annotated[str | None, typer.Option(help="the run's id (one PATH only; default: the trace's, else the PATH's name)")] = None,
     format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """Add jobs to the fleet store (Parquet, partitioned by date and cluster); content already stored is skipped."""
     _require(*paths)
@@ -333,12 +347,16 @@ def diff(
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """Which kernels, collectives and phases made CANDIDATE's steps slower (or faster) than BASELINE's."""
     _require(baseline, candidate)
+    from perfsleuth import progress
     from perfsleuth.commands.diff_cmd import diff_command
 
-    raise typer.Exit(diff_command(baseline, candidate, format.value, out, top, threshold, method, workers))
+    with progress.task(f"comparing {baseline.name} with {candidate.name}"):
+        status = diff_command(baseline, candidate, format.value, out, top, threshold, method, workers)
+    raise typer.Exit(status)
 
 
 @app.command()
@@ -406,13 +424,17 @@ def fleet_report(
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[2])")] = None,
     bootstrap: Annotated[int, typer.Option(help="bootstrap resamples for the culprits' selection frequency")] = 20,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    _progress: ShowProgress = None,
 ) -> None:
     """Write the fleet page: GPU-hours and cost lost per cause, the trend and its change points, culprits with evidence."""
+    from perfsleuth import progress
     from perfsleuth.commands.fleet_cmd import fleet_report_command
 
-    raise typer.Exit(fleet_report_command(out, store=store, records=records, baseline=baseline, current=current,
-                                          price_per_gpu_hour=price_per_gpu_hour, currency=currency, engine=engine,
-                                          master=master, bootstrap=bootstrap, seed=seed))
+    with progress.task("writing the fleet page"):
+        status = fleet_report_command(out, store=store, records=records, baseline=baseline, current=current,
+                                      price_per_gpu_hour=price_per_gpu_hour, currency=currency, engine=engine,
+                                      master=master, bootstrap=bootstrap, seed=seed)
+    raise typer.Exit(status)
 
 
 cases_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
@@ -430,13 +452,17 @@ def cases_make(
                                               "inference, or all (classes balanced across them)")] = "trace",
     from_real: Annotated[Path | None, typer.Option("--from-real", help="instead of simulating: transform the real "
                                                    "Kineto traces in this folder (job folders or trace files)")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs), or with
     --from-real DIR transform real traces with faults of known size."""
+    from perfsleuth import progress
     from perfsleuth.commands.cases_cmd import cases_make as run
     from perfsleuth.commands.cases_cmd import cases_make_real
 
-    raise typer.Exit(cases_make_real(from_real, out, seed) if from_real is not None else run(out, n, seed, workers, sources))
+    with progress.task(f"making cases in {out}"):
+        status = cases_make_real(from_real, out, seed) if from_real is not None else run(out, n, seed, workers, sources)
+    raise typer.Exit(status)
 
 
 @cases_app.command("add")
@@ -461,12 +487,16 @@ def evaluate(
     = PageFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """Score the diagnosis on labeled cases: per-class F1, confusion, misleading findings, calibration."""
     _require(*cases)
+    from perfsleuth import progress
     from perfsleuth.commands.evaluate_cmd import evaluate_command
 
-    raise typer.Exit(evaluate_command(cases, format.value, out, workers))
+    with progress.task(f"evaluating the cases under {', '.join(c.name for c in cases[:3])}"):
+        status = evaluate_command(cases, format.value, out, workers)
+    raise typer.Exit(status)
 
 
 @app.command()
@@ -475,12 +505,16 @@ def signals(
     format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    _progress: ShowProgress = None,
 ) -> None:
     """Which signals to collect first: what each signal group buys in diagnosis quality, against its cost."""
     _require(*cases)
+    from perfsleuth import progress
     from perfsleuth.commands.signals_cmd import signals_command
 
-    raise typer.Exit(signals_command(cases, format.value, out, workers))
+    with progress.task(f"ablating signal groups over the cases under {', '.join(c.name for c in cases[:3])}"):
+        status = signals_command(cases, format.value, out, workers)
+    raise typer.Exit(status)
 
 
 @app.command()

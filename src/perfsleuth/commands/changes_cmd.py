@@ -22,6 +22,7 @@ from perfsleuth.report.escape import terminal_block
 from perfsleuth.stats.changes import ChangeReport, changes
 
 SCHEMA = "perfsleuth.changes/1"
+FORMATS = ("text", "json", "md", "html")
 QUIET_SERIES_SHOWN = 0  # in text, series without a change are counted, not listed, when there are several
 
 
@@ -32,13 +33,13 @@ def changes_command(file: Path, metric: str | None, time_col: str | None, series
         doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha)
     except PerfsleuthError as exc:
         return fail(str(exc))
-    return deliver_doc(doc, text, format, out)
+    return deliver_doc(doc, text, format, out, title=f"perfsleuth changes · {doc['metric']} · {Path(file).name}")
 
 
 def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str,
          alpha: float) -> tuple[dict[str, Any], str]:
-    if format not in ("text", "json"):
-        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if format not in FORMATS:
+        raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")
     if not 0 < alpha < 1:
         raise InputError(None, f"--alpha must be between 0 and 1, got {alpha}")
     history = _step_log_history(path)

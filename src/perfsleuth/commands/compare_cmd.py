@@ -18,15 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from perfsleuth.commands.output import STDOUT, fail, is_stdout, write_output
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.ingest.tables import pick_metric, read_table, require_columns
-from perfsleuth.report.escape import json_document
+from perfsleuth.report.escape import json_document, terminal_text
+from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.report.text_pages import page
 from perfsleuth.report.text_report import make_console, safe
 from perfsleuth.stats.compare import Comparison, compare, compare_groups
@@ -199,10 +198,9 @@ def _render_one(r: Comparison, ctx: dict[str, Any], console: Console) -> None:
         return num(x)
 
     in_unit = f" ({unit})" if unit and unit not in ("ratio", "fraction") else ""
-    t = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for col in ("", f"mean{in_unit}", f"{r.confidence:.0%} CI", f"median{in_unit}", f"{r.confidence:.0%} CI",
-                f"{r.unit_of_independence} CV"):
-        t.add_column(safe(col, 60), justify="left" if not col else "right", no_wrap=True)
+    t = FitTable([Col("", left=True), *(Col(terminal_text(col, 60)) for col in (
+        f"mean{in_unit}", f"{r.confidence:.0%} CI", f"median{in_unit}", f"{r.confidence:.0%} CI",
+        f"{r.unit_of_independence} CV"))])
     for name, arm in (("baseline", r.baseline), ("candidate", r.candidate)):
         t.add_row(name, plain(arm.mean.value), _ci(arm.mean.low, arm.mean.high, plain), plain(arm.median.value),
                   _ci(arm.median.low, arm.median.high, plain), _pct(arm.unit_cv, signed=False))
@@ -229,23 +227,23 @@ def _render_many(results: Sequence[Comparison], ctx: dict[str, Any], console: Co
                        f"{counts['no_change']} no change, {counts['inconclusive']} inconclusive; threshold "
                        f"±{ctx['threshold']:.0%}; verdicts use Benjamini-Hochberg adjusted p-values (false discoveries "
                        f"≤ {1 - results[0].confidence:.0%} of the effects reported)." if results else "nothing compared"))
-    t = Table(box=box.SIMPLE_HEAD, show_edge=False)
     group_cols = list(ctx["group_by"])
-    for col in (*group_cols, "metric", "verdict", "effect", f"{results[0].confidence:.0%} CI" if results else "CI",
-                "p", "p adj", "units b/c", "more units", "caveats"):
-        t.add_column(col, justify="right" if col in ("effect", "p", "p adj", "units b/c", "more units") else "left",
-                     no_wrap=col != "caveats", min_width=12 if col == "caveats" else None)
+    names = {*group_cols, "metric", "caveats"}
+    t = FitTable([Col(terminal_text(col, 60), numeric=col not in names, left=col == "verdict")
+                  for col in (*group_cols, "metric", "verdict", "effect",
+                              f"{results[0].confidence:.0%} CI" if results else "CI", "p", "p adj", "units b/c",
+                              "more units", "caveats")])
     ordered = sorted(results, key=lambda r: (_ORDER[r.verdict], r.p_adjusted if r.p_adjusted is not None else 2.0))
     for r in ordered:
         group = dict(r.group)
         ci = _ci(None if r.ratio.low is None else r.ratio.low - 1, None if r.ratio.high is None else r.ratio.high - 1,
                  _pct)
-        t.add_row(*[safe(group.get(g), 40) for g in group_cols], safe(r.metric, 40),
+        t.add_row(*[safe(group.get(g), 200) for g in group_cols], safe(r.metric, 200),
                   Text(r.verdict + (" *" if r.verdict_trust == "caveated" else ""), style=_STYLE[r.verdict]),
                   _pct(r.relative_effect), ci, _p(r.p_value), _p(r.p_adjusted),
                   f"{r.units_baseline}/{r.units_candidate}",
                   f"{r.extra_units_needed:,}" if r.extra_units_needed else "",
-                  safe(", ".join(sorted({c.code for c in r.caveats})), 60))
+                  safe(", ".join(sorted({c.code for c in r.caveats})), 400))
     console.print(t)
     if any(r.verdict_trust == "caveated" for r in results):
         console.print(Text("* caveated: the samples failed a quality check or were degenerate; see below."))

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
 from perfsleuth.commands.case_verbs import emit, run_on_cases
 from perfsleuth.report.escape import json_document
 from perfsleuth.report.evaluation_html import render_evaluation_html
+from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.report.text_report import safe
 
 FORMATS = ("text", "json", "html")
@@ -64,20 +63,15 @@ def render_text(report: EvaluationReport, console: Console) -> None:
     console.print(f"  macro F1 {_f(macro, 3)}   micro precision {_f(micro['precision'], 3)}  recall "
                   f"{_f(micro['recall'], 3)}  F1 {_f(micro['f1'], 3)}")
 
-    t = Table(box=box.SIMPLE_HEAD, title="Per class", title_justify="left")
-    for col in ("fault", "expected", "TP", "FP", "FN", "precision", "recall", "F1"):
-        t.add_column(col, justify="left" if col == "fault" else "right")
+    t = FitTable([Col("fault", numeric=False), "expected", "TP", "FP", "FN", "precision", "recall", "F1"], title="Per class")
     for s in report.per_class.values():
-        t.add_row(safe(s.fault, 30), str(s.support), str(s.tp), str(s.fp), str(s.fn), _f(s.precision), _f(s.recall),
+        t.add_row(safe(s.fault, 200), str(s.support), str(s.tp), str(s.fp), str(s.fn), _f(s.precision), _f(s.recall),
                   Text(_f(s.f1), style="red" if s.f1 < 0.75 else ""))
     console.print(t)
 
     labels = report.confusion_labels
     short = [SHORT.get(lab, lab[:6]) for lab in labels]
-    c = Table(box=box.SIMPLE_HEAD, title="Confusion (rows: expected, columns: answer; · = 0)", title_justify="left")
-    c.add_column("")
-    for s in short:
-        c.add_column(s, justify="right")
+    c = FitTable([Col("", left=True), *short], title="Confusion (rows: expected, columns: answer; · = 0)")
     for lab, row in zip(labels, report.confusion, strict=True):
         c.add_row(safe(SHORT.get(lab, lab), 24), *[Text(str(v) if v else "·", style="bold" if v and lab == col else "")
                                    for v, col in zip(row, labels, strict=True)])
@@ -85,10 +79,8 @@ def render_text(report: EvaluationReport, console: Console) -> None:
     console.print(Text("  " + ", ".join(f"{SHORT.get(lab, lab[:6])} = {lab}" for lab in labels if lab != "none"), style="dim"))
 
     cal = report.calibration
-    k = Table(box=box.SIMPLE_HEAD, title=f"Calibration ({cal.n} findings): ECE {_f(cal.ece, 3)}, Brier {_f(cal.brier, 3)}",
-              title_justify="left")
-    for col in ("confidence", "findings", "mean confidence", "accuracy"):
-        k.add_column(col, justify="right")
+    k = FitTable(("confidence", "findings", "mean confidence", "accuracy"),
+                 title=f"Calibration ({cal.n} findings): ECE {_f(cal.ece, 3)}, Brier {_f(cal.brier, 3)}")
     for b in cal.bins:
         if b.count:
             k.add_row(f"[{b.low:.1f}, {b.high:.1f}{']' if b.high >= 1 else ')'}", str(b.count), _f(b.mean_confidence), _f(b.accuracy))

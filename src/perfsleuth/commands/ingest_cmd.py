@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsleuth import progress
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.store import manifest as manifests
@@ -41,7 +42,11 @@ def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (),
             pass
     except (PerfsleuthError, OSError) as exc:
         return fail(str(exc))
-    outcomes = [_ingest_one(root, path, flag_dims, run_id) for path in map(Path, paths)]
+    outcomes = []
+    with progress.task(f"ingesting {len(paths)} job{'s' if len(paths) != 1 else ''}", total=len(paths)) as advance:
+        for path in map(Path, paths):
+            outcomes.append(_ingest_one(root, path, flag_dims, run_id))
+            advance(1)
     doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes,
            "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}}
     status = deliver_doc(doc, _text(doc), format, out)

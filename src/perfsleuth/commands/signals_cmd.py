@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from perfsleuth.cases.ablation import MATTERS, AblationReport, ablate
 from perfsleuth.commands.case_verbs import emit, run_on_cases
 from perfsleuth.report.escape import json_document
+from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.report.text_report import safe
 
 FORMATS = ("text", "json")
@@ -44,13 +43,8 @@ def render_text(report: AblationReport, console: Console) -> None:
     base = report.baseline.macro_f1
     console.print(f"[bold]Which signals to collect first[/] — leave-one-out over {len(report.baseline.cases)} cases; "
                   f"macro F1 with every signal: {base:.3f}" if base is not None else "no scored class in these cases")
-    t = Table(box=box.SIMPLE_HEAD)
-    t.add_column("#", justify="right")
-    t.add_column("signal group")
-    t.add_column("macro F1 lost", justify="right")
-    t.add_column("overhead GPU-/launch-bound", justify="right")
-    t.add_column("trace KB/step", justify="right")
-    t.add_column(f"classes it decides (F1 lost >= {MATTERS})", overflow="fold")
+    t = FitTable(["#", Col("signal group", numeric=False), "macro F1\nlost", "overhead GPU-\n/launch-bound",
+                  "trace KB/\nstep", Col(f"classes it decides (F1 lost >= {MATTERS})", numeric=False)])
     ranked = report.ranking()
     for i, v in enumerate(ranked, 1):
         losses = list(v.class_losses.items())

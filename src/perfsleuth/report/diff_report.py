@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from perfsleuth.model import Interval
 from perfsleuth.report.escape import html_text, markdown_text
-from perfsleuth.report.text_report import safe
+from perfsleuth.report.fit_table import Col, FitTable
+from perfsleuth.report.text_report import KERNEL_NAME_CHARS, safe
 from perfsleuth.trace.diff import ATTRIBUTION, DiffRow, PhaseRow, TraceDiff
 
 _WORD = {"regression": "slower", "improvement": "faster", "no_change": "no change", "inconclusive": "inconclusive"}
@@ -28,7 +27,7 @@ def _ms(ns: float | None, signed: bool = False) -> str:
 def _interval_ms(iv: Interval) -> str:
     if iv.low is None or iv.high is None:
         return "no interval"
-    return f"{_ms(iv.low, True)}…{_ms(iv.high, True)}"
+    return f"{_ms(iv.low, True)} to {_ms(iv.high, True)}"
 
 
 def _pct(x: float | None) -> str:
@@ -84,19 +83,14 @@ def render_text(d: TraceDiff, console: Console, top: int = 15) -> None:
                                 f", {d.candidate.ranks} ranks, {d.candidate.n_steps} steps)"))
     console.print(Text(headline(d), style="bold"))
     for title, groups in (("Phases (the step-time breakdown)", d.phases), ("Classes", d.classes)):
-        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-        for h in _GROUP_HEADERS:
-            t.add_column(h, justify="left" if not h else "right")
+        t = FitTable([Col(h, numeric=bool(h), left=h == "verdict") for h in _GROUP_HEADERS], title=title)
         for p in groups:
-            t.add_row(safe(p.phase, 40), *_group_cells(p))
+            t.add_row(safe(p.phase, 200), *_group_cells(p))
         console.print(t)
-    t = Table(title=f"Top {min(top, len(d.rows))} of {len(d.rows)} rows by change (ms per step)", title_justify="left",
-              box=box.SIMPLE_HEAD)
-    for h in _ROW_HEADERS:
-        t.add_column(h, justify="left" if h in ("row", "match", "verdict") else "right",
-                     min_width=24 if h == "row" else None, overflow="fold", no_wrap=h not in ("row",))
+    t = FitTable([Col(h, numeric=h != "row", left=h in ("match", "verdict")) for h in _ROW_HEADERS],
+                 title=f"Top {min(top, len(d.rows))} of {len(d.rows)} rows by change (ms per step)")
     for r in d.rows[:top]:
-        t.add_row(safe(r.match.row, 60), *_row_cells(r))
+        t.add_row(safe(r.match.row, KERNEL_NAME_CHARS), *_row_cells(r))
     console.print(t)
     for note in _notes(d):
         console.print(note)

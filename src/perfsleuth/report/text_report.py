@@ -7,13 +7,14 @@ stripped so nothing from an input reaches the terminal as an escape sequence.
 
 from __future__ import annotations
 
-from rich import box
+import os
+
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.report.escape import terminal_text
+from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
 
@@ -31,10 +32,16 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+KERNEL_NAME_CHARS = 300  # a kernel name wraps in its column up to this; only a longer one is cut
+
+
 def make_console(file=None) -> Console:
-    """A console for reports: real terminal width on a TTY, 120 columns into files and pipes."""
+    """A console for reports: the terminal's width on a TTY, ``COLUMNS`` when it is set, else 120
+    columns into files and pipes."""
     probe = Console(file=file)
-    return Console(file=file, highlight=False, width=None if probe.is_terminal else 120)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else (None if probe.is_terminal else 120)
+    return Console(file=file, highlight=False, width=width)
 
 
 def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
@@ -42,10 +49,8 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
     console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
                                 safe(run.get("gpu_sku") or "GPU unknown"), " · ", safe(ranks_phrase(run))))
 
-    t = Table(title="Where step time goes (share of step time, per rank)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
-                "memcpy", "idle", "idle\nhost", "idle\nsync"):
-        t.add_column(col, justify="right", no_wrap=True)
+    t = FitTable(("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
+                  "memcpy", "idle", "idle\nhost", "idle\nsync"), title="Where step time goes (share of step time, per rank)")
     for r in analysis.rank_summary():
         b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
         whole = r["steps"] == 0  # no ProfilerStep: one window, the whole trace, not a step
@@ -68,15 +73,14 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
         console.print(f"  Had rank {rep.straggler} run at the median rank's speed: step {_ms(st.value)} ms → {_ms(cf.value)} ms{ci}.")
 
     if analysis.top_kernels.num_rows:
-        k = Table(title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-        for col in ("kernel", "class", "count", "total ms", "share"):
-            k.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
+        k = FitTable((Col("kernel", numeric=False), "class", "count", "total ms", "share"),
+                     title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")")
         first = analysis.top_kernels["rank"][0].as_py()
         for row in analysis.top_kernels.to_pylist():
             if row["rank"] != first:
                 continue
-            k.add_row(safe(row["name"], 60), row["kernel_class"], str(row["count"]), _ms(row["total_ns"]), _pct(row["share"]))
+            k.add_row(safe(row["name"], KERNEL_NAME_CHARS), row["kernel_class"], f"{row['count']:,}", _ms(row["total_ns"]),
+                      _pct(row["share"]))
         console.print(k)
         for row in analysis.top_kernels.to_pylist():  # Nsight Compute's verdict on a kernel (diagnose.ncu_join)
             if row["rank"] == first and row.get("ncu"):
