@@ -37,7 +37,8 @@ def _sim(d: Path, stall_ns: int | None, seed: int = 3) -> dict:
 def sim(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("sim")
     truths = {name: _sim(root / name, stall, seed) for name, stall, seed in
-              (("bad", 2_000_000, 3), ("fixed", None, 3), ("half", 1_000_000, 3), ("unfixed", 2_000_000, 4))}
+              (("bad", 2_000_000, 3), ("fixed", None, 3), ("half", 1_000_000, 3), ("unfixed", 2_000_000, 4),
+               ("fixed4", None, 4))}
     sides = {name: resolve_side(str(root / name), workers=1) for name in truths}
     return {"root": root, "truth": truths, "sides": sides}
 
@@ -65,6 +66,22 @@ def test_no_fix_is_not_validated(sim: dict) -> None:
     v = verify_sides(sim["sides"]["bad"], sim["sides"]["unfixed"], diff=False)
     assert v.verdict == "not_validated" and v.fault_in_after == "present"
     assert v.measured.low < 0.05 < v.predicted.value
+
+
+def test_several_store_runs_a_side_make_runs_the_units(sim: dict, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for name in ("bad", "unfixed", "fixed", "fixed4"):
+        res = runner.invoke(app, ["ingest", str(sim["root"] / name), "--store", str(store), "--run-id", name,
+                                  "--dims", "cluster=sim,date=2026-03-01"])
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["verify", "bad,unfixed", "fixed,fixed4", "--store", str(store), "--no-diff", "-f", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["step_time"]["unit_of_independence"] == "run_id" and doc["step_time"]["units_baseline"] == 2
+    saved = [1 - sim["truth"][k]["faults"][0]["impact"]["step_time_without_ns"] / sim["truth"][k]["faults"][0]["impact"]
+             ["step_time_ns"] for k in ("bad", "unfixed")]
+    m = doc["measured_saving"]
+    assert m["low"] <= float(np.mean(saved)) <= m["high"] and "runs as units" in m["method"]
+    assert doc["verdict"] == "validated" and res.exit_code == 0
 
 
 def test_the_verdict_rules_on_their_edges() -> None:
