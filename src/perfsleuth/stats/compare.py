@@ -41,6 +41,7 @@ This module does not read files (``perfsleuth.ingest.tables`` does) or print (``
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -70,6 +71,10 @@ MAX_EXTRA_UNITS = 1_000_000
 # configurations) appear in both arms and they are at least this share of each arm's units.
 PAIRED_MIN_UNITS = 3
 PAIRED_MIN_SHARE = 0.5
+# A level named like a position (step 3 of one run is not step 3 of another) is never paired
+# automatically: equal labels there do not mean the same unit.
+POSITION_LEVEL = re.compile(r"(^|_)(step|iter|iteration|epoch|batch|index|idx|ts|time|sample|row|seq)s?(_ns|_ms|_s)?$",
+                            re.I)
 
 VERDICTS = ("regression", "improvement", "no_change", "inconclusive")
 METHODS = ("auto", "t", "bootstrap")
@@ -817,9 +822,10 @@ def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequenc
 
     ``paired``: None (default) pairs the arms when the same units (the first ``cluster_by`` level:
     nodes, configurations) appear in both, at least ``PAIRED_MIN_UNITS`` of them and at least half of
-    each arm's units; the test is then a paired t on each unit's log ratio, which removes the
-    between-unit spread that an independent comparison has to carry. True asks for it (a caveat
-    says when it cannot be done), False never pairs.
+    each arm's units, and the level is not named like a position (``step``, ``iteration``: step 3 of
+    one run is not step 3 of another); the test is then a paired t on each unit's log ratio, which
+    removes the between-unit spread that an independent comparison has to carry. True asks for it
+    (a caveat says when it cannot be done), False never pairs.
 
     Raises ``InputError`` for what the caller must fix (missing or non-numeric column, an empty arm,
     an unknown direction); degenerate data (one unit, constant values) gives ``inconclusive`` with
@@ -834,7 +840,12 @@ def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequenc
     unit_level = cluster_by[0] if cluster_by else "sample"
     b = _prepare(sb, "baseline", metric, unit_level)
     c = _prepare(sc, "candidate", metric, unit_level)
-    return _compare_arms(b, c, metric, _unit(metric, sb, sc), direction, s, unit_level, paired)
+    return _compare_arms(b, c, metric, _unit(metric, sb, sc), direction, s, unit_level, _pairing(paired, unit_level))
+
+
+def _pairing(paired: bool | None, unit_level: str) -> bool | None:
+    """``paired`` with automatic pairing switched off for a position-like level (step, iteration)."""
+    return False if paired is None and POSITION_LEVEL.search(unit_level) else paired
 
 
 def _column_values(data: Data, col: str) -> pd.Series:
@@ -940,7 +951,7 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
                 try:
                     b = _prepare(sb.take(ib), "baseline", m, unit_level)
                     c = _prepare(sc.take(ic), "candidate", m, unit_level)
-                    comp = _compare_arms(b, c, m, unit, directions[m], s, unit_level, paired)
+                    comp = _compare_arms(b, c, m, unit, directions[m], s, unit_level, _pairing(paired, unit_level))
                 except InputError as exc:
                     comp = _empty_comparison(m, unit, directions[m], s, unit_level,
                                              Caveat("unusable_group", f"{where}: {exc.cause}", exc.path),
