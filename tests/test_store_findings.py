@@ -132,7 +132,11 @@ def test_lost_gpu_hours_per_class_are_impact_times_gpu_hours_with_quadrature_int
     assert o.runs_diagnosed == 12
 
 
-def test_an_empty_findings_table_gives_an_empty_page_section(duck) -> None:
+def test_a_store_without_diagnoses_says_so_on_the_page(duck) -> None:
     schema = pa.schema([*FINDINGS, pa.field("date", pa.string()), pa.field("cluster", pa.string())])
     o = fleet_outcomes(engine.table(duck, schema.empty_table()))
     assert o.costs == () and o.missing == () and o.runs_diagnosed == 0
+    from perfsleuth.report.fleet_outcomes_html import render_outcomes
+
+    page = render_outcomes(o, 2.0, "USD")  # a store of records only: said, not shown as "every class assessed"
+    assert "No diagnosis is stored" in page and "Every fault class was assessed" not in page

@@ -87,6 +87,11 @@ def render_outcomes(o: Any, price: float, currency: str) -> str:
     """The sections, or nothing when the page has no outcomes (a records file, not a store)."""
     if o is None:
         return ""
+    if not o.runs_diagnosed:
+        return ('<h2 id="causes">Causes: GPU-hours lost per fault class</h2><p class="note">No diagnosis is stored for '
+                f"the runs in {esc(o.window)} (records written without one, or ingested by a perfsleuth that did not keep "
+                "findings): ingest the jobs again to see their causes, the signals they lacked and verified fixes.</p>"
+                + ('<h2 id="verdicts">Fixes verified</h2>' + _verdicts(o) if o.verdicts else ""))
     parts = ['<h2 id="causes">Causes: GPU-hours lost per fault class</h2>',
              f'<p class="note">From the diagnoses of {o.runs_diagnosed:,} runs ({_num(o.gpu_hours_diagnosed)} GPU-hours) '
              f"in {esc(o.window)}: impact × each run's GPU-hours; 95% intervals combine the runs' impact intervals.</p>"]
