@@ -143,6 +143,9 @@ def residual_ar1(r: np.ndarray, cap: float = 0.95) -> float:
     return 0.0 if den == 0 or len(r) < 3 else float(np.clip(np.dot(r[1:], r[:-1]) / den, 0.0, cap))
 
 
+LOG_SPAN = 2.0  # a positive history whose max is at least this many times its min is fitted in logs
+
+
 class PiecewiseLinear:
     """Splits of a piecewise-linear fit that explain more than ``beta * sigma^2 * VIF * ln n``.
 
@@ -162,6 +165,8 @@ class PiecewiseLinear:
         from scipy.ndimage import median_filter
 
         x = np.asarray(stat.x if hasattr(stat, "x") else stat, dtype=float)
+        if LOG_SPAN and float(x.min()) > 0 and float(x.max()) >= LOG_SPAN * float(x.min()):
+            x = np.log(x)  # growth over several-fold is multiplicative: a steady growth rate is a line in logs
         n = len(x)
         sigma = fine_noise_sd(x)
         if n < 2 * self.min_size or sigma <= 0:

@@ -260,6 +260,15 @@ def _settles(seg: np.ndarray, towards: float, inflation: float) -> bool:
     return p < WARMUP_TREND_P and np.sign(rho) == np.sign(towards - float(np.median(seg)))
 
 
+def _decays(distance: np.ndarray) -> bool:
+    """The distance from the steady level shrinks over the head: its first half averages at least 1.5x
+    its second half (a flat early level, the history before a step, does not)."""
+    if len(distance) < 2:
+        return False
+    half = len(distance) // 2
+    return float(distance[:half].mean()) >= 1.5 * float(distance[half:].mean())
+
+
 def _warmup_region(cps: list[int], n: int) -> int:
     """End of the first regime: the first change point after a stretch of at least ``STEADY_MIN``
     points (change points inside a warm-up come after short stretches); the whole series if none."""
@@ -293,6 +302,8 @@ def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha:
                                    and not _settles(head[bounds[-2]:bounds[-1]], steady, inflation)):
             bounds.pop()
         w = bounds[-1] if len(bounds) > 1 else 0
+    elif not _decays(np.abs(head - steady)):
+        return 0  # too short a head to test for a trend: it must at least come closer to the steady level
     if w == 0:
         return 0
     sd = _robust_noise_sd(values[w:])
