@@ -349,6 +349,133 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     return batch if valid.all() else batch.filter(pa.array(valid))
 
 
+def _native_int(values: np.ndarray, tags: np.ndarray, strings: list[str], rows: np.ndarray | None, n: int,
+                unread: Unread | None, name: str, bigs: list[int] = ()) -> pa.Array:  # type: ignore[assignment]
+    """An int64 column from the native reader's cells, as ``int_column``/``_subset_int`` read the same
+    values: strings (labels such as ``"stream 7"``) parsed where they are numbers, uncounted;
+    integers beyond int64 null and counted in ``unread``; null outside ``rows`` (None: every row)."""
+    ok = tags == 1
+    out = values
+    if (tags == 2).any():
+        lut = [int64_or_none(s) for s in strings]
+        parsed = np.array([-1 if v is None else v for v in lut] + [-1], dtype=np.int64)
+        good = np.array([v is not None for v in lut] + [False])
+        code = np.where(tags == 2, values, len(lut))
+        out = np.where(tags == 2, parsed[code], values)
+        ok = ok | good[code]
+    if rows is not None:
+        inside = np.zeros(n, dtype=bool)
+        inside[rows] = True
+        ok &= inside
+    else:
+        inside = None
+    big = tags >= 3 if inside is None else (tags >= 3) & inside  # beyond int64 (3: up to uint64, 4: beyond)
+    if unread is not None and big.any():
+        i = int(np.argmax(big))
+        unread.add(name, int(big.sum()), int(values[i].astype(np.uint64)) if tags[i] == 3 else bigs[int(values[i])])
+    return pa.array(np.where(ok, out, 0), pa.int64(), mask=~ok)
+
+
+def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
+                  unread: Unread | None = None) -> pa.RecordBatch | None:
+    """One Arrow batch from the native reader's columns (``kineto_native``): the same derivation as
+    ``_chunk_batch`` gives the oracle's decoded events, done on whole columns."""
+    from perfsleuth.ingest.kineto_native import dict_column, str_or_null
+
+    n = c["n"]
+    if not n:
+        return None
+    strings = c["strings"]
+    cat = dict_column(c["cat"], strings["cat"])
+    kind_lut = np.array([_KIND_CODE.get(kinds[v], -1) if kinds[v] else -1 for v in strings["cat"]] + [-1])
+    kind = kind_lut[np.where(c["cat"] >= 0, c["cat"], len(kind_lut) - 1)]
+    ts = pa.array(c["ts"], pa.float64(), mask=~c["ts_ok"])
+    dur = pa.array(c["dur"], pa.float64(), mask=~c["dur_ok"])
+    is_mem = kind == _MEMORY
+    ts_ok = c["ts_ok"].copy()
+    dur_ok = c["dur_ok"] | is_mem
+    dropped[0] += int(((kind >= 0) & ~(ts_ok & dur_ok)).sum())
+    ts_ok, dur_ok = plausible_times(ts, dur, kind >= 0, ts_ok, dur_ok & ~is_mem, unread)
+    valid = (kind >= 0) & ts_ok & (dur_ok | is_mem)
+    names = dict_column(c["name"], strings["name"])
+    kind = _profiler_steps_as_annotations(kind, names)
+    ints, tags = c["int"], c["tag"]
+    coll_codes = c["str"]["Collective name"]
+    name_ops = [colls[v] for v in strings["name"]]
+    op_vocab = sorted(set(name_ops) - {""})
+    op_code_of_name = np.array([op_vocab.index(o) if o else -1 for o in name_ops] + [-1], dtype=np.int32)
+    row_op = op_code_of_name[np.where(c["name"] >= 0, c["name"], len(op_code_of_name) - 1)]
+    is_kernel = kind == _KERNEL
+    has_arg = coll_codes >= 0
+    kind = np.where(is_kernel & ((row_op >= 0) | has_arg), _COLLECTIVE, kind)
+    row_op = np.where(is_kernel, row_op, -1)
+    coll_rows = np.flatnonzero(has_arg)
+    if len(coll_rows):
+        used, first = np.unique(coll_codes[coll_rows], return_index=True)
+        lut = np.zeros(len(strings["Collective name"]), dtype=np.int32)
+        for code in used[np.argsort(first, kind="stable")].tolist():
+            norm = normalise_collective(strings["Collective name"][code])
+            if norm not in op_vocab:
+                op_vocab.append(norm)
+            lut[code] = op_vocab.index(norm)
+        row_op[coll_rows] = lut[coll_codes[coll_rows]]
+    coll_op = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row_op, 0), pa.int32(), mask=row_op < 0),
+                                             pa.array(op_vocab or [""], pa.string()))
+    gpu_side = np.isin(kind, _GPU_SIDE_CODES)
+    gpu_rows = np.flatnonzero(gpu_side)
+
+    def arg(key: str, rows: np.ndarray | None, name: str) -> pa.Array:
+        return _native_int(ints[key], tags[key], strings.get(key, []), rows, n, unread, name, c["bigs"])
+
+    pid = _native_int(c["pid"], c["pid_tag"], strings["pid"], None, n, unread, "pid", c["bigs"]).fill_null(-1).to_numpy()
+    tid = _native_int(c["tid"], c["tid_tag"], strings["tid"], None, n, unread, "tid", c["bigs"]).fill_null(-1).to_numpy()
+    dev = arg("device", gpu_rows, "args.device").fill_null(-1).to_numpy()
+    device = np.where(gpu_side, np.where(dev >= 0, dev, pid), -1)
+    mem_rows = np.flatnonzero(is_mem)
+    if len(mem_rows):
+        device[mem_rows] = arg("Device Id", mem_rows, "args.mem_device_id").fill_null(-1).to_numpy()[mem_rows]
+    device = np.where((device >= -1) & (device <= INT32_MAX), device, -1)
+    st = arg("stream", gpu_rows, "args.stream").fill_null(-1).to_numpy()
+    stream = np.where(gpu_side, np.where(st >= 0, st, tid), -1)
+    ext = arg("External id", None, "args.External id")
+    if ext.null_count:  # PyTorch 1.7-1.8 wrote "external id" on GPU events, "External id" on host ones
+        legacy_rows = np.flatnonzero(tags["External id"] == 0)
+        ext = pc.coalesce(ext, arg("external id", legacy_rows, "args.external id"))
+    byte_rows = np.flatnonzero(np.isin(kind, _BYTES_CODES))
+    nbytes = arg("bytes", byte_rows, "args.bytes")
+    if len(mem_rows):
+        mem_bytes = arg("Bytes", mem_rows, "args.mem_bytes")
+        nbytes = pc.if_else(pa.array(is_mem), mem_bytes, nbytes)
+    ts_us = np.where(ts_ok, c["ts"], 0.0)
+    dur_us = np.where(dur_ok, np.where(c["dur_ok"], c["dur"], 0.0), 0.0)
+    sarg = c["str"]
+    cols = {
+        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), _KIND_DICT),
+        "category": cat,
+        "name": names,
+        "device": pa.array(device, pa.int32()),
+        "stream": pa.array(stream, pa.int64()),
+        "tid": pa.array(np.where(gpu_side, -1, tid), pa.int64()),
+        "ts_ns": pa.array(us_to_ns(ts_us)),
+        "dur_ns": pa.array(np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)),
+        "correlation": arg("correlation", None, "args.correlation").fill_null(-1),
+        "external_id": ext.fill_null(-1),
+        "bytes": nbytes,
+        "mem_allocated_bytes": arg("Total Allocated", mem_rows, "args.mem_total_allocated"),
+        "mem_reserved_bytes": arg("Total Reserved", mem_rows, "args.mem_total_reserved"),
+        "coll_op": coll_op,
+        "coll_group": str_or_null(sarg["Process Group Name"], strings["Process Group Name"], coll_rows),
+        "coll_group_ranks": str_or_null(sarg["Process Group Ranks"], strings["Process Group Ranks"], coll_rows),
+        "coll_group_size": _int32(arg("Group size", coll_rows, "args.group_size")),
+        "coll_seq": arg("Seq", coll_rows, "args.seq"),
+        "coll_in_nelems": arg("In msg nelems", coll_rows, "args.in_msg_nelems"),
+        "coll_out_nelems": arg("Out msg nelems", coll_rows, "args.out_msg_nelems"),
+        "coll_dtype": str_or_null(sarg["dtype"], strings["dtype"], coll_rows),
+    }
+    batch = pa.RecordBatch.from_pydict(cols)
+    return batch if valid.all() else batch.filter(pa.array(valid))
+
+
 def plausible_times(ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray,
                      unread: Unread | None) -> tuple[np.ndarray, np.ndarray]:
     """``ts_ok``/``dur_ok`` less the times no clock gives (beyond 2100 as epoch ns, not finite) and the
@@ -430,13 +557,30 @@ class EventNumbers:
                        "trace)", str(path))]
 
 
-def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
+def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: int | None = None) -> RankFile:
     """Decode one Kineto file into an events table (without run_id/rank columns yet).
+
+    The native reader (``kineto_native``) streams the file in blocks of ``block_bytes`` of text (its
+    default when None): its memory is one block plus the rank's columns."""
+    from perfsleuth.ingest import kineto_native
+
+    path = Path(path)
+    memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
+    parsed = kineto_native.parse_file(path, block_bytes or kineto_native.BLOCK_BYTES)
+    dropped, unread = [0], Unread()
+    batch = _native_batch(parsed.cols, _KindCache(), CollectiveOpCache(), dropped, unread)
+    numbered = EventNumbers(parsed.ev_count, parsed.ev_low, parsed.ev_high)
+    return _rank_file(path, single_file, parsed.stream, parsed.lenient, [batch] if batch is not None else [],
+                      numbered, dropped[0], unread)
+
+
+def read_rank_file_oracle(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
+    """The typed msgspec reader that ``read_rank_file`` replaced: kept as the tests' oracle only.
 
     ``block_bytes`` of JSON text are decoded at a time; the Python objects of one block (about
     1 KB per event) are the reader's transient memory, so it stays small."""
     path = Path(path)
-    memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
+    memory_guard.check_fits(path)
     lenient = fmt.LenientEvents()
     stream = ChromeTraceStream(path, fmt.DECODER, lenient, block_bytes=block_bytes)
     kinds, colls = _KindCache(), CollectiveOpCache()
@@ -449,9 +593,15 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
             batches.append(batch)
         numbered.add(chunk.events)
         chunk.events.clear()
+    return _rank_file(path, single_file, stream, lenient, batches, numbered, dropped[0], unread)
+
+
+def _rank_file(path: Path, single_file: bool, stream: ChromeTraceStream, lenient: fmt.LenientEvents, batches: list[pa.RecordBatch],
+               numbered: EventNumbers, dropped: int, unread: Unread) -> RankFile:
+    """The rank file's table and caveats, whichever reader decoded it."""
     caveats: list[Caveat] = numbered.caveats(path)
-    if dropped[0]:
-        caveats.append(Caveat("events_missing_fields", f"{dropped[0]} complete events had no ts or dur and were skipped", str(path)))
+    if dropped:
+        caveats.append(Caveat("events_missing_fields", f"{dropped} complete events had no ts or dur and were skipped", str(path)))
     if stream.bad_events:
         first_index, why = stream.bad_events[0]
         caveats.append(Caveat("events_malformed", f"{len(stream.bad_events)} events could not be read and were skipped "
