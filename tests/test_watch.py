@@ -104,3 +104,33 @@ def test_cli_emits_json_lines_openmetrics_and_an_exit_status(store_after_first_r
     assert again.exit_code == 0 and "perfsleuth_watch_new_alerts 0" in again.stdout
     bad = runner.invoke(app, ["watch", "--store", str(root), "--metric", "no_such_column"])
     assert bad.exit_code == 2 and "no_such_column" in bad.stderr
+
+
+def test_the_fleet_demo_history_raises_its_slow_rack_from_its_day_and_nothing_before(tmp_path: Path) -> None:
+    """The simulator ``perfsleuth demo --fleet`` uses (one rack 35% slower from day 18), replayed days 11-22: every
+    alert names the rack and dates the change to its day (± 1); the series that run mostly on the rack (>= 50% of
+    their runs, 6-8 runs a day) are raised by the next day; nothing is raised before the change."""
+    from dataclasses import replace
+
+    from perfsleuth.cases.fleet_history import FleetHistory, fleet_history, write_history_store
+
+    h = FleetHistory()
+    history, root = fleet_history(h), tmp_path / "store"
+    write_history_store(history, root, replace(h, days=11))
+    raised = []
+    for day in range(11, h.change_day + 5):
+        write_history_store(history, root, replace(h, days=day + 1), first_day=day)
+        raised += [(day, a) for a in watch_store(root).alerts]
+    changed = h.start + dt.timedelta(days=h.change_day)
+    assert raised and all(day >= h.change_day for day, _ in raised)
+    for _, a in raised:
+        assert abs((dt.date.fromisoformat(a.change_day) - changed).days) <= 1
+        assert [dict(c.element) for c in a.culprits][:1] == [{"rack": h.bad_rack}]
+    rows = history.to_pandas()
+    on_rack = rows.assign(bad=rows["rack"] == h.bad_rack).groupby(["model", "cluster", "tp", "pp"])
+    share, per_day = on_rack["bad"].mean(), on_rack.size() / h.days
+    mostly = {k for k in share.index if share[k] >= 0.5 and per_day[k] >= 6}
+    assert len(mostly) == 2  # llama-8b (60% on the rack) and llama-70b tp8 pp2 (50%)
+    first = {_series(a): day for day, a in raised}
+    assert all(first.get(k, 99) <= h.change_day + 1 for k in mostly), first
+    assert len(first) == len(raised)  # each raised once

@@ -386,9 +386,9 @@ def verify(
 def watch(
     store: Annotated[Path, typer.Option(help="the fleet store to watch (state is kept in it)")],
     metric: Annotated[str, typer.Option(help="records column to watch")] = "tokens_per_s_per_gpu",
-    alpha: Annotated[float, typer.Option(help="false-alarm rate of the change-point test, per series and watch")] = 0.001,
+    alpha: Annotated[float, typer.Option(help="false-alarm rate of the change-point test, per series and watch")] = 0.01,
     threshold: Annotated[float, typer.Option(help="smallest regression that alerts (0.05 = 5%)")] = 0.05,
-    lookback_days: Annotated[int, typer.Option(help="changes starting this many days before the newest run are new")] = 3,
+    lookback_days: Annotated[int, typer.Option(help="changes starting this many days before the newest run are new")] = 14,
     dedupe_days: Annotated[int, typer.Option(help="a change this close to one already raised for the series is the same")] = 3,
     format: Annotated[str, typer.Option("--format", "-f", help="jsonl (one alert a line), json, openmetrics or text")] = "jsonl",
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,

@@ -45,10 +45,10 @@ class WatchOptions:
     """How the watch decides; the defaults suit daily runs of a few nodes per series."""
 
     metric: str = "tokens_per_s_per_gpu"
-    alpha: float = 0.001
+    alpha: float = 0.01
     min_size: int = 8
     threshold: float = 0.05
-    lookback_days: int = 3
+    lookback_days: int = 14
     dedupe_days: int = 3
     baseline_days: int = 7
     bootstrap: int = 0
