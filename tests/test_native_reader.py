@@ -1,0 +1,162 @@
+"""The native Kineto reader against the msgspec reader it replaced (kept as ``read_rank_file_oracle``).
+
+Every trace file of the tests (tests/data/**, ../shared/data/traces when present) must decode to the
+same rank file: the same events (values, dictionaries decoded), caveats, metadata, rank and span, or
+the same error. The analysis is a pure function of those rank files, so the analysis JSON is then
+identical too; a few whole jobs check that end to end through ``api.analyze``.
+
+One deliberate difference: ``external_id``. PyTorch 1.7-1.8 wrote ``"external id"`` on GPU events and
+``"External id"`` on host events; the oracle chose one key per 2 MB chunk, so a kernel in a chunk that
+also held host events lost its id (-1), depending on where the chunk was cut. The native reader takes
+each event's own key. Where the oracle has an id, both agree.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from perfsleuth.errors import InputError
+from perfsleuth.ingest import kineto
+
+ROOT = Path(__file__).resolve().parent
+SHARED = ROOT.parents[1] / "shared" / "data" / "traces"
+
+
+def _trace_files() -> list[Path]:
+    roots = [ROOT / "data"] + ([SHARED] if SHARED.is_dir() else [])
+    files = sorted(p for r in roots for p in r.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    return [p for p in files if kineto.detect(p)]
+
+
+FILES = _trace_files()
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """Dictionary columns as their values (dictionary order is an encoding detail, not a result)."""
+    return pa.table({n: (c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c) for n, c in zip(t.column_names, t.columns,
+                                                                                                            strict=True)})
+
+
+def _read(fn, path: Path):  # noqa: ANN001, ANN202
+    try:
+        return fn(path)
+    except InputError as exc:
+        return exc
+
+
+def _assert_same_rank_file(path: Path) -> None:
+    new, old = _read(kineto.read_rank_file, path), _read(kineto.read_rank_file_oracle, path)
+    if isinstance(old, InputError) or isinstance(new, InputError):
+        assert isinstance(new, InputError) and isinstance(old, InputError), (path, new, old)
+        assert new.path == old.path
+        return
+    assert (new.rank, new.rank_source, new.span_ns) == (old.rank, old.rank_source, old.span_ns)
+    assert new.metadata == old.metadata
+    assert new.caveats == old.caveats
+    assert new.events.schema == old.events.schema
+    assert _plain(new.events.drop_columns(["external_id"])).equals(_plain(old.events.drop_columns(["external_id"])))
+    ext_new, ext_old = new.events["external_id"], old.events["external_id"]
+    assert pc.all(pc.or_(pc.equal(ext_old, -1), pc.equal(ext_new, ext_old))).as_py() in (True, None)
+
+
+def test_the_test_traces_are_found() -> None:
+    assert len(FILES) >= 40  # tests/data alone holds ~90 Kineto-format files; an empty list would pass vacuously
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_test_trace_decodes_as_the_oracle_decodes_it(path: Path) -> None:
+    _assert_same_rank_file(path)
+
+
+def test_legacy_external_ids_are_kept_per_event(tmp_path: Path) -> None:
+    """Hand-built: a host op with "External id" and a kernel with the old "external id" in one chunk."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"External id": 7}},
+              {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 2,
+               "args": {"stream": 7, "correlation": 3, "external id": 7}}]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    assert kineto.read_rank_file(p).events["external_id"].to_pylist() == [7, 7]
+    assert kineto.read_rank_file_oracle(p).events["external_id"].to_pylist() == [7, -1]  # the oracle's chunk-wide choice
+
+
+def test_blocks_that_cut_events_and_strings_anywhere_give_the_same_table(tmp_path: Path) -> None:
+    """4 KB blocks (and odd sizes) cut inside strings, escapes and nested args: the same table as one block."""
+    raw = gzip.decompress((ROOT / "data" / "real_traces" / "hta_gpu_user_annotation_step"
+                           / "step_based_trace_2543932.json.gz").read_bytes())
+    p = tmp_path / "rank-0.json"
+    p.write_bytes(raw)
+    whole = kineto.read_rank_file(p, block_bytes=1 << 30)
+    for size in (4096, 4099, 65537):
+        small = kineto.read_rank_file(p, block_bytes=size)
+        assert small.events.to_pylist() == whole.events.to_pylist()
+        assert small.caveats == whole.caveats
+
+
+def _odd_events() -> list:
+    return [
+        {"ph": "X", "cat": "kernel", "name": 'gemm "q" \\ {}[],\u00e9\u4e2d', "pid": 0, "tid": "stream 7", "ts": 1.5, "dur": 2,
+         "args": {"stream": "7", "correlation": 11, "Input Dims": [[1, 2], []], "x": {"y": "]}"}}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 1, "dur": 0.5,
+         "args": {"correlation": 11, "External id": "5"}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 3, "dur": 1, "args": {"device": 2**64, "stream": 2**70}},
+        {"ph": "X", "cat": "kernel", "name": "nccl:all_reduce", "pid": 0, "tid": 7, "ts": 6, "dur": 1,
+         "args": {"stream": 7, "Collective name": "allreduce", "Process Group Ranks": [0, 1, 2], "dtype": "Float", "Seq": 3}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 7,
+         "args": {"Bytes": 512, "Total Allocated": 1024, "Device Id": 0}},
+    ]
+
+
+def test_escapes_and_odd_values_are_read_as_the_oracle_reads_them(tmp_path: Path) -> None:
+    """Strings with escapes and braces, string streams and tids, a string where an int belongs, ints
+    beyond int64 and uint64, an args that is not an object, an event that is not an object."""
+    events = [*_odd_events(), {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 4, "dur": 1, "args": 5}, 7]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "H100"}]}))
+    _assert_same_rank_file(p)
+    got = kineto.read_rank_file(p)
+    assert {c.code for c in got.caveats} >= {"events_malformed", "values_out_of_range"}
+    assert 'gemm "q" \\ {}[],\u00e9\u4e2d' in got.events["name"].to_pylist()
+    assert got.events["stream"].to_pylist()[:2] == [7, -1]  # "7" read as 7; a runtime call has no stream
+
+
+def test_nan_literals_are_read_as_the_oracle_reads_them(tmp_path: Path) -> None:
+    """Python's json.dumps writes NaN: read as missing, counted per key, first offset named."""
+    text = json.dumps({"traceEvents": _odd_events()}, allow_nan=True)
+    text = text.replace('"dur": 1,', '"dur": NaN,', 1).replace('"Seq": 3', '"Seq": Infinity').replace("[1, 2]", "[1, NaN]")
+    p = tmp_path / "rank-0.json"
+    p.write_text(text)
+    _assert_same_rank_file(p)
+    [msg] = [c.message for c in kineto.read_rank_file(p).caveats if c.code == "values_not_json"]
+    assert f"first at byte {text.index('NaN')}" in msg and "dur: 1" in msg and "Seq: 1" in msg and "[]: 1" in msg
+
+
+@pytest.mark.parametrize("text", ['{"traceEvents": [{"ph": "X"},]}', '{"traceEvents": [{"ph": "X"} {"ph": "X"}]}',
+                                  '{"traceEvents": [{"ph": "X", "ts": 1', '{"traceEvents": [{"ph": "X"}]', '[{"ph": "X"}] x'])
+def test_broken_arrays_are_errors_naming_the_file(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "rank-0.json"
+    p.write_text(text)
+    with pytest.raises(InputError) as err:
+        kineto.read_rank_file(p)
+    assert err.value.path == str(p)
+    with pytest.raises(InputError):
+        kineto.read_rank_file_oracle(p)
+
+
+JOBS = [d for d in ([SHARED / "nccl_parser_config", SHARED / "amd_trace", SHARED / "ns_resolution_trace"] if SHARED.is_dir() else [])
+        + [ROOT / "data" / "real_traces" / "param_dlrm_8rank_v100"] if d.is_dir()]
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)
+def test_whole_jobs_give_the_same_analysis_json(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfsleuth.api import analyze
+
+    new = analyze([job], workers=1).to_json()
+    monkeypatch.setattr(kineto, "read_rank_file", kineto.read_rank_file_oracle)
+    old = analyze([job], workers=1).to_json()
+    assert json.dumps(new, sort_keys=True, default=str) == json.dumps(old, sort_keys=True, default=str)
