@@ -17,11 +17,12 @@ from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.errors import Caveat
 from perfsleuth.ingest import read_trace_job, traces
 from perfsleuth.ingest.inputs import JobInputs, classify_inputs
+from perfsleuth.ingest.job_identity import software
 from perfsleuth.ingest.kineto import KinetoJob, RankFile, check_one_job, default_run_id, map_rank_files
 from perfsleuth.ingest.placement import Slot, TraceRank, build_placement, explicit_placement, read_placement_file, trace_rank
 from perfsleuth.ingest.source import SourceData
 from perfsleuth.model import RUNS
-from perfsleuth.report.json_report import analysis_to_json
+from perfsleuth.report.json_report import analysis_to_json, integer_ns
 from perfsleuth.trace.analysis import JobAnalysis, analyze_job, combine_ranks
 from perfsleuth.trace.job import RankView, TraceJob
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
@@ -44,7 +45,25 @@ class JobReport:
                           for s in self.sources]
         doc["placement"] = self.placement.to_pylist() if self.placement is not None else None
         doc["rank_telemetry"] = self.rank_telemetry.to_pylist() if self.rank_telemetry is not None else None
-        return doc
+        if isinstance(doc.get("run"), dict):
+            run = self.analysis.runs.to_pylist()[0] if self.analysis.runs.num_rows else {}
+            doc["run"]["software"] = software(run, dict(run.get("dims") or []))
+        return integer_ns(doc)
+
+    def findings_table(self) -> pa.Table:
+        """The findings and the not-assessed answers as one Arrow table (a row per fault class and
+        outcome, as the fleet store keeps them)."""
+        from perfsleuth.store.findings import findings_rows
+
+        runs = self.analysis.runs
+        workload = runs["workload"][0].as_py() if runs.num_rows else None
+        return findings_rows(self.diagnosis, run_id=self.analysis.run_id, workload=workload, gpu_seconds=None)
+
+    def _repr_html_(self) -> str:
+        """In a notebook, the report is its self-contained HTML page."""
+        from perfsleuth.report.html_report import render_html
+
+        return render_html(self.analysis, self.diagnosis)
 
 
 def load_trace_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> TraceJob:
@@ -183,3 +202,114 @@ def watch(store: str | Path, **options: Any):
     from perfsleuth.fleet.watch import watch_store
 
     return watch_store(Path(store), **options)
+
+
+# --- the other verbs, as functions (each is what its command computes, before rendering) --------
+
+
+def compare(baseline: str | Path, candidate: str | Path, metric: str | None = None, *, group_by: Sequence[str] = (),
+            cluster_by: Sequence[str] = (), threshold: float = 0.02, higher_is_better: bool | None = None) -> list:
+    """``perfsleuth compare``: one ``stats.compare.Comparison`` per metric (and group), with BH control
+    across them when there are several."""
+    from perfsleuth.commands.compare_cmd import run_compare
+
+    return run_compare(Path(baseline), Path(candidate), metric, list(group_by), list(cluster_by), threshold,
+                       higher_is_better)[0]
+
+
+def changes(file: str | Path, metric: str | None = None, *, time: str | None = None, series_by: Sequence[str] = (),
+            alpha: float = 0.01) -> dict[str, Any]:
+    """``perfsleuth changes``: the ``perfsleuth.changes/1`` document (schema ``schemas/changes.json``)."""
+    from perfsleuth.commands.changes_cmd import _run
+
+    return _run(Path(file), metric, time, list(series_by), "json", alpha)[0]
+
+
+def localize(file: str | Path, current: str, baseline: str, *, current_denominator: str | None = None,
+             baseline_denominator: str | None = None, workload_dims: Sequence[str] | None = None,
+             engine: str = "duckdb", bootstrap: int = 20, seed: int = 0) -> dict[str, Any]:
+    """``perfsleuth localize FILE``: the ``perfsleuth.localize/1`` document (schema ``schemas/localize.json``)."""
+    from perfsleuth.commands.localize_cmd import _run
+
+    return _run(Path(file), current, baseline, current_denominator, baseline_denominator, "json", engine,
+                workload_dims, bootstrap, seed, None)[0]
+
+
+def diff(baseline: Sequence[str | Path] | str | Path, candidate: Sequence[str | Path] | str | Path, *,
+         threshold: float = 0.02, method: str = "auto", workers: int | None = None):
+    """``perfsleuth diff``: a ``trace.diff.TraceDiff`` (``.to_json()`` is the ``perfsleuth.diff/1`` document)."""
+    from perfsleuth.trace.diff import diff_traces
+
+    def paths(p):
+        return [p] if isinstance(p, str | Path) else list(p)
+
+    return diff_traces(paths(baseline), paths(candidate), threshold=threshold, method=method, workers=workers)
+
+
+def ingest(paths: Sequence[str | Path], store: str | Path, *, dims: Sequence[str] = (), run_id: str | None = None) -> dict[str, Any]:
+    """``perfsleuth ingest``: add jobs to a fleet store; returns the ``perfsleuth.ingest/1`` summary.
+
+    Raises ``PerfsleuthError`` when a job failed (the others are stored)."""
+    import contextlib
+    import io
+    import json
+
+    from perfsleuth.commands.ingest_cmd import ingest_command
+    from perfsleuth.errors import InputError
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = ingest_command([Path(p) for p in paths], Path(store), list(dims), run_id, "json", None)
+    if status and not out.getvalue():
+        raise InputError(None, err.getvalue().strip().removeprefix("perfsleuth: error: "))
+    doc = json.loads(out.getvalue())
+    if status:
+        raise InputError(store, "; ".join(j["error"] for j in doc["jobs"] if j["status"] == "failed"))
+    return doc
+
+
+def evaluate(cases: Sequence[str | Path], *, workers: int | None = None):
+    """``perfsleuth evaluate``: a ``cases.evaluate.EvaluationReport`` over the case directories under ``cases``."""
+    from perfsleuth.cases.case import find_cases
+    from perfsleuth.cases.evaluate import evaluate as run
+
+    return run(find_cases([Path(c) for c in cases]), workers=workers)
+
+
+def signals(cases: Sequence[str | Path], *, workers: int | None = None):
+    """``perfsleuth signals``: a ``cases.ablation.AblationReport`` (what each signal group buys)."""
+    from perfsleuth.cases.ablation import ablate
+    from perfsleuth.cases.case import find_cases
+
+    return ablate(find_cases([Path(c) for c in cases]), workers=workers)
+
+
+def make_cases(out: str | Path, n: int = 100, *, seed: int = 0, workers: int | None = None) -> list[Path]:
+    """``perfsleuth cases make``: simulate ``n`` labelled trace cases under ``out``; their directories."""
+    from perfsleuth.cases.suite import make_suite
+
+    return make_suite(out, n, seed, workers=workers)
+
+
+def fleet_report(*, store: str | Path | None = None, records: str | Path | None = None, engine: str = "duckdb",
+                 bootstrap: int = 20, seed: int = 0, price_per_gpu_hour: float | None = None):
+    """``perfsleuth fleet report``: the fleet page's content (``fleet.report.FleetPage``; render it with
+    ``report.fleet_html.render_fleet_html``)."""
+    from perfsleuth import engine as engines
+    from perfsleuth.errors import InputError
+    from perfsleuth.fleet.report import build_fleet_page
+
+    if (store is None) == (records is None):
+        raise InputError(None, "give exactly one of store and records")
+    con = engines.connect(engine)
+    if store is not None:
+        from perfsleuth.store import Store
+
+        table, source = Store(Path(store)).records(con), str(store)
+    else:
+        table, source = engines.table(con, Path(records)), str(records)
+    return build_fleet_page(table, source=source, bootstrap=bootstrap, seed=seed, price_per_gpu_hour=price_per_gpu_hour)
+
+
+__all__ = ["JobReport", "analyze", "analyze_streaming", "analyze_traces", "changes", "compare", "diff", "evaluate",
+           "fleet_report", "ingest", "load_trace_job", "localize", "make_cases", "signals"]

@@ -118,11 +118,11 @@ def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
     if fmt is not OutputFormat.text:
         status = deliver(_render_document(report, fmt), out)
     elif is_stdout(out):
-        render(report.analysis, report.diagnosis, make_console())
+        render(report.analysis, report.diagnosis, make_console(), report.sources)
         status = 0
     else:
         buffer = io.StringIO()
-        render(report.analysis, report.diagnosis, make_console(buffer))
+        render(report.analysis, report.diagnosis, make_console(buffer), report.sources)
         status = deliver(buffer.getvalue(), out)
     if status:
         raise typer.Exit(status)

@@ -14,6 +14,7 @@ from pathlib import Path
 from perfsleuth.commands.output import deliver, deliver_doc, fail
 from perfsleuth.errors import PerfsleuthError
 from perfsleuth.report.diff_report import render_html, render_markdown, render_text
+from perfsleuth.report.json_report import integer_ns
 from perfsleuth.report.text_report import make_console
 from perfsleuth.trace.diff import diff_traces
 
@@ -31,7 +32,7 @@ def diff_command(baseline: Path, candidate: Path, format: str = "text", out: Pat
     except PerfsleuthError as exc:
         return fail(str(exc))
     if format == "json":
-        return deliver_doc(d.to_json(), "", "json", out)
+        return deliver_doc(integer_ns(d.to_json()), "", "json", out)
     if format == "md":
         return deliver(render_markdown(d, top), out)
     if format == "html":

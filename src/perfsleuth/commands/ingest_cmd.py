@@ -59,7 +59,11 @@ def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str |
         known = manifests.load(root).by_hash(sha)  # a peek without the lock: skip known content unread
         if known is not None and not find_damage(root, known.parts, deep=True):
             return _outcome(path, "skipped", known, _dims_note(known, path, flag_dims))
-        job = build_job(path, sha, flag_dims, run_id)
+        def taken(rid: str) -> bool:  # a run id another job's content already holds
+            owner = manifests.load(root).owner_of_run(rid)
+            return owner is not None and owner.sha256 != sha
+
+        job = build_job(path, sha, flag_dims, run_id, taken=taken)
         with StoreWriter(root) as writer:
             status, entry = writer.add(job)
         return _outcome(path, status, entry, list(job.notes) if status != "skipped" else [])

@@ -250,7 +250,10 @@ def _measured(keyed: ir.Table, source: str) -> tuple[ir.Table, list[Caveat]]:
     rows, left_out = int(row["rows"] or 0), int(row["left_out"] or 0)
     if rows and left_out == rows:
         raise InputError(source, f"none of the {rows} records has a finite {THROUGHPUT} (and GPU-seconds): there is "
-                                 "no throughput to chart", hint="the records' metric columns are empty or NaN")
+                                 "no throughput to chart",
+                         hint="a trace alone does not know how many tokens a step processes: ingest the jobs with "
+                              "--dims tokens_per_step=N (global batch x sequence length; or a tokens_per_step key in "
+                              "their dims.json), or with a step log that states its batch and sequence length")
     caveats = [Caveat("records-without-throughput", f"{left_out} of {rows} records have no finite {THROUGHPUT} or "
                       "GPU-seconds: they are left out of every number on this page")] if left_out else []
     return keyed.filter(ok), caveats

@@ -8,6 +8,7 @@ stripped so nothing from an input reaches the terminal as an escape sequence.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.text import Text
@@ -44,10 +45,21 @@ def make_console(file=None) -> Console:
     return Console(file=file, highlight=False, width=width)
 
 
-def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
+def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console, sources: Sequence = ()) -> None:
+    """The job's report; ``sources`` (the non-trace inputs, ``JobReport.sources``) get a section of their own."""
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
                                 safe(run.get("gpu_sku") or "GPU unknown"), " · ", safe(ranks_phrase(run))))
+    if sources:
+        from perfsleuth.report.sources_text import render_sources
+
+        render_sources(sources, console)
+    if analysis.steps.num_rows:
+        _render_trace(analysis, console)
+    _render_findings(analysis, diagnosis, console)
+
+
+def _render_trace(analysis: JobAnalysis, console: Console) -> None:
 
     t = FitTable(("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
                   "memcpy", "idle", "idle\nhost", "idle\nsync"), title="Where step time goes (share of step time, per rank)")
@@ -86,6 +98,9 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
             if row["rank"] == first and row.get("ncu"):
                 console.print(Text.assemble("  ncu ", safe(row["name"], 50), ": ", safe(row["ncu"], 200)), style="dim")
 
+
+
+def _render_findings(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
     console.print(Text("Findings", style="bold"))
     if not diagnosis.findings:
         console.print("  none above the reporting thresholds")
@@ -113,5 +128,10 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> Non
     if missing:  # what each needs is in --format json / md; here one line keeps the findings in view
         console.print(Text(f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
                            "--format json names the file that would decide each", style="dim"))
+    by_message: dict[str, list[str]] = {}  # one line per message: "no trace events" limits several checks
     for c in analysis.caveats:
-        console.print(safe(f"  caveat [{c.code}] {c.message}", None), style="yellow")
+        codes = by_message.setdefault(c.message, [])
+        if c.code not in codes:
+            codes.append(c.code)
+    for message, codes in by_message.items():
+        console.print(safe(f"  caveat [{', '.join(codes)}] {message}", None), style="yellow")

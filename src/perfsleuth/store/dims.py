@@ -20,12 +20,14 @@ from typing import Any
 import pyarrow as pa
 
 from perfsleuth.errors import InputError
+from perfsleuth.ingest.job_identity import software
 from perfsleuth.model import MAX_MEASUREMENT, RECORDS
 from perfsleuth.store.layout import check_date
 
 SIDECAR = "dims.json"
-KNOWN = ("cluster", "rack", "node", "gpu_sku", "driver", "cuda", "nccl", "backend", "framework", "model", "tp", "pp",
-         "dp", "ep", "batch", "global_batch", "precision", "seq_len", "world_size", "firmware", "source_format")
+KNOWN = ("cluster", "rack", "node", "gpu_sku", "driver", "cuda", "cuda_driver_api", "nccl", "backend", "framework", "model",
+         "workload", "tp", "pp", "dp", "ep", "batch", "global_batch", "precision", "seq_len", "world_size", "firmware",
+         "source_format")
 """The names perfsleuth itself fills or that the fleet simulator uses; others are welcome, these get spell-checked."""
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _STEPLOG_NAMES = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "seq_length": "seq_len",
@@ -129,9 +131,15 @@ def from_metadata(runs: pa.Table, source_meta: Iterable[Mapping[str, Any]]) -> d
     out: dict[str, str] = {}
     if runs.num_rows:
         row = runs.slice(0, 1).to_pylist()[0]
-        for key in ("gpu_sku", "driver", "cuda", "nccl", "backend", "world_size", "source_format"):
+        for key in ("gpu_sku", "nccl", "backend", "world_size", "source_format"):
             if row.get(key) not in (None, ""):
                 out[key] = str(row[key])
+        # a trace's "driver" is the CUDA version its driver API supports (13000), not the NVIDIA driver:
+        # both CUDA versions are stored readable, and "driver" is left to a source that states the NVIDIA one
+        versions = software(row)
+        for key, name in (("cuda_runtime", "cuda"), ("cuda_driver_api", "cuda_driver_api")):
+            if versions[key]:
+                out[name] = versions[key]
         for key, value in row.get("dims") or []:
             if key in KNOWN and value not in (None, ""):
                 out[key] = str(value)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.errors import InputError
+from perfsleuth.ingest.job_identity import default_run_id, unique_run_id, workload_name
 from perfsleuth.ingest.kineto import EPOCH_RANGE_NS, wall_clock_ns
 from perfsleuth.model import RECORDS, RUNS, SAMPLES, usable
 from perfsleuth.store import dims as dimensions
@@ -50,16 +51,23 @@ def content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None) -> JobData:
-    """Analyse the job at ``path`` and lay out its tables for the store."""
+def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None,
+              taken: Callable[[str], bool] | None = None) -> JobData:
+    """Analyse the job at ``path`` and lay out its tables for the store. Without ``run_id`` the run is
+    named after the trace or the job (``ingest.job_identity.default_run_id``), with its content hash
+    appended when ``taken`` says another job already has that name."""
     from perfsleuth.api import analyze
 
     report = analyze([path], run_id=run_id)
     analysis = report.analysis
-    rid = run_id or (analysis.run_id if analysis.ranks_with_gpu or analysis.steps.num_rows else None) \
-        or (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
+    traced = analysis.run_id if analysis.ranks_with_gpu or analysis.steps.num_rows else None
+    rid = run_id or default_run_id(traced, path)
+    if run_id is None and taken is not None:
+        rid = unique_run_id(rid, sha256, taken(rid))
     meta = [s.meta for s in report.sources]
     dims = {**dimensions.from_metadata(analysis.runs, meta), **dimensions.read_sidecar(path), **flag_dims}
+    traced_workload = analysis.runs["workload"][0].as_py() if analysis.runs.num_rows else None
+    workload = workload_name(dims, traced_workload, path)
     facts = workload_facts(dims, path)
     records = _records(report, dims, facts)
     notes = record_caveats(records)
@@ -74,11 +82,11 @@ def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str
     if cluster is None:
         notes.append("no cluster dimension (set --dims cluster= or a sidecar)")
     tables = {
-        "runs": _runs(analysis.runs, dims),
+        "runs": _runs(analysis.runs, dims, workload),
         "steps": analysis.steps,
         "records": records,
         "samples": _samples(report),
-        "findings": _findings(report, rid, dims, records),
+        "findings": _findings(report, rid, dims, records, workload),
     }
     tables = {name: _tagged(t, rid, date, cluster) for name, t in tables.items() if t is not None and t.num_rows}
     return JobData(sha256, str(path), (rid,), dims, tables, tuple(notes))
@@ -151,21 +159,20 @@ def _with_dims(records: pa.Table, dims: dict[str, str]) -> pa.Table:
     return conform(records, RECORDS).set_column(RECORDS.get_field_index("dims"), RECORDS.field("dims"), arr)
 
 
-def _runs(runs: pa.Table, dims: dict[str, str]) -> pa.Table:
+def _runs(runs: pa.Table, dims: dict[str, str], workload: str) -> pa.Table:
     own = dict(runs["dims"][0].as_py() or []) if runs.num_rows and runs["dims"][0].is_valid else {}
     arr = pa.array([sorted({**own, **dims}.items())] * runs.num_rows, RUNS.field("dims").type)
-    return conform(runs, RUNS).set_column(RUNS.get_field_index("dims"), RUNS.field("dims"), arr)
+    runs = conform(runs, RUNS).set_column(RUNS.get_field_index("dims"), RUNS.field("dims"), arr)
+    return runs.set_column(RUNS.get_field_index("workload"), RUNS.field("workload"),
+                           pa.array([workload] * runs.num_rows, pa.string()))
 
 
-def _findings(report, run_id: str, dims: Mapping[str, str], records: pa.Table) -> pa.Table:
+def _findings(report, run_id: str, dims: Mapping[str, str], records: pa.Table, workload: str) -> pa.Table:
     """The job's findings and not-assessed answers (``store.findings``), weighted by the run's GPU-seconds."""
     from perfsleuth.store.findings import findings_rows
 
     gpu_s = [v for v in records["gpu_seconds"].to_pylist() if v is not None] if records.num_rows else []
-    runs = report.analysis.runs
-    traced = runs["workload"][0].as_py() if runs.num_rows and "workload" in runs.column_names else None
-    return findings_rows(report.diagnosis, run_id=run_id, workload=dims.get("workload") or dims.get("model") or traced,
-                         gpu_seconds=sum(gpu_s) if gpu_s else None)
+    return findings_rows(report.diagnosis, run_id=run_id, workload=workload, gpu_seconds=sum(gpu_s) if gpu_s else None)
 
 
 def _samples(report) -> pa.Table | None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -218,6 +218,7 @@ class SideProfile:
     steps: pa.Table  # step, step_time_ns and the breakdown columns (means over ranks)
     names: dict[str, dict[str, int]]
     caveats: tuple[Caveat, ...] = ()
+    setup: dict[str, Any] = field(default_factory=dict)  # GPU, world size, readable versions (ingest.job_identity)
 
     @property
     def n_steps(self) -> int:
@@ -225,7 +226,7 @@ class SideProfile:
 
     def to_json(self) -> dict[str, Any]:
         return {"paths": self.label, "format": self.source_format, "run_id": self.run_id, "ranks": self.ranks,
-                "steps": self.n_steps}
+                "steps": self.n_steps, "setup": dict(self.setup)}
 
 
 def _measure_file(job: tuple[str, bool], fmt: str, plan: traces.Plan) -> list[tuple[RankFile, RankRows]]:
@@ -241,7 +242,7 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
     plan, caveats = traces.plan_ranks(fmt, files)
     per_file = map_rank_files(files, partial(_measure_file, fmt=fmt, plan=plan), workers=workers)
     pairs = [p for ranks in per_file for p in ranks]
-    _, more = check_one_job([p[0] for p in pairs])
+    world, more = check_one_job([p[0] for p in pairs])
     label = ", ".join(str(p) for p in paths)
     results = [p[1] for p in pairs]
     steps = pd.concat([r.steps.to_pandas() for r in results], ignore_index=True)
@@ -270,7 +271,28 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
                                    "window, so there is no step-to-step noise to build an interval from", label))
     return SideProfile(label, fmt, default_run_id(files), len(results),
                        pa.Table.from_pandas(grouped, preserve_index=False),
-                       pa.Table.from_pandas(step_means, preserve_index=False), names, tuple(side_caveats))
+                       pa.Table.from_pandas(step_means, preserve_index=False), names, tuple(side_caveats),
+                       _setup(fmt, [p[0] for p in pairs], world))
+
+
+def _setup(fmt: str, rank_files: list, world: int) -> dict[str, Any]:
+    """What the side ran on, as the traces state it: GPU, world size, CUDA/NCCL versions (readable)."""
+    from perfsleuth.ingest.job_identity import software
+
+    run = traces.runs_table(fmt, "side", rank_files, world).to_pylist()[0]
+    return {"gpu_sku": run.get("gpu_sku"), "world_size": run.get("world_size"), **software(run)}
+
+
+def setup_caveats(b: SideProfile, c: SideProfile) -> tuple[Caveat, ...]:
+    """A caveat when the two sides ran on different GPUs, world sizes or software: the diff then measures
+    the setups as much as the change."""
+    from perfsleuth.ingest.job_identity import setup_differences
+
+    found = setup_differences(b.setup, c.setup)
+    if not found:
+        return ()
+    return (Caveat("sides_differ", "the two sides ran on different setups (" + "; ".join(found) + "): their difference "
+                   "is the setup's as much as the change's", f"{b.label} vs {c.label}"),)
 
 
 # --- matching ------------------------------------------------------------------------------------
@@ -547,5 +569,6 @@ def diff_traces(baseline: Sequence[str | Path], candidate: Sequence[str | Path],
     """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function)."""
     b = profile_side(baseline, workers=workers)
     c = profile_side(candidate, workers=workers)
-    return diff_sides(b, c, threshold=threshold, confidence=confidence, method=method)
+    d = diff_sides(b, c, threshold=threshold, confidence=confidence, method=method)
+    return replace(d, caveats=(*setup_caveats(b, c), *d.caveats))
 

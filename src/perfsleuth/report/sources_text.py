@@ -1,0 +1,67 @@
+"""What each non-trace input contributed, for the terminal: its tables as the adapter read them.
+
+A job that came as an Nsight Compute CSV, an nccl-tests log or an nvidia-smi capture alone has no
+per-rank breakdown to show; without this section its report would be an empty trace-shaped table.
+Each source gets a line (format, file, rows per table) and each table its first rows, in the columns
+that hold values, numbers whole (``report.fit_table``). It renders only what the adapter returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+from rich.console import Console
+from rich.text import Text
+
+from perfsleuth.report.escape import terminal_text
+from perfsleuth.report.fit_table import Col, FitTable
+
+ROWS_SHOWN = 8
+COLUMNS_SHOWN = 7
+_SKIP = {"run_id", "dims", "source_format", "file", "path", "line", "run_index", "process_id", "context", "stream",
+         "kernel_id", "device_index", "host"}  # where a row came from, not what it measured
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e15 else f"{value:.4e}"
+    return terminal_text(value, 120)
+
+
+def _shown_columns(t: pa.Table) -> list[str]:
+    """The columns that say something: not all null, not per-run bookkeeping, at most COLUMNS_SHOWN."""
+    out = []
+    for name in t.column_names:
+        if name in _SKIP or t.column(name).null_count == t.num_rows:
+            continue
+        if pa.types.is_nested(t.schema.field(name).type):
+            continue
+        if t.num_rows > 1 and len(t.column(name).unique()) == 1:  # the same in every row: nothing to tabulate
+            continue
+        out.append(name)
+    return out[:COLUMNS_SHOWN]
+
+
+def render_sources(sources: Sequence, console: Console) -> None:
+    """One block per source: what was read and its first rows."""
+    for s in sources:
+        counts = ", ".join(f"{n:,} {name}" for name, n in ((k, t.num_rows) for k, t in s.tables.items()))
+        console.print(Text.assemble(("Read ", "bold"), terminal_text(s.format), " ", terminal_text(s.path, 200),
+                                    f": {counts or 'no rows'}"))
+        for name, t in s.tables.items():
+            cols = _shown_columns(t)
+            if not t.num_rows or not cols:
+                continue
+            table = FitTable([Col(c, numeric=not pa.types.is_string(t.schema.field(c).type)) for c in cols],
+                             title=f"{name} (first {min(ROWS_SHOWN, t.num_rows)} of {t.num_rows:,} rows)"
+                             if t.num_rows > ROWS_SHOWN else name)
+            for row in t.select(cols).slice(0, ROWS_SHOWN).to_pylist():
+                table.add_row(*(_cell(row[c]) for c in cols))
+            console.print(table)
