@@ -146,9 +146,19 @@ static const char *STR_ARG_KEYS[N_STR_ARGS] = {"Collective name", "dtype", "Proc
 static size_t INT_ARG_LEN[N_INT_ARGS], STR_ARG_LEN[N_STR_ARGS];
 static unsigned char key_first[256]; /* first bytes of the keys above */
 
+#define KEY_MAX_LEN 24
+static int8_t KEYS_OF_LEN[KEY_MAX_LEN][N_INT_ARGS + N_STR_ARGS + 1]; /* key indices by length (str keys after ints), -1 ends */
+
 static void init_keys(void) {
-    for (int a = 0; a < N_INT_ARGS; a++) { INT_ARG_LEN[a] = strlen(INT_ARG_KEYS[a]); key_first[(unsigned char)INT_ARG_KEYS[a][0]] = 1; }
-    for (int a = 0; a < N_STR_ARGS; a++) { STR_ARG_LEN[a] = strlen(STR_ARG_KEYS[a]); key_first[(unsigned char)STR_ARG_KEYS[a][0]] = 1; }
+    int fill[KEY_MAX_LEN] = {0};
+    memset(KEYS_OF_LEN, -1, sizeof KEYS_OF_LEN);
+    for (int a = 0; a < N_INT_ARGS + N_STR_ARGS; a++) {
+        const char *key = a < N_INT_ARGS ? INT_ARG_KEYS[a] : STR_ARG_KEYS[a - N_INT_ARGS];
+        size_t n = strlen(key);
+        if (a < N_INT_ARGS) INT_ARG_LEN[a] = n; else STR_ARG_LEN[a - N_INT_ARGS] = n;
+        key_first[(unsigned char)key[0]] = 1;
+        KEYS_OF_LEN[n][fill[n]++] = (int8_t)a;
+    }
 }
 
 /* string columns: cat, name, pid/tid/stream labels, the four string args */
@@ -243,7 +253,15 @@ static void cols_free(cols *c) {
 
 /* --- generic conversion (metadata and irregular events) -------------------------------------- */
 
-static PyObject *to_py(yyjson_val *v) {
+static PyObject *to_py_at(yyjson_val *v, int depth);
+
+static PyObject *to_py(yyjson_val *v) { return to_py_at(v, 0); }
+
+static PyObject *to_py_at(yyjson_val *v, int depth) {
+    if (depth > 1000) {
+        PyErr_SetString(PyExc_RecursionError, "an event nests arrays or objects too deeply to decode");
+        return NULL;
+    }
     switch (yyjson_get_type(v)) {
     case YYJSON_TYPE_NULL: Py_RETURN_NONE;
     case YYJSON_TYPE_BOOL: return PyBool_FromLong(yyjson_get_bool(v));
@@ -269,7 +287,7 @@ static PyObject *to_py(yyjson_val *v) {
         size_t i, max;
         yyjson_val *x;
         yyjson_arr_foreach(v, i, max, x) {
-            PyObject *item = to_py(x);
+            PyObject *item = to_py_at(x, depth + 1);
             if (!item) { Py_DECREF(out); return NULL; }
             PyList_SET_ITEM(out, (Py_ssize_t)i, item);
         }
@@ -282,7 +300,7 @@ static PyObject *to_py(yyjson_val *v) {
         yyjson_val *k, *x;
         yyjson_obj_foreach(v, i, max, k, x) {
             PyObject *key = PyUnicode_DecodeUTF8(yyjson_get_str(k), (Py_ssize_t)yyjson_get_len(k), "surrogatepass");
-            PyObject *item = key ? to_py(x) : NULL;
+            PyObject *item = key ? to_py_at(x, depth + 1) : NULL;
             if (!item || PyDict_SetItem(out, key, item) < 0) {
                 Py_XDECREF(key); Py_XDECREF(item); Py_DECREF(out);
                 return NULL;
@@ -429,12 +447,12 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
         yyjson_obj_foreach(args, i, max, k, v) {
             size_t n = yyjson_get_len(k);
             const char *s = yyjson_get_str(k);
-            int hit = 0;
-            if (n > 19 || !key_first[(unsigned char)s[0]]) continue; /* most args are none of ours */
-            for (int a = 0; a < N_INT_ARGS && !hit; a++)
-                if (INT_ARG_LEN[a] == n && memcmp(INT_ARG_KEYS[a], s, n) == 0) { iv[a] = v; hit = 1; }
-            for (int a = 0; a < N_STR_ARGS && !hit; a++)
-                if (STR_ARG_LEN[a] == n && memcmp(STR_ARG_KEYS[a], s, n) == 0) { sv[a] = v; hit = 1; }
+            if (n >= KEY_MAX_LEN || !key_first[(unsigned char)s[0]]) continue; /* most args are none of ours */
+            for (const int8_t *a = KEYS_OF_LEN[n]; *a >= 0; a++) {
+                int k = *a;
+                if (k < N_INT_ARGS) { if (memcmp(INT_ARG_KEYS[k], s, n) == 0) { iv[k] = v; break; } }
+                else if (memcmp(STR_ARG_KEYS[k - N_INT_ARGS], s, n) == 0) { sv[k - N_INT_ARGS] = v; break; }
+            }
         }
     }
     int64_t ival[N_INT_ARGS];
@@ -703,8 +721,9 @@ static int has_literal(const char *s, size_t n) {
     return memmem(s, n, "NaN", 3) != NULL || memmem(s, n, "Infinity", 8) != NULL;
 }
 
-/* parse buf[0:end) (complete elements, separators between them) as one array; 1 ok, 0 input error, -1 memory */
-static int parse_batch(reader *r, size_t end) {
+/* parse buf[0:end) (complete elements, separators between them) as one array; 1 ok, 0 input error
+ * (``quiet``: 0 = not a batch, nothing recorded), -1 memory */
+static int parse_batch(reader *r, size_t end, int quiet) {
     /* skip leading whitespace; an empty batch (only whitespace) is nothing */
     size_t s = 0;
     while (s < end && (r->buf[s] == ' ' || r->buf[s] == '\n' || r->buf[s] == '\r' || r->buf[s] == '\t')) s++;
@@ -720,6 +739,7 @@ static int parse_batch(reader *r, size_t end) {
     yyjson_doc *doc = yyjson_read_opts(r->tmp, end + 2, flg, &r->alc, &err);
     int literals = 0;
     char *copy = NULL;
+    if (!doc && quiet) return 0;
     if (!doc && has_literal(r->buf, end)) {
         /* NaN/Infinity (Python's json.dumps writes them): read them, and keep the text of their events */
         literals = 1;
@@ -789,18 +809,59 @@ static int parse_batch(reader *r, size_t end) {
     return rc;
 }
 
-/* consume buf[0:upto): the complete elements; upto is one past a separator, or the close */
-static int consume(reader *r, size_t elems_end, size_t upto) {
-    int rc = parse_batch(r, elems_end);
-    if (rc < 0) return -1;
+/* drop buf[0:upto) once parsed; what is left starts at an element boundary, so its scan restarts there */
+static void consume_parsed(reader *r, size_t upto) {
     memmove(r->buf, r->buf + upto, r->len - upto);
     r->len -= upto;
     r->base += upto;
-    r->scan -= upto;
-    if (r->closed) r->close_pos -= upto;
-    if (!r->closed) r->seps++;
+    if (r->closed) {
+        r->close_pos -= upto;
+        r->scan -= upto;
+    } else {
+        r->seps++;
+        r->scan = 0;
+        r->depth = r->in_str = r->esc = 0;
+    }
     r->last_sep = (size_t)-1;
+}
+
+/* consume buf[0:upto): the complete elements; upto is one past a separator, or the close */
+static int consume(reader *r, size_t elems_end, size_t upto) {
+    int rc = parse_batch(r, elems_end, 0);
+    if (rc < 0) return -1;
+    consume_parsed(r, upto);
     return rc;
+}
+
+/* The cheap way to the last complete element: the last "}" followed by "," (after whitespace) is
+ * a candidate cut; "[" + text + "]" parses only if it is one (a cut inside a string leaves it
+ * unterminated, one inside nesting leaves it unbalanced), so a parse that succeeds proves the cut
+ * and no byte had to be scanned. 1 consumed, 0 no candidate worked (scan instead), -1 memory. */
+static int fast_cut(reader *r) {
+    if (r->scan != 0 || r->len < 2) return 0; /* a scan is under way: let it finish */
+    const char *b = r->buf;
+    size_t i = r->len;
+    for (int tries = 0; tries < 4; tries++) {
+        const char *comma = NULL;
+        while (i > 1) {
+            const char *c = memrchr(b, ',', i);
+            if (!c) return 0;
+            size_t j = (size_t)(c - b);
+            size_t k = j;
+            while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\n' || b[k - 1] == '\r' || b[k - 1] == '\t')) k--;
+            i = j;
+            if (k > 0 && b[k - 1] == '}') { comma = c; break; }
+        }
+        if (!comma) return 0;
+        size_t sep = (size_t)(comma - b);
+        int rc = parse_batch(r, sep, 1);
+        if (rc < 0) return -1;
+        if (rc == 1) {
+            consume_parsed(r, sep + 1);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* feed(reader, data): append text of the array (after its '['), parse what is complete */
@@ -823,14 +884,13 @@ static PyObject *reader_feed(PyObject *self, PyObject *args) {
     memcpy(r->buf + r->len, view.buf, n);
     r->len += n;
     PyBuffer_Release(&view);
-    scan_text(r);
-    int rc = 1;
-    if (r->closed && !r->error) {
-        rc = consume(r, r->close_pos, r->close_pos);
-    } else if (r->last_sep != (size_t)-1) {
-        rc = consume(r, r->last_sep, r->last_sep + 1);
+    int rc = fast_cut(r);
+    if (rc == 0) { /* no candidate parsed: find the boundary by scanning */
+        scan_text(r);
+        if (r->closed && !r->error) rc = consume(r, r->close_pos, r->close_pos);
+        else if (r->last_sep != (size_t)-1) rc = consume(r, r->last_sep, r->last_sep + 1);
     }
-    if (rc < 0) return PyErr_NoMemory();
+    if (rc < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     return PyBool_FromLong(r->closed);
 }
 
@@ -840,8 +900,12 @@ static PyObject *reader_finish(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O", &cap)) return NULL;
     reader *r = PyCapsule_GetPointer(cap, "perfsleuth.kineto_reader");
     if (!r) return NULL;
-    if (!r->closed && !r->error && r->last_sep != (size_t)-1) { /* parse what is complete, for the error's sake */
-        if (consume(r, r->last_sep, r->last_sep + 1) < 0) return PyErr_NoMemory();
+    if (!r->closed && !r->error) { /* the last block: scan it for the array's end */
+        scan_text(r);
+        int rc = 1;
+        if (r->closed && !r->error) rc = consume(r, r->close_pos, r->close_pos);
+        else if (!r->closed && r->last_sep != (size_t)-1) rc = consume(r, r->last_sep, r->last_sep + 1); /* for the error's place */
+        if (rc < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     PyObject *d = build_result(&r->c, r->irregular, (size_t)r->next_index);
     if (!d) return NULL;

@@ -118,12 +118,15 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     blocks = text_blocks(path, block_bytes)
     body, offset = _after_header(path, stream, blocks)
     reader = native().reader()
-    closed = native().feed(reader, body)
-    for block in blocks:
-        if closed:
-            break
-        closed = native().feed(reader, block)
-    out = native().finish(reader)
+    try:
+        closed = native().feed(reader, body)
+        for block in blocks:
+            if closed:
+                break
+            closed = native().feed(reader, block)
+        out = native().finish(reader)
+    except RecursionError:  # an irregular event nested beyond any trace's depth (its Python form is refused)
+        raise InputError(path, "an event nests arrays or objects too deeply to decode", hint="the trace is corrupted") from None
     if out["error"] == "too deep":
         raise InputError(path, "an event nests arrays or objects too deeply to decode", place=f"after event #{out['error_pos']}",
                          hint="the trace is corrupted")
