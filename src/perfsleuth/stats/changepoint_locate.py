@@ -143,6 +143,7 @@ def residual_ar1(r: np.ndarray, cap: float = 0.95) -> float:
     return 0.0 if den == 0 or len(r) < 3 else float(np.clip(np.dot(r[1:], r[:-1]) / den, 0.0, cap))
 
 
+WANDER_AR1 = 0.9  # residual lag-1 autocorrelation at which the piecewise-linear fit is judged not to fit
 LOG_SPAN = 2.0  # a positive history whose max is at least this many times its min is fitted in logs
 
 
@@ -181,6 +182,8 @@ class PiecewiseLinear:
             if again == cps:
                 break
             cps = again
+        if cps and residual_ar1(linear_residuals(smooth, cps)) >= WANDER_AR1:
+            return []  # the lines leave a wave or a wander, not scatter: this model does not describe the series
         return cps
 
     def _split(self, prefix: _LinearPrefix, n: int, pen: float) -> list[int]:

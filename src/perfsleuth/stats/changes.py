@@ -412,13 +412,15 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
 
     raw_all = prep.values
     x_all = raw_all
+    cycle_free = raw_all  # what the piecewise-linear detector sees: the cycle, if any, taken out
     finite_times = None if prep.times is None else prep.times[prep.positions]
     _sampling_caveat(finite_times, caveats, name)
     if len(raw_all) >= 2 * min_size and np.ptp(raw_all) > 0:
         season = series_shape.seasonality(raw_all, series_shape.periods_for(finite_times))
         if season is not None:
+            cycle_free = series_shape.deseasonalise(raw_all, season)
             if remove_season:
-                x_all = series_shape.deseasonalise(raw_all, season)
+                x_all = cycle_free
             shape["season"] = {"period": season.period, "p_value": season.p_value, "amplitude": season.amplitude,
                                "removed": remove_season}
             done = ("was taken out before looking for changes; levels are of the raw values" if remove_season else
@@ -468,7 +470,7 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
                                                 f"{noise.ar1:.2f}); the test and the intervals are widened for it"))
     scan_found = {d.index for d in decisions}
     if trend_changes:
-        decisions = _with_linear_fit(x, decisions, min_size, noise)
+        decisions = _with_linear_fit(x, decisions, min_size, noise, cycle_free[warmup:])
     raw = raw_all[warmup:]
     cps = _measure(raw, positions, prep.times, decisions, noise, unit, scan_found)
     _variance_report(x, positions, decisions, alpha, min_size, shape, caveats, name)
@@ -528,11 +530,14 @@ def _residuals(x: np.ndarray, decisions) -> np.ndarray:
     return out
 
 
-def _with_linear_fit(x: np.ndarray, decisions: list, min_size: int, noise: NoiseModel) -> list:
+def _with_linear_fit(x: np.ndarray, decisions: list, min_size: int, noise: NoiseModel,
+                     cycle_free: np.ndarray | None = None) -> list:
     """The scan test's decisions plus the piecewise-linear detector's splits that none of them is
     within ``min_size`` points of; each added split gets the rank statistic of its own window
-    (reported, not used to keep it)."""
-    extra = [c for c in PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).locate(x)
+    (reported, not used to keep it). The detector runs on ``cycle_free`` (the values with a
+    recognised cycle taken out), since lines cannot follow a cycle."""
+    fit_on = x if cycle_free is None else cycle_free
+    extra = [c for c in PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).locate(fit_on)
              if all(abs(c - d.index) >= min_size for d in decisions)]
     if not extra:
         return decisions
