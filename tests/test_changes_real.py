@@ -151,3 +151,11 @@ def test_null_series_rarely_raise_an_alarm_with_both_detectors() -> None:
     rng = np.random.default_rng(6)
     alarms = sum(len(changes(100 + rng.normal(size=int(rng.integers(10, 200)))).change_points) for _ in range(300))
     assert alarms <= 8  # 1% per series from the scan test: 3 expected, 8 is beyond its 99.5% quantile
+
+
+def test_a_strong_daily_cycle_without_a_change_raises_no_alarm() -> None:
+    rng = np.random.default_rng(8)
+    hours = np.arange("2026-01-01T00", "2026-02-10T00", dtype="datetime64[h]").astype("datetime64[ns]")
+    x = 100 + 30.0 * np.sin(2 * np.pi * np.arange(len(hours)) / 24) + rng.normal(size=len(hours))
+    r = changes(x, times=hours)
+    assert r.change_points == () and r.season["period"] == 24
