@@ -10,9 +10,17 @@ series with no change, at most ``alpha`` of series report one, whatever their le
 ``ChangeTracker`` is the incremental form for dashboards: it keeps the change points that later
 data can no longer move and re-examines only the tail.
 
+A second detector (``changepoint_locate.PiecewiseLinear``, on by default, ``trend_changes``) adds
+the splits of a penalised piecewise-linear fit: the slope changes and large shifts of smooth or
+trending histories that a rank test of levels misses. Each change point says its ``kind`` (level
+shift or slope change) and its ``evidence`` (the scan test, or the fit). ``stats.series_shape``
+recognises what else the report states: a daily/weekly/monthly cycle, changes of spread, uneven time
+steps, and for short series the smallest shift that can be confirmed.
+
 This module does not judge whether a change is a regression (direction and size are reported;
-which way is bad depends on the metric) and does not detect slow drifts, variance changes or
-periodic patterns: a level that moves gradually shows up as several steps or none.
+which way is bad depends on the metric). Measured on real annotated series
+(benchmarks/bench_changes_real.py) and on null series (the false-alarm check); see
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ AUTOCORRELATION_NOTE = 0.2  # lag-1 autocorrelation above which a caveat says th
 WARMUP_TREND_P = 0.01  # a stretch settles if it trends towards the steady level (rank-trend p below this)
 STEADY_MIN = 50  # a stretch this long without a change is a regime, not part of a warm-up
 # The piecewise-linear detector's penalty, in fine-noise variances x ln n per split. Chosen on the
-# development half of TCPD (tests/data/changepoint/HOLDOUT.md; bench_changes_real.py): 64, 256 and
-# 1000 gave F1 0.773, 0.755, 0.764 with the residual-autocorrelation widening; it found no false
-# alarm on the synthetic nulls and 12 per 10,000 points on random walks (the scan test alone: 26).
+# development half of TCPD (tests/data/changepoint/HOLDOUT.md; bench_changes_real.py) before the
+# log fit and the cycle guard: 64, 256 and 1000 gave F1 0.773, 0.755, 0.764 with the
+# residual-autocorrelation widening; it found no false alarm on the synthetic nulls and 12 per
+# 10,000 points on random walks (the scan test alone: 26).
 LINEAR_BETA = 64.0
 SHORT_SERIES = 30  # below this many analysed values the report states the smallest shift it can confirm
 
