@@ -108,3 +108,11 @@ def test_a_non_trace_input_alone_shows_what_was_read():
     caveat_lines = [ln for ln in text.splitlines() if ln.strip().startswith("caveat [")]
     messages = [ln.split("] ", 1)[1] for ln in caveat_lines]
     assert len(messages) == len(set(messages))  # each caveat once
+
+
+def test_the_html_header_reads_versions_and_no_temporary_workload():
+    res = CliRunner().invoke(app, ["analyze", str(REAL / "healthy"), "--format", "html"])
+    assert res.exit_code == 0, res.output
+    facts = res.stdout.split('<dl class="facts">', 1)[1].split("</dl>", 1)[0]
+    assert "<dt>CUDA runtime</dt><dd>13.0</dd>" in facts and "13000" not in facts  # the trace: cuda_runtime_version 13000
+    assert "<dt>workload</dt><dd>healthy</dd>" in facts and "tmp" not in facts.lower()

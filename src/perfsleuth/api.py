@@ -161,6 +161,7 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
     else:
         analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers)
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
+    analysis.runs = _readable_workload(analysis.runs, [Path(p) for p in paths])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
     diagnosis = diagnose(signals)
     places, place_caveats = _placement(found, trace_ranks, explicit)
@@ -171,6 +172,19 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
         analysis.caveats.extend(place_caveats)
     analysis.caveats.extend(joined.caveats)
     return JobReport(analysis, diagnosis, sources, places, joined.rank_telemetry)
+
+
+def _readable_workload(runs: pa.Table, paths: list[Path]) -> pa.Table:
+    """The runs table with a workload a person can read: the trace's name unless it is the profiler's
+    temporary file (tensorboard_trace_handler's tmpXXXX.json) or a rank file, else the job's folder."""
+    from perfsleuth.ingest.job_identity import workload_name
+
+    if not runs.num_rows or "workload" not in runs.column_names:
+        return runs
+    job = paths[0] if len(paths) == 1 else paths[0].parent
+    name = workload_name({}, runs["workload"][0].as_py(), job)
+    i = runs.schema.get_field_index("workload")
+    return runs.set_column(i, runs.schema.field(i), pa.array([name] * runs.num_rows, runs.schema.field(i).type))
 
 
 def _gpu_sku(analysis: JobAnalysis) -> str | None:

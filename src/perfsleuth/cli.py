@@ -66,6 +66,17 @@ class OutputFormat(StrEnum):
     md = "md"
 
 
+class AnalyzeFormat(StrEnum):
+    """``analyze``: the report formats, and perfetto (the job's traces with the findings overlaid)."""
+
+    text = "text"
+    json = "json"
+    html = "html"
+    md = "md"
+    perfetto = "perfetto"
+    openmetrics = "openmetrics"
+
+
 class DataFormat(StrEnum):
     """The verbs whose result is a record, not a report: text for people, json for machines."""
 
@@ -146,8 +157,11 @@ def _render_document(report, fmt: OutputFormat) -> str:
 def analyze(
     paths: Annotated[list[Path], typer.Argument(
         help="a job's directory, or its files: traces, telemetry, logs, benchmarks (recognised by content)")],
-    format: Annotated[OutputFormat, typer.Option(
-        "--format", "-f", help="text for people, json for machines, html for a report, md for a ticket")] = OutputFormat.text,
+    format: Annotated[AnalyzeFormat, typer.Option(
+        "--format", "-f", help="text for people, json for machines, html for a report, md for a ticket, perfetto for "
+                               "the traces with the findings on perfsleuth tracks (Chrome-trace JSON for ui.perfetto.dev), "
+                               "openmetrics for Prometheus (textfile collector, Pushgateway)")]
+    = AnalyzeFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
     run_id: Annotated[str | None, typer.Option(help="name of the run (default: the directory name)")] = None,
     workers: Annotated[int | None, typer.Option(help="processes that parse rank files (default: one per core)")] = None,
@@ -163,10 +177,35 @@ def analyze(
 
     try:
         with progress.task(f"analysing {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''}"):
-            report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement)
+            report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement,
+                                  keep_events=format is AnalyzeFormat.perfetto)
     except PerfsleuthError as exc:
         _fail(exc)
-    _emit(report, format, out)
+    if format is AnalyzeFormat.perfetto:
+        _emit_perfetto(report, paths, out)
+        return
+    if format is AnalyzeFormat.openmetrics:
+        from perfsleuth.commands.output import deliver
+        from perfsleuth.report.openmetrics_job import job_openmetrics
+
+        if status := deliver(job_openmetrics(report.analysis, report.diagnosis), out):
+            raise typer.Exit(status)
+        return
+    _emit(report, OutputFormat(format.value), out)
+
+
+def _emit_perfetto(report, paths: list[Path], out: Path | None) -> None:
+    """The traces with perfsleuth's tracks, or exit 2 when the job has no trace to overlay."""
+    import json
+
+    from perfsleuth.commands.output import deliver
+    from perfsleuth.report.perfetto_trace import perfetto_document
+
+    if report.analysis.job is None:
+        _fail(InputError(", ".join(map(str, paths)), "no trace among the inputs: --format perfetto overlays the "
+                                                      "findings on the job's traces", hint="use text, json, md or html"))
+    if status := deliver(json.dumps(perfetto_document(report.analysis, report.diagnosis)), out):
+        raise typer.Exit(status)
 
 
 @app.command()

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from perfsleuth import __version__
 from perfsleuth.diagnose import Diagnosis
+from perfsleuth.ingest.job_identity import cuda_version
 from perfsleuth.model import Finding, Interval
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.run_header import ranks_phrase
@@ -211,8 +212,8 @@ def _header(analysis: JobAnalysis) -> str:
         ("workload", run.get("workload")),
         ("GPU", run.get("gpu_sku") or "unknown"),
         ("ranks read", ranks_phrase(run)),
-        ("backend", run.get("backend")), ("NCCL", run.get("nccl")), ("CUDA runtime", run.get("cuda")),
-        ("driver", run.get("driver")), ("source format", run.get("source_format")),
+        ("backend", run.get("backend")), ("NCCL", run.get("nccl")), ("CUDA runtime", cuda_version(run.get("cuda"))),
+        ("CUDA driver API", cuda_version(run.get("driver"))), ("source format", run.get("source_format")),
     ]
     rep = analysis.stragglers
     if rep.step_time is not None:
