@@ -350,30 +350,45 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
 
 
 def _native_int(values: np.ndarray, tags: np.ndarray, strings: list[str], rows: np.ndarray | None, n: int,
-                unread: Unread | None, name: str, bigs: list[int] = ()) -> pa.Array:  # type: ignore[assignment]
+                unread: Unread | None, name: str, bigs: list[int] = ()) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[assignment]
     """An int64 column from the native reader's cells, as ``int_column``/``_subset_int`` read the same
     values: strings (labels such as ``"stream 7"``) parsed where they are numbers, uncounted;
-    integers beyond int64 null and counted in ``unread``; null outside ``rows`` (None: every row)."""
+    integers beyond int64 null and counted in ``unread``; null outside ``rows`` (None: every row).
+    Returns (values, valid); values are 0 where not valid."""
+    if rows is not None:
+        sub, ok_sub = _native_int(values[rows], tags[rows], strings, None, len(rows), unread, name, bigs)
+        out = np.zeros(n, dtype=np.int64)
+        ok = np.zeros(n, dtype=bool)
+        out[rows] = sub
+        ok[rows] = ok_sub
+        return out, ok
     ok = tags == 1
-    out = values
+    if not len(tags) or tags.max() <= 1:  # the usual case: integers and nulls (the reader writes 0 for null)
+        return values, ok
+    out = np.where(ok, values, 0)
     if (tags == 2).any():
         lut = [int64_or_none(s) for s in strings]
-        parsed = np.array([-1 if v is None else v for v in lut] + [-1], dtype=np.int64)
+        parsed = np.array([0 if v is None else v for v in lut] + [0], dtype=np.int64)
         good = np.array([v is not None for v in lut] + [False])
-        code = np.where(tags == 2, values, len(lut))
-        out = np.where(tags == 2, parsed[code], values)
+        is_str = tags == 2
+        code = np.where(is_str, values, len(lut))
+        out = np.where(is_str, parsed[code], out)
         ok = ok | good[code]
-    if rows is not None:
-        inside = np.zeros(n, dtype=bool)
-        inside[rows] = True
-        ok &= inside
-    else:
-        inside = None
-    big = tags >= 3 if inside is None else (tags >= 3) & inside  # beyond int64 (3: up to uint64, 4: beyond)
+    big = tags >= 3  # beyond int64 (3: up to uint64, 4: beyond)
     if unread is not None and big.any():
         i = int(np.argmax(big))
         unread.add(name, int(big.sum()), int(values[i].astype(np.uint64)) if tags[i] == 3 else bigs[int(values[i])])
-    return pa.array(np.where(ok, out, 0), pa.int64(), mask=~ok)
+    return out, ok
+
+
+def _int64(cell: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+    values, ok = cell
+    return pa.array(values, pa.int64()) if ok.all() else pa.array(values, pa.int64(), mask=~ok)
+
+
+def _or(cell: tuple[np.ndarray, np.ndarray], default: int) -> np.ndarray:
+    values, ok = cell
+    return values if ok.all() else np.where(ok, values, default)
 
 
 def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
@@ -424,28 +439,30 @@ def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache
     gpu_side = np.isin(kind, _GPU_SIDE_CODES)
     gpu_rows = np.flatnonzero(gpu_side)
 
-    def arg(key: str, rows: np.ndarray | None, name: str) -> pa.Array:
+    def arg(key: str, rows: np.ndarray | None, name: str) -> tuple[np.ndarray, np.ndarray]:
         return _native_int(ints[key], tags[key], strings.get(key, []), rows, n, unread, name, c["bigs"])
 
-    pid = _native_int(c["pid"], c["pid_tag"], strings["pid"], None, n, unread, "pid", c["bigs"]).fill_null(-1).to_numpy()
-    tid = _native_int(c["tid"], c["tid_tag"], strings["tid"], None, n, unread, "tid", c["bigs"]).fill_null(-1).to_numpy()
-    dev = arg("device", gpu_rows, "args.device").fill_null(-1).to_numpy()
+    pid = _or(_native_int(c["pid"], c["pid_tag"], strings["pid"], None, n, unread, "pid", c["bigs"]), -1)
+    tid = _or(_native_int(c["tid"], c["tid_tag"], strings["tid"], None, n, unread, "tid", c["bigs"]), -1)
+    dev = _or(arg("device", gpu_rows, "args.device"), -1)
     device = np.where(gpu_side, np.where(dev >= 0, dev, pid), -1)
     mem_rows = np.flatnonzero(is_mem)
     if len(mem_rows):
-        device[mem_rows] = arg("Device Id", mem_rows, "args.mem_device_id").fill_null(-1).to_numpy()[mem_rows]
+        device[mem_rows] = _or(arg("Device Id", mem_rows, "args.mem_device_id"), -1)[mem_rows]
     device = np.where((device >= -1) & (device <= INT32_MAX), device, -1)
-    st = arg("stream", gpu_rows, "args.stream").fill_null(-1).to_numpy()
+    st = _or(arg("stream", gpu_rows, "args.stream"), -1)
     stream = np.where(gpu_side, np.where(st >= 0, st, tid), -1)
-    ext = arg("External id", None, "args.External id")
-    if ext.null_count:  # PyTorch 1.7-1.8 wrote "external id" on GPU events, "External id" on host ones
-        legacy_rows = np.flatnonzero(tags["External id"] == 0)
-        ext = pc.coalesce(ext, arg("external id", legacy_rows, "args.external id"))
+    ext, ext_ok = arg("External id", None, "args.External id")
+    if not ext_ok.all():  # PyTorch 1.7-1.8 wrote "external id" on GPU events, "External id" on host ones
+        legacy, legacy_ok = arg("external id", np.flatnonzero(tags["External id"] == 0), "args.external id")
+        ext, ext_ok = np.where(ext_ok, ext, legacy), ext_ok | legacy_ok
     byte_rows = np.flatnonzero(np.isin(kind, _BYTES_CODES))
-    nbytes = arg("bytes", byte_rows, "args.bytes")
+    nbytes, nbytes_ok = arg("bytes", byte_rows, "args.bytes")
     if len(mem_rows):
-        mem_bytes = arg("Bytes", mem_rows, "args.mem_bytes")
-        nbytes = pc.if_else(pa.array(is_mem), mem_bytes, nbytes)
+        mem_bytes, mem_ok = arg("Bytes", mem_rows, "args.mem_bytes")
+        nbytes, nbytes_ok = np.where(is_mem, mem_bytes, nbytes), np.where(is_mem, mem_ok, nbytes_ok)
+    group_size, group_ok = arg("Group size", coll_rows, "args.group_size")
+    group_ok = group_ok & (group_size >= -INT32_MAX - 1) & (group_size <= INT32_MAX)  # beyond int32 is no group size
     ts_us = np.where(ts_ok, c["ts"], 0.0)
     dur_us = np.where(dur_ok, np.where(c["dur_ok"], c["dur"], 0.0), 0.0)
     sarg = c["str"]
@@ -458,18 +475,18 @@ def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache
         "tid": pa.array(np.where(gpu_side, -1, tid), pa.int64()),
         "ts_ns": pa.array(us_to_ns(ts_us)),
         "dur_ns": pa.array(np.maximum(np.rint(dur_us * 1000.0), 0).astype(np.int64)),
-        "correlation": arg("correlation", None, "args.correlation").fill_null(-1),
-        "external_id": ext.fill_null(-1),
-        "bytes": nbytes,
-        "mem_allocated_bytes": arg("Total Allocated", mem_rows, "args.mem_total_allocated"),
-        "mem_reserved_bytes": arg("Total Reserved", mem_rows, "args.mem_total_reserved"),
+        "correlation": pa.array(_or(arg("correlation", None, "args.correlation"), -1), pa.int64()),
+        "external_id": pa.array(np.where(ext_ok, ext, -1), pa.int64()),
+        "bytes": _int64((nbytes, nbytes_ok)),
+        "mem_allocated_bytes": _int64(arg("Total Allocated", mem_rows, "args.mem_total_allocated")),
+        "mem_reserved_bytes": _int64(arg("Total Reserved", mem_rows, "args.mem_total_reserved")),
         "coll_op": coll_op,
         "coll_group": str_or_null(sarg["Process Group Name"], strings["Process Group Name"], coll_rows),
         "coll_group_ranks": str_or_null(sarg["Process Group Ranks"], strings["Process Group Ranks"], coll_rows),
-        "coll_group_size": _int32(arg("Group size", coll_rows, "args.group_size")),
-        "coll_seq": arg("Seq", coll_rows, "args.seq"),
-        "coll_in_nelems": arg("In msg nelems", coll_rows, "args.in_msg_nelems"),
-        "coll_out_nelems": arg("Out msg nelems", coll_rows, "args.out_msg_nelems"),
+        "coll_group_size": pa.array(np.where(group_ok, group_size, 0).astype(np.int32), pa.int32(), mask=~group_ok),
+        "coll_seq": _int64(arg("Seq", coll_rows, "args.seq")),
+        "coll_in_nelems": _int64(arg("In msg nelems", coll_rows, "args.in_msg_nelems")),
+        "coll_out_nelems": _int64(arg("Out msg nelems", coll_rows, "args.out_msg_nelems")),
         "coll_dtype": str_or_null(sarg["dtype"], strings["dtype"], coll_rows),
     }
     batch = pa.RecordBatch.from_pydict(cols)

@@ -24,7 +24,6 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto_format as fmt
@@ -318,14 +317,20 @@ def dict_column(codes: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), pa.array(strings, pa.string()))
 
 
-def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray) -> pa.Array:
-    """Plain strings on ``rows`` (null elsewhere and where the value is null), dictionary-encoded in
-    row order, as the msgspec reader's string columns were."""
+def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray) -> pa.DictionaryArray:
+    """Strings on ``rows`` (null elsewhere and where the value is null), dictionary-encoded in row
+    order (first occurrence first), as the msgspec reader's string columns were."""
     n = len(codes)
-    if not len(rows) or not strings:
-        return pa.array([None] * n, pa.string()).dictionary_encode()
-    keep = np.full(n, -1, dtype=np.int32)
-    keep[rows] = codes[rows]
-    plain = pc.take(pa.array(strings, pa.string()), pa.array(keep, pa.int32(), mask=keep < 0))
-    return plain.dictionary_encode()
-
+    sub = codes[rows] if len(rows) else np.zeros(0, dtype=np.int32)
+    present = sub[sub >= 0]
+    if not len(present):
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32), pa.int32(), mask=np.ones(n, dtype=bool)),
+                                              pa.array([], pa.string()))
+    used, first = np.unique(present, return_index=True)
+    order = used[np.argsort(first, kind="stable")]
+    lut = np.full(len(strings) + 1, -1, dtype=np.int32)
+    lut[order] = np.arange(len(order), dtype=np.int32)
+    idx = np.full(n, -1, dtype=np.int32)
+    idx[rows] = lut[np.where(sub >= 0, sub, len(strings))]
+    return pa.DictionaryArray.from_arrays(pa.array(np.maximum(idx, 0), pa.int32(), mask=idx < 0),
+                                          pa.array([strings[i] for i in order.tolist()], pa.string()))
