@@ -116,3 +116,17 @@ def test_the_html_header_reads_versions_and_no_temporary_workload():
     facts = res.stdout.split('<dl class="facts">', 1)[1].split("</dl>", 1)[0]
     assert "<dt>CUDA runtime</dt><dd>13.0</dd>" in facts and "13000" not in facts  # the trace: cuda_runtime_version 13000
     assert "<dt>workload</dt><dd>healthy</dd>" in facts and "tmp" not in facts.lower()
+
+
+def test_every_format_shows_what_a_benchmark_alone_contributed():
+    """nccl-tests alone: text, md and html each show the rows read, the largest message size included
+    (the log's last row is 17179869184 bytes, 16 GiB)."""
+    log = Path(__file__).parent / "data" / "real" / "nccl_tests" / "awsome_p5_srun_l.log"
+    assert "17179869184" in log.read_text()
+    runner = CliRunner()
+    text = runner.invoke(app, ["analyze", str(log)], env={"COLUMNS": "100"}).stdout
+    md = runner.invoke(app, ["analyze", str(log), "-f", "md"]).stdout
+    html = runner.invoke(app, ["analyze", str(log), "-f", "html"]).stdout
+    assert "Read nccl_tests" in text and "17,179,869,184" in text
+    assert "### Read nccl\\_tests" in md or "### Read nccl_tests" in md
+    assert "17,179,869,184" in md and "<h2>Read nccl_tests</h2>" in html and "17,179,869,184" in html

@@ -63,7 +63,7 @@ class JobReport:
         """In a notebook, the report is its self-contained HTML page."""
         from perfsleuth.report.html_report import render_html
 
-        return render_html(self.analysis, self.diagnosis)
+        return render_html(self.analysis, self.diagnosis, self.sources)
 
 
 def load_trace_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> TraceJob:

@@ -147,10 +147,10 @@ def _render_document(report, fmt: OutputFormat) -> str:
     if fmt is OutputFormat.html:
         from perfsleuth.report.html_report import render_html
 
-        return render_html(report.analysis, report.diagnosis)
+        return render_html(report.analysis, report.diagnosis, report.sources)
     from perfsleuth.report.markdown_report import render_markdown
 
-    return render_markdown(report.analysis, report.diagnosis)
+    return render_markdown(report.analysis, report.diagnosis, report.sources)
 
 
 @app.command()

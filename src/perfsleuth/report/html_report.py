@@ -684,14 +684,30 @@ def _kernels(analysis: JobAnalysis) -> str:
 # --- page --------------------------------------------------------------------------------------------
 
 
-def render_html(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
-    """One self-contained HTML page (UTF-8 text) for one job: header, findings, breakdown, step times,
-    straggler heat map and top kernels. Write it with ``encoding="utf-8"``."""
+def render_html(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequence = ()) -> str:
+    """One self-contained HTML page (UTF-8 text) for one job: header, findings, what the non-trace
+    ``sources`` contributed, breakdown, step times, straggler heat map and top kernels. Write it with
+    ``encoding="utf-8"``."""
     body = "".join([
-        _header(analysis), _findings(diagnosis), _breakdown(analysis), _steps(analysis),
+        _header(analysis), _findings(diagnosis), _sources(sources), _breakdown(analysis), _steps(analysis),
         _stragglers(analysis), _kernels(analysis),
     ])
     return page(f"perfsleuth · run {analysis.run_id}", body)
+
+
+def _sources(sources: Sequence) -> str:
+    """One section per non-trace input: what was read, and the first rows of each table."""
+    from perfsleuth.report.sources_text import previews
+
+    out = []
+    for fmt, path, counts, tables in previews(sources):
+        out.append(f"<section><h2>Read {esc(fmt)}</h2><p class=\"muted\">{esc(path)}: {esc(counts)}</p>")
+        for title, cols, rows in tables:
+            head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+            body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
+            out.append(f"<table><caption>{esc(title)}</caption><tr>{head}</tr>{body}</table>")
+        out.append("</section>")
+    return "".join(out)
 
 
 def page(title: str, body: str) -> str:

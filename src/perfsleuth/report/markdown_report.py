@@ -12,11 +12,14 @@ turn into a link, an image, raw HTML or table structure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.model import Finding
 from perfsleuth.report.escape import markdown_text as md
 from perfsleuth.report.html_report import VERDICT_LABELS, fmt_interval, fmt_ms, fmt_pct, fmt_scope
 from perfsleuth.report.run_header import ranks_phrase
+from perfsleuth.report.sources_text import previews
 from perfsleuth.trace.analysis import JobAnalysis
 
 TOP_KERNELS = 5
@@ -61,15 +64,26 @@ def _finding(f: Finding) -> list[str]:
     return out
 
 
-def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
-    """The findings and a per-rank table of one job, as GitHub-flavoured Markdown."""
+def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequence = ()) -> str:
+    """The findings and a per-rank table of one job, as GitHub-flavoured Markdown; ``sources`` (the
+    non-trace inputs) get a section showing what each contributed."""
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     rep = analysis.stragglers
     out = [f"## perfsleuth: run {md(run.get('run_id') or analysis.run_id)}", "",
            f"GPU {md(run.get('gpu_sku') or 'unknown')} · {md(ranks_phrase(run))}"
            + (f" · step time {md(fmt_interval(rep.step_time))}" if rep.step_time else ""), ""]
+    for fmt, path, counts, tables in previews(sources):
+        out += [f"### Read {md(fmt)}: {md(path)}", "", md(counts), ""]
+        for title, cols, rows in tables:
+            out += [f"**{md(title)}**", "", *_table([md(c) for c in cols], [[md(v) for v in r] for r in rows],
+                                                    "l" * len(cols)), ""]
     if analysis.caveats:
-        out += ["**Caveats**", "", *(f"- {md(c.code)}: {md(c.message)}" for c in analysis.caveats), ""]
+        by_message: dict[str, list[str]] = {}  # one line per message: "no trace events" limits several checks
+        for c in analysis.caveats:
+            codes = by_message.setdefault(c.message, [])
+            if c.code not in codes:
+                codes.append(c.code)
+        out += ["**Caveats**", "", *(f"- {md(', '.join(codes))}: {md(m)}" for m, codes in by_message.items()), ""]
 
     if not diagnosis.findings:
         out += ["No finding above the reporting thresholds.", ""]

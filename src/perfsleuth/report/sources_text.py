@@ -31,7 +31,9 @@ def _cell(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1e15 else f"{value:.4e}"
+        if abs(value) >= 1e15:
+            return f"{value:.4e}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return terminal_text(value, 120)
 
 
@@ -49,6 +51,16 @@ def _shown_columns(t: pa.Table) -> list[str]:
     return out[:COLUMNS_SHOWN]
 
 
+def _sample(name: str, t: pa.Table, cols: list[str]) -> tuple[str, list[dict]]:
+    """The table's title and rows shown: all of a short table; the first and last halves of a long one
+    (a benchmark's largest sizes sit at its end)."""
+    if t.num_rows <= ROWS_SHOWN:
+        return name, t.select(cols).to_pylist()
+    half = ROWS_SHOWN // 2
+    rows = t.select(cols).slice(0, half).to_pylist() + t.select(cols).slice(t.num_rows - half).to_pylist()
+    return f"{name} (first {half} and last {half} of {t.num_rows:,} rows)", rows
+
+
 def render_sources(sources: Sequence, console: Console) -> None:
     """One block per source: what was read and its first rows."""
     for s in sources:
@@ -59,9 +71,26 @@ def render_sources(sources: Sequence, console: Console) -> None:
             cols = _shown_columns(t)
             if not t.num_rows or not cols:
                 continue
-            table = FitTable([Col(c, numeric=not pa.types.is_string(t.schema.field(c).type)) for c in cols],
-                             title=f"{name} (first {min(ROWS_SHOWN, t.num_rows)} of {t.num_rows:,} rows)"
-                             if t.num_rows > ROWS_SHOWN else name)
-            for row in t.select(cols).slice(0, ROWS_SHOWN).to_pylist():
+            title, shown = _sample(name, t, cols)
+            table = FitTable([Col(c, numeric=not pa.types.is_string(t.schema.field(c).type)) for c in cols], title=title)
+            for row in shown:
                 table.add_row(*(_cell(row[c]) for c in cols))
             console.print(table)
+
+
+def previews(sources: Sequence) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
+    """For md and html: per source (format, path, rows-per-table line, [(table title, headers, rows)]),
+    the same columns and rows the terminal shows; strings are raw (each renderer escapes them)."""
+    out = []
+    for s in sources:
+        counts = ", ".join(f"{t.num_rows:,} {name}" for name, t in s.tables.items()) or "no rows"
+        tables = []
+        for name, t in s.tables.items():
+            cols = _shown_columns(t)
+            if not t.num_rows or not cols:
+                continue
+            title, shown = _sample(name, t, cols)
+            rows = [[_cell(row[c]) for c in cols] for row in shown]
+            tables.append((title, cols, rows))
+        out.append((s.format, s.path, counts, tables))
+    return out
