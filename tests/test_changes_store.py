@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import perfsleuth
 from perfsleuth.cases.fleet_history import FleetHistory, fleet_history, write_history_store
 from perfsleuth.cli import app
 
@@ -41,6 +43,9 @@ def test_the_slowed_rack_changes_on_its_day_and_no_other_rack_does(store) -> Non
     (cp,) = changed[H.bad_rack]["change_points"]
     assert cp["time"].startswith(str(H.start + dt.timedelta(days=H.change_day)))
     assert cp["direction"] == "down" and cp["relative_change"] < -0.1
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(perfsleuth.__file__).parent / "schemas" / "changes.json").read_text())
+    jsonschema.validate(doc, schema)  # the file form's contract
     rack_runs = sum(len(s["run_ids"]) for s in doc["series"])
     assert rack_runs == fleet_history(H).num_rows  # every run is in exactly one series
 

@@ -92,12 +92,12 @@ def store_changes(root: Path, metric: str | None, series_by: list[str], format: 
             report = changes(value[order], times=times[order], alpha=alpha, unit=_unit(metric), name=label)
         except InputError as exc:
             report = ChangeReport((), len(order), (Caveat("unusable", exc.cause),), "not analysed", alpha)
-        entry = {"key": key, **report.to_json(),
+        entry = {"key": key, **report.to_json(), "metric_method": m.method,
                  "run_ids": [rows["run_id"][i] for i in order.tolist()]}
         entries.append(entry)
         reports.append((label, report))
-    doc = {"schema": SCHEMA, "store": str(root), "file": None, "metric": metric, "metric_method": m.method,
-           "time": "time_ns", "series_by": dims, "alpha": alpha, "series": entries}
+    doc = {"schema": SCHEMA, "store": str(root), "file": None, "metric": metric, "time": "time_ns",
+           "series_by": dims, "alpha": alpha, "series": entries}
     head = f"{metric} per run ({m.method}), one series per {' x '.join(dims) or 'store'}\n"
     return doc, head + render_text(root, metric, "time_ns", alpha, reports)
 
