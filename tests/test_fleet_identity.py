@@ -130,3 +130,12 @@ def test_every_format_shows_what_a_benchmark_alone_contributed():
     assert "Read nccl_tests" in text and "17,179,869,184" in text
     assert "### Read nccl\\_tests" in md or "### Read nccl_tests" in md
     assert "17,179,869,184" in md and "<h2>Read nccl_tests</h2>" in html and "17,179,869,184" in html
+
+
+def test_the_html_not_assessed_list_is_collapsed():
+    res = CliRunner().invoke(app, ["analyze", str(REAL / "healthy"), "--format", "html", "--format", "json"])
+    doc = json.loads(res.stdout)
+    page = CliRunner().invoke(app, ["analyze", str(REAL / "healthy"), "--format", "html"]).stdout
+    block = page.split('<details class="not-assessed">', 1)[1].split("</details>", 1)[0]
+    assert f"Not assessed: {len(doc['not_assessed'])} checks" in block
+    assert all(f"<b>{n['fault']}</b>" in block for n in doc["not_assessed"])
