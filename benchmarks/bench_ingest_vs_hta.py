@@ -19,6 +19,12 @@ One run of this script:
        hta         TraceAnalysis(trace_dir=dir); get_temporal_breakdown(); get_comm_comp_overlap()
        orjson      read_bytes + orjson.loads of each file, one after the other in one process
                    (each decoded document is dropped before the next file); "loads s" = loads only
+   Two more children (``--tools``): ``cli`` runs the ``perfsleuth analyze DIR --format json --out FILE``
+   command itself (its "subprocess s" is the user's wait, interpreter start and imports included:
+   the whole-process ratio against HTA's subprocess), and ``stages`` runs the same work in one process
+   with workers=1, timing imports / reading / per-rank analysis / cross-rank / diagnosis / rendering and
+   printing each stage's share. ``--gzip`` writes the data set as ``rank-N.json.gz`` (every tool then
+   reads the gzip files; orjson through ``gzip.decompress``).
 3. prints a table and the ratios HTA time / perfsleuth time, perfsleuth peak / HTA peak and
    perfsleuth time / orjson.loads time: of the medians over ``--repeat``, of the minima, and the
    median of the per-round ratios (tools run interleaved, one round = one run of each). The target
@@ -60,6 +66,8 @@ DEFAULT_HTA_PYTHON = "/work/htavenv/bin/python"
 MANIFEST = ".bench_manifest"  # no .json suffix: neither HTA nor perfsleuth picks it up as a trace
 TOL_PP = 0.5
 TARGETS = {"hta_over_perfsleuth_time": (">=", 25.0), "perfsleuth_over_hta_peak_rss": ("<=", 0.25),
+           "hta_over_cli_subprocess_time": (">=", 15.0), "cli_over_hta_peak_pss": ("<=", 0.25),
+           "cli_over_orjson_subprocess_time": ("<", 1.0),
            "perfsleuth_over_hta_peak_pss": ("<=", 0.25),
            "perfsleuth_over_orjson_loads_time": ("<", 1.0)}
 
@@ -97,7 +105,7 @@ def _count_events(text: bytes) -> int:
         return len(json.loads(text)["traceEvents"])
 
 
-def build_dataset(out: Path, source: Path, ranks: int, shift_us: int) -> dict:
+def build_dataset(out: Path, source: Path, ranks: int, shift_us: int, gz: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     opener = gzip.open if source.name.endswith(".gz") else open
     with opener(source, "rb") as fh:
@@ -105,26 +113,29 @@ def build_dataset(out: Path, source: Path, ranks: int, shift_us: int) -> dict:
     n_events = _count_events(text)
     files = []
     for r in range(ranks):
-        p = out / f"rank-{r}.json"
-        p.write_bytes(_rerank(text, r, ranks, shift_us))
-        files.append({"name": p.name, "bytes": p.stat().st_size, "events": n_events})
-    manifest = {"source": str(source), "ranks": ranks, "shift_us": shift_us, "files": files}
+        p = out / f"rank-{r}.json{'.gz' if gz else ''}"
+        body = _rerank(text, r, ranks, shift_us)
+        p.write_bytes(gzip.compress(body, 6) if gz else body)
+        files.append({"name": p.name, "bytes": len(body), "stored_bytes": p.stat().st_size, "events": n_events})
+    manifest = {"source": str(source), "ranks": ranks, "shift_us": shift_us, "gzip": gz, "files": files}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
 
 
-def load_or_build(data: Path | None, source: Path, ranks: int, shift_us: int, min_mb: float) -> tuple[Path, dict, bool]:
+def load_or_build(data: Path | None, source: Path, ranks: int, shift_us: int, min_mb: float,
+                  gz: bool = False) -> tuple[Path, dict, bool]:
     """Returns (dir, manifest, is_temporary)."""
     if data is not None and (data / MANIFEST).exists():
         m = json.loads((data / MANIFEST).read_text())
         present = {f["name"]: f for f in m["files"]}
-        if all((data / n).exists() and (data / n).stat().st_size == f["bytes"] for n, f in present.items()):
+        if bool(m.get("gzip")) == gz and all((data / n).exists() and (data / n).stat().st_size == f.get("stored_bytes", f["bytes"])
+                                             for n, f in present.items()):
             print(f"reusing data set in {data}")
             return data, m, False
     temp = data is None
     d = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-")) if temp else data
     t0 = time.perf_counter()
-    m = build_dataset(d, source, ranks, shift_us)
+    m = build_dataset(d, source, ranks, shift_us, gz)
     total = sum(f["bytes"] for f in m["files"])
     print(f"built data set in {d} in {time.perf_counter() - t0:.1f} s")
     if total < min_mb * 1e6:
@@ -230,13 +241,13 @@ def child_hta(data: str) -> dict:
 def child_orjson(data: str) -> dict:
     import orjson
 
-    files = sorted(p for p in Path(data).iterdir() if p.name.endswith(".json"))
+    files = sorted(p for p in Path(data).iterdir() if p.name.endswith((".json", ".json.gz")))
     read_s = loads_s = 0.0
     n = 0
     t0 = time.perf_counter()
     for p in files:
         a = time.perf_counter()
-        b = p.read_bytes()
+        b = gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()
         c = time.perf_counter()
         doc = orjson.loads(b)
         d = time.perf_counter()
@@ -245,6 +256,61 @@ def child_orjson(data: str) -> dict:
         read_s += c - a
         loads_s += d - c
     return {"work_s": time.perf_counter() - t0, "read_s": read_s, "loads_s": loads_s, "events": n, "files": len(files)}
+
+
+def child_cli(data: str, workers: int | None) -> dict:
+    """``perfsleuth analyze DIR --format json --out FILE``, the whole command in this process: its
+    "subprocess s" is what a user waits for (interpreter start, imports, parse, analysis, diagnosis,
+    rendering); "work s" here is the same minus interpreter start."""
+    t0 = time.perf_counter()
+    from perfsleuth.cli import app
+
+    out = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-cli-")) / "analysis.json"
+    args = ["analyze", data, "--format", "json", "--out", str(out)] + (["--workers", str(workers)] if workers else [])
+    try:
+        app(args, standalone_mode=False)
+    finally:
+        size = out.stat().st_size if out.exists() else 0
+        shutil.rmtree(out.parent, ignore_errors=True)
+    return {"work_s": time.perf_counter() - t0, "json_bytes": size}
+
+
+def child_stages(data: str) -> dict:
+    """The same analysis, one file after the other in this process (workers=1), timing each stage:
+    imports, reading (native decode + column building), per-rank analysis, the cross-rank part,
+    diagnosis and JSON rendering. Not a ratio: it says where the time goes."""
+    t0 = time.perf_counter()
+    from perfsleuth import api
+    from perfsleuth.diagnose.registry import diagnose
+    from perfsleuth.diagnose.signals import JobSignals
+    from perfsleuth.ingest import kineto
+    from perfsleuth.trace.analysis import combine_ranks
+    from perfsleuth.trace.job import RankView
+    from perfsleuth.trace.rank_analysis import analyze_rank
+
+    _warm_pyarrow()
+    st = {"imports": time.perf_counter() - t0, "read": 0.0, "rank_analysis": 0.0}
+    files = sorted(p for p in Path(data).iterdir() if p.name.endswith((".json", ".json.gz")))
+    results, rank_files = [], []
+    for p in files:
+        a = time.perf_counter()
+        rf = kineto.read_rank_file(p, single_file=False)
+        b = time.perf_counter()
+        results.append(analyze_rank(RankView(rf.rank, rf.events), "bench"))
+        c = time.perf_counter()
+        rank_files.append(rf.without_events())
+        st["read"] += b - a
+        st["rank_analysis"] += c - b
+    a = time.perf_counter()
+    world, caveats = kineto.check_one_job(rank_files)
+    analysis = combine_ranks(results, kineto.runs_table("bench", rank_files, world), {r.rank: r.path for r in rank_files}, caveats)
+    b = time.perf_counter()
+    diagnosis = diagnose(JobSignals(trace=analysis, sources=[]))
+    c = time.perf_counter()
+    doc = json.dumps(api.analysis_to_json(analysis, diagnosis), default=str)
+    d = time.perf_counter()
+    st.update(cross_rank=b - a, diagnosis=c - b, render_json=d - c)
+    return {"work_s": d - t0, "stages_s": st, "files": len(files), "json_bytes": len(doc)}
 
 
 def child_main(argv: list[str]) -> None:
@@ -256,6 +322,10 @@ def child_main(argv: list[str]) -> None:
         res = child_hta(data)
     elif tool == "orjson":
         res = child_orjson(data)
+    elif tool == "cli":
+        res = child_cli(data, workers)
+    elif tool == "stages":
+        res = child_stages(data)
     else:
         raise SystemExit(f"unknown tool {tool}")
     import resource
@@ -360,6 +430,13 @@ def _ratios(s: dict) -> dict[str, float]:
         out["perfsleuth_over_hta_peak_rss"] = ps["peak_tree_rss_mib"] / hta["peak_tree_rss_mib"]
         if ps.get("peak_tree_pss_mib") and hta.get("peak_tree_pss_mib"):
             out["perfsleuth_over_hta_peak_pss"] = ps["peak_tree_pss_mib"] / hta["peak_tree_pss_mib"]
+    cli = s.get("cli")
+    if cli and cli.get("subprocess_s") and hta and hta.get("subprocess_s"):
+        out["hta_over_cli_subprocess_time"] = hta["subprocess_s"] / cli["subprocess_s"]
+        if cli.get("peak_tree_pss_mib") and hta.get("peak_tree_pss_mib"):
+            out["cli_over_hta_peak_pss"] = cli["peak_tree_pss_mib"] / hta["peak_tree_pss_mib"]
+    if cli and cli.get("subprocess_s") and oj and oj.get("subprocess_s"):
+        out["cli_over_orjson_subprocess_time"] = cli["subprocess_s"] / oj["subprocess_s"]
     if ps and ps.get("work_s") and oj and oj.get("loads_s"):
         out["perfsleuth_over_orjson_loads_time"] = ps["work_s"] / oj["loads_s"]
         out["perfsleuth_over_orjson_read_loads_time"] = ps["work_s"] / oj["work_s"]
@@ -435,7 +512,10 @@ def main() -> int:
     ap.add_argument("--shift-us", type=int, default=37, help="rank r's timestamps are shifted by r * this many µs")
     ap.add_argument("--min-mb", type=float, default=300.0)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--tools", default="perfsleuth,hta,orjson")
+    ap.add_argument("--tools", default="perfsleuth,cli,hta,orjson",
+                    help="perfsleuth (analyze_streaming), cli (the perfsleuth analyze command, whole process), hta, orjson, "
+                         "stages (one process, workers=1, time per stage)")
+    ap.add_argument("--gzip", action="store_true", help="write the data set as rank-N.json.gz")
     ap.add_argument("--hta-python", default=_default_hta_python(),
                     help=f"interpreter with holistictraceanalysis==0.5.0 (default: {DEFAULT_HTA_PYTHON} if it exists, "
                          "else this one)")
@@ -449,13 +529,14 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print every process's own peak RSS")
     args = ap.parse_args()
 
-    data, manifest, temp = load_or_build(args.data, args.source, args.ranks, args.shift_us, args.min_mb)
+    data, manifest, temp = load_or_build(args.data, args.source, args.ranks, args.shift_us, args.min_mb, args.gzip)
     total_bytes = sum(f["bytes"] for f in manifest["files"])
     total_events = sum(f["events"] for f in manifest["files"])
     print(f"data set: {len(manifest['files'])} ranks, {total_bytes / 1e6:.1f} MB ({total_bytes / 2**20:.1f} MiB) raw JSON, "
           f"{total_events:,} events (source {manifest['source']}, shift {manifest['shift_us']} µs per rank)")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    pythons = {"perfsleuth": args.python, "orjson": args.python, "hta": args.hta_python}
+    pythons = {"perfsleuth": args.python, "orjson": args.python, "hta": args.hta_python, "cli": args.python,
+               "stages": args.python}
     logdir = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-logs-"))
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     try:
@@ -466,6 +547,9 @@ def main() -> int:
                 if not r.get("failed"):
                     extra = f" (loads {r['loads_s']:.2f} s)" if t == "orjson" else ""
                     ph = " ".join(f"{k}={v:.2f}" for k, v in r.get("phases_s", {}).items())
+                    if r.get("stages_s"):
+                        tot = sum(r["stages_s"].values())
+                        ph = " ".join(f"{k}={v:.2f}s ({v / tot:.0%})" for k, v in r["stages_s"].items())
                     print(f"  run {i + 1}/{args.repeat} {t:<10} work {r['work_s']:7.2f} s{extra}  subprocess {r['subprocess_s']:7.2f} s"
                           f"  peak tree RSS {r['peak_tree_rss_mib']:6.0f} MiB ({r['max_processes']} procs; main process"
                           f" {r['peak_main_rss_mib']:.0f} MiB polled, {r['ru_maxrss_main_mib']:.0f} MiB ru_maxrss)  {ph}", flush=True)

@@ -530,7 +530,15 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
 
 /* --- results ------------------------------------------------------------------------------- */
 
-static PyObject *bytes_of(const void *p, size_t n) { return PyByteArray_FromStringAndSize((const char *)p, (Py_ssize_t)n); }
+/* a column handed to Python: copied into a bytearray, and the C buffer freed at once (the peak is the
+ * columns plus one, not twice the columns) */
+#define TAKE(ptr, n) take_bytes((void **)&(ptr), (n))
+static PyObject *take_bytes(void **p, size_t n) {
+    PyObject *out = PyByteArray_FromStringAndSize((const char *)*p, (Py_ssize_t)n);
+    free(*p);
+    *p = NULL;
+    return out;
+}
 
 static int put(PyObject *d, const char *key, PyObject *v) {
     if (!v) return 0;
@@ -544,18 +552,18 @@ static PyObject *build_result(cols *c, PyObject *irregular, size_t total) {
     if (!d) return NULL;
     size_t n = c->n;
     int ok = put(d, "rows", PyLong_FromSize_t(n)) && put(d, "events", PyLong_FromSize_t(total)) &&
-             put(d, "index", bytes_of(c->index, n * 8)) && put(d, "cat", bytes_of(c->cat, n * 4)) &&
-             put(d, "name", bytes_of(c->name, n * 4)) && put(d, "ts", bytes_of(c->ts, n * 8)) &&
-             put(d, "dur", bytes_of(c->dur, n * 8)) && put(d, "ts_ok", bytes_of(c->ts_ok, n)) &&
-             put(d, "dur_ok", bytes_of(c->dur_ok, n)) && put(d, "pid", bytes_of(c->pid, n * 8)) &&
-             put(d, "tid", bytes_of(c->tid, n * 8)) && put(d, "pid_tag", bytes_of(c->pid_tag, n)) &&
-             put(d, "tid_tag", bytes_of(c->tid_tag, n));
+             put(d, "index", TAKE(c->index, n * 8)) && put(d, "cat", TAKE(c->cat, n * 4)) &&
+             put(d, "name", TAKE(c->name, n * 4)) && put(d, "ts", TAKE(c->ts, n * 8)) &&
+             put(d, "dur", TAKE(c->dur, n * 8)) && put(d, "ts_ok", TAKE(c->ts_ok, n)) &&
+             put(d, "dur_ok", TAKE(c->dur_ok, n)) && put(d, "pid", TAKE(c->pid, n * 8)) &&
+             put(d, "tid", TAKE(c->tid, n * 8)) && put(d, "pid_tag", TAKE(c->pid_tag, n)) &&
+             put(d, "tid_tag", TAKE(c->tid_tag, n));
     PyObject *ints = ok ? PyDict_New() : NULL, *tags = ok ? PyDict_New() : NULL, *strs = ok ? PyDict_New() : NULL;
     PyObject *tabs = ok ? PyDict_New() : NULL;
     ok = ok && ints && tags && strs && tabs;
     for (int a = 0; ok && a < N_INT_ARGS; a++)
-        ok = put(ints, INT_ARG_KEYS[a], bytes_of(c->iarg[a], n * 8)) && put(tags, INT_ARG_KEYS[a], bytes_of(c->iarg_tag[a], n));
-    for (int a = 0; ok && a < N_STR_ARGS; a++) ok = put(strs, STR_ARG_KEYS[a], bytes_of(c->sarg[a], n * 4));
+        ok = put(ints, INT_ARG_KEYS[a], TAKE(c->iarg[a], n * 8)) && put(tags, INT_ARG_KEYS[a], TAKE(c->iarg_tag[a], n));
+    for (int a = 0; ok && a < N_STR_ARGS; a++) ok = put(strs, STR_ARG_KEYS[a], TAKE(c->sarg[a], n * 4));
     static const char *TAB_NAMES[N_TABLES] = {"cat", "name", "pid", "tid", "stream",
                                               "Collective name", "dtype", "Process Group Name", "Process Group Ranks"};
     for (int t = 0; ok && t < N_TABLES; t++) ok = put(tabs, TAB_NAMES[t], strtab_list(&c->tabs[t]));
@@ -593,6 +601,7 @@ typedef struct {
     size_t close_pos;   /* its position in buf */
     int64_t next_index; /* index of the first element in buf */
     int64_t seps;       /* separators consumed */
+    int finished;       /* finish() handed the columns over */
     PyObject *irregular;
     char *tmp;          /* the batch being parsed, "[" + elements + "]" + padding */
     size_t tmp_cap;
@@ -871,7 +880,7 @@ static PyObject *reader_feed(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*", &cap, &view)) return NULL;
     reader *r = PyCapsule_GetPointer(cap, "perfsleuth.kineto_reader");
     if (!r) { PyBuffer_Release(&view); return NULL; }
-    if (r->closed || r->error) { PyBuffer_Release(&view); Py_RETURN_FALSE; }
+    if (r->closed || r->error || r->finished) { PyBuffer_Release(&view); Py_RETURN_FALSE; }
     size_t n = (size_t)view.len;
     if (r->len + n > r->cap) {
         size_t cap2 = r->cap;
@@ -900,6 +909,8 @@ static PyObject *reader_finish(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O", &cap)) return NULL;
     reader *r = PyCapsule_GetPointer(cap, "perfsleuth.kineto_reader");
     if (!r) return NULL;
+    if (r->finished) { PyErr_SetString(PyExc_RuntimeError, "finish() was already called on this reader"); return NULL; }
+    r->finished = 1;
     if (!r->closed && !r->error) { /* the last block: scan it for the array's end */
         scan_text(r);
         int rc = 1;
@@ -907,6 +918,10 @@ static PyObject *reader_finish(PyObject *self, PyObject *args) {
         else if (!r->closed && r->last_sep != (size_t)-1) rc = consume(r, r->last_sep, r->last_sep + 1); /* for the error's place */
         if (rc < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
+    free(r->tmp); /* the text and the parser's memory are done with before the columns move to Python */
+    free(r->pool);
+    r->tmp = r->pool = NULL;
+    r->tmp_cap = r->pool_cap = 0;
     PyObject *d = build_result(&r->c, r->irregular, (size_t)r->next_index);
     if (!d) return NULL;
     size_t tail_at = r->closed ? r->close_pos + 1 : r->len;

@@ -29,6 +29,11 @@ from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest.chrome_json import MAX_HEADER_BYTES, ChromeTraceStream, replace_literals
 
+try:  # ISA-L's inflate: the same API as zlib's, twice as fast on trace JSON
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover
+    _inflate = zlib  # type: ignore[assignment]
+
 try:
     from perfsleuth.ingest import _kineto_native as _native
 except ImportError as exc:  # pragma: no cover - a checkout that was not installed with pip
@@ -71,9 +76,9 @@ def text_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
 
 
 def _gunzip(path: Path, fh: Any, block_bytes: int) -> Iterator[bytes]:
-    """Inflate every gzip member of ``fh`` (zlib; a concatenated .gz has several)."""
+    """Inflate every gzip member of ``fh`` (a concatenated .gz has several)."""
     out = 0
-    d = zlib.decompressobj(31)
+    d = _inflate.decompressobj(31)
     started = False  # the current member has had input
     try:
         while raw := fh.read(block_bytes // 4):
@@ -86,13 +91,13 @@ def _gunzip(path: Path, fh: Any, block_bytes: int) -> Iterator[bytes]:
                 raw = b""
                 if d.eof:  # a member ended: the rest (if any) is the next member
                     raw = d.unused_data
-                    d = zlib.decompressobj(31)
+                    d = _inflate.decompressobj(31)
                     started = False
                     if raw.strip(b"\x00") == b"":
                         raw = b""
         if started and not d.eof:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
-    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+    except (EOFError, zlib.error, _inflate.error, gzip.BadGzipFile, OSError) as exc:
         raise InputError(path, f"cannot decompress: {exc}", place=f"after byte {out}",
                          hint="the file is truncated or not gzip; re-copy it or write the trace again") from None
 
