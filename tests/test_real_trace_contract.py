@@ -180,9 +180,11 @@ def test_large_idle_no_cause_explains_is_a_finding_of_its_own(diagnoses) -> None
     report = diagnoses[SHARED / "negative_queue_length_values_check"]
     idle = next(f for f in report.diagnosis.findings if f.fault == "unattributed_idle")
     steps = report.analysis.steps.to_pandas()
-    other = float(steps["idle_other_ns"].sum() / steps["step_time_ns"].sum())
+    share = {k: float(steps[f"idle_{k}_ns"].sum() / steps["step_time_ns"].sum()) for k in ("other", "sync")}
     total = float(steps["idle_ns"].sum() / steps["step_time_ns"].sum())
-    assert other > 0.5 and total > 0.6  # by the steps table: 64% idle, 55% "other"
+    # by the steps table: 64% idle; 46% of it while the host sits in device-to-pageable copies that return
+    # only after their copy (blocking: the GPU idles too, waiting on something else), 18% "other"
+    assert total > 0.6 and share["other"] + share["sync"] > 0.5 and share["sync"] > 0.4
     assert 0.1 <= idle.impact.value <= total
     assert "does not show" in idle.symptom
 

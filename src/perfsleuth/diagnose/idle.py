@@ -32,6 +32,8 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed("unattributed_idle", "a PyTorch-profiler trace with GPU kernels and ProfilerStep annotations")
     rs = ctx.rs
     explained = rs[[c for c in _EXPLAINED if c in rs]].sum(axis=1)
+    if "sync_wait_idle_ns" in rs:  # the GPU idle while the host waits in a sync: both waited on something unseen
+        explained = explained - rs["sync_wait_idle_ns"]
     rs = rs.assign(unexplained_idle_ns=(rs["idle_ns"] - explained).clip(lower=0))
     loss = ctx.per_step("unexplained_idle_ns", how="median", frame=rs)
     imp = ctx.impact(loss)
@@ -46,8 +48,8 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
     typical_rank = rs.groupby("rank")["unexplained_idle_ns"].sum() / rs.groupby("rank")["step_time_ns"].sum().clip(lower=1)
     evidence = (
         Evidence("unattributed_idle_fraction", imp, Interval(UNEXPLAINED_IDLE_MIN, unit="fraction", method="reporting bar"),
-                 "GPU idle that no data-loader, checkpoint, compile, GC, allocator, copy, sync, silent-host or launch "
-                 "cause covers (median rank per step)"),
+                 "GPU idle that no data-loader, checkpoint, compile, GC, allocator, copy, silent-host or launch cause "
+                 "covers, nor the queue refilling after a sync (median rank per step)"),
         Evidence("gpu_idle_fraction", Interval(idle, unit="fraction", method="all ranks and steps"),
                  note="idle split: " + ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in split.items())),
         Evidence("unattributed_idle_by_rank", Interval(float(typical_rank.max()), unit="fraction", method="worst rank"),
@@ -56,6 +58,10 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
     alternatives = (
         Alternative("host_launch_bound", "ruled_out", "waits for kernels the host had not launched are counted apart"),
         Alternative("unattributed_host_stall", "ruled_out", "the host was writing events meanwhile: it was not silent"),
+        Alternative("host_sync", "cannot_rule_out" if split["sync"] > 0.05 else "ruled_out",
+                    "the host waited in synchronize calls while the GPU idled too: both waited for something outside "
+                    "this trace (another process, a peer rank, an untraced stream)" if split["sync"] > 0.05
+                    else "the host was not blocked in synchronize calls meanwhile"),
         Alternative("dataloader_stall", "cannot_rule_out", "a custom input pipeline without a DataLoader op or an "
                     "annotation would look like this"),
     )

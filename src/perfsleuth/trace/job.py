@@ -24,6 +24,11 @@ _HOST_COLLECTIVE = re.compile(r"^(?:nccl|gloo|c10d)(?:::|:)_?(all_?to_?all|allto
 _HOST_OP = {"alltoall": "alltoall", "allgather": "allgather", "reducescatter": "reducescatter", "allreduce": "allreduce",
             "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier", "gather": "gather", "scatter": "scatter"}
 _SYNC_CALL = re.compile(r"Synchronize|cudaStreamWaitEvent|hipStreamWaitEvent|cudaEventQuery", re.I)
+BLOCKING_COPY_MIN_NS = 50_000
+"""A copy call of 50 µs or more that returns after its copy ended was blocking the host on the stream
+(shorter ones may just have outlived a tiny copy that ran at once)."""
+QUEUED_START_NS = 20_000
+"""Work that starts within 20 µs of other GPU work ending was waiting for it."""
 
 
 def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -139,12 +144,31 @@ class RankView:
 
     @cached_property
     def host_sync(self) -> Coverage:
-        """Host time blocked in synchronization API calls."""
+        """Host time blocked in synchronization API calls, and in copy calls that returned only once
+        their copy had finished (a device-to-pageable copy, ``.item()``, ``.tolist()``): the host
+        waited for the stream there, so the GPU idling meanwhile is not waiting for a slow launcher."""
         is_api = (self.kind == "runtime") | (self.kind == "driver")
         codes, values = _dictionary(self.table["name"])
         is_sync_name = np.array([bool(_SYNC_CALL.search(v or "")) for v in values], dtype=bool)
         mask = is_api & is_sync_name[codes]
-        return Coverage.of(self.ts[mask], self.end[mask])
+        blocking = self._blocking_copies()
+        return Coverage.of(np.concatenate([self.ts[mask], self.launch_ts[blocking]]),
+                           np.concatenate([self.end[mask], self.launch_end[blocking]]))
+
+    def _blocking_copies(self) -> np.ndarray:
+        """Copies whose call blocked the host on the GPU: the call lasted 50 µs or more, returned only
+        after its copy ended, and the copy started the moment other GPU work ended during the call (it
+        was queued behind it). A slow launch call whose copy ran at once on an idle GPU is no wait."""
+        copy = np.flatnonzero((self.kind == "memcpy") & (self.launch_ts >= 0))
+        start, stop = self.launch_ts[copy], self.launch_end[copy]
+        copy = copy[(stop >= self.end[copy]) & (stop - start >= BLOCKING_COPY_MIN_NS)]
+        if len(copy) == 0:
+            return copy
+        ends = np.sort(self.end[self.is_gpu])
+        k = np.searchsorted(ends, self.ts[copy], side="right") - 1
+        before = np.where(k >= 0, ends[np.maximum(k, 0)], -1)
+        queued = (before > self.launch_ts[copy]) & (self.ts[copy] - before <= QUEUED_START_NS)
+        return copy[queued]
 
     @cached_property
     def has_gpu(self) -> bool:

@@ -89,6 +89,10 @@ SIGNALS = pa.schema([
     # lost time (not compute, not communication) charged to a host cause, in CAUSES order
     *[(f"lost_{c}_ns", pa.int64()) for c in CAUSES],
     ("lost_launch_ns", pa.int64()),
+    # the part of lost_sync_ns inside the sync calls themselves: host and GPU both waited, for something
+    # the trace does not show (another process, a peer, an untraced stream); the queue refilling after
+    # a sync is the sync's own cost, the idle during it is not explained by it
+    ("sync_wait_idle_ns", pa.int64()),
     # host spans per cause inside the window, whatever the GPU did meanwhile
     ("checkpoint_span_ns", pa.int64()), ("compile_span_ns", pa.int64()), ("dataloader_span_ns", pa.int64()),
     ("gc_span_ns", pa.int64()),
@@ -300,9 +304,11 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
     which drained the work already queued meanwhile, waits for launches afterwards, spread over however
     many kernels had less slack than D. The GPU cannot lose more than the host did, and it did not lose
     the part of D it spent busy with the queue: so the waits after the stall (in its step window) are
-    charged to it up to that backlog, the first ones first. A program that was launch-bound already has
-    no backlog, and its waits stay its own. Without this, a cudaFree or a data-loader stall injected
-    into real traces made host_launch_bound a second, misleading finding."""
+    charged to it up to that backlog (the GPU's busy time during the stall, on work launched before it),
+    the first ones first. A program that was launch-bound already has no backlog, and its waits stay its
+    own. Syncs and blocking copies count too: the queue is empty when they return. Without this, a
+    cudaFree or a data-loader stall injected into real traces made host_launch_bound a second,
+    misleading finding; without syncs, so did collectives slowed behind a TorchRec job's ``.item()``."""
     if len(stalls.starts) == 0 or len(waits.starts) == 0 or not view.has_gpu:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     g = np.flatnonzero(view.is_gpu & (view.launch_end >= 0))
@@ -313,7 +319,8 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
     burst = Coverage.of(stalls.starts, stalls.ends + REFILL_GAP_NS)
     starts, ends = burst.starts, burst.ends - REFILL_GAP_NS
     k = np.searchsorted(launched, starts, side="right") - 1
-    budget = np.where(k >= 0, np.clip(busy_until[np.maximum(k, 0)] - starts, 0, ends - starts), 0)
+    until = np.where(k >= 0, np.clip(busy_until[np.maximum(k, 0)], starts, ends), starts)
+    budget = view.busy.measure(starts, until)  # the GPU busy with the queue, not merely not yet drained
     limit = window_end[np.clip(np.searchsorted(window_end, ends, side="right"), 0, len(window_end) - 1)]
     out_lo: list[int] = []
     out_hi: list[int] = []
@@ -408,7 +415,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     cols["p2p_ns"] = c_p2p.measure(lo, hi)
     cols["exposed_p2p_ns"] = cc.measure(lo, hi) - Coverage.union(c_np, compute).measure(lo, hi)
     cols["p2p_ops"] = _per_window(windows, view.ts[p2p])
-    refills = ({c: _refill(view, v, w_host, hi) for c, v in covers.items() if c != "sync"} if view.has_gpu else {})
+    refills = {c: _refill(view, v, w_host, hi) for c, v in covers.items()} if view.has_gpu else {}
     # lost time per cause, first cause wins; pipeline receives waiting for their sender are not work
     productive = Coverage.union(compute, c_np)
     base = productive.measure(lo, hi)
@@ -419,6 +426,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
         now = Coverage.union(productive, *acc).measure(lo, hi)
         cols[f"lost_{c}_ns"] = now - prev
         prev = now
+    cols["sync_wait_idle_ns"] = cols["lost_sync_ns"]
     for c in CAUSES:  # ... then the queue refills after them, which never take another cause's own time
         if c in refills:
             acc.append(refills[c])
