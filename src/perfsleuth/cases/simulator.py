@@ -110,6 +110,7 @@ from typing import Any, Literal
 import numpy as np
 
 from perfsleuth.cases.faults import Fault, fault_to_dict
+from perfsleuth.cases.layouts import FRAMEWORKS, ParallelLayout, group_dimension
 
 SCHEMA = "perfsleuth.simtruth/1"
 COMPUTE_STREAM, DP_STREAM = 7, 20
@@ -153,6 +154,8 @@ class SimConfig:
     first_step: int = 3
     parallelism: Literal["dp", "pp"] = "dp"
     pp_stages: int = 4
+    tp: int = 1
+    framework: Literal["plain", "megatron", "torchtitan"] = "plain"
     microbatches: int = 8
     overlap: bool = True
     layers: int = 4
@@ -189,7 +192,18 @@ class SimConfig:
 
     @property
     def dp(self) -> int:
-        return self.world_size // self.stages
+        return self.world_size // (self.stages * self.tp)
+
+    def layout(self) -> ParallelLayout:
+        """The job's TP × DP × PP grid in Megatron's default order (tensor-parallel ranks adjacent)."""
+        return ParallelLayout(tp=self.tp, dp=self.dp, pp=self.stages)
+
+    def dp_index(self, rank: int) -> int:
+        """The rank's index in its data-parallel group."""
+        return (rank // self.tp) % self.dp
+
+    def stage_of(self, rank: int) -> int:
+        return rank // (self.dp * self.tp)
 
     @property
     def stages(self) -> int:
@@ -201,6 +215,10 @@ class SimConfig:
             raise ValueError("world_size, steps and layers must be >= 1")
         if self.parallelism not in ("dp", "pp"):
             raise ValueError(f"parallelism must be 'dp' or 'pp', not {self.parallelism!r}")
+        if self.tp < 1 or self.world_size % (self.stages * self.tp):
+            raise ValueError(f"tp={self.tp} × pp={self.stages} must divide world_size {self.world_size}")
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, not {self.framework!r}")
         if self.parallelism == "pp":
             if self.pp_stages < 2 or self.world_size % self.pp_stages:
                 raise ValueError("pp needs pp_stages >= 2 dividing world_size")
@@ -621,7 +639,7 @@ class _Builder:
 
     def __init__(self, cfg: SimConfig, plan: _Plan, rank: int, catalog: dict, pg_of: dict):
         self.cfg, self.plan, self.rank = cfg, plan, rank
-        self.stage = rank // cfg.dp
+        self.stage = cfg.stage_of(rank)
         self.d = _Draws(np.random.default_rng([cfg.seed, 1, rank]))
         # faults draw from their own stream, so the job without them keeps every other draw
         self.fd = _Draws(np.random.default_rng([cfg.seed, 3, rank]))
@@ -703,6 +721,7 @@ class _Builder:
                     self.small_chain()
             if mem is not None:
                 mem.saved.setdefault(mb, []).append(saved)
+        self.tp_allreduce()
         if compiled:
             prog.append((I_END,))
 
@@ -726,9 +745,18 @@ class _Builder:
             if mem is not None:
                 for blk in mem.saved[mb].pop():
                     mem.free(prog, blk)
+        self.tp_allreduce()
         if compiled:
             prog.append((I_END,))
             prog.append((I_END,))
+
+    def tp_allreduce(self) -> None:
+        """A tensor-parallel layer ends in an all-reduce of its activations (or their gradients) over
+        the TP group, on the compute stream: the next layer needs the result. Megatron issues two per
+        layer and direction; one keeps the traces small and the waiting the same in kind."""
+        pg = self.pg_of.get(("tp_of", self.rank))
+        if pg is not None:
+            self.coll("allreduce", COMPUTE_STREAM, pg, int(self.cfg.activation_bytes * self.mb_scale))
 
     def loss_fwd(self, mb: int = 0) -> None:
         if self.compiled:
@@ -784,7 +812,7 @@ class _Builder:
         faults, rank = self.cfg.faults, self.rank
         self.slow = sum(f.compute_slowdown(self.rank, self.stage, k) for f in faults)
         dp = self.cfg.dp
-        self.work = sum((f.work_scale(rank % dp, dp, k) for f in faults), 0.0)
+        self.work = sum((f.work_scale(self.cfg.dp_index(rank), dp, k) for f in faults), 0.0)
         paused = next(((f, p) for f in faults if (p := f.host_pause(rank, k)) is not None), None)
         self.pause = paused[1] if paused else None
         self.pause_recorded = bool(getattr(paused[0], "recorded", False)) if paused else False
@@ -962,7 +990,7 @@ class _Builder:
 def _build_dp(b: _Builder) -> list[tuple]:
     cfg, layers = b.cfg, b.local_layers()
     L = len(layers)
-    pg = b.pg_of[("dp", b.stage)]
+    pg = b.pg_of.get(("dp_of", b.rank)) or b.pg_of[("dp", b.stage)]
     buckets = b.allreduce_buckets(layers)
     # poor_overlap: the last-closing buckets wait for the end of backward
     n_def = min(len(buckets), math.ceil(b.plan.defer * len(buckets) - 1e-9)) if b.plan.defer > 0 else 0
@@ -1011,9 +1039,9 @@ def _build_pp(b: _Builder) -> list[tuple]:
     P = cfg.stages
     M = b.plan.microbatches
     act = int(cfg.activation_bytes * b.mb_scale)
-    nxt, prv = b.rank + cfg.dp, b.rank - cfg.dp
+    nxt, prv = b.rank + cfg.dp * cfg.tp, b.rank - cfg.dp * cfg.tp
     order = _one_f_one_b(s, P, M)
-    dp_pg = b.pg_of.get(("dp", s))
+    dp_pg = b.pg_of.get(("dp_of", b.rank)) or b.pg_of.get(("dp", s))
     for k in range(cfg.steps):
         b.begin_step(k)
         slots = b.alloc_slots(len(order))
@@ -1054,6 +1082,8 @@ def _build_pp(b: _Builder) -> list[tuple]:
 def _process_groups(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[tuple, dict[str, Any]]]:
     """Every process group of the job, and a lookup by role: ("dp", stage), ("fwd"|"bwd", lower rank)."""
     W, dp, P = cfg.world_size, cfg.dp, cfg.stages
+    if cfg.tp > 1 or cfg.framework != "plain":
+        return _layout_groups(cfg)
     pgs: list[dict[str, Any]] = []
 
     def add(desc: str, ranks: list[int]) -> dict[str, Any]:
@@ -1075,6 +1105,32 @@ def _process_groups(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[tuple, d
             lo = s * dp + d
             by_role[("fwd", lo)] = add("pp_activations", [lo, lo + dp])
             by_role[("bwd", lo)] = add("pp_gradients", [lo, lo + dp])
+    return pgs, by_role
+
+
+def _layout_groups(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[tuple, dict[str, Any]]]:
+    """The framework's groups for a TP × DP × PP grid (``cases.layouts``), looked up per rank:
+    ("dp_of"|"tp_of", rank), and ("fwd"|"bwd", lower rank) for the pipeline's point-to-point pairs.
+
+    Pipeline sends/receives get their own 2-rank groups, created after the framework's: NCCL runs a
+    point-to-point transfer on a 2-rank communicator, and the analyses pair them only there."""
+    layout = cfg.layout()
+    pgs = layout.process_groups(cfg.framework)
+    by_role: dict[tuple, dict[str, Any]] = {}
+    for pg in pgs[1:]:
+        dim = group_dimension(pg["pg_desc"])
+        if dim in ("dp", "tp") and pg["pg_size"] > 1:
+            for r in pg["ranks"]:
+                by_role[(f"{dim}_of", r)] = pg
+    stride = cfg.dp * cfg.tp
+    for lo in range(cfg.world_size - stride if cfg.stages > 1 else 0):
+        for role, desc in (("fwd", "pp_activations"), ("bwd", "pp_gradients")):
+            pg = {"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": 2,
+                  "ranks": [lo, lo + stride]}
+            pgs.append(pg)
+            by_role[(role, lo)] = pg
+    if cfg.dp == 1:
+        by_role[("dp", 0)] = pgs[0]
     return pgs, by_role
 
 
@@ -1446,9 +1502,13 @@ def _run(cfg: SimConfig) -> SimulatedJob:
 
     colls: dict[tuple[str, int], Collective] = {}
     sims = []
+    groups_of: list[list[dict[str, Any]]] = [[] for _ in range(W)]  # each rank's groups, in creation order
+    for pg in pgs:
+        for r in pg["ranks"]:
+            groups_of[r].append(pg)
     for r in range(W):
-        tr = RankTrace(rank=r, pid=pids[r], device=r % min(8, W), stage=r // cfg.dp, trace_id=trace_ids[r])
-        tr.process_groups = [pg for pg in pgs if r in pg["ranks"]]
+        tr = RankTrace(rank=r, pid=pids[r], device=r % min(8, W), stage=cfg.stage_of(r), trace_id=trace_ids[r])
+        tr.process_groups = groups_of[r]
         b = _Builder(cfg, plan, r, catalog, pg_of)
         prog = _build_pp(b) if cfg.parallelism == "pp" else _build_dp(b)
         b.finish()
@@ -1472,7 +1532,7 @@ def _run(cfg: SimConfig) -> SimulatedJob:
     collectives = sorted((c for c in colls.values() if c.arrivals),
                          key=lambda c: (c.end if c.end >= 0 else math.inf, int(c.pg), c.seq))
     job = SimulatedJob(cfg, ranks, collectives, dict(enumerate(offsets)), trace_start_ns,
-                       {"dp": cfg.dp, "pp_stages": cfg.stages, "microbatches": plan.microbatches,
+                       {"dp": cfg.dp, "tp": cfg.tp, "pp_stages": cfg.stages, "microbatches": plan.microbatches,
                         "overlap": plan.overlap, "fabric_bandwidth_gbps": plan.bandwidth_gbps}, [], [])
     job.step_truth = _step_truth(job)
     job.fault_truth = _fault_truth(job)
@@ -1649,11 +1709,11 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                       "overlap": job.parallel["overlap"]}
         elif f.fault == "sequence_imbalance":
             dp = cfg.dp
-            heavy = {first + k: [r for r in range(cfg.world_size) if r % dp == f.heavy_index(dp, k)] for k in steps}
+            heavy = {first + k: [r for r in range(cfg.world_size) if cfg.dp_index(r) == f.heavy_index(dp, k)] for k in steps}
             heavy_rows = [r for r in rows if r["rank"] in heavy.get(r["step"], ())]
             light_rows = [r for r in rows if r["step"] in heavy and r["rank"] not in heavy[r["step"]]]
             effect = {"work_multiplier_by_rank_step": {
-                          r: {first + k: f.multipliers(dp, k)[r % dp] for k in steps} for r in range(cfg.world_size)},
+                          r: {first + k: f.multipliers(dp, k)[cfg.dp_index(r)] for k in steps} for r in range(cfg.world_size)},
                       "heavy_ranks_by_step": heavy,
                       "extra_compute_ns_by_rank_step": {
                           r: {x["step"]: x["compute_extra_ns"] for x in hit if x["rank"] == r} for r in ranks},

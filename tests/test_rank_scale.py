@@ -1,0 +1,67 @@
+"""Rank layouts (TP × DP × PP process groups) and the cross-rank analyses on many ranks."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from perfsleuth.cases import kineto_writer
+from perfsleuth.cases.layouts import ParallelLayout
+from perfsleuth.cases.simulator import SimConfig, simulate
+
+
+def test_megatron_order_puts_tensor_parallel_ranks_adjacent_and_stages_furthest_apart():
+    lay = ParallelLayout(tp=2, dp=3, pp=4)
+    for pp, dp, tp in itertools.product(range(4), range(3), range(2)):
+        rank = (pp * 3 + dp) * 2 + tp
+        assert lay.coords(rank) == {"tp": tp, "cp": 0, "dp": dp, "pp": pp}
+        assert lay.rank_of(tp=tp, dp=dp, pp=pp) == rank
+
+
+@pytest.mark.parametrize("dim", ["tp", "dp", "pp", "cp"])
+def test_each_dimension_s_groups_partition_the_world(dim):
+    lay = ParallelLayout(tp=2, cp=2, dp=2, pp=3, order="tp-cp-dp-pp")
+    groups = lay.groups(dim)
+    flat = sorted(r for g in groups for r in g)
+    assert flat == list(range(lay.world_size))
+    size = getattr(lay, dim)
+    assert all(len(g) == size for g in groups)
+    for g in groups:  # members differ only along dim
+        coords = [lay.coords(r) for r in g]
+        for other in ("tp", "cp", "dp", "pp"):
+            if other != dim:
+                assert len({c[other] for c in coords}) == 1
+
+
+def test_another_order_changes_which_ranks_share_a_group():
+    lay = ParallelLayout(tp=2, dp=2, pp=2, order="tp-pp-dp-cp")
+    assert lay.group_of("pp", 0) == [0, 2]  # pp is second-fastest here
+    assert ParallelLayout(tp=2, dp=2, pp=2).group_of("pp", 0) == [0, 4]
+
+
+def test_bad_order_is_refused():
+    with pytest.raises(ValueError, match="must name each"):
+        ParallelLayout(order="tp-dp-pp")
+
+
+@pytest.mark.parametrize(("framework", "tp_desc"), [("megatron", "TENSOR_MODEL_PARALLEL_GROUP"), ("torchtitan", "mesh_tp")])
+def test_simulated_rank_writes_its_groups_into_distributed_info(framework, tp_desc):
+    cfg = SimConfig(world_size=8, tp=2, parallelism="pp", pp_stages=2, layers=2, steps=1, microbatches=2,
+                    framework=framework, measure_impact=False)
+    job = simulate(cfg)
+    rank = 5  # pp 1, dp 0, tp 1 in a 2 × 2 × 2 grid
+    doc = kineto_writer.trace_dict(job, rank)
+    info = doc["distributedInfo"]
+    assert info["rank"] == rank and info["world_size"] == 8
+    groups = info["pg_config"]
+    assert info["pg_count"] == len(groups)
+    assert all(rank in g["ranks"] and g["pg_size"] == len(g["ranks"]) for g in groups)
+    by_desc = {g["pg_desc"]: g["ranks"] for g in groups}
+    assert by_desc[tp_desc] == [4, 5]
+    # the TP all-reduces are recorded on the TP group, with its name, description and ranks
+    comms = [e["args"] for e in doc["traceEvents"] if e.get("name") == "record_param_comms"]
+    tp_comms = [a for a in comms if a["Process Group Description"] == tp_desc]
+    assert tp_comms and all(a["Process Group Ranks"] == "[4, 5]" and a["Group size"] == 2 for a in tp_comms)
+    names = {g["pg_name"]: g["pg_desc"] for g in groups}
+    assert all(names[a["Process Group Name"]] == a["Process Group Description"] for a in comms)
