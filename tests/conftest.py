@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# every JSON document a verb writes in any test (in this process or a subprocess) is validated against
+# the schema it names (perfsleuth/schemas; report.escape.json_document)
+os.environ.setdefault("PERFSLEUTH_CHECK_SCHEMAS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "data" / "traces"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from typing import Any
 
@@ -120,5 +121,20 @@ def json_document(doc: Any, indent: int | None = 2, allow_nan: bool = True) -> s
     C0 controls as ``\\uXXXX``; DEL, C1 controls, direction overrides, line separators and lone
     surrogates are written the same way, so every value still parses back exactly (non-ASCII text
     stays readable)."""
+    if os.environ.get(CHECK_SCHEMAS) and isinstance(doc, dict):
+        _check_contract(doc)
     text = json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=allow_nan)
     return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+CHECK_SCHEMAS = "PERFSLEUTH_CHECK_SCHEMAS"
+"""When set (the test suite sets it), every document a verb writes is validated against the JSON Schema
+its ``schema`` key names, so no test can pass on output that breaks the published contract."""
+
+
+def _check_contract(doc: dict[str, Any]) -> None:
+    from perfsleuth.schemas import CONTRACTS, validate
+
+    tag = str(doc.get("schema", ""))
+    if tag.startswith("perfsleuth.") and tag.removeprefix("perfsleuth.").split("/")[0] in CONTRACTS:
+        validate(doc)
