@@ -65,3 +65,38 @@ def test_simulated_rank_writes_its_groups_into_distributed_info(framework, tp_de
     assert tp_comms and all(a["Process Group Ranks"] == "[4, 5]" and a["Group size"] == 2 for a in tp_comms)
     names = {g["pg_name"]: g["pg_desc"] for g in groups}
     assert all(names[a["Process Group Name"]] == a["Process Group Description"] for a in comms)
+
+
+@pytest.fixture(scope="module")
+def job_256():
+    from perfsleuth.cases.rank_scale import build, scale_config
+
+    cfg = scale_config(256, tp=4, pp=2, straggler=101, steps=3)  # dp = 32
+    sj = build(cfg)
+    return sj, sj.combine()
+
+
+def test_256_rank_job_matches_every_collective_the_simulator_ran(job_256):
+    from collections import Counter
+
+    sj, a = job_256
+    inst = a.instances.to_pandas().drop_duplicates("instance")
+    expected = Counter(c.pg for c in sj.job.collectives if len(c.arrivals) >= 2)
+    assert Counter(inst["group"]) == expected
+    size = {pg["pg_name"]: pg["pg_size"] for tr in sj.job.ranks for pg in tr.process_groups}
+    assert (inst["participants"] == inst["group"].map(size)).all()
+
+
+def test_256_rank_job_clock_offsets_are_recovered(job_256):
+    sj, a = job_256
+    true = sj.job.clock_offset_ns
+    err = [abs(a.alignment.offset_ns[r] - (true[r] - true[0])) for r in range(256)]
+    assert max(err) < 5_000  # the simulator's offsets span ±2 ms
+
+
+def test_256_rank_job_names_the_injected_straggler(job_256):
+    _, a = job_256
+    assert a.stragglers.straggler == 101
+    pr = a.stragglers.per_rank.to_pandas().set_index("rank")
+    assert len(pr) == 256
+    assert pr["last_count"].idxmax() == 101

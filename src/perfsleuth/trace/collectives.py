@@ -20,6 +20,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy import sparse
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import spsolve
 
 from perfsleuth.trace.job import RankView
 
@@ -124,18 +127,9 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     pairs = pairs.groupby(["rank", "hub"])["diff"].agg(["median", "size"]).reset_index()
     present = sorted(set(df["rank"]))
     ref = present[0]
-    col = {r: i for i, r in enumerate(present)}
-    a = np.zeros((len(pairs) + 1, len(present)))
-    b = np.zeros(len(pairs) + 1)
-    w = np.sqrt(pairs["size"].to_numpy(dtype=float))
-    rows = np.arange(len(pairs))
-    a[rows, pairs["rank"].map(col).to_numpy()] = w
-    a[rows, pairs["hub"].map(col).to_numpy()] = -w
-    b[: len(pairs)] = w * pairs["median"].to_numpy(dtype=float)
-    a[-1, col[ref]] = 1e3  # anchor: the lowest rank's clock is the reference
-    solution = np.linalg.lstsq(a, b, rcond=None)[0]
-    connected = _connected(ref, pairs)
-    offsets = {r: (float(solution[col[r]]) if r in connected else 0.0) for r in present}
+    offsets = _solve_offsets(present, pairs)
+    connected = set(offsets)
+    offsets = {r: offsets.get(r, 0.0) for r in present}
     off = df["rank"].map(offsets).to_numpy()
     adj = df["end_ns"].to_numpy(dtype=float) - off
     resid = np.abs(adj - pd.Series(adj).groupby(df["instance"].to_numpy()).transform("median").to_numpy())
@@ -148,18 +142,31 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
                           int(df["instance"].nunique()), method)
 
 
-def _connected(ref: int, pairs) -> set[int]:
-    adj: dict[int, set[int]] = {}
-    for r, h in zip(pairs["rank"], pairs["hub"], strict=True):
-        adj.setdefault(int(r), set()).add(int(h))
-        adj.setdefault(int(h), set()).add(int(r))
-    seen, todo = {ref}, [ref]
-    while todo:
-        for nxt in adj.get(todo.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
+def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
+    """Offsets of the ranks connected to the lowest one, which is pinned at 0.
+
+    The weighted least-squares problem ``sqrt(w) * (x[rank] - x[hub] - median) -> min`` has as normal
+    equations a weighted graph Laplacian: one nonzero per matched (rank, hub) pair, solved sparse, so
+    the cost grows with the pairs (ranks × groups), not with ranks squared as a dense solve would."""
+    col = {r: i for i, r in enumerate(present)}
+    n = len(present)
+    i = pairs["rank"].map(col).to_numpy()
+    j = pairs["hub"].map(col).to_numpy()
+    w = pairs["size"].to_numpy(dtype=float)
+    d = pairs["median"].to_numpy(dtype=float)
+    graph = sparse.coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    members = np.flatnonzero(labels == labels[0])
+    free = members[members != 0]  # the lowest rank (index 0) is the reference: offset 0
+    out = {present[0]: 0.0}
+    if len(free) == 0:
+        return out
+    lap = sparse.coo_matrix((np.concatenate([w, w, -w, -w]), (np.concatenate([i, j, i, j]), np.concatenate([i, j, j, i]))),
+                            shape=(n, n)).tocsr()
+    rhs = np.bincount(i, w * d, minlength=n) - np.bincount(j, w * d, minlength=n)
+    x = spsolve(lap[free][:, free].tocsc(), rhs[free])
+    out.update({present[k]: float(v) for k, v in zip(free, np.atleast_1d(x), strict=True)})
+    return out
 
 
 def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:
