@@ -84,10 +84,13 @@ def _gunzip(path: Path, fh: Any, block_bytes: int) -> Iterator[bytes]:
         while raw := fh.read(block_bytes // 4):
             while raw:
                 started = True
-                text = d.decompress(raw)
+                text = d.decompress(raw, block_bytes)  # bounded: trace JSON inflates 10-20x
                 out += len(text)
                 if text:
                     yield text
+                raw = d.unconsumed_tail
+                if raw and not d.eof:
+                    continue
                 raw = b""
                 if d.eof:  # a member ended: the rest (if any) is the next member
                     raw = d.unused_data
