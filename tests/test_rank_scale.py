@@ -100,3 +100,77 @@ def test_256_rank_job_names_the_injected_straggler(job_256):
     pr = a.stragglers.per_rank.to_pandas().set_index("rank")
     assert len(pr) == 256
     assert pr["last_count"].idxmax() == 101
+
+
+# --- --ranks: a stated subset, and what the untraced ranks leave undecidable -------------------------
+
+def test_rank_spec_parses_ranks_and_ranges_and_names_the_bad_part():
+    from perfsleuth.errors import InvalidArgument
+    from perfsleuth.ingest.rank_subset import parse_rank_spec
+    from perfsleuth.trace.provenance import format_ranks
+
+    assert parse_rank_spec("0,8,16-19") == {0, 8, 16, 17, 18, 19}
+    assert format_ranks(sorted(parse_rank_spec(" 3, 0-1 ,7"))) == "0-1,3,7"
+    for bad, part in (("0,x", "'x'"), ("5-2", "'5-2'"), ("1,,2", "''")):
+        with pytest.raises(InvalidArgument, match=part):
+            parse_rank_spec(bad)
+
+
+@pytest.fixture(scope="module")
+def job_16(tmp_path_factory):
+    from perfsleuth.cases.rank_scale import scale_config
+
+    cfg = scale_config(16, tp=2, pp=2, straggler=6, steps=6)  # dp = 4; rank = (pp * 4 + dp) * 2 + tp
+    job = simulate(cfg)
+    folder = tmp_path_factory.mktemp("job16")
+    kineto_writer.write_job(job, folder)
+    return job, folder
+
+
+def _lone_and_partial(job, subset: set[int]) -> tuple[int, int]:
+    """By construction: groups that ran a collective, by how many of their members are in the subset."""
+    used = {c.pg for c in job.collectives}
+    groups = {pg["pg_name"]: pg["ranks"] for tr in job.ranks for pg in tr.process_groups if pg["pg_name"] in used}
+    traced = {name: len(subset & set(r)) for name, r in groups.items() if subset & set(r)}
+    lone = sum(1 for n in traced.values() if n == 1)
+    partial = sum(1 for name, n in traced.items() if 2 <= n < len(groups[name]))
+    return lone, partial
+
+
+def test_ranks_subset_is_analysed_alone_and_the_report_says_what_the_rest_leave_undecidable(job_16):
+    from perfsleuth.api import analyze
+
+    job, folder = job_16
+    subset = {0, 2, 4, 6, 8}
+    report = analyze([folder], ranks="0,2,4,6,8", workers=1)
+    a = report.analysis
+    assert set(a.rank_files) == subset
+    assert set(a.steps.to_pandas()["rank"]) == subset
+    assert not a.provenance.supports("all_ranks")
+    caveat = next(c for c in a.caveats if c.code == "trace_all_ranks")
+    assert "5 of 16 ranks traced (0,2,4,6,8)" in caveat.message
+    assert not any(c.code == "ranks_missing" for c in a.caveats)  # replaced by the fuller caveat
+    lone, partial = _lone_and_partial(job, subset)
+    assert lone > 0 and f"in {lone} of " in caveat.message
+    assert (f"in {partial} more" in caveat.message) == (partial > 0)
+    # the straggler is among the traced ranks, in a fully traced data-parallel group: still found
+    assert a.stragglers.straggler == 6
+
+
+def test_ranks_subset_without_the_straggler_finds_none_and_says_so(job_16):
+    from perfsleuth.api import analyze
+
+    _, folder = job_16
+    a = analyze([folder], ranks="0,2,4", workers=1).analysis
+    assert a.stragglers.straggler is None
+    msg = next(c for c in a.caveats if c.code == "trace_all_ranks").message
+    assert "hold for the traced ranks only" in msg and "13 untraced ranks" in msg
+
+
+def test_ranks_naming_no_traced_rank_is_a_clear_error(job_16):
+    from perfsleuth.api import analyze
+    from perfsleuth.errors import InvalidArgument
+
+    _, folder = job_16
+    with pytest.raises(InvalidArgument, match="no trace file holds"):
+        analyze([folder], ranks="100-200", workers=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,8 @@ from perfsleuth.diagnose import Diagnosis, diagnose
 from perfsleuth.diagnose.correlate import join_telemetry
 from perfsleuth.diagnose.ncu_join import join_ncu
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.errors import Caveat
-from perfsleuth.ingest import read_trace_job, traces
+from perfsleuth.errors import Caveat, InvalidArgument
+from perfsleuth.ingest import rank_subset, read_trace_job, traces
 from perfsleuth.ingest.inputs import JobInputs, classify_inputs
 from perfsleuth.ingest.job_identity import software
 from perfsleuth.ingest.kineto import KinetoJob, RankFile, check_one_job, default_run_id, map_rank_files
@@ -80,11 +80,14 @@ def _parse_and_analyze(job: tuple[str, bool], run_id: str, fmt: str,
             for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)]
 
 
-def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None) -> tuple[JobAnalysis, list[TraceRank]]:
+def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None,
+                    ranks: frozenset[int] | None = None) -> tuple[JobAnalysis, list[TraceRank]]:
     rid = run_id or default_run_id(files)
     plan, caveats = traces.plan_ranks(fmt, files)
     per_file = map_rank_files(files, partial(_parse_and_analyze, run_id=rid, fmt=fmt, plan=plan), workers=workers)
-    triples = [p for ranks in per_file for p in ranks]
+    triples = [p for found in per_file for p in found if rank_subset.keep(p[0].rank, ranks)]
+    if ranks is not None and not triples:
+        raise InvalidArgument(f"--ranks: none of the {len(files)} trace file(s) holds any of the stated ranks")
     rank_files = [p[0] for p in triples]
     world, more = check_one_job(rank_files)
     analysis = combine_ranks([p[1] for p in triples], traces.runs_table(fmt, rid, rank_files, world),
@@ -139,16 +142,23 @@ def _no_trace(run_id: str, sources: Sequence[SourceData]) -> JobAnalysis:
 
 
 def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None,
-            keep_events: bool = False, placement: str | Path | None = None) -> JobReport:
+            keep_events: bool = False, placement: str | Path | None = None,
+            ranks: str | frozenset[int] | None = None) -> JobReport:
     """Read, analyse and diagnose one job from whatever signal files it has: per-rank traces (Kineto,
     JAX, Nsight Systems) and any mix of telemetry, NCCL, Nsight Compute, step-log and inference files.
 
     ``keep_events=True`` also keeps every trace event in memory (``report.analysis.job``), for digging in.
     ``placement`` (a file, or ``"0=node-a:0,1=node-a:1"``) says which host and GPU each rank ran on, for
     joining telemetry to the ranks (``ingest.placement`` lists the other ways it is found).
+    ``ranks`` (``"0,8,16-31"`` or a set) analyses those ranks' traces only (``ingest.rank_subset``).
     """
     found = classify_inputs(paths)
     explicit = explicit_placement(placement)  # a bad option fails before any trace is parsed
+    subset = rank_subset.parse_rank_spec(ranks) if isinstance(ranks, str) else ranks
+    if subset is not None:
+        found = replace(found, trace_files=rank_subset.select_files(found.trace_files, subset))
+        if found.trace_format is not None and not found.trace_files:
+            raise InvalidArgument("--ranks: no trace file holds any of the stated ranks")
     sources = tuple(adapter.read(p) for adapter, p in found.others)
     trace_ranks: list[TraceRank] = []
     if found.trace_format is None:
@@ -156,10 +166,13 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
         analysis = _no_trace(rid, sources)
     elif keep_events:
         k = read_trace_job(found.trace_files, run_id=run_id, workers=workers)
+        if subset is not None:
+            k = rank_subset.restrict_job(k, subset)
         analysis = analyze_job(TraceJob(k.runs, k.events, k.caveats, k.rank_files))
         trace_ranks = _trace_ranks_in_memory(k)
     else:
-        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers)
+        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers,
+                                                ranks=subset)
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
     analysis.runs = _readable_workload(analysis.runs, [Path(p) for p in paths])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))

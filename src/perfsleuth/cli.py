@@ -168,6 +168,9 @@ def analyze(
     placement: Annotated[str | None, typer.Option(
         help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
              "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
+    ranks: Annotated[str | None, typer.Option(
+        "--ranks", help="analyse these ranks' traces only, e.g. 0,8,16-31 (one rank per node plus suspects); the "
+                        "report says what the other ranks leave undecidable")] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
@@ -178,7 +181,7 @@ def analyze(
     try:
         with progress.task(f"analysing {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''}"):
             report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement,
-                                  keep_events=format is AnalyzeFormat.perfetto)
+                                  keep_events=format is AnalyzeFormat.perfetto, ranks=ranks)
     except PerfsleuthError as exc:
         _fail(exc)
     if format is AnalyzeFormat.perfetto:

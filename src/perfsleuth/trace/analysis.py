@@ -128,6 +128,9 @@ def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[in
     )
     analysis.caveats.extend(check_trace(analysis))
     analysis.provenance = provenance(analysis)
+    if not analysis.provenance.supports("all_ranks") and analysis.provenance.supports("peers"):
+        # the provenance caveat says what the missing ranks leave undecidable: it replaces the reader's count
+        analysis.caveats = [c for c in analysis.caveats if c.code != "ranks_missing"]
     analysis.caveats.extend(analysis.provenance.caveats())
     analysis.caveats.extend(_step_time_quality(steps))
     analysis.caveats.extend(_single_step(steps))

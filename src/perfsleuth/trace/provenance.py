@@ -38,7 +38,11 @@ GPU = "gpu"
 PEERS = "peers"
 """At least two ranks were traced: claims about one rank against its peers (who waits for whom)."""
 
-PROPERTIES = (REAL_SIZE, STEPS, SEVERAL_STEPS, HOST_RECORD, GPU, PEERS)
+ALL_RANKS = "all_ranks"
+"""Every rank of the job was traced: claims about the whole job (no rank straggles, this is the slowest
+rank, this group's collectives are slow) rather than about the traced ranks."""
+
+PROPERTIES = (REAL_SIZE, STEPS, SEVERAL_STEPS, HOST_RECORD, GPU, PEERS, ALL_RANKS)
 
 MIN_EVENTS = 200
 """A rank of a real training or inference step writes thousands of events; HTA's hand-made fixtures
@@ -74,6 +78,7 @@ class Provenance:
         peers limits nothing a user would ask about: no caveat for it)."""
         return [Caveat(f"trace_{p}", why) for p, why in self.limits.items()
                 if p not in _ALREADY_STATED and not (p == PEERS and why.startswith(_ALONE))
+                and not (p == ALL_RANKS and PEERS in self.limits)
                 and not (p == SEVERAL_STEPS and STEPS in self.limits)]
 
     def to_json(self) -> dict[str, str]:
@@ -131,7 +136,47 @@ def provenance(a: JobAnalysis) -> Provenance:
     if len(a.ranks_with_gpu) < 2:
         limits[PEERS] = (f"one rank traced of a {world}-rank job: nothing can be said about its peers (who waits for whom)"
                          if world and world > 1 else _ALONE + " (no peers to compare)")
+    if world and len(ranks) < world:
+        limits[ALL_RANKS] = _untraced_ranks(a, ranks, world)
     return Provenance(limits)
+
+
+def format_ranks(ranks: list[int]) -> str:
+    """[0, 8, 16, 17, ..., 31] -> '0,8,16-31' (the ``--ranks`` notation)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _untraced_ranks(a: JobAnalysis, ranks: list[int], world: int) -> str:
+    """What the ranks without a trace leave undecidable: whole-job straggler claims, and, per process
+    group, arrival order where too few of its members were traced (one group-by over the collectives)."""
+    shown = format_ranks(ranks)
+    if len(shown) > 60:
+        shown = shown[:57].rsplit(",", 1)[0] + ",..."
+    why = (f"{len(ranks)} of {world} ranks traced ({shown}): a straggler, slow GPU or slow node among the "
+           f"{world - len(ranks)} untraced ranks cannot be seen, so 'no straggler' and 'the slowest rank' hold for "
+           "the traced ranks only")
+    coll = a.collectives
+    if coll.num_rows:
+        df = coll.select(["group", "group_size", "rank"]).to_pandas()
+        g = df.groupby("group").agg(size=("group_size", "max"), traced=("rank", "nunique"))
+        g = g[g["size"].fillna(0) > 1]
+        lone = int((g["traced"] < 2).sum())
+        partial = int(((g["traced"] >= 2) & (g["traced"] < g["size"])).sum())
+        if lone:
+            why += (f"; in {lone} of {len(g)} process groups seen only one member was traced: who waits for whom "
+                    "inside them is undecidable")
+        if partial:
+            why += (f"; in {partial} more some members were not traced: the last traced arrival at their "
+                    "collectives need not be the last")
+    return why
 
 
 def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
