@@ -90,8 +90,10 @@ def analyze_job(job: TraceJob) -> JobAnalysis:
 
 
 def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """One table of all ranks' rows, in one chunk: compute kernels pay per chunk, and a job of 4,096
+    ranks would otherwise hand every later step a 4,096-chunk table."""
     tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
 
 
 def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[int, str], caveats: list[Caveat],
