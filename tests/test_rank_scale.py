@@ -174,3 +174,41 @@ def test_ranks_naming_no_traced_rank_is_a_clear_error(job_16):
     _, folder = job_16
     with pytest.raises(InvalidArgument, match="no trace file holds"):
         analyze([folder], ranks="100-200", workers=1)
+
+
+# --- per-group and per-node views, and the one-screen text summary --------------------------------
+
+def test_group_view_localises_the_straggler_to_its_node_and_its_tensor_parallel_group(job_256):
+    from perfsleuth.cases.layouts import ParallelLayout
+    from perfsleuth.trace.groups import group_view
+
+    sj, a = job_256
+    view = group_view(a.instances, a.steps)
+    nodes = view.nodes.to_pandas()
+    assert len(nodes) == 256 // 8 and (nodes["ranks"] == 8).all()
+    assert nodes.iloc[0]["node"] == f"node {101 // 8}"  # the most wait imposed: the straggler's node
+    groups = view.groups.to_pandas().set_index("group")
+    tp_ranks = ParallelLayout(tp=4, dp=32, pp=2).group_of("tp", 101)
+    tp_group = next(pg["pg_name"] for pg in sj.job.ranks[101].process_groups if pg["ranks"] == tp_ranks)
+    row = groups.loc[tp_group]
+    assert row["top_last_rank"] == 101 and row["top_last_share"] == 1.0
+    assert row["ranks"] == f"{tp_ranks[0]}..{tp_ranks[-1]} stride 1" and row["traced"] == row["size"] == 4
+
+
+def test_text_report_of_many_ranks_fits_one_screen_and_json_keeps_every_rank(job_256):
+    import io
+
+    from rich.console import Console
+
+    from perfsleuth.report.text_report import _render_trace
+
+    _, a = job_256
+    buf = io.StringIO()
+    _render_trace(a, Console(file=buf, width=120))
+    text = buf.getvalue()
+    assert len(text.splitlines()) < 80
+    assert "spread over 256 ranks" in " ".join(text.split())
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:4] == ["rank", "step", "ms", "p50"])
+    assert lines[head + 2].split()[0] == "101"  # the first of the top ranks: the straggler
+    assert len(a.stragglers.to_json()["per_rank"]) == 256 and len(a.rank_summary()) == 256

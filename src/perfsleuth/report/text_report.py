@@ -16,6 +16,7 @@ from rich.text import Text
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.report.escape import terminal_text
 from perfsleuth.report.fit_table import Col, FitTable
+from perfsleuth.report.many_ranks import MANY_RANKS, render_many_ranks
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
 
@@ -63,7 +64,8 @@ def _render_trace(analysis: JobAnalysis, console: Console) -> None:
 
     t = FitTable(("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
                   "memcpy", "idle", "idle\nhost", "idle\nsync"), title="Where step time goes (share of step time, per rank)")
-    for r in analysis.rank_summary():
+    summary = analysis.rank_summary()
+    for r in summary if len(summary) <= MANY_RANKS else []:
         b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
         whole = r["steps"] == 0  # no ProfilerStep: one window, the whole trace, not a step
         t.add_row(str(r["rank"]), "whole trace" if whole else str(r["steps"]), _ms(r["step_time_ns"]["median"]),
@@ -71,7 +73,10 @@ def _render_trace(analysis: JobAnalysis, console: Console) -> None:
                   _pct(b["compute"] / total), _pct(b["communication"] / total), _pct(b["exposed_communication"] / total),
                   _pct(r["comm_comp_overlap"]), _pct(b["memcpy"] / total), _pct(b["idle"] / total),
                   _pct(r["idle_ns"]["host_launch"] / total), _pct(r["idle_ns"]["sync"] / total))
-    console.print(t)
+    if len(summary) > MANY_RANKS:  # one screen for a big job (report.many_ranks); the JSON keeps every rank
+        render_many_ranks(analysis, summary, console)
+    else:
+        console.print(t)
 
     al = analysis.alignment
     if al.instances_used:

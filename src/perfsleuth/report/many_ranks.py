@@ -1,0 +1,77 @@
+"""The text report's trace section for a job of many ranks: one screen, not a row per rank.
+
+Why: a 1,024-rank job's per-rank table is 1,024 rows nobody reads. Above ``MANY_RANKS`` ranks the
+text report shows instead the spread of step time and its shares over ranks, the top ranks (slowest,
+most waited for), and per-node and per-group rows where the waiting falls (``trace.groups``). The
+JSON report keeps every rank. This module only renders.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+
+from perfsleuth.report.fit_table import Col, FitTable
+from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.groups import group_view
+
+MANY_RANKS = 32
+TOP = 5
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f}"
+
+
+def _spread(values: np.ndarray) -> tuple[str, str, str, str]:
+    return tuple(f"{v:.1%}" for v in (values.min(), np.median(values), np.percentile(values, 90), values.max()))  # type: ignore[return-value]
+
+
+def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Console) -> None:
+    """Spread over ranks, top ranks, per-node and per-group rows (see the module docstring)."""
+    n = len(summary)
+    step = np.array([r["step_time_ns"]["median"] for r in summary], dtype=float)
+    total = np.array([max(1, r["breakdown_ns"]["total"]) for r in summary], dtype=float)
+
+    def share(key: str) -> np.ndarray:
+        return np.array([r["breakdown_ns"][key] for r in summary], dtype=float) / total
+
+    t = FitTable((Col("over ranks", numeric=False), "min", "p50", "p90", "max"),
+                 title=f"Where step time goes, spread over {n} ranks (the JSON report has every rank)")
+    t.add_row("step ms p50", *(_ms(v) for v in (step.min(), np.median(step), np.percentile(step, 90), step.max())))
+    for label, key in (("compute", "compute"), ("comm", "communication"), ("exposed comm", "exposed_communication"),
+                       ("memcpy", "memcpy"), ("idle", "idle")):
+        t.add_row(label, *_spread(share(key)))
+    console.print(t)
+
+    pr = analysis.stragglers.per_rank.to_pandas().set_index("rank") if analysis.stragglers.per_rank.num_rows else None
+    if pr is not None:  # in a synchronous job every rank's step takes as long: who makes the others wait is the signal
+        imposed = np.array([pr["wait_imposed_ns"].get(r["rank"], 0) for r in summary], dtype=float)
+        order, by = np.lexsort((-step, -imposed))[:TOP], "the wait they impose on their peers"
+    else:
+        order, by = np.argsort(-step, kind="stable")[:TOP], "step time"
+    top = FitTable(("rank", "step ms p50", "last at", "wait imposed ms", "wait suffered ms"),
+                   title=f"Top {TOP} ranks by {by}")
+    for i in order:
+        rank = summary[i]["rank"]
+        row = pr.loc[rank] if pr is not None and rank in pr.index else None
+        top.add_row(str(rank), _ms(step[i]),
+                    "—" if row is None else f"{int(row['last_count'])}/{int(row['decisive'])}",
+                    "—" if row is None else _ms(row["wait_imposed_ns"]), "—" if row is None else _ms(row["wait_suffered_ns"]))
+    console.print(top)
+
+    view = group_view(analysis.instances, analysis.steps)
+    if view.nodes.num_rows:
+        nodes = FitTable((Col("node", numeric=False), "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
+                         title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})")
+        for r in view.nodes.slice(0, TOP).to_pylist():
+            nodes.add_row(r["node"], str(r["ranks"]), _ms(r["step_time_p50_ns"]), str(r["slowest_rank"]),
+                          _ms(r["wait_imposed_ns"]), _ms(r["wait_suffered_ns"]))
+        console.print(nodes)
+    if view.groups.num_rows:
+        groups = FitTable(("group", Col("ranks", numeric=False), "traced", "collectives", "wait ms", Col("most often last", numeric=False)),
+                          title=f"Top {TOP} of {view.groups.num_rows} process groups by time spent waiting in them")
+        for r in view.groups.slice(0, TOP).to_pylist():
+            last = "—" if r["top_last_rank"] is None else f"rank {r['top_last_rank']} ({r['top_last_share']:.0%} of {r['decisive']})"
+            groups.add_row(r["group"], r["ranks"], f"{r['traced']}/{r['size']}", str(r["instances"]), _ms(r["wait_ns"]), last)
+        console.print(groups)

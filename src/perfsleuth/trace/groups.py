@@ -1,0 +1,144 @@
+"""Per process group and per node: where the waiting is, and who causes it.
+
+Why: at 1,000+ ranks "rank 1365 is late" is not enough; the reader needs which parallel group it
+delays (its tensor-parallel peers, its data-parallel replica group, a pipeline link) and which node
+it sits on, and a one-screen summary instead of a row per rank. Everything here is a group-by over
+the matched collectives (``JobAnalysis.instances``: one row per instance and rank, with each rank's
+wait for the last arrival) and the per-rank step table, so it stays linear in ranks × collectives.
+
+A group is named by its process-group name and described by its traced ranks (first, stride, count:
+Megatron's tensor-parallel groups are stride 1, data-parallel ones stride TP, pipeline stride TP×DP).
+A node is ``rank // gpus_per_node`` (8 by default: the usual HGX node, and where a rank's local
+index is ``rank % 8``) unless a placement gives hosts. It does not judge: ``trace.stragglers`` says
+whether a rank is a straggler; this module says where the cost of waiting falls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.stragglers import MIN_LEAD_NS
+
+GPUS_PER_NODE = 8
+
+GROUP_SCHEMA = pa.schema([
+    ("group", pa.string()), ("ranks", pa.string()), ("size", pa.int32()), ("traced", pa.int32()),
+    ("instances", pa.int64()), ("wait_ns", pa.int64()), ("wait_per_instance_p50_ns", pa.float64()),
+    ("top_last_rank", pa.int32()), ("top_last_share", pa.float64()), ("decisive", pa.int64()),
+])
+NODE_SCHEMA = pa.schema([
+    ("node", pa.string()), ("ranks", pa.int32()), ("step_time_p50_ns", pa.float64()), ("step_time_max_rank_ns", pa.float64()),
+    ("slowest_rank", pa.int32()), ("wait_imposed_ns", pa.int64()), ("wait_suffered_ns", pa.int64()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """Per group and per node tables; ``groups`` sorted by total wait, ``nodes`` by wait imposed."""
+
+    groups: pa.Table
+    nodes: pa.Table
+    node_rule: str
+
+    def to_json(self) -> dict:
+        return {"groups": self.groups.to_pylist(), "nodes": self.nodes.to_pylist(), "node_rule": self.node_rule}
+
+
+def describe_ranks(ranks: np.ndarray) -> str:
+    """Sorted ranks as 'first..last stride s' when evenly spaced, else the first few."""
+    ranks = np.sort(ranks)
+    if len(ranks) == 1:
+        return str(int(ranks[0]))
+    steps = np.diff(ranks)
+    if (steps == steps[0]).all():
+        return f"{int(ranks[0])}..{int(ranks[-1])} stride {int(steps[0])}"
+    head = ",".join(str(int(r)) for r in ranks[:4])
+    return head + (",..." if len(ranks) > 4 else "")
+
+
+def node_of(ranks: np.ndarray, hosts: dict[int, str] | None = None) -> np.ndarray:
+    if hosts:
+        return np.array([hosts.get(int(r), f"node {int(r) // GPUS_PER_NODE}?") for r in ranks], dtype=object)
+    return np.array([f"node {int(r) // GPUS_PER_NODE}" for r in ranks], dtype=object)
+
+
+def group_view(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None = None) -> GroupView:
+    """See the module docstring. ``instances`` is ``JobAnalysis.instances`` (with arrivals)."""
+    rule = "host from the placement" if hosts else f"rank // {GPUS_PER_NODE} ({GPUS_PER_NODE} GPUs per node assumed)"
+    groups = _groups(instances)
+    nodes = _nodes(instances, steps, hosts)
+    return GroupView(groups, nodes, rule)
+
+
+def _groups(instances: pa.Table) -> pa.Table:
+    if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
+        return GROUP_SCHEMA.empty_table()
+    df = instances.select(["instance", "group", "op", "rank", "participants", "wait_ns", "is_last",
+                           "lead_over_next_ns"]).to_pandas()
+    df = df[~df["op"].isin(P2P_OPS)]
+    if df.empty:
+        return GROUP_SCHEMA.empty_table()
+    per_inst = df.groupby("instance").agg(group=("group", "first"), wait=("wait_ns", "sum"),
+                                          lead=("lead_over_next_ns", "max"))
+    g = per_inst.groupby("group").agg(instances=("wait", "size"), wait_ns=("wait", "sum"),
+                                      wait_p50=("wait", "median"))
+    ranks = df.groupby("group")["rank"].unique()
+    size = df.groupby("group")["participants"].max()
+    last = df[df["is_last"]].merge(per_inst[["lead"]], left_on="instance", right_index=True)
+    last = last[last["lead"] > MIN_LEAD_NS]
+    counts = last.groupby(["group", "rank"]).size().rename("n").reset_index()
+    decisive = counts.groupby("group")["n"].sum()
+    top = counts.sort_values(["group", "n", "rank"], ascending=[True, False, True]).drop_duplicates("group").set_index("group")
+    g = g.join(decisive.rename("decisive")).join(top).fillna({"decisive": 0})
+    g = g.sort_values(["wait_ns"], ascending=False)
+    idx = g.index
+    dec = g["decisive"].to_numpy(dtype=np.int64)
+    return pa.table({
+        "group": pa.array(idx.astype(str)),
+        "ranks": pa.array([describe_ranks(ranks[k]) for k in idx]),
+        "size": pa.array(size.reindex(idx).to_numpy().astype(np.int32)),
+        "traced": pa.array([len(ranks[k]) for k in idx], pa.int32()),
+        "instances": pa.array(g["instances"].to_numpy().astype(np.int64)),
+        "wait_ns": pa.array(g["wait_ns"].to_numpy().astype(np.int64)),
+        "wait_per_instance_p50_ns": pa.array(g["wait_p50"].to_numpy(dtype=float)),
+        "top_last_rank": pa.array([None if pd.isna(v) else int(v) for v in g["rank"]], pa.int32()),
+        "top_last_share": pa.array(np.where(dec > 0, g["n"].fillna(0).to_numpy(dtype=float) / np.maximum(dec, 1), 0.0)),
+        "decisive": pa.array(dec),
+    }, schema=GROUP_SCHEMA)
+
+
+def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -> pa.Table:
+    if steps.num_rows == 0:
+        return NODE_SCHEMA.empty_table()
+    sdf = steps.select(["rank", "step", "step_time_ns"]).to_pandas()
+    if (sdf["step"] >= 0).any():
+        sdf = sdf[sdf["step"] >= 0]
+    per_rank = sdf.groupby("rank")["step_time_ns"].median().rename("step").to_frame()
+    imposed = suffered = pd.Series(dtype=float)
+    if instances.num_rows and "wait_ns" in instances.column_names:
+        df = instances.select(["instance", "op", "rank", "wait_ns", "is_last"]).to_pandas()
+        df = df[~df["op"].isin(P2P_OPS)]
+        total = df.groupby("instance")["wait_ns"].sum()
+        lasts = df[df["is_last"]]
+        imposed = lasts["instance"].map(total).groupby(lasts["rank"]).sum()
+        suffered = df.groupby("rank")["wait_ns"].sum()
+    per_rank = per_rank.join(imposed.rename("imposed")).join(suffered.rename("suffered")).fillna(0)
+    per_rank["node"] = node_of(per_rank.index.to_numpy(), hosts)
+    slowest = per_rank.sort_values(["step"], ascending=False).reset_index().drop_duplicates("node").set_index("node")
+    n = per_rank.groupby("node").agg(ranks=("step", "size"), p50=("step", "median"), mx=("step", "max"),
+                                     imposed=("imposed", "sum"), suffered=("suffered", "sum"))
+    n = n.sort_values(["imposed", "mx"], ascending=False)
+    return pa.table({
+        "node": pa.array(n.index.astype(str)),
+        "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
+        "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
+        "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
+        "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
+        "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
+        "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
+    }, schema=NODE_SCHEMA)
