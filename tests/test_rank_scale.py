@@ -212,3 +212,14 @@ def test_text_report_of_many_ranks_fits_one_screen_and_json_keeps_every_rank(job
     head = next(i for i, line in enumerate(lines) if line.split()[:4] == ["rank", "step", "ms", "p50"])
     assert lines[head + 2].split()[0] == "101"  # the first of the top ranks: the straggler
     assert len(a.stragglers.to_json()["per_rank"]) == 256 and len(a.rank_summary()) == 256
+
+
+def test_node_step_heat_map_shows_the_straggler_s_node_late_on_every_step(job_256):
+    from perfsleuth.trace.groups import node_step_wait
+
+    _, a = job_256
+    ns = node_step_wait(a.instances).to_pandas()
+    steps = sorted(a.steps.to_pandas().query("step >= 0")["step"].unique())
+    assert sorted(ns["step"].unique()) == steps
+    worst = ns.sort_values("wait_imposed_ns").groupby("step").tail(1).set_index("step")["node"]
+    assert (worst == f"node {101 // 8}").all()

@@ -1,8 +1,9 @@
 """The text report's trace section for a job of many ranks: one screen, not a row per rank.
 
 Why: a 1,024-rank job's per-rank table is 1,024 rows nobody reads. Above ``MANY_RANKS`` ranks the
-text report shows instead the spread of step time and its shares over ranks, the top ranks (slowest,
-most waited for), and per-node and per-group rows where the waiting falls (``trace.groups``). The
+text report shows instead the spread of step time and its shares over ranks, the top ranks (most
+waited for), per-node and per-group rows where the waiting falls, and a node × step heat map of it
+(``trace.groups``). The
 JSON report keeps every rank. This module only renders.
 """
 
@@ -13,10 +14,11 @@ from rich.console import Console
 
 from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.trace.analysis import JobAnalysis
-from perfsleuth.trace.groups import group_view
+from perfsleuth.trace.groups import group_view, node_step_wait
 
 MANY_RANKS = 32
 TOP = 5
+MAX_STEPS = 12
 
 
 def _ms(ns: float) -> str:
@@ -75,3 +77,20 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
             last = "—" if r["top_last_rank"] is None else f"rank {r['top_last_rank']} ({r['top_last_share']:.0%} of {r['decisive']})"
             groups.add_row(r["group"], r["ranks"], f"{r['traced']}/{r['size']}", str(r["instances"]), _ms(r["wait_ns"]), last)
         console.print(groups)
+    _heat_map(analysis, [r["node"] for r in view.nodes.slice(0, TOP).to_pylist()], console)
+
+
+def _heat_map(analysis: JobAnalysis, nodes: list[str], console: Console) -> None:
+    """The top nodes × steps: the wait (ms) each node's ranks imposed in each step."""
+    ns = node_step_wait(analysis.instances).to_pandas()
+    if ns.empty or not nodes:
+        return
+    grid = ns[ns["node"].isin(nodes)].pivot_table(index="node", columns="step", values="wait_imposed_ns", aggfunc="sum",
+                                                  fill_value=0)
+    steps = sorted(ns["step"].unique())[:MAX_STEPS]
+    grid = grid.reindex(index=nodes, columns=steps, fill_value=0)
+    t = FitTable((Col("node", numeric=False), *(f"step\n{s}" for s in steps)),
+                 title="Wait imposed per node and step, ms (top nodes × steps)")
+    for node, row in grid.iterrows():
+        t.add_row(str(node), *(_ms(v) if v else "·" for v in row.to_numpy()))
+    console.print(t)

@@ -142,3 +142,22 @@ def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -
         "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
         "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
     }, schema=NODE_SCHEMA)
+
+
+NODE_STEP_SCHEMA = pa.schema([("node", pa.string()), ("step", pa.int32()), ("wait_imposed_ns", pa.int64())])
+
+
+def node_step_wait(instances: pa.Table, hosts: dict[int, str] | None = None) -> pa.Table:
+    """Per node and step, the waiting its ranks imposed on their peers (the node × step heat map):
+    a node late on every step is a slow node, one late on a few steps points at those steps."""
+    if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
+        return NODE_STEP_SCHEMA.empty_table()
+    df = instances.select(["instance", "op", "step", "rank", "wait_ns", "is_last"]).to_pandas()
+    df = df[~df["op"].isin(P2P_OPS)]
+    total = df.groupby("instance")["wait_ns"].sum()
+    last = df[df["is_last"]].copy()
+    last["wait"] = last["instance"].map(total)
+    last["node"] = node_of(last["rank"].to_numpy(), hosts)
+    g = last.groupby(["node", "step"])["wait"].sum().reset_index()
+    return pa.table({"node": pa.array(g["node"].astype(str)), "step": pa.array(g["step"].to_numpy().astype(np.int32)),
+                     "wait_imposed_ns": pa.array(g["wait"].to_numpy().astype(np.int64))}, schema=NODE_STEP_SCHEMA)
