@@ -153,6 +153,8 @@ def test_ranks_subset_is_analysed_alone_and_the_report_says_what_the_rest_leave_
     lone, partial = _lone_and_partial(job, subset)
     assert lone > 0 and f"in {lone} of " in caveat.message
     assert (f"in {partial} more" in caveat.message) == (partial > 0)
+    # the groups' descriptions come from the traced ranks' distributedInfo.pg_config
+    assert a.process_groups == {pg["pg_name"]: pg["pg_desc"] for r in subset for pg in job.ranks[r].process_groups}
     # the straggler is among the traced ranks, in a fully traced data-parallel group: still found
     assert a.stragglers.straggler == 6
 
@@ -191,6 +193,7 @@ def test_group_view_localises_the_straggler_to_its_node_and_its_tensor_parallel_
     tp_ranks = ParallelLayout(tp=4, dp=32, pp=2).group_of("tp", 101)
     tp_group = next(pg["pg_name"] for pg in sj.job.ranks[101].process_groups if pg["ranks"] == tp_ranks)
     row = groups.loc[tp_group]
+    assert a.process_groups[tp_group] == "TENSOR_MODEL_PARALLEL_GROUP"  # from distributedInfo.pg_config
     assert row["top_last_rank"] == 101 and row["top_last_share"] == 1.0
     assert row["ranks"] == f"{tp_ranks[0]}..{tp_ranks[-1]} stride 1" and row["traced"] == row["size"] == 4
 

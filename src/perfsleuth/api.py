@@ -24,6 +24,7 @@ from perfsleuth.ingest.source import SourceData
 from perfsleuth.model import RUNS
 from perfsleuth.report.json_report import analysis_to_json, integer_ns
 from perfsleuth.trace.analysis import JobAnalysis, analyze_job, combine_ranks
+from perfsleuth.trace.groups import group_descriptions
 from perfsleuth.trace.job import RankView, TraceJob
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 
@@ -92,6 +93,7 @@ def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, work
     world, more = check_one_job(rank_files)
     analysis = combine_ranks([p[1] for p in triples], traces.runs_table(fmt, rid, rank_files, world),
                              {r.rank: r.path for r in rank_files}, caveats + more)
+    analysis.process_groups = group_descriptions([r.metadata for r in rank_files])
     return analysis, [p[2] for p in triples]
 
 
@@ -169,6 +171,7 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
         if subset is not None:
             k = rank_subset.restrict_job(k, subset)
         analysis = analyze_job(TraceJob(k.runs, k.events, k.caveats, k.rank_files))
+        analysis.process_groups = group_descriptions(list(k.metadata.values()))
         trace_ranks = _trace_ranks_in_memory(k)
     else:
         analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers,

@@ -24,6 +24,7 @@ from perfsleuth.cases.simulator import SimConfig, SimulatedJob, simulate
 from perfsleuth.ingest import kineto
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.trace.analysis import JobAnalysis, combine_ranks
+from perfsleuth.trace.groups import group_descriptions
 from perfsleuth.trace.job import RankView
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 
@@ -51,7 +52,9 @@ class ScaleJob:
         """The cross-rank analyses over every rank, as ``perfsleuth analyze`` runs them."""
         world, caveats = kineto.check_one_job(self.files)
         runs = kineto.runs_table("scale", self.files, world)
-        return combine_ranks(self.results, runs, {f.rank: f.path for f in self.files}, caveats)
+        a = combine_ranks(self.results, runs, {f.rank: f.path for f in self.files}, caveats)
+        a.process_groups = group_descriptions([f.metadata for f in self.files])
+        return a
 
 
 def _per_rank(job: SimulatedJob, ranks: list[int], folder: Path) -> Iterator[tuple[RankResult, RankFile, int]]:

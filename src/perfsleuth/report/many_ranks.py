@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 from rich.console import Console
+from rich.text import Text
 
+from perfsleuth.report.escape import terminal_text
 from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.groups import group_view, node_step_wait
@@ -19,6 +21,11 @@ from perfsleuth.trace.groups import group_view, node_step_wait
 MANY_RANKS = 32
 TOP = 5
 MAX_STEPS = 12
+
+
+def _inert(value: object) -> Text:
+    """Text from a trace (group names, descriptions) as inert rich Text: no markup, no control characters."""
+    return Text(terminal_text(value, 40))
 
 
 def _ms(ns: float) -> str:
@@ -67,15 +74,18 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
         nodes = FitTable((Col("node", numeric=False), "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
                          title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})")
         for r in view.nodes.slice(0, TOP).to_pylist():
-            nodes.add_row(r["node"], str(r["ranks"]), _ms(r["step_time_p50_ns"]), str(r["slowest_rank"]),
+            nodes.add_row(_inert(r["node"]), str(r["ranks"]), _ms(r["step_time_p50_ns"]), str(r["slowest_rank"]),
                           _ms(r["wait_imposed_ns"]), _ms(r["wait_suffered_ns"]))
         console.print(nodes)
     if view.groups.num_rows:
-        groups = FitTable(("group", Col("ranks", numeric=False), "traced", "collectives", "wait ms", Col("most often last", numeric=False)),
+        descs = analysis.process_groups
+        groups = FitTable(("group", Col("description", numeric=False), Col("ranks", numeric=False), "traced",
+                           "collectives", "wait ms", Col("most often last", numeric=False)),
                           title=f"Top {TOP} of {view.groups.num_rows} process groups by time spent waiting in them")
         for r in view.groups.slice(0, TOP).to_pylist():
             last = "—" if r["top_last_rank"] is None else f"rank {r['top_last_rank']} ({r['top_last_share']:.0%} of {r['decisive']})"
-            groups.add_row(r["group"], r["ranks"], f"{r['traced']}/{r['size']}", str(r["instances"]), _ms(r["wait_ns"]), last)
+            groups.add_row(_inert(r["group"]), _inert(descs.get(r["group"], "—")), r["ranks"], f"{r['traced']}/{r['size']}",
+                           str(r["instances"]), _ms(r["wait_ns"]), last)
         console.print(groups)
     _heat_map(analysis, [r["node"] for r in view.nodes.slice(0, TOP).to_pylist()], console)
 
@@ -92,5 +102,5 @@ def _heat_map(analysis: JobAnalysis, nodes: list[str], console: Console) -> None
     t = FitTable((Col("node", numeric=False), *(f"step\n{s}" for s in steps)),
                  title="Wait imposed per node and step, ms (top nodes × steps)")
     for node, row in grid.iterrows():
-        t.add_row(str(node), *(_ms(v) if v else "·" for v in row.to_numpy()))
+        t.add_row(_inert(node), *(_ms(v) if v else "·" for v in row.to_numpy()))
     console.print(t)

@@ -46,6 +46,7 @@ class JobAnalysis:
     collectives: pa.Table = field(default_factory=RANK_COLLECTIVES.empty_table)  # every collective kernel of every rank
     rank_facts: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: trace end, memory events, ...
     provenance: Provenance = field(default_factory=Provenance)  # what the traces' shape cannot support (trace.provenance)
+    process_groups: dict[str, str] = field(default_factory=dict)  # group name -> description (distributedInfo.pg_config)
 
     @property
     def run_id(self) -> str:

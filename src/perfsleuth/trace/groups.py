@@ -49,6 +49,19 @@ class GroupView:
         return {"groups": self.groups.to_pylist(), "nodes": self.nodes.to_pylist(), "node_rule": self.node_rule}
 
 
+def group_descriptions(metadata: list[dict]) -> dict[str, str]:
+    """Process-group name -> description from the ranks' ``distributedInfo.pg_config`` (what PyTorch
+    writes: Megatron's TENSOR_MODEL_PARALLEL_GROUP, a device mesh's mesh_tp, ...); empty where absent."""
+    out: dict[str, str] = {}
+    for meta in metadata:
+        info = meta.get("distributedInfo") if isinstance(meta, dict) else None
+        groups = info.get("pg_config") if isinstance(info, dict) else None
+        for pg in groups if isinstance(groups, list) else []:
+            if isinstance(pg, dict) and pg.get("pg_name") is not None and pg.get("pg_desc"):
+                out.setdefault(str(pg["pg_name"]), str(pg["pg_desc"]))
+    return out
+
+
 def describe_ranks(ranks: np.ndarray) -> str:
     """Sorted ranks as 'first..last stride s' when evenly spaced, else the first few."""
     ranks = np.sort(ranks)
