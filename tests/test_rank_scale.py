@@ -226,3 +226,17 @@ def test_node_step_heat_map_shows_the_straggler_s_node_late_on_every_step(job_25
     assert sorted(ns["step"].unique()) == steps
     worst = ns.sort_values("wait_imposed_ns").groupby("step").tail(1).set_index("step")["node"]
     assert (worst == f"node {101 // 8}").all()
+
+
+def test_one_rank_per_node_plus_the_suspect_still_names_the_straggler(tmp_path):
+    from perfsleuth.api import analyze
+    from perfsleuth.cases.rank_scale import scale_config
+
+    job = simulate(scale_config(64, tp=8, pp=2, straggler=21, steps=4))  # 8 nodes of 8; TP = one node
+    kineto_writer.write_job(job, tmp_path)
+    subset = [*range(0, 64, 8), 21]
+    a = analyze([tmp_path], ranks=",".join(map(str, subset)), workers=1).analysis
+    assert sorted(a.rank_files) == sorted(subset)
+    # rank 21's only traced peer in its TP group is rank 16: it is last there every time, which beats
+    # a rank that is last at the few collectives it shares with one other traced rank
+    assert a.stragglers.straggler == 21

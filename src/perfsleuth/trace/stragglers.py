@@ -119,7 +119,9 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     arr["decisive"] = lead > max(skew, MIN_LEAD_NS)
     per_rank = _per_rank(arr)
     pr = per_rank.to_pandas()
-    best = pr.sort_values(["last_share", "lateness_p50_ns"], ascending=False).iloc[0]
+    # among equal shares the stronger evidence first: last at 32 of 32 beats last at 4 of 4 (a rank
+    # whose group peers were mostly not traced has few decisive collectives)
+    best = pr.sort_values(["last_share", "p_value", "lateness_p50_ns"], ascending=[False, True, False], kind="stable").iloc[0]
     lead = arr.loc[arr["is_last"] & arr["decisive"] & (arr["rank"] == best["rank"]), "lead_over_next_ns"]
     lead_p50 = float(np.median(lead)) if len(lead) else 0.0
     is_straggler = bool(best["p_value"] < ALPHA and best["last_share"] >= 0.5 and lead_p50 > skew)
