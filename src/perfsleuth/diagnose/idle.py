@@ -31,9 +31,8 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
     if ctx is None or ctx.rs.empty or not ctx.has_signals or not ctx.a.ranks_with_gpu:
         return NotAssessed("unattributed_idle", "a PyTorch-profiler trace with GPU kernels and ProfilerStep annotations")
     rs = ctx.rs
-    explained = rs[[c for c in _EXPLAINED if c in rs]].sum(axis=1)
-    if "sync_wait_idle_ns" in rs:  # the GPU idle while the host waits in a sync: both waited on something unseen
-        explained = explained - rs["sync_wait_idle_ns"]
+    # the GPU idle while the host waits in a sync is not explained by it: both waited on something unseen
+    explained = rs[list(_EXPLAINED)].sum(axis=1) - rs["sync_wait_idle_ns"]
     rs = rs.assign(unexplained_idle_ns=(rs["idle_ns"] - explained).clip(lower=0))
     loss = ctx.per_step("unexplained_idle_ns", how="median", frame=rs)
     imp = ctx.impact(loss)
