@@ -71,8 +71,7 @@ def run_otava(python: str, series: list[np.ndarray], speed_series: np.ndarray) -
         npz = Path(tmp) / "suite.npz"
         out = Path(tmp) / "otava.json"
         np.savez(npz, speed=speed_series, **{f"s{i}": s for i, s in enumerate(series)})
-        proc = subprocess.run([python, str(Path(__file__).resolve()), "--otava-worker", str(npz), str(out)],
-                              capture_output=True, text=True)
+        proc = subprocess.run([python, str(Path(__file__).resolve()), "--otava-worker", str(npz), str(out)], capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"Otava could not run with {python}:\n{proc.stderr[-2000:]}", file=sys.stderr)
             return None
@@ -124,9 +123,12 @@ def score(suite, predictions: dict[str, list[list[int]]]):
             fa = sum(false_alarms(suite[i].change_points, preds[i]) for i in idx)
             points = sum(len(suite[i].values) for i in idx)
             table[(method, subset)] = {
-                "f1": float(np.mean(f1)), "covering": float(np.mean(cov)), "false_alarms": int(fa), "points": points,
-                "fa_per_10k": 1e4 * fa / points, "series_with_fa": int(sum(false_alarms(suite[i].change_points, preds[i]) > 0
-                                                                           for i in idx)),
+                "f1": float(np.mean(f1)),
+                "covering": float(np.mean(cov)),
+                "false_alarms": int(fa),
+                "points": points,
+                "fa_per_10k": 1e4 * fa / points,
+                "series_with_fa": int(sum(false_alarms(suite[i].change_points, preds[i]) > 0 for i in idx)),
                 "null": subset in NULL_SUBSETS,
             }
     return table
@@ -172,13 +174,20 @@ def print_verdicts(table, methods):
         f1 = np.mean([table[(m, s)]["f1"] for s in SUBSETS])
         fa = 1e4 * sum(table[(m, s)]["false_alarms"] for s in NULL_SUBSETS) / pts
         print(f"| F1 perfsleuth / {m} | {ps_f1:.3f} / {f1:.3f} = {ps_f1 / f1:.2f}x: {'met' if ps_f1 > f1 else 'MISSED'} |")
-        print(f"| false alarms per 10k null points, perfsleuth vs {m} | {ps_fa:.2f} vs {fa:.2f}: "
-              f"{'met' if ps_fa < fa or ps_fa == 0 else 'MISSED'} |")
+        print(
+            f"| false alarms per 10k null points, perfsleuth vs {m} | {ps_fa:.2f} vs {fa:.2f}: "
+            f"{'met' if ps_fa < fa or ps_fa == 0 else 'MISSED'} |"
+        )
     print(f"| perfsleuth false alarms per 10k null points < 1 | {ps_fa:.2f}: {'met' if ps_fa < 1 else 'MISSED'} |")
-    worse = [s for s in SUBSETS if not (table[(ps, s)]["f1"] >= table[("zero", s)]["f1"]
-                                        and (table[(ps, s)]["f1"] > table[("zero", s)]["f1"] or s in NULL_SUBSETS))]
-    print(f"| beats 'no change points' on F1 in every subset (ties allowed on null subsets) | "
-          f"{'met' if not worse else 'MISSED on ' + ', '.join(worse)} |")
+    worse = [
+        s
+        for s in SUBSETS
+        if not (table[(ps, s)]["f1"] >= table[("zero", s)]["f1"] and (table[(ps, s)]["f1"] > table[("zero", s)]["f1"] or s in NULL_SUBSETS))
+    ]
+    print(
+        f"| beats 'no change points' on F1 in every subset (ties allowed on null subsets) | "
+        f"{'met' if not worse else 'MISSED on ' + ', '.join(worse)} |"
+    )
     print()
 
 
@@ -194,7 +203,7 @@ def _fleet_chunk(args):
     for i in range(count):
         x = 100.0 + rng.normal(size=n)
         if i % 5 == 0:
-            x[n // 2:] += 3.0
+            x[n // 2 :] += 3.0
         found += len(changes(x).change_points)
     return found
 
@@ -239,8 +248,12 @@ def main() -> None:
 
     predictions: dict[str, list[list[int]]] = {}
     seconds: dict[str, float] = {}
-    methods = {"perfsleuth": perfsleuth_changes, "ruptures Pelt BIC": ruptures_bic("pelt"),
-               "ruptures Binseg BIC": ruptures_bic("binseg"), "zero": zero}
+    methods = {
+        "perfsleuth": perfsleuth_changes,
+        "ruptures Pelt BIC": ruptures_bic("pelt"),
+        "ruptures Binseg BIC": ruptures_bic("binseg"),
+        "zero": zero,
+    }
     for name, fn in methods.items():
         t = time.perf_counter()
         predictions[name] = [fn(v) for v in values]
@@ -254,8 +267,10 @@ def main() -> None:
     order += ["ruptures Pelt BIC", "ruptures Binseg BIC", "zero"]
 
     n_series = len(suite)
-    print(f"# bench_changes: {n_series} labelled series ({args.per_subset} per subset), "
-          f"{sum(len(v) for v in values):,} points; {os.cpu_count()} CPUs")
+    print(
+        f"# bench_changes: {n_series} labelled series ({args.per_subset} per subset), "
+        f"{sum(len(v) for v in values):,} points; {os.cpu_count()} CPUs"
+    )
     table = score(suite, predictions)
     print_tables(table, order, seconds)
     print_verdicts(table, order)
@@ -280,21 +295,32 @@ def main() -> None:
     fleet = None
     if args.fleet:
         fleet = fleet_seconds(args.fleet, 1000, args.workers)
-        print(f"| perfsleuth, fleet of {args.fleet:,} series x 1,000 points, {args.workers} processes | {fleet[0]:.1f} | | "
-              f"{fleet[1]} change points (every 5th series has one step) |")
+        print(
+            f"| perfsleuth, fleet of {args.fleet:,} series x 1,000 points, {args.workers} processes | {fleet[0]:.1f} | | "
+            f"{fleet[1]} change points (every 5th series has one step) |"
+        )
     print()
     if ot_speed is not None:
         med, low = np.median(ps100k) / ot_speed[0], np.min(ps100k) / ot_speed[1]
-        print(f"perfsleuth(100k) / Otava(10k) time: {med:.2f} of medians, {low:.2f} of minimums "
-              f"(target < 1: {'met' if max(med, low) < 1 else 'MISSED'})")
+        print(
+            f"perfsleuth(100k) / Otava(10k) time: {med:.2f} of medians, {low:.2f} of minimums "
+            f"(target < 1: {'met' if max(med, low) < 1 else 'MISSED'})"
+        )
     if fleet is not None:
         print(f"fleet {args.fleet:,} x 1,000 in {fleet[0]:.1f} s (target < 60 s: {'met' if fleet[0] < 60 else 'MISSED'})")
     if args.json:
-        args.json.write_text(json.dumps({
-            "table": {f"{m}|{s}": r for (m, s), r in table.items()}, "suite_seconds": seconds,
-            "perfsleuth_100k_s": ps100k, "otava_10k_s": None if otava is None else otava["speed_s"],
-            "fleet_s": None if fleet is None else fleet[0],
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "table": {f"{m}|{s}": r for (m, s), r in table.items()},
+                    "suite_seconds": seconds,
+                    "perfsleuth_100k_s": ps100k,
+                    "otava_10k_s": None if otava is None else otava["speed_s"],
+                    "fleet_s": None if fleet is None else fleet[0],
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -62,9 +62,12 @@ def _on_finite(fn):
 
 
 def predictions(series: list[RealSeries], otava_python: str) -> tuple[dict[str, list[list[int]]], dict[str, float]]:
-    methods = {PS: perfsleuth_defaults, "zero": lambda s: [],
-               "ruptures Pelt BIC": _on_finite(ruptures_bic("pelt")),
-               "ruptures Binseg BIC": _on_finite(ruptures_bic("binseg"))}
+    methods = {
+        PS: perfsleuth_defaults,
+        "zero": lambda s: [],
+        "ruptures Pelt BIC": _on_finite(ruptures_bic("pelt")),
+        "ruptures Binseg BIC": _on_finite(ruptures_bic("binseg")),
+    }
     out, seconds = {}, {}
     for name, fn in methods.items():
         t = time.perf_counter()
@@ -73,8 +76,7 @@ def predictions(series: list[RealSeries], otava_python: str) -> tuple[dict[str, 
     finite = [np.flatnonzero(np.isfinite(s.values)) for s in series]
     ot = run_otava(otava_python, [s.values[p] for s, p in zip(series, finite, strict=True)], series[0].values[:50])
     if ot is not None:
-        out["Otava (defaults)"] = [[int(p[i]) for i in idx if 0 < i < len(p)] for idx, p in
-                                   zip(ot["indices"], finite, strict=True)]
+        out["Otava (defaults)"] = [[int(p[i]) for i in idx if 0 < i < len(p)] for idx, p in zip(ot["indices"], finite, strict=True)]
         seconds["Otava (defaults)"] = float(sum(ot["seconds"]))
     return out, seconds
 
@@ -86,6 +88,7 @@ def groups(series: list[RealSeries]) -> dict[str, list[int]]:
         part = f"{s.corpus} {s.meta['split']}"
         out.setdefault(part, []).append(i)
         out.setdefault(f"{part} | n {bucket(s.n)}", []).append(i)
+
     def order(kv):
         part, _, rest = kv[0].partition(" | n ")
         low = int(rest.lstrip(">=").split("-")[0]) if rest else -1
@@ -114,21 +117,27 @@ def null_rate(per_subset: int = 50) -> dict[str, dict[str, float]]:
     rows = {s: [x.values for x in make_suite(per_subset, (s,))] for s in NULL_SUBSETS}
     rng = np.random.default_rng(15)
     for kind in ("gauss", "t3", "ar1"):
-        rows[f"short_{kind} (10-60 points)"] = [100.0 + 2.0 * _noise(rng, kind, int(rng.integers(10, 61)))
-                                                for _ in range(20 * per_subset)]
+        rows[f"short_{kind} (10-60 points)"] = [100.0 + 2.0 * _noise(rng, kind, int(rng.integers(10, 61))) for _ in range(20 * per_subset)]
     out = {}
     for name, xs in rows.items():
         found = [len(changes(x).change_points) for x in xs]
         points = sum(len(x) for x in xs)
-        out[name] = {"series": len(xs), "points": points, "false_alarms": int(sum(found)),
-                     "per_10k": 1e4 * sum(found) / points, "series_with_alarm": int(sum(f > 0 for f in found))}
+        out[name] = {
+            "series": len(xs),
+            "points": points,
+            "false_alarms": int(sum(found)),
+            "per_10k": 1e4 * sum(found) / points,
+            "series_with_alarm": int(sum(f > 0 for f in found)),
+        }
     return out
 
 
 def print_report(series, table, seconds, nulls) -> None:
     methods = list(next(iter(table.values())).keys())
-    print(f"# bench_changes_real: {len(series)} real series "
-          f"({', '.join(f'{c}: {sum(s.corpus == c for s in series)}' for c in sorted({s.corpus for s in series}))})\n")
+    print(
+        f"# bench_changes_real: {len(series)} real series "
+        f"({', '.join(f'{c}: {sum(s.corpus == c for s in series)}' for c in sorted({s.corpus for s in series}))})\n"
+    )
     print("Mean over series of TCPD's F1 (margin 5, all annotators) / covering.\n")
     print("| group | series | " + " | ".join(methods) + " |")
     print("|---|---|" + "---|" * len(methods))
@@ -147,8 +156,7 @@ def print_report(series, table, seconds, nulls) -> None:
     print("| null set | series | points | false alarms | per 10,000 points | series with one |")
     print("|---|---|---|---|---|---|")
     for name, r in nulls.items():
-        print(f"| {name} | {r['series']} | {r['points']:,} | {r['false_alarms']} | {r['per_10k']:.2f} | "
-              f"{r['series_with_alarm']} |")
+        print(f"| {name} | {r['series']} | {r['points']:,} | {r['false_alarms']} | {r['per_10k']:.2f} | {r['series_with_alarm']} |")
     total_fa = sum(r["false_alarms"] for r in nulls.values())
     total_pts = sum(r["points"] for r in nulls.values())
     print(f"| all | | {total_pts:,} | {total_fa} | {1e4 * total_fa / total_pts:.2f} | |\n")
@@ -163,20 +171,27 @@ def print_report(series, table, seconds, nulls) -> None:
         bf = max(others.items(), key=lambda kv: kv[1]["f1"])
         bc = max(others.items(), key=lambda kv: kv[1]["covering"])
         beats = all(ps["f1"] > r["f1"] and ps["covering"] > r["covering"] for r in others.values())
-        print(f"| {g} | {ps['f1']:.3f} / {ps['covering']:.3f} | {bf[1]['f1']:.3f} ({bf[0]}) / "
-              f"{bc[1]['covering']:.3f} ({bc[0]}) | {'yes' if beats else 'no'} | {'yes' if ps['f1'] >= 0.75 else 'no'} |")
-    print(f"| null rate | {1e4 * total_fa / total_pts:.2f} per 10,000 points | | | "
-          f"{'< 1: yes' if 1e4 * total_fa / total_pts < 1 else '< 1: no'} |")
+        print(
+            f"| {g} | {ps['f1']:.3f} / {ps['covering']:.3f} | {bf[1]['f1']:.3f} ({bf[0]}) / "
+            f"{bc[1]['covering']:.3f} ({bc[0]}) | {'yes' if beats else 'no'} | {'yes' if ps['f1'] >= 0.75 else 'no'} |"
+        )
+    print(
+        f"| null rate | {1e4 * total_fa / total_pts:.2f} per 10,000 points | | | "
+        f"{'< 1: yes' if 1e4 * total_fa / total_pts < 1 else '< 1: no'} |"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="changes vs baselines on real annotated series")
     ap.add_argument("--tcpd-dir", type=Path, help="a TCPD checkout, for the series not committed here")
-    ap.add_argument("--otava-python", default=str(DEFAULT_OTAVA_PYTHON) if DEFAULT_OTAVA_PYTHON.exists()
-                    else sys.executable)
+    ap.add_argument("--otava-python", default=str(DEFAULT_OTAVA_PYTHON) if DEFAULT_OTAVA_PYTHON.exists() else sys.executable)
     ap.add_argument("--corpus", choices=("all", "tcpd", "tssb"), default="all")
-    ap.add_argument("--part", choices=("all", "dev", "holdout"), default="all",
-                    help="score only the development or hold-out series (HOLDOUT.md); tuning runs use dev")
+    ap.add_argument(
+        "--part",
+        choices=("all", "dev", "holdout"),
+        default="all",
+        help="score only the development or hold-out series (HOLDOUT.md); tuning runs use dev",
+    )
     ap.add_argument("--null-per-subset", type=int, default=50)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -192,9 +207,17 @@ def main() -> None:
     nulls = null_rate(args.null_per_subset) if args.null_per_subset else {}
     print_report(series, table, seconds, nulls)
     if args.json:
-        args.json.write_text(json.dumps({"table": table, "seconds": seconds, "null": nulls,
-                                         "predictions": {m: {s.name: p[i] for i, s in enumerate(series)}
-                                                         for m, p in preds.items()}}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "table": table,
+                    "seconds": seconds,
+                    "null": nulls,
+                    "predictions": {m: {s.name: p[i] for i, s in enumerate(series)} for m, p in preds.items()},
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

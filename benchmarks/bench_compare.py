@@ -69,14 +69,21 @@ def speed(args: argparse.Namespace) -> None:
     xb, xc = b["step_time_ms"].to_numpy(), c["step_time_ms"].to_numpy()
     ttest = timed(lambda: stats.ttest_ind(xb, xc), args.repeat)
     pb, pc_ = b.to_pandas(), c.to_pandas()
-    groupby = timed(lambda: (pb.groupby(["node", "run"])["step_time_ms"].mean(),
-                             pc_.groupby(["node", "run"])["step_time_ms"].mean()), args.repeat)
+    groupby = timed(
+        lambda: (pb.groupby(["node", "run"])["step_time_ms"].mean(), pc_.groupby(["node", "run"])["step_time_ms"].mean()), args.repeat
+    )
 
     r = full[2]
-    print(f"result: {r.verdict}, ratio {r.ratio.value:.4f} [{r.ratio.low:.4f}, {r.ratio.high:.4f}], method {r.method}, "
-          f"{r.units_baseline} vs {r.units_candidate} units")
-    rows = [("perfsleuth compare (with quality checks)", full), ("perfsleuth compare (quality checks off)", bare),
-            ("scipy ttest_ind on raw steps (naive)", ttest), ("pandas groupby(node, run).mean, both arms", groupby)]
+    print(
+        f"result: {r.verdict}, ratio {r.ratio.value:.4f} [{r.ratio.low:.4f}, {r.ratio.high:.4f}], method {r.method}, "
+        f"{r.units_baseline} vs {r.units_candidate} units"
+    )
+    rows = [
+        ("perfsleuth compare (with quality checks)", full),
+        ("perfsleuth compare (quality checks off)", bare),
+        ("scipy ttest_ind on raw steps (naive)", ttest),
+        ("pandas groupby(node, run).mean, both arms", groupby),
+    ]
     print(f"{'':44s} {'median s':>9s} {'min s':>8s} {'× ttest':>8s} {'× groupby':>10s}")
     for name, (med, mn, _) in rows:
         print(f"{name:44s} {med:9.3f} {mn:8.3f} {med / ttest[0]:8.1f} {med / groupby[0]:10.1f}")
@@ -84,17 +91,25 @@ def speed(args: argparse.Namespace) -> None:
 
     # Many comparisons: kernels × metrics, each kernel on every node, BH over all of them.
     kernels, nodes = args.kernels, 16
-    per_kernel = [make_arm(nodes * 50, nodes, 1, 0.0, 100 + k).append_column(
-        "kernel", pa.array([f"kernel_{k:03d}"] * nodes * 50)) for k in range(kernels)]
+    per_kernel = [
+        make_arm(nodes * 50, nodes, 1, 0.0, 100 + k).append_column("kernel", pa.array([f"kernel_{k:03d}"] * nodes * 50))
+        for k in range(kernels)
+    ]
     mb = pa.concat_tables(per_kernel)
-    mc = pa.concat_tables([t.set_column(2, "step_time_ms", pa.array(t["step_time_ms"].to_numpy() * 1.001))
-                           for t in per_kernel])
+    mc = pa.concat_tables([t.set_column(2, "step_time_ms", pa.array(t["step_time_ms"].to_numpy() * 1.001)) for t in per_kernel])
     many = timed(lambda: compare_many(mb, mc, ["step_time_ms"], ["kernel"], cluster_by=["node"]), 1)
-    ref = timed(lambda: (mb.to_pandas().groupby(["kernel", "node"])["step_time_ms"].mean(),
-                         mc.to_pandas().groupby(["kernel", "node"])["step_time_ms"].mean()), 1)
-    print(f"compare_many: {kernels} kernels × {nodes} nodes × 50 steps per arm: {many[0]:.2f} s "
-          f"({1000 * many[0] / kernels:.1f} ms per comparison; pandas groupby(kernel, node).mean {ref[0]:.3f} s, "
-          f"× {many[0] / ref[0]:.0f})")
+    ref = timed(
+        lambda: (
+            mb.to_pandas().groupby(["kernel", "node"])["step_time_ms"].mean(),
+            mc.to_pandas().groupby(["kernel", "node"])["step_time_ms"].mean(),
+        ),
+        1,
+    )
+    print(
+        f"compare_many: {kernels} kernels × {nodes} nodes × 50 steps per arm: {many[0]:.2f} s "
+        f"({1000 * many[0] / kernels:.1f} ms per comparison; pandas groupby(kernel, node).mean {ref[0]:.3f} s, "
+        f"× {many[0] / ref[0]:.0f})"
+    )
 
 
 def node_effects(rng: np.random.Generator, nodes: int, scenario: str) -> np.ndarray:
@@ -111,30 +126,36 @@ def calibration(args: argparse.Namespace) -> None:
     def log_ratio(x, y, axis=-1):
         return np.log(y.mean(axis=axis) / x.mean(axis=axis))
 
-    methods = ("compare (auto = Welch t)", "compare method=bootstrap", "BCa bootstrap, node means",
-               "percentile bootstrap, node means", "step-level t (naive)")
-    print(f"false-positive rate, no true effect, node effects '{args.scenario}', step noise 0.5%, {per_node} steps "
-          f"per node, {args.reps} reps per cell, nominal {alpha:.0%}; each cell: rate ± Monte Carlo SE")
+    methods = (
+        "compare (auto = Welch t)",
+        "compare method=bootstrap",
+        "BCa bootstrap, node means",
+        "percentile bootstrap, node means",
+        "step-level t (naive)",
+    )
+    print(
+        f"false-positive rate, no true effect, node effects '{args.scenario}', step noise 0.5%, {per_node} steps "
+        f"per node, {args.reps} reps per cell, nominal {alpha:.0%}; each cell: rate ± Monte Carlo SE"
+    )
     print(f"{'nodes/arm':>9s}  " + "  ".join(f"{m:>32s}" for m in methods))
     for nodes in args.clusters:
         node = np.repeat(np.arange(nodes), per_node)
         hits = dict.fromkeys(methods, 0)
         for _ in range(args.reps):
-            arms = [100 * node_effects(rng, nodes, args.scenario)[node] * (1 + rng.normal(0, 0.005, len(node)))
-                    for _ in range(2)]
+            arms = [100 * node_effects(rng, nodes, args.scenario)[node] * (1 + rng.normal(0, 0.005, len(node))) for _ in range(2)]
             b, c = (pd.DataFrame({"node": node, "step_time_ms": a}) for a in arms)
             for label, method in ((methods[0], "auto"), (methods[1], "bootstrap")):
                 r = compare(b, c, "step_time_ms", cluster_by=["node"], threshold=0.0, method=method)
                 hits[label] += r.verdict in ("regression", "improvement")
             mb, mc = (np.bincount(node, weights=a) / per_node for a in arms)
             for label, how in ((methods[2], "BCa"), (methods[3], "percentile")):
-                ci = stats.bootstrap((mb, mc), log_ratio, vectorized=True, n_resamples=1999, method=how,
-                                     random_state=rng).confidence_interval
+                ci = stats.bootstrap(
+                    (mb, mc), log_ratio, vectorized=True, n_resamples=1999, method=how, random_state=rng
+                ).confidence_interval
                 hits[label] += not (ci.low <= 0 <= ci.high)
             hits[methods[4]] += stats.ttest_ind(arms[0], arms[1]).pvalue < alpha
         se = math.sqrt(alpha * (1 - alpha) / args.reps)
-        print(f"{nodes:9d}  " + "  ".join(f"{hits[m] / args.reps:.3f} ± {se:.3f}".rjust(32) for m in methods),
-              flush=True)
+        print(f"{nodes:9d}  " + "  ".join(f"{hits[m] / args.reps:.3f} ± {se:.3f}".rjust(32) for m in methods), flush=True)
 
 
 def main() -> None:
@@ -147,8 +168,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000, help="calibration: simulated A/A comparisons per cell")
     ap.add_argument("--clusters", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--scenario", choices=("lognormal", "stragglers"), default="lognormal",
-                    help="calibration: node effects lognormal (sd 5%%) or a few straggler nodes (skewed)")
+    ap.add_argument(
+        "--scenario",
+        choices=("lognormal", "stragglers"),
+        default="lognormal",
+        help="calibration: node effects lognormal (sd 5%%) or a few straggler nodes (skewed)",
+    )
     args = ap.parse_args()
     calibration(args) if args.calibration else speed(args)
 

@@ -29,8 +29,10 @@ import pandas as pd
 from perfsleuth.ingest import dcgm
 
 GPUS_PER_HOST = 8
-LABELS = ('gpu="{g}",UUID="GPU-{h:04x}{g:04x}-6e1e-2b8c-0108-3d370e5f0418",pci_bus_id="00000000:{bus:02X}:00.0",'
-          'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="node-{h:04d}",DCGM_FI_DRIVER_VERSION="535.129.03"')
+LABELS = (
+    'gpu="{g}",UUID="GPU-{h:04x}{g:04x}-6e1e-2b8c-0108-3d370e5f0418",pci_bus_id="00000000:{bus:02X}:00.0",'
+    'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="node-{h:04d}",DCGM_FI_DRIVER_VERSION="535.129.03"'
+)
 HEADER = "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
 START_MS = 1_764_000_000_000
 
@@ -61,8 +63,9 @@ def build(data: Path, gpus: int, scrapes: int, interval_ms: int) -> tuple[Path, 
     if not csv_path.exists():
         n = gpus * scrapes
         rng = np.random.default_rng(1)
-        pd.DataFrame({"ts_ms": START_MS + np.arange(n) // gpus * interval_ms, "gpu": np.arange(n) % gpus,
-                      "value": rng.integers(1400, 1981, n)}).to_csv(csv_path, index=False)
+        pd.DataFrame(
+            {"ts_ms": START_MS + np.arange(n) // gpus * interval_ms, "gpu": np.arange(n) % gpus, "value": rng.integers(1400, 1981, n)}
+        ).to_csv(csv_path, index=False)
     return scrape_dir, csv_path
 
 
@@ -88,17 +91,23 @@ def main() -> None:
     interval_ms = int(args.interval_s * 1000)
     scrape_dir, csv_path = build(args.data, args.gpus, scrapes, interval_ms)
     size = sum(f.stat().st_size for f in scrape_dir.glob("*.prom"))
-    print(f"data: {args.gpus} GPUs x {scrapes} scrapes ({args.hours:g} h at {args.interval_s:g} s) = "
-          f"{args.gpus * scrapes:,} samples of one field, {size / 1e9:.2f} GB of text in {args.gpus // GPUS_PER_HOST} files")
+    print(
+        f"data: {args.gpus} GPUs x {scrapes} scrapes ({args.hours:g} h at {args.interval_s:g} s) = "
+        f"{args.gpus * scrapes:,} samples of one field, {size / 1e9:.2f} GB of text in {args.gpus // GPUS_PER_HOST} files"
+    )
 
     t_ingest, sd = timed(lambda: dcgm.read(scrape_dir, run_id="bench"), args.repeat)
     rows = sd.tables["samples"].num_rows
     t_csv, df = timed(lambda: pd.read_csv(csv_path, engine="pyarrow"), args.repeat)
     print(f"perfsleuth dcgm.read : {t_ingest:7.2f} s  {rows / t_ingest / 1e6:6.2f} M samples/s  ({rows:,} rows; target < 60 s)")
-    print(f"pandas.read_csv      : {t_csv:7.2f} s  {len(df) / t_csv / 1e6:6.2f} M rows/s     ({len(df):,} rows of 3 numbers, "
-          f"{csv_path.stat().st_size / 1e9:.2f} GB)")
-    print(f"ratio                : {t_ingest / t_csv:.1f}x the time of pandas.read_csv for the same number of rows "
-          f"(the exposition text is {size / csv_path.stat().st_size:.1f}x the bytes)")
+    print(
+        f"pandas.read_csv      : {t_csv:7.2f} s  {len(df) / t_csv / 1e6:6.2f} M rows/s     ({len(df):,} rows of 3 numbers, "
+        f"{csv_path.stat().st_size / 1e9:.2f} GB)"
+    )
+    print(
+        f"ratio                : {t_ingest / t_csv:.1f}x the time of pandas.read_csv for the same number of rows "
+        f"(the exposition text is {size / csv_path.stat().st_size:.1f}x the bytes)"
+    )
     from prometheus_client.parser import text_string_to_metric_families
 
     first = next(iter(sorted(scrape_dir.glob("*.prom"))))
@@ -106,8 +115,10 @@ def main() -> None:
         head = "".join(fh.readline() for _ in range(args.pc_lines))
     t_pc, fams = timed(lambda: [s for f in text_string_to_metric_families(head) for s in f.samples], 1)
     per_sample = t_pc / max(1, len(fams))
-    print(f"prometheus_client    : {per_sample * rows:7.0f} s  {1 / per_sample / 1e6:6.3f} M samples/s  (extrapolated from "
-          f"{len(fams):,} samples parsed in {t_pc:.2f} s; {per_sample * rows / t_ingest:.0f}x perfsleuth)")
+    print(
+        f"prometheus_client    : {per_sample * rows:7.0f} s  {1 / per_sample / 1e6:6.3f} M samples/s  (extrapolated from "
+        f"{len(fams):,} samples parsed in {t_pc:.2f} s; {per_sample * rows / t_ingest:.0f}x perfsleuth)"
+    )
     for c in sd.caveats:
         print(f"caveat {c.code}: {c.message}")
 

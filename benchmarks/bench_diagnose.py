@@ -43,8 +43,14 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
-    cfg = SimConfig(seed=3, world_size=args.ranks, steps=args.steps, layers=args.layers, measure_impact=False,
-                    faults=[StragglerRank(rank=5, slowdown=0.2), DataloaderStall(rank_ids=(17,), stall_ns=2_000_000)])
+    cfg = SimConfig(
+        seed=3,
+        world_size=args.ranks,
+        steps=args.steps,
+        layers=args.layers,
+        measure_impact=False,
+        faults=[StragglerRank(rank=5, slowdown=0.2), DataloaderStall(rank_ids=(17,), stall_ns=2_000_000)],
+    )
     tmp = None
     data = args.data
     if data is None:
@@ -91,9 +97,21 @@ def main() -> None:
     print("findings:", findings)
     print("per detector (s):", ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_detector.items(), key=lambda kv: -kv[1])))
     if args.json:
-        args.json.write_text(json.dumps({"ranks": args.ranks, "steps": args.steps, "bytes": size,
-                                         "ingest_analysis_s": ingest, "diagnosis_s": diag, "ratio": ratio,
-                                         "per_detector_s": per_detector, "findings": findings}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "ranks": args.ranks,
+                    "steps": args.steps,
+                    "bytes": size,
+                    "ingest_analysis_s": ingest,
+                    "diagnosis_s": diag,
+                    "ratio": ratio,
+                    "per_detector_s": per_detector,
+                    "findings": findings,
+                },
+                indent=1,
+            )
+        )
     if tmp is not None:
         tmp.cleanup()
 

@@ -51,8 +51,13 @@ def run(cmd: list[str], poll_s: float) -> dict:
         peak_pss = max(peak_pss, total)
         time.sleep(poll_s)
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-    return {"rc": p.returncode, "wall_s": time.perf_counter() - t0, "peak_pss_mib": peak_pss / 2**20,
-            "peak_process_rss_mib": peak_one / 2**20, "stderr": err[-500:]}
+    return {
+        "rc": p.returncode,
+        "wall_s": time.perf_counter() - t0,
+        "peak_pss_mib": peak_pss / 2**20,
+        "peak_process_rss_mib": peak_one / 2**20,
+        "stderr": err[-500:],
+    }
 
 
 def main() -> int:
@@ -68,8 +73,10 @@ def main() -> int:
     data, manifest, _ = load_or_build(args.data, args.source, top, 37, 0.0)
     files = sorted(manifest["files"], key=lambda f: int(f["name"].split("-")[1].split(".")[0]))
     largest = max(f["bytes"] for f in files) / 2**20
-    print(f"{top} rank files of {largest:.1f} MiB each ({sum(f['bytes'] for f in files) / 1e9:.2f} GB) in {data}; "
-          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{top} rank files of {largest:.1f} MiB each ({sum(f['bytes'] for f in files) / 1e9:.2f} GB) in {data}; "
+        f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'ranks':>5} {'GB':>6} {'wall s':>8} {'MB/s':>7} {'s/GB':>6} {'peak PSS MiB':>13} {'max process RSS MiB':>20}")
     rows = []
     for n in args.ranks:
@@ -84,14 +91,19 @@ def main() -> int:
         if r["rc"] != 0:
             print(f"{n:>5} FAILED rc={r['rc']}: {r['stderr']}")
             continue
-        print(f"{n:>5} {size / 1e9:6.2f} {r['wall_s']:8.2f} {size / 1e6 / r['wall_s']:7.0f} {r['wall_s'] / (size / 1e9):6.2f} "
-              f"{r['peak_pss_mib']:13.0f} {r['peak_process_rss_mib']:20.0f}   (load {r['load']:.1f})", flush=True)
+        print(
+            f"{n:>5} {size / 1e9:6.2f} {r['wall_s']:8.2f} {size / 1e6 / r['wall_s']:7.0f} {r['wall_s'] / (size / 1e9):6.2f} "
+            f"{r['peak_pss_mib']:13.0f} {r['peak_process_rss_mib']:20.0f}   (load {r['load']:.1f})",
+            flush=True,
+        )
     ok = [r for r in rows if r["rc"] == 0]
     if len(ok) >= 2:
         a, b = ok[0], ok[-1]
-        print(f"\ns/GB at {b['ranks']} ranks / at {a['ranks']}: {(b['wall_s'] / b['bytes']) / (a['wall_s'] / a['bytes']):.2f} "
-              f"(1.0 = linear); peak PSS ratio {b['peak_pss_mib'] / a['peak_pss_mib']:.2f} for {b['ranks'] / a['ranks']:.0f}x the data; "
-              f"largest process {max(r['peak_process_rss_mib'] for r in ok):.0f} MiB for {largest:.0f} MiB files")
+        print(
+            f"\ns/GB at {b['ranks']} ranks / at {a['ranks']}: {(b['wall_s'] / b['bytes']) / (a['wall_s'] / a['bytes']):.2f} "
+            f"(1.0 = linear); peak PSS ratio {b['peak_pss_mib'] / a['peak_pss_mib']:.2f} for {b['ranks'] / a['ranks']:.0f}x the data; "
+            f"largest process {max(r['peak_process_rss_mib'] for r in ok):.0f} MiB for {largest:.0f} MiB files"
+        )
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "largest_file_mib": largest}, indent=1))
     return 0

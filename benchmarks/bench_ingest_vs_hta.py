@@ -65,11 +65,15 @@ DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trac
 DEFAULT_HTA_PYTHON = "/work/htavenv/bin/python"
 MANIFEST = ".bench_manifest"  # no .json suffix: neither HTA nor perfsleuth picks it up as a trace
 TOL_PP = 0.5
-TARGETS = {"hta_over_perfsleuth_time": (">=", 25.0), "perfsleuth_over_hta_peak_rss": ("<=", 0.25),
-           "hta_over_cli_subprocess_time": (">=", 15.0), "cli_over_hta_peak_pss": ("<=", 0.25),
-           "cli_over_orjson_subprocess_time": ("<", 1.0),
-           "perfsleuth_over_hta_peak_pss": ("<=", 0.25),
-           "perfsleuth_over_orjson_loads_time": ("<", 1.0)}
+TARGETS = {
+    "hta_over_perfsleuth_time": (">=", 25.0),
+    "perfsleuth_over_hta_peak_rss": ("<=", 0.25),
+    "hta_over_cli_subprocess_time": (">=", 15.0),
+    "cli_over_hta_peak_pss": ("<=", 0.25),
+    "cli_over_orjson_subprocess_time": ("<", 1.0),
+    "perfsleuth_over_hta_peak_pss": ("<=", 0.25),
+    "perfsleuth_over_orjson_loads_time": ("<", 1.0),
+}
 
 
 # --- data set ------------------------------------------------------------------------------------
@@ -87,8 +91,9 @@ def _rerank(text: bytes, rank: int, world: int, shift_us: int) -> bytes:
 
     out, n = _DIST_RE.subn(dist, text, count=1)
     if n == 0:  # no distributedInfo: add one in front of traceEvents, as kineto would have
-        out = text.replace(b'"traceEvents"', b'"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d},\n  '
-                           b'"traceEvents"' % (rank, world), 1)
+        out = text.replace(
+            b'"traceEvents"', b'"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d},\n  "traceEvents"' % (rank, world), 1
+        )
     off = rank * shift_us
     if off:
         # integer part of every "ts" (a float's fraction, if any, is kept as written)
@@ -122,14 +127,14 @@ def build_dataset(out: Path, source: Path, ranks: int, shift_us: int, gz: bool =
     return manifest
 
 
-def load_or_build(data: Path | None, source: Path, ranks: int, shift_us: int, min_mb: float,
-                  gz: bool = False) -> tuple[Path, dict, bool]:
+def load_or_build(data: Path | None, source: Path, ranks: int, shift_us: int, min_mb: float, gz: bool = False) -> tuple[Path, dict, bool]:
     """Returns (dir, manifest, is_temporary)."""
     if data is not None and (data / MANIFEST).exists():
         m = json.loads((data / MANIFEST).read_text())
         present = {f["name"]: f for f in m["files"]}
-        if bool(m.get("gzip")) == gz and all((data / n).exists() and (data / n).stat().st_size == f.get("stored_bytes", f["bytes"])
-                                             for n, f in present.items()):
+        if bool(m.get("gzip")) == gz and all(
+            (data / n).exists() and (data / n).stat().st_size == f.get("stored_bytes", f["bytes"]) for n, f in present.items()
+        ):
             print(f"reusing data set in {data}")
             return data, m, False
     temp = data is None
@@ -193,7 +198,8 @@ def child_perfsleuth(data: str, workers: int | None) -> dict:
     analysis, steps, per_rank, (t0, t1) = perfsleuth_work(data, workers)
     keys = ("idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct")
     return {
-        "workers": workers or "auto", "pandas_imported": "pandas" in sys.modules,
+        "workers": workers or "auto",
+        "pandas_imported": "pandas" in sys.modules,
         "work_s": t1 - t0,
         "phases_s": {"analyze_streaming": t1 - t0},
         "steps_rows": steps.num_rows,
@@ -229,13 +235,18 @@ def child_hta(data: str) -> dict:
     t3 = time.perf_counter()
     ranks: dict[str, dict] = {}
     for _, row in tb.iterrows():
-        ranks[str(int(row["rank"]))] = {"idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
-                                        "non_compute_pct": float(row["non_compute_time_pctg"])}
+        ranks[str(int(row["rank"]))] = {
+            "idle_pct": float(row["idle_time_pctg"]),
+            "compute_pct": float(row["compute_time_pctg"]),
+            "non_compute_pct": float(row["non_compute_time_pctg"]),
+        }
     for _, row in ov.iterrows():
         ranks.setdefault(str(int(row["rank"])), {})["comm_comp_overlap_pct"] = float(row["comp_comm_overlap_pctg"])
-    return {"work_s": t3 - t0,
-            "phases_s": {"TraceAnalysis(load)": t1 - t0, "get_temporal_breakdown": t2 - t1, "get_comm_comp_overlap": t3 - t2},
-            "ranks": ranks}
+    return {
+        "work_s": t3 - t0,
+        "phases_s": {"TraceAnalysis(load)": t1 - t0, "get_temporal_breakdown": t2 - t1, "get_comm_comp_overlap": t3 - t2},
+        "ranks": ranks,
+    }
 
 
 def child_orjson(data: str) -> dict:
@@ -403,10 +414,16 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
         return {"tool": tool, "failed": True, "rc": rc, "subprocess_s": wall}
     res = json.loads(out.read_text())
     main_peak = per_pid.get(popen.pid, [0])[0]
-    res.update(tool=tool, subprocess_s=wall, peak_tree_rss_mib=peak / 2**20, peak_tree_pss_mib=peak_pss / 2**20,
-               peak_main_rss_mib=main_peak / 2**20,
-               polls=n_polls, max_processes=max_procs,
-               per_process_peak_mib=sorted(([round(v[0] / 2**20, 1), v[1]] for v in per_pid.values()), reverse=True))
+    res.update(
+        tool=tool,
+        subprocess_s=wall,
+        peak_tree_rss_mib=peak / 2**20,
+        peak_tree_pss_mib=peak_pss / 2**20,
+        peak_main_rss_mib=main_peak / 2**20,
+        polls=n_polls,
+        max_processes=max_procs,
+        per_process_peak_mib=sorted(([round(v[0] / 2**20, 1), v[1]] for v in per_pid.values()), reverse=True),
+    )
     return res
 
 
@@ -488,8 +505,7 @@ def profile_perfsleuth(data: Path, out: Path) -> None:
         prof.dump_stats(path)
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-        print(f"\n=== cProfile of the perfsleuth work, workers={workers or 'auto'} ({dt:.1f} s under the profiler), "
-              f"stats in {path} ===")
+        print(f"\n=== cProfile of the perfsleuth work, workers={workers or 'auto'} ({dt:.1f} s under the profiler), stats in {path} ===")
         print("\n".join(s.getvalue().splitlines()[:60]))
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
@@ -512,13 +528,18 @@ def main() -> int:
     ap.add_argument("--shift-us", type=int, default=37, help="rank r's timestamps are shifted by r * this many µs")
     ap.add_argument("--min-mb", type=float, default=300.0)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--tools", default="perfsleuth,cli,hta,orjson",
-                    help="perfsleuth (analyze_streaming), cli (the perfsleuth analyze command, whole process), hta, orjson, "
-                         "stages (one process, workers=1, time per stage)")
+    ap.add_argument(
+        "--tools",
+        default="perfsleuth,cli,hta,orjson",
+        help="perfsleuth (analyze_streaming), cli (the perfsleuth analyze command, whole process), hta, orjson, "
+        "stages (one process, workers=1, time per stage)",
+    )
     ap.add_argument("--gzip", action="store_true", help="write the data set as rank-N.json.gz")
-    ap.add_argument("--hta-python", default=_default_hta_python(),
-                    help=f"interpreter with holistictraceanalysis==0.5.0 (default: {DEFAULT_HTA_PYTHON} if it exists, "
-                         "else this one)")
+    ap.add_argument(
+        "--hta-python",
+        default=_default_hta_python(),
+        help=f"interpreter with holistictraceanalysis==0.5.0 (default: {DEFAULT_HTA_PYTHON} if it exists, else this one)",
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for the perfsleuth and orjson children")
     ap.add_argument("--workers", default="auto", help="perfsleuth rank-file workers (default: its own choice)")
     ap.add_argument("--poll-ms", type=float, default=20.0)
@@ -532,11 +553,12 @@ def main() -> int:
     data, manifest, temp = load_or_build(args.data, args.source, args.ranks, args.shift_us, args.min_mb, args.gzip)
     total_bytes = sum(f["bytes"] for f in manifest["files"])
     total_events = sum(f["events"] for f in manifest["files"])
-    print(f"data set: {len(manifest['files'])} ranks, {total_bytes / 1e6:.1f} MB ({total_bytes / 2**20:.1f} MiB) raw JSON, "
-          f"{total_events:,} events (source {manifest['source']}, shift {manifest['shift_us']} µs per rank)")
+    print(
+        f"data set: {len(manifest['files'])} ranks, {total_bytes / 1e6:.1f} MB ({total_bytes / 2**20:.1f} MiB) raw JSON, "
+        f"{total_events:,} events (source {manifest['source']}, shift {manifest['shift_us']} µs per rank)"
+    )
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    pythons = {"perfsleuth": args.python, "orjson": args.python, "hta": args.hta_python, "cli": args.python,
-               "stages": args.python}
+    pythons = {"perfsleuth": args.python, "orjson": args.python, "hta": args.hta_python, "cli": args.python, "stages": args.python}
     logdir = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-logs-"))
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     try:
@@ -550,9 +572,12 @@ def main() -> int:
                     if r.get("stages_s"):
                         tot = sum(r["stages_s"].values())
                         ph = " ".join(f"{k}={v:.2f}s ({v / tot:.0%})" for k, v in r["stages_s"].items())
-                    print(f"  run {i + 1}/{args.repeat} {t:<10} work {r['work_s']:7.2f} s{extra}  subprocess {r['subprocess_s']:7.2f} s"
-                          f"  peak tree RSS {r['peak_tree_rss_mib']:6.0f} MiB ({r['max_processes']} procs; main process"
-                          f" {r['peak_main_rss_mib']:.0f} MiB polled, {r['ru_maxrss_main_mib']:.0f} MiB ru_maxrss)  {ph}", flush=True)
+                    print(
+                        f"  run {i + 1}/{args.repeat} {t:<10} work {r['work_s']:7.2f} s{extra}  subprocess {r['subprocess_s']:7.2f} s"
+                        f"  peak tree RSS {r['peak_tree_rss_mib']:6.0f} MiB ({r['max_processes']} procs; main process"
+                        f" {r['peak_main_rss_mib']:.0f} MiB polled, {r['ru_maxrss_main_mib']:.0f} MiB ru_maxrss)  {ph}",
+                        flush=True,
+                    )
                     if args.verbose:
                         for mib, cmd in r["per_process_peak_mib"]:
                             print(f"        {mib:8.1f} MiB  {cmd}")
@@ -561,21 +586,24 @@ def main() -> int:
         for t in tools:
             summary[t] = {k: _median(runs[t], k) for k in fields}
             summary_min[t] = {k: _min(runs[t], k) for k in fields}
-        print(f"\nmedians over {args.repeat} run(s); work s excludes interpreter start and imports, subprocess s includes them;"
-              " peak RSS = max over polls of the summed RSS of the process tree\n")
+        print(
+            f"\nmedians over {args.repeat} run(s); work s excludes interpreter start and imports, subprocess s includes them;"
+            " peak RSS = max over polls of the summed RSS of the process tree\n"
+        )
         print(f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'peak summed RSS MiB':>20} {'peak summed PSS MiB':>20}")
         for t in tools:
             s, m = summary[t], summary_min[t]
             if s["work_s"] is None:
                 print(f"{t:<12} {'failed':>9}")
                 continue
-            print(f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['peak_tree_rss_mib']:20.0f}"
-                  f" {s['peak_tree_pss_mib'] or 0:20.0f}")
+            print(
+                f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['peak_tree_rss_mib']:20.0f}"
+                f" {s['peak_tree_pss_mib'] or 0:20.0f}"
+            )
             if t == "orjson":
                 print(f"{'  loads only':<12} {s['loads_s']:9.2f} {m['loads_s']:7.2f}")
         ratios, ratios_min, ratios_paired = _ratios(summary), _ratios(summary_min), {}
-        paired = [_ratios({t: runs[t][i] for t in tools}) for i in range(args.repeat)
-                  if all(not runs[t][i].get("failed") for t in tools)]
+        paired = [_ratios({t: runs[t][i] for t in tools}) for i in range(args.repeat) if all(not runs[t][i].get("failed") for t in tools)]
         for k in ratios:
             vals = [p[k] for p in paired if k in p]
             if vals:
@@ -596,8 +624,10 @@ def main() -> int:
         if ok_runs and hta_runs:
             ok_runs[0]["hta_window"] = perfsleuth_on_hta_window(str(data))
             lines, ok, worst = compare(ok_runs[0], hta_runs[0])
-            print(f"\nper-rank breakdown vs HTA (tolerance {TOL_PP} pp; HTA drops work launched in the last ProfilerStep,"
-                  " so perfsleuth is compared on that window; its timed whole-trace numbers in the last column):")
+            print(
+                f"\nper-rank breakdown vs HTA (tolerance {TOL_PP} pp; HTA drops work launched in the last ProfilerStep,"
+                " so perfsleuth is compared on that window; its timed whole-trace numbers in the last column):"
+            )
             print("\n".join(lines))
             print(f"agreement: {'OK' if ok else 'MISMATCH'} (largest difference {worst:.2f} pp)")
             agreement = {"ok": ok, "max_abs_diff_pp": worst, "tolerance_pp": TOL_PP}
@@ -606,13 +636,25 @@ def main() -> int:
 
             import psutil
 
-            doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": {"cpus": os.cpu_count(),
-                   "mem_gib": psutil.virtual_memory().total / 2**30, "platform": platform.platform(),
-                   "python": platform.python_version()},
-                   "data": {"dir": str(data), **manifest, "total_bytes": total_bytes, "total_events": total_events},
-                   "repeat": args.repeat, "runs": runs, "median": summary, "min": summary_min, "ratios": ratios,
-                   "ratios_of_minima": ratios_min, "ratios_median_per_round": ratios_paired, "targets": TARGETS,
-                   "agreement": agreement}
+            doc = {
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "mem_gib": psutil.virtual_memory().total / 2**30,
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                },
+                "data": {"dir": str(data), **manifest, "total_bytes": total_bytes, "total_events": total_events},
+                "repeat": args.repeat,
+                "runs": runs,
+                "median": summary,
+                "min": summary_min,
+                "ratios": ratios,
+                "ratios_of_minima": ratios_min,
+                "ratios_median_per_round": ratios_paired,
+                "targets": TARGETS,
+                "agreement": agreement,
+            }
             args.json.write_text(json.dumps(doc, indent=1, default=str))
             print(f"\nwrote {args.json}")
         if args.profile:

@@ -53,9 +53,33 @@ RISKLOC_GIT = "/work/.mirror/shaido987+riskloc/repo"
 REF_PYTHON = "/tmp/rlvenv/bin/python"
 GENERATOR_ARGS = {  # from RiskLoc's README
     "S": ["--dataset-name", "S", "--seed", "121"],
-    "L": ["--dataset-name", "L", "--seed", "122", "--dims", "10", "24", "10", "15", "--noise-level", "0.0", "0.1",
-          "--anomaly-severity", "0.5", "1.0", "--anomaly-deviation", "0.0", "0.0", "--num-anomaly", "1", "5",
-          "--num-anomaly-elements", "1", "1", "--only-last-layer"],
+    "L": [
+        "--dataset-name",
+        "L",
+        "--seed",
+        "122",
+        "--dims",
+        "10",
+        "24",
+        "10",
+        "15",
+        "--noise-level",
+        "0.0",
+        "0.1",
+        "--anomaly-severity",
+        "0.5",
+        "1.0",
+        "--anomaly-deviation",
+        "0.0",
+        "0.0",
+        "--num-anomaly",
+        "1",
+        "5",
+        "--num-anomaly-elements",
+        "1",
+        "1",
+        "--only-last-layer",
+    ],
     "H": ["--dataset-name", "H", "--seed", "123", "--dims", "10", "5", "250", "20", "8", "12"],
 }
 
@@ -86,8 +110,7 @@ def extract(git_dir: str, commit: str, path: str, dest: Path) -> Path:
     target = dest / path
     if not target.exists():
         dest.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "--git-dir", git_dir, "archive", commit, path], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(["git", "--git-dir", git_dir, "archive", commit, path], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return target
 
@@ -96,8 +119,7 @@ def riskloc_checkout(cache: Path) -> Path:
     src = cache / "riskloc-src"
     if not (src / "algorithms" / "riskloc.py").exists():
         src.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "--git-dir", RISKLOC_GIT, "archive", "HEAD"], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(["git", "--git-dir", RISKLOC_GIT, "archive", "HEAD"], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     return src
 
@@ -109,8 +131,7 @@ def squeeze_instances(cache: Path, limit: int) -> dict[str, list[dict]]:
         with open(setting / "injection_info.csv", newline="") as fh:
             labels = {r["timestamp"]: r["set"] for r in csv.DictReader(fh)}
         stamps = sorted(labels)[:limit]
-        out[f"B0/{setting.name}"] = [{"path": str(setting / f"{ts}.csv"), "label": labels[ts], "kind": "additive"}
-                                     for ts in stamps]
+        out[f"B0/{setting.name}"] = [{"path": str(setting / f"{ts}.csv"), "label": labels[ts], "kind": "additive"} for ts in stamps]
     return out
 
 
@@ -123,8 +144,12 @@ def generated_instances(cache: Path, src: Path, name: str, limit: int, ref_pytho
             have = sum(1 for _ in csv.DictReader(fh))
     if have < limit:
         print(f"  generating {name} ({limit} instances) with RiskLoc's generate_dataset.py ...", flush=True)
-        subprocess.run([ref_python, "generate_dataset.py", "--num", str(limit), "--data-root", str(cache / "riskloc"),
-                        *GENERATOR_ARGS[name]], cwd=src, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [ref_python, "generate_dataset.py", "--num", str(limit), "--data-root", str(cache / "riskloc"), *GENERATOR_ARGS[name]],
+            cwd=src,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     with open(info, newline="") as fh:
         rows = list(csv.DictReader(fh))[:limit]
     return {name: [{"path": str(root / f"{r['timestamp']}.csv"), "label": r["set"], "kind": "additive"} for r in rows]}
@@ -149,8 +174,7 @@ def rs_instances(cache: Path, src: Path) -> dict[str, list[dict]]:
             raw["k"] = raw["value"] / raw["cnt"]
             now = raw[raw["min"] == a["timestamp"]]
             hist = raw[raw["min"].isin([a["timestamp"] - 60 * i for i in range(1, 5)])]
-            fc = hist.groupby(dims, as_index=False).agg(predict_a=("value", "mean"), predict_b=("cnt", "mean"),
-                                                        predict=("k", "mean"))
+            fc = hist.groupby(dims, as_index=False).agg(predict_a=("value", "mean"), predict_b=("cnt", "mean"), predict=("k", "mean"))
             leaves = now[dims + ["value", "cnt", "k"]].rename(columns={"value": "real_a", "cnt": "real_b", "k": "real"})
             leaves = leaves.merge(fc, on=dims, how="left").fillna(0.0)
             leaves[dims] = leaves[dims].astype(str)
@@ -189,8 +213,7 @@ class Perfsleuth:
         engine.table(con, tab, name="bench_instance")
         if item["kind"] == "ratio":  # rate terms of the ratio (mix/rate split), compiled once per dataset shape
             spec = LeafSpec(dims, "real_a", "predict_a", "real_b", "predict_b")
-            sql = engine.compiled(con, ("bench-terms", spec),
-                                  lambda: leaf_terms(leaf_table(con.table("bench_instance"), spec), spec.ratio))
+            sql = engine.compiled(con, ("bench-terms", spec), lambda: leaf_terms(leaf_table(con.table("bench_instance"), spec), spec.ratio))
             engine.materialize(con, "bench_terms", sql)
             leaves = con.table("bench_terms")
         else:  # already one row per leaf with real/predict: the search reads it as it is
@@ -207,8 +230,13 @@ class Reference:
     """
 
     def __init__(self, method: str, src: Path, ref_python: str) -> None:
-        self.proc = subprocess.Popen([ref_python, __file__, "--worker", method, "--riskloc-src", str(src)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [ref_python, __file__, "--worker", method, "--riskloc-src", str(src)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
 
     def __call__(self, item: dict) -> dict:
         self.proc.stdin.write(json.dumps(item) + "\n")
@@ -248,10 +276,13 @@ def worker(method: str, src: Path) -> None:
             from algorithms.squeeze.squeeze import Squeeze, SqueezeOption
 
             if derived:
-                parts = [df[attributes + [f"real_{s}", f"predict_{s}"]].rename(
-                    columns={f"real_{s}": "real", f"predict_{s}": "predict"}) for s in "ab"]
-                model = Squeeze(data_list=parts, op=lambda x, y: np.divide(x, y, out=np.zeros_like(x), where=y != 0),
-                                option=SqueezeOption())
+                parts = [
+                    df[attributes + [f"real_{s}", f"predict_{s}"]].rename(columns={f"real_{s}": "real", f"predict_{s}": "predict"})
+                    for s in "ab"
+                ]
+                model = Squeeze(
+                    data_list=parts, op=lambda x, y: np.divide(x, y, out=np.zeros_like(x), where=y != 0), option=SqueezeOption()
+                )
             else:
                 model = Squeeze(data_list=[df], op=lambda x: x, option=SqueezeOption())
             model.run()
@@ -274,8 +305,13 @@ def part_public(args: argparse.Namespace) -> dict:
     if args.settings:
         datasets = {k: v for k, v in datasets.items() if re.search(args.settings, k)}
     methods = ["perfsleuth", "riskloc"] + (["squeeze"] if args.squeeze else [])
-    print(f"{'setting':34s} {'n':>4s} " + " ".join(f"{m + ' F1':>14s}" for m in methods)
-          + " " + " ".join(f"{m + ' s/inst':>16s}" for m in methods) + f" {'F1 ratio':>9s} {'time ratio':>10s}")
+    print(
+        f"{'setting':34s} {'n':>4s} "
+        + " ".join(f"{m + ' F1':>14s}" for m in methods)
+        + " "
+        + " ".join(f"{m + ' s/inst':>16s}" for m in methods)
+        + f" {'F1 ratio':>9s} {'time ratio':>10s}"
+    )
     summary = {}
     ours = Perfsleuth()
     refs = {m: Reference(m, src, args.ref_python) for m in methods[1:]}
@@ -292,14 +328,25 @@ def part_public(args: argparse.Namespace) -> dict:
             for item, r in zip(items, res, strict=False):
                 a, b, c = score(r["pred"], item["label"])
                 tp, fp, fn = tp + a, fp + b, fn + c
-            row[m] = {"n": len(res), "f1": f1(tp, fp, fn), "tp": tp, "fp": fp, "fn": fn,
-                      "time_per_instance_s": sum(r["time"] for r in res) / max(len(res), 1)}
+            row[m] = {
+                "n": len(res),
+                "f1": f1(tp, fp, fn),
+                "tp": tp,
+                "fp": fp,
+                "fn": fn,
+                "time_per_instance_s": sum(r["time"] for r in res) / max(len(res), 1),
+            }
         summary[setting] = row
         ratio_f1 = row["perfsleuth"]["f1"] / row["riskloc"]["f1"] if row["riskloc"]["f1"] else math.inf
         ratio_t = row["perfsleuth"]["time_per_instance_s"] / row["riskloc"]["time_per_instance_s"]
-        print(f"{setting:34s} {len(items):4d} " + " ".join(f"{row[m]['f1']:14.3f}" for m in methods) + " "
-              + " ".join(f"{row[m]['time_per_instance_s']:16.3f}" for m in methods)
-              + f" {ratio_f1:9.3f} {ratio_t:10.2f}", flush=True)
+        print(
+            f"{setting:34s} {len(items):4d} "
+            + " ".join(f"{row[m]['f1']:14.3f}" for m in methods)
+            + " "
+            + " ".join(f"{row[m]['time_per_instance_s']:16.3f}" for m in methods)
+            + f" {ratio_f1:9.3f} {ratio_t:10.2f}",
+            flush=True,
+        )
     for r in refs.values():
         r.close()
     return summary
@@ -329,16 +376,34 @@ def part_fleet(args: argparse.Namespace) -> dict:
             label = canonical("&".join(f"{k}={v}" for k, v in conf.items()))
             flagged = any(f"{x.dim}={x.value}" == label for x in res.confounded)
             rejected += int(flagged and label not in {canonical(n) for n in named})
-        out.append({"seed": seed, "named": named, "truth": truth, "f1": f1(a, b, c), "seconds": elapsed,
-                    "confounded": [x.message for x in res.confounded]})
+        out.append(
+            {
+                "seed": seed,
+                "named": named,
+                "truth": truth,
+                "f1": f1(a, b, c),
+                "seconds": elapsed,
+                "confounded": [x.message for x in res.confounded],
+            }
+        )
         print(f"  seed {seed}: F1 {f1(a, b, c):.3f}, {elapsed:.1f} s, culprits {named}", flush=True)
-    print(f"fleet simulator: element F1 {f1(tp, fp, fn):.3f} over {args.fleet_seeds} seeds "
-          f"(TP {tp}, FP {fp}, FN {fn}); confounded driver rejected and reported in {rejected}/{confounders}")
+    print(
+        f"fleet simulator: element F1 {f1(tp, fp, fn):.3f} over {args.fleet_seeds} seeds "
+        f"(TP {tp}, FP {fp}, FN {fn}); confounded driver rejected and reported in {rejected}/{confounders}"
+    )
     agreement = None
     if args.spark:
         agreement = _engine_agreement(spec, args)
-    return {"f1": f1(tp, fp, fn), "tp": tp, "fp": fp, "fn": fn, "rejected": rejected, "confounders": confounders,
-            "seeds": out, "spark_agreement": agreement}
+    return {
+        "f1": f1(tp, fp, fn),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "rejected": rejected,
+        "confounders": confounders,
+        "seeds": out,
+        "spark_agreement": agreement,
+    }
 
 
 def _engine_agreement(spec, args: argparse.Namespace) -> dict:
@@ -354,8 +419,10 @@ def _engine_agreement(spec, args: argparse.Namespace) -> dict:
         docs[name] = localize(engine.table(con, case.runs), spec, bootstrap=args.spark_bootstrap).to_json()
         print(f"  {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     diffs = _diff(docs["duckdb"], docs["spark"], "")
-    print(f"DuckDB vs Spark on the fleet simulator: {len(diffs)} differing fields (rel. tol 1e-9)"
-          + ("" if not diffs else ": " + "; ".join(diffs[:10])))
+    print(
+        f"DuckDB vs Spark on the fleet simulator: {len(diffs)} differing fields (rel. tol 1e-9)"
+        + ("" if not diffs else ": " + "; ".join(diffs[:10]))
+    )
     return {"differences": diffs}
 
 
@@ -405,13 +472,23 @@ def part_scale(args: argparse.Namespace) -> dict:
         ref = engine.table(con, path)
         ref.group_by(list(DIMS)).aggregate(n=ref[spec.current].sum(), d=ref[spec.current_denominator].sum()).count().execute()
         t_ref = time.perf_counter() - t1
-        print(f"{label}: {n_rows:,} run-windows x {len(DIMS)} dims localized in {elapsed:.1f} s "
-              f"({n_rows / elapsed:,.0f} rows/s; opening and reading the file {t_open:.1f} s of it); {res.mix.leaves:,} cells; "
-              f"culprits {[c.label for c in res.culprits]}; {res.search.queries} search queries; bootstrap {boot}; "
-              f"ratio to one GROUP BY of the cells ({t_ref:.1f} s): {elapsed / t_ref:.1f}x", flush=True)
-        results[label] = {"rows": n_rows, "seconds": elapsed, "open_seconds": t_open, "rows_per_s": n_rows / elapsed,
-                          "reference_groupby_seconds": t_ref, "ratio_to_groupby": elapsed / t_ref,
-                          "culprits": [c.label for c in res.culprits], "cells": res.mix.leaves}
+        print(
+            f"{label}: {n_rows:,} run-windows x {len(DIMS)} dims localized in {elapsed:.1f} s "
+            f"({n_rows / elapsed:,.0f} rows/s; opening and reading the file {t_open:.1f} s of it); {res.mix.leaves:,} cells; "
+            f"culprits {[c.label for c in res.culprits]}; {res.search.queries} search queries; bootstrap {boot}; "
+            f"ratio to one GROUP BY of the cells ({t_ref:.1f} s): {elapsed / t_ref:.1f}x",
+            flush=True,
+        )
+        results[label] = {
+            "rows": n_rows,
+            "seconds": elapsed,
+            "open_seconds": t_open,
+            "rows_per_s": n_rows / elapsed,
+            "reference_groupby_seconds": t_ref,
+            "ratio_to_groupby": elapsed / t_ref,
+            "culprits": [c.label for c in res.culprits],
+            "cells": res.mix.leaves,
+        }
     return results
 
 

@@ -103,8 +103,10 @@ def make_kineto(path: Path, target_mb: float, source: Path = SOURCE_TRACE) -> No
     with open(tmp, "wb") as fh:
         fh.write(head)
         for k in range(copies):
+
             def shift(by: int, k: int = k):  # noqa: ANN202
                 return lambda m: m.group(1) + b"%d" % (int(m.group(2)) + k * by)
+
             chunk = _TS.sub(shift(span_us), body)
             chunk = _CORR.sub(shift(corr_span), chunk)
             chunk = _EXT.sub(shift(ext_span), chunk)
@@ -140,9 +142,11 @@ def make_records(path: Path, rows: int) -> None:
 def input_path(kind: str, args: argparse.Namespace) -> Path:
     """The cached input of ``kind``, built first when missing."""
     args.cache.mkdir(parents=True, exist_ok=True)
-    path = {"kineto": args.cache / f"kineto-{args.kineto_mb:.0f}mb.json",
-            "nsys": args.cache / f"nsys-{args.nsys_mb:.0f}mb.sqlite",
-            "records": args.cache / f"fleet-{args.records_rows}.parquet"}[kind]
+    path = {
+        "kineto": args.cache / f"kineto-{args.kineto_mb:.0f}mb.json",
+        "nsys": args.cache / f"nsys-{args.nsys_mb:.0f}mb.sqlite",
+        "records": args.cache / f"fleet-{args.records_rows}.parquet",
+    }[kind]
     if not path.exists():
         t0 = time.perf_counter()
         print(f"building {path} ...", flush=True)
@@ -184,8 +188,13 @@ def child(kind: str, path: str, out: str, threads: int) -> None:
     t0 = time.perf_counter()
     tables = work()
     seconds = time.perf_counter() - t0
-    result = {"rows": sum(t.num_rows for t in tables), "out_bytes": sum(t.get_total_buffer_size() for t in tables), "seconds": seconds,
-              "baseline_rss": base, "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    result = {
+        "rows": sum(t.num_rows for t in tables),
+        "out_bytes": sum(t.get_total_buffer_size() for t in tables),
+        "seconds": seconds,
+        "baseline_rss": base,
+        "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
     Path(out).write_text(json.dumps(result))
 
 
@@ -270,8 +279,10 @@ def measure(kind: str, path: Path, args: argparse.Namespace) -> dict:
 
 
 def report(results: list[dict]) -> bool:
-    print(f"\n{'input':8s} {'size MB':>8s} {'rows':>12s} {'out MB':>7s} {'base MB':>8s} {'polled MB':>9s} {'maxrss MB':>9s} "
-          f"{'peak/in':>7s} {'peak/out':>8s} {'ceiling MB':>10s} {'s':>6s}  verdict")
+    print(
+        f"\n{'input':8s} {'size MB':>8s} {'rows':>12s} {'out MB':>7s} {'base MB':>8s} {'polled MB':>9s} {'maxrss MB':>9s} "
+        f"{'peak/in':>7s} {'peak/out':>8s} {'ceiling MB':>10s} {'s':>6s}  verdict"
+    )
     ok = True
     for r in results:
         kind = KINDS[r["kind"]]
@@ -281,12 +292,16 @@ def report(results: list[dict]) -> bool:
             continue
         passed = r["peak"] <= kind.ceiling_bytes
         ok &= passed
-        print(f"{r['kind']:8s} {r['input_bytes'] / MB:8.0f} {r['rows']:12,d} {r['out_bytes'] / MB:7.0f} {r['baseline_rss'] / MB:8.0f} "
-              f"{r['polled_peak'] / MB:9.0f} {r['ru_maxrss'] / MB:9.0f} {r['peak'] / r['input_bytes']:7.2f} "
-              f"{r['peak'] / max(r['out_bytes'], 1):8.2f} {kind.ceiling_bytes / MB:10.0f} {r['seconds']:6.1f}  "
-              f"{'PASS' if passed else 'FAIL'}")
-    print("\npeak = max(polled summed RSS of the process tree, the child's ru_maxrss); out = what the ingest returns "
-          "(Arrow nbytes; records: the decoded Parquet columns localize reads); base = RSS after imports")
+        print(
+            f"{r['kind']:8s} {r['input_bytes'] / MB:8.0f} {r['rows']:12,d} {r['out_bytes'] / MB:7.0f} {r['baseline_rss'] / MB:8.0f} "
+            f"{r['polled_peak'] / MB:9.0f} {r['ru_maxrss'] / MB:9.0f} {r['peak'] / r['input_bytes']:7.2f} "
+            f"{r['peak'] / max(r['out_bytes'], 1):8.2f} {kind.ceiling_bytes / MB:10.0f} {r['seconds']:6.1f}  "
+            f"{'PASS' if passed else 'FAIL'}"
+        )
+    print(
+        "\npeak = max(polled summed RSS of the process tree, the child's ru_maxrss); out = what the ingest returns "
+        "(Arrow nbytes; records: the decoded Parquet columns localize reads); base = RSS after imports"
+    )
     for k in {r["kind"] for r in results}:
         print(f"ceiling {k}: {KINDS[k].ceiling_bytes / GIB:.1f} GiB: {KINDS[k].why}")
     return ok

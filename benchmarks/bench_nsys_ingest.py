@@ -84,20 +84,22 @@ def _tile(conn: sqlite3.Connection, ks: range, originals: dict[str, int], span: 
             elif c == "correlationId":
                 exprs.append(f"correlationId + k * {corr_span}")
             elif c == "text":
-                exprs.append(f"CASE WHEN text LIKE 'ProfilerStep#%' THEN 'ProfilerStep#' || "
-                             f"(CAST(substr(text, 14) AS INTEGER) + k * {steps}) ELSE text END")
+                exprs.append(
+                    f"CASE WHEN text LIKE 'ProfilerStep#%' THEN 'ProfilerStep#' || "
+                    f"(CAST(substr(text, 14) AS INTEGER) + k * {steps}) ELSE text END"
+                )
             else:
                 exprs.append(c)
-        conn.execute(f"INSERT INTO {t} SELECT {', '.join(exprs)} FROM {t}, k WHERE {t}.rowid <= {originals[t]} "
-                     f"ORDER BY k, {t}.rowid")
+        conn.execute(f"INSERT INTO {t} SELECT {', '.join(exprs)} FROM {t}, k WHERE {t}.rowid <= {originals[t]} ORDER BY k, {t}.rowid")
         conn.commit()
     conn.execute("DROP TABLE k")
 
 
-KERNEL_SQL = ("SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, s.value "
-              "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName")
-KERNEL_IDS_SQL = ("SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName "
-                  "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+KERNEL_SQL = (
+    "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, s.value "
+    "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
+)
+KERNEL_IDS_SQL = "SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"
 NAMES = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "name"]
 
 
@@ -143,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         counts = make_export(path, args.target_mb)
         size_mb = path.stat().st_size / 1e6
-        print(f"export: {size_mb:.0f} MB in {time.perf_counter() - t:.0f} s; rows: "
-              + ", ".join(f"{k.replace('CUPTI_ACTIVITY_KIND_', '')} {v:,}" for k, v in counts.items()))
+        print(
+            f"export: {size_mb:.0f} MB in {time.perf_counter() - t:.0f} s; rows: "
+            + ", ".join(f"{k.replace('CUPTI_ACTIVITY_KIND_', '')} {v:,}" for k, v in counts.items())
+        )
         kernels = counts["CUPTI_ACTIVITY_KIND_KERNEL"]
         total = sum(counts.values())
         t_base, c_base, tab = best(lambda: baseline(path, KERNEL_SQL), args.repeat)
@@ -153,20 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         t_all, c_all, ranks = best(lambda: nsys.read_report(path), args.repeat)
         assert tab.num_rows == kernels and sum(r.events.num_rows for r in ranks) > kernels
         print(f"{'':34s} {'wall s':>8s} {'M rows/s':>9s} {'cpu s':>8s} {'M rows/s':>9s}")
-        rows = [("baseline sqlite3 kernels + names", t_base, c_base, kernels),
-                ("baseline sqlite3 kernels, ids", t_ids, c_ids, kernels),
-                ("perfsleuth kernel table", t_kern, c_kern, kernels),
-                ("perfsleuth read_report, all rows", t_all, c_all, total)]
+        rows = [
+            ("baseline sqlite3 kernels + names", t_base, c_base, kernels),
+            ("baseline sqlite3 kernels, ids", t_ids, c_ids, kernels),
+            ("perfsleuth kernel table", t_kern, c_kern, kernels),
+            ("perfsleuth read_report, all rows", t_all, c_all, total),
+        ]
         for label, w, c, n in rows:
             print(f"{label:34s} {w:8.2f} {n / w / 1e6:9.3f} {c:8.2f} {n / c / 1e6:9.3f}")
         r_kern, r_all = (kernels / t_kern) / (kernels / t_base), (total / t_all) / (kernels / t_base)
         q_kern, q_all = (kernels / c_kern) / (kernels / c_base), (total / c_all) / (kernels / c_base)
         i_all = (total / t_all) / (kernels / t_ids)
-        print(f"ratio perfsleuth / baseline per row (wall; cpu): kernel table {r_kern:.2f}; {q_kern:.2f}   "
-              f"read_report {r_all:.2f}; {q_all:.2f}   (read_report vs the ids-only query, wall: {i_all:.2f})")
-        print(f"ingest {size_mb / t_all:.1f} MB/s wall: a 1 GB export would take ~{t_all / size_mb * 1000:.0f} s "
-              f"(~{c_all / size_mb * 1000:.0f} s cpu; the baseline's kernels-only query ~{t_base / size_mb * 1000:.0f} s); "
-              f"events held: {sum(r.events.nbytes for r in ranks) / 1e6:.0f} MB ({sum(r.events.num_rows for r in ranks):,} rows)")
+        print(
+            f"ratio perfsleuth / baseline per row (wall; cpu): kernel table {r_kern:.2f}; {q_kern:.2f}   "
+            f"read_report {r_all:.2f}; {q_all:.2f}   (read_report vs the ids-only query, wall: {i_all:.2f})"
+        )
+        print(
+            f"ingest {size_mb / t_all:.1f} MB/s wall: a 1 GB export would take ~{t_all / size_mb * 1000:.0f} s "
+            f"(~{c_all / size_mb * 1000:.0f} s cpu; the baseline's kernels-only query ~{t_base / size_mb * 1000:.0f} s); "
+            f"events held: {sum(r.events.nbytes for r in ranks) / 1e6:.0f} MB ({sum(r.events.num_rows for r in ranks):,} rows)"
+        )
         ok = q_all >= 1.0  # CPU time: wall time on a shared machine mostly measures the neighbours
         print("target: read_report rows/s >= the plain query's kernel rows/s (cpu):", "met" if ok else "NOT met")
         return 0 if ok else 1

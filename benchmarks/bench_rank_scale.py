@@ -100,8 +100,10 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, nargs="+", default=[64, 512, 4096])
     ap.add_argument("--cache", type=Path, default=None)
     args = ap.parse_args()
-    print(f"{'ranks':>6} {'MB/rank':>8} {'build s':>8} {'rows':>8} {'match':>7} {'align':>7} {'arrive':>7} "
-          f"{'strag':>7} {'groups':>7} {'combine':>8} {'µs/rank':>8} {'µs/row':>7} {'py MiB':>7} {'rss MiB':>8} {'KiB/rank':>9}  straggler")
+    print(
+        f"{'ranks':>6} {'MB/rank':>8} {'build s':>8} {'rows':>8} {'match':>7} {'align':>7} {'arrive':>7} "
+        f"{'strag':>7} {'groups':>7} {'combine':>8} {'µs/rank':>8} {'µs/row':>7} {'py MiB':>7} {'rss MiB':>8} {'KiB/rank':>9}  straggler"
+    )
     ok = True
     for n in args.ranks:
         sj, took = load_or_build(n, args.cache)
@@ -114,11 +116,14 @@ def main() -> int:
         found = a.stragglers.straggler
         ok &= found == n // 3
         build_s = f"{took:8.1f}" if took is not None else f"{'cached':>8}"
-        print(f"{n:>6} {sj.trace_bytes / n / 1e6:8.2f} {build_s} {s['rows']:>8} {s['match_s']:7.3f} {s['align_s']:7.3f} "
-              f"{s['arrivals_s']:7.3f} {s['stragglers_s']:7.3f} {s['groups_s']:7.3f} {s['combine_s']:8.3f} {s['combine_s'] / n * 1e6:8.0f} "
-              f"{s['combine_s'] / max(1, s['rows']) * 1e6:7.2f} {peak / 2**20:7.1f} {grew / 2**20:8.1f} "
-              f"{max(peak, grew) / n / 1024:9.1f}  "
-              f"{found} (injected {n // 3})", flush=True)
+        print(
+            f"{n:>6} {sj.trace_bytes / n / 1e6:8.2f} {build_s} {s['rows']:>8} {s['match_s']:7.3f} {s['align_s']:7.3f} "
+            f"{s['arrivals_s']:7.3f} {s['stragglers_s']:7.3f} {s['groups_s']:7.3f} {s['combine_s']:8.3f} {s['combine_s'] / n * 1e6:8.0f} "
+            f"{s['combine_s'] / max(1, s['rows']) * 1e6:7.2f} {peak / 2**20:7.1f} {grew / 2**20:8.1f} "
+            f"{max(peak, grew) / n / 1024:9.1f}  "
+            f"{found} (injected {n // 3})",
+            flush=True,
+        )
     return 0 if ok else 1
 
 

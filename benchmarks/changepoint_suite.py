@@ -38,8 +38,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUBSETS = ("step_small", "step_medium", "step_large", "heavy_tail", "autocorrelated", "spikes", "warmup",
-           "null", "null_heavy_tail", "null_ar1")
+SUBSETS = (
+    "step_small",
+    "step_medium",
+    "step_large",
+    "heavy_tail",
+    "autocorrelated",
+    "spikes",
+    "warmup",
+    "null",
+    "null_heavy_tail",
+    "null_ar1",
+)
 NULL_SUBSETS = ("null", "null_heavy_tail", "null_ar1")
 MARGIN = 5
 GAP = 30
@@ -185,8 +195,9 @@ def false_alarms(true_cps, predicted, margin: int = MARGIN) -> int:
 # --- null calibration of the scan test -----------------------------------------------------------
 
 
-def calibrate(lengths=(20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000), sims: int = 4000,
-              levels=(0.01, 0.05), seed: int = 0) -> list[tuple[int, float]]:
+def calibrate(
+    lengths=(20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000), sims: int = 4000, levels=(0.01, 0.05), seed: int = 0
+) -> list[tuple[int, float]]:
     """Inflation of the whole procedure's false-alarm rate over the local test level, per length.
 
     For each null series, the critical level is the smallest local level at which pruning keeps a
@@ -207,8 +218,7 @@ def calibrate(lengths=(20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 
             crit[i] = critical_level(stat, BinarySegmentation(min_size=5).locate(stat))
         ratios = [lvl / max(float(np.quantile(crit, lvl)), 1e-12) for lvl in levels]
         out.append((n, float(np.mean(ratios))))
-        print(f"n={n:>7}  sims={m}  inflation " + "  ".join(f"{lvl:g}:{r:.3f}" for lvl, r in zip(levels, ratios, strict=True)),
-              flush=True)
+        print(f"n={n:>7}  sims={m}  inflation " + "  ".join(f"{lvl:g}:{r:.3f}" for lvl, r in zip(levels, ratios, strict=True)), flush=True)
     return out
 
 
@@ -225,8 +235,9 @@ def main() -> None:
     suite = make_suite(args.per_subset)
     for s in SUBSETS:
         rows = [x for x in suite if x.subset == s]
-        print(f"{s:16} series={len(rows):3}  points={sum(len(r.values) for r in rows):7}  "
-              f"changes={sum(len(r.change_points) for r in rows):4}")
+        print(
+            f"{s:16} series={len(rows):3}  points={sum(len(r.values) for r in rows):7}  changes={sum(len(r.change_points) for r in rows):4}"
+        )
 
 
 if __name__ == "__main__":

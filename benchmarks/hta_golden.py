@@ -190,9 +190,7 @@ def raw_info(path: Path) -> dict[str, Any]:
         "n_events": len(ev),
         "ts_column_dtype": ts_dtype,
         "ns_rounding_applied": ts_dtype == "float64",
-        "n_gpu_events_by_cat": {
-            c: sum(1 for e in gpu_x if e.get("cat") == c) for c in sorted(GPU_CATS | {"cuda_sync"})
-        },
+        "n_gpu_events_by_cat": {c: sum(1 for e in gpu_x if e.get("cat") == c) for c in sorted(GPU_CATS | {"cuda_sync"})},
         "profiler_steps": sorted({(e["name"], e.get("cat")) for e in steps}),
         "distributed_rank": (doc.get("distributedInfo") or {}).get("rank"),
     }
@@ -201,9 +199,7 @@ def raw_info(path: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- per rank
 
 
-def analyse_rank(
-    rank: int, df: pd.DataFrame, pre: pd.DataFrame | None, sym: list[str], min_ts: float, n_step_syms: int
-) -> dict[str, Any]:
+def analyse_rank(rank: int, df: pd.DataFrame, pre: pd.DataFrame | None, sym: list[str], min_ts: float, n_step_syms: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     d = decode(df, sym)
     g = d[d["stream"].ne(-1)]
@@ -230,16 +226,12 @@ def analyse_rank(
         "n_zero_dur": int((g["dur"] == 0).sum()),
         "streams": sorted(int(s) for s in g["stream"].unique()),
         "kernel_types": (
-            {k: {"n": int(r["size"]), "dur_sum_us": jnum(r["sum"])} for k, r in kt_groups.iterrows()}
-            if kt_groups is not None
-            else {}
+            {k: {"n": int(r["size"]), "dur_sum_us": jnum(r["sum"])} for k, r in kt_groups.iterrows()} if kt_groups is not None else {}
         ),
         "comm_names": sorted(g.loc[g["kernel_type"].eq("COMMUNICATION"), "s_name"].unique().tolist()),
         "comm_like_classified_computation": {
             n[:120]: {"n": int(grp["dur"].size), "dur_sum_us": jnum(grp["dur"].sum())}
-            for n, grp in g[g["kernel_type"].eq("COMPUTATION") & g["s_name"].str.contains(COMM_LIKE)].groupby(
-                "s_name"
-            )
+            for n, grp in g[g["kernel_type"].eq("COMPUTATION") & g["s_name"].str.contains(COMM_LIKE)].groupby("s_name")
         },
         "hip_prefixed_names": sorted(g.loc[g["s_name"].str.startswith("hip"), "s_name"].unique().tolist()),
         "cuda_sync_by_name_type": (
@@ -263,13 +255,8 @@ def analyse_rank(
             "post_filter_gpu_rows": len(g),
             "dropped_gpu_rows": len(dropped),
             "dropped_by_cat": {k: int(v) for k, v in dropped["s_cat"].value_counts().sort_index().items()},
-            "dropped_by_iteration": {
-                int(k): int(v) for k, v in dropped["iteration"].value_counts().sort_index().items()
-            },
-            "kept_by_iteration": {
-                int(k): int(v)
-                for k, v in pg[pg["index"].isin(kept)]["iteration"].value_counts().sort_index().items()
-            },
+            "dropped_by_iteration": {int(k): int(v) for k, v in dropped["iteration"].value_counts().sort_index().items()},
+            "kept_by_iteration": {int(k): int(v) for k, v in pg[pg["index"].isin(kept)]["iteration"].value_counts().sort_index().items()},
             "pre_filter_breakdown": breakdown(pg),
         }
     variants = {
@@ -331,17 +318,10 @@ def run_target(key: str, files: list[Path], notes: list[str]) -> dict[str, Any]:
         ):
             try:
                 df = fn()
-                results[api] = {
-                    int(r["rank"]): {c: jnum(r[c]) for c in df.columns if c != "rank"}
-                    for _, r in df.iterrows()
-                }
+                results[api] = {int(r["rank"]): {c: jnum(r[c]) for c in df.columns if c != "rank"} for _, r in df.iterrows()}
             except Exception as exc:  # noqa: BLE001
                 results[api] = {"error": f"{type(exc).__name__}: {exc}"}
-        no_round = (
-            hta_without_ns_rounding(tmp)
-            if any(r["ns_rounding_applied"] for r in entry["raw"].values())
-            else None
-        )
+        no_round = hta_without_ns_rounding(tmp) if any(r["ns_rounding_applied"] for r in entry["raw"].values()) else None
         for rank in sorted(t.traces):
             hta_out: dict[str, Any] = {}
             tb = results["temporal_breakdown"]
@@ -392,9 +372,7 @@ def run_target(key: str, files: list[Path], notes: list[str]) -> dict[str, Any]:
                 ):
                     checks[k] = mine[k] == hta_out[k]
             if "comm_comp_overlap_pctg" in hta_out:
-                checks["comm_comp_overlap_pctg"] = (
-                    mine.get("comm_comp_overlap_pctg") == hta_out["comm_comp_overlap_pctg"]
-                )
+                checks["comm_comp_overlap_pctg"] = mine.get("comm_comp_overlap_pctg") == hta_out["comm_comp_overlap_pctg"]
             rank_out["recomputed"]["matches_hta"] = checks
             entry["ranks"][str(rank)] = rank_out
     finally:
@@ -410,26 +388,16 @@ def auto_notes(entry: dict[str, Any]) -> list[str]:
         if rows["n_rows"] == 0:
             notes.append(f"rank {rank}: zero GPU rows (CPU-only as far as HTA is concerned)")
         if rows["n_cuda_sync"]:
-            notes.append(
-                f"rank {rank}: {rows['n_cuda_sync']} cuda_sync rows ({rows['cuda_sync_dur_us']} us) "
-                "are inside HTA's breakdown"
-            )
+            notes.append(f"rank {rank}: {rows['n_cuda_sync']} cuda_sync rows ({rows['cuda_sync_dur_us']} us) are inside HTA's breakdown")
         if rows["n_non_gpu_cat_rows"]:
             notes.append(
-                f"rank {rank}: {rows['n_non_gpu_cat_rows']} non-GPU-category rows carry a stream "
-                "arg != -1 and are counted as GPU time"
+                f"rank {rank}: {rows['n_non_gpu_cat_rows']} non-GPU-category rows carry a stream arg != -1 and are counted as GPU time"
             )
         for n, c in rows["comm_like_classified_computation"].items():
-            notes.append(
-                f"rank {rank}: comm-like kernel classified COMPUTATION by HTA: {c['n']} x {n[:60]} "
-                f"({c['dur_sum_us']} us)"
-            )
+            notes.append(f"rank {rank}: comm-like kernel classified COMPUTATION by HTA: {c['n']} x {n[:60]} ({c['dur_sum_us']} us)")
         f = r.get("filter")
         if f and f["filter_applied"]:
-            notes.append(
-                f"rank {rank}: last-ProfilerStep filter dropped {f['dropped_gpu_rows']} of "
-                f"{f['pre_filter_gpu_rows']} GPU rows"
-            )
+            notes.append(f"rank {rank}: last-ProfilerStep filter dropped {f['dropped_gpu_rows']} of {f['pre_filter_gpu_rows']} GPU rows")
         if h.get("comm_comp_overlap_pctg", 0) is None:
             notes.append(f"rank {rank}: overlap is NaN in HTA (no COMMUNICATION rows: 0/0) -> null")
         if "temporal_breakdown_error" in h:

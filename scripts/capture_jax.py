@@ -17,8 +17,10 @@ import jax.numpy as jnp
 
 def init(key, d: int = 2048, h: int = 8192, layers: int = 4):
     keys = jax.random.split(key, 2 * layers)
-    return [(jax.random.normal(keys[2 * i], (d, h), jnp.bfloat16) * 0.02,
-             jax.random.normal(keys[2 * i + 1], (h, d), jnp.bfloat16) * 0.02) for i in range(layers)]
+    return [
+        (jax.random.normal(keys[2 * i], (d, h), jnp.bfloat16) * 0.02, jax.random.normal(keys[2 * i + 1], (h, d), jnp.bfloat16) * 0.02)
+        for i in range(layers)
+    ]
 
 
 def loss_fn(params, x):

@@ -82,6 +82,7 @@ class Loop:
         loss.backward()
         if self.allreduce:
             import torch.distributed as dist
+
             flat = torch.cat([p.grad.reshape(-1) for p in list(self.model.parameters())[:2]])
             dist.all_reduce(flat)
         self.opt.step()
@@ -106,14 +107,20 @@ class Loop:
         """``record_gc`` asks the profiler for its Python GC events (PyTorch >= 2.9), the direct evidence
         perfsleuth's gc_pause needs; without them a collection is a silent host gap."""
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
         extra = {}
         if record_gc:
             from torch._C._profiler import _ExperimentalConfig
+
             extra = {"with_stack": True, "experimental_config": _ExperimentalConfig(record_python_gc_info=True)}
-        with profile(activities=acts, schedule=schedule(wait=1, warmup=2, active=active), record_shapes=True,
-                     on_trace_ready=tensorboard_trace_handler(str(out), worker_name="rank-0", use_gzip=True),
-                     **extra) as prof:
+        with profile(
+            activities=acts,
+            schedule=schedule(wait=1, warmup=2, active=active),
+            record_shapes=True,
+            on_trace_ready=tensorboard_trace_handler(str(out), worker_name="rank-0", use_gzip=True),
+            **extra,
+        ) as prof:
             for _ in range(1 + 2 + active):
                 self.step()
                 prof.step()
@@ -124,6 +131,7 @@ def every(n: int, fn):
     def hook(loop: Loop) -> None:
         if loop.step_no % n == n - 1:
             fn(loop)
+
     return hook
 
 
@@ -160,13 +168,17 @@ def scenario(name: str) -> tuple[Loop, dict]:
     if name == "healthy":
         return Loop(allreduce=_DIST), {"faults": [], "injected": "none: prefetched pinned batches, 8-layer bf16 MLP"}
     if name == "dataloader_stall":
-        return Loop(stall_s=STALL_S, allreduce=_DIST), {"faults": ["dataloader_stall"],
-                                                        "injected": f"Dataset.__getitem__ sleeps {STALL_S * 1e3:.0f} ms (num_workers=0)"}
+        return Loop(stall_s=STALL_S, allreduce=_DIST), {
+            "faults": ["dataloader_stall"],
+            "injected": f"Dataset.__getitem__ sleeps {STALL_S * 1e3:.0f} ms (num_workers=0)",
+        }
     if name == "checkpoint_stall":
         loop = Loop(allreduce=_DIST)
         loop.hooks.append(every(3, save_checkpoint))
-        return loop, {"faults": ["checkpoint_stall"], "injected": "torch.save(model.state_dict()) to /dev/shm every 3rd step, "
-                                                                  "no annotation"}
+        return loop, {
+            "faults": ["checkpoint_stall"],
+            "injected": "torch.save(model.state_dict()) to /dev/shm every 3rd step, no annotation",
+        }
     if name == "gc_pause_recorded":  # the same collections, with the profiler's GC events on (PyTorch >= 2.9)
         loop, meta = scenario("gc_pause")
         return loop, {**meta, "injected": meta["injected"] + "; profiled with record_python_gc_info=True"}
@@ -181,11 +193,15 @@ def scenario(name: str) -> tuple[Loop, dict]:
         loop.hooks.append(empty_cache)
         return loop, {"faults": ["allocator_churn"], "injected": "torch.cuda.empty_cache() after every step"}
     if name == "host_launch_bound":
-        return (Loop(d=256, h=256, layers=120, tokens=32, allreduce=_DIST),
-                {"faults": ["host_launch_bound"], "injected": "360 tiny layers (256 wide, 32 tokens): microsecond kernels"})
+        return (
+            Loop(d=256, h=256, layers=120, tokens=32, allreduce=_DIST),
+            {"faults": ["host_launch_bound"], "injected": "360 tiny layers (256 wide, 32 tokens): microsecond kernels"},
+        )
     if name == "recompilation":
-        return CompiledLoop(), {"faults": ["recompilation"],
-                                "injected": "torch.compile(dynamic=False) with the token count changing every step"}
+        return CompiledLoop(), {
+            "faults": ["recompilation"],
+            "injected": "torch.compile(dynamic=False) with the token count changing every step",
+        }
     raise SystemExit(f"unknown scenario {name}")
 
 
@@ -195,6 +211,7 @@ class CompiledLoop(Loop):
     def __init__(self, fixed_shape: bool = False) -> None:
         super().__init__(d=512, h=2048, layers=2, tokens=2048)
         import torch._dynamo.config as dynamo_config
+
         for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(dynamo_config, knob):
                 setattr(dynamo_config, knob, 256)
@@ -212,10 +229,16 @@ class CompiledLoop(Loop):
         self.step_no += 1
 
 
-
-SCENARIOS = ("healthy", "dataloader_stall", "checkpoint_stall", "allocator_churn", "host_launch_bound", "gc_pause",
-             "gc_pause_recorded",
-             "recompilation")
+SCENARIOS = (
+    "healthy",
+    "dataloader_stall",
+    "checkpoint_stall",
+    "allocator_churn",
+    "host_launch_bound",
+    "gc_pause",
+    "gc_pause_recorded",
+    "recompilation",
+)
 _DIST = False
 
 
@@ -225,6 +248,7 @@ def init_dist() -> bool:
         return False
     try:
         import torch.distributed as dist
+
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
         dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
@@ -251,11 +275,17 @@ def main() -> None:
             extra["step_ms_at_4x_tokens"] = statistics.median(big.timed())
             del big
         loop.profile(out / name, record_gc=name == "gc_pause_recorded")
-        meta.update({
-            "scenario": name, "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
-            "torch": torch.__version__, "nccl_group": _DIST,
-            "step_ms": times, "step_ms_median": statistics.median(times), **extra,
-        })
+        meta.update(
+            {
+                "scenario": name,
+                "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+                "torch": torch.__version__,
+                "nccl_group": _DIST,
+                "step_ms": times,
+                "step_ms_median": statistics.median(times),
+                **extra,
+            }
+        )
         (out / name).mkdir(parents=True, exist_ok=True)
         (out / name / "capture.json").write_text(json.dumps(meta, indent=1))
         print(f"{name}: median step {meta['step_ms_median']:.2f} ms ({time.perf_counter() - t0:.1f} s)", flush=True)

@@ -73,11 +73,17 @@ def known_schemas() -> dict[str, pa.Schema]:
 
     return {
         **TABLES,
-        "nccl_log": nccl_log.NCCL_LOG, "nccl_tuning": nccl_log.NCCL_TUNING, "nccl_tests": nccl_tests.NCCL_TESTS,
-        "kernel_metrics": ncu.KERNEL_METRICS, "kernel_rules": ncu.KERNEL_RULES,
-        "step_log": steplog.STEP_LOG, "step_log_timers": steplog.STEP_LOG_TIMERS,
-        "step_log_events": steplog.STEP_LOG_EVENTS, "step_log_settings": steplog.STEP_LOG_SETTINGS,
-        "inference_records": inference_bench.INFERENCE_RECORDS, "inference_requests": inference_bench.INFERENCE_REQUESTS,
+        "nccl_log": nccl_log.NCCL_LOG,
+        "nccl_tuning": nccl_log.NCCL_TUNING,
+        "nccl_tests": nccl_tests.NCCL_TESTS,
+        "kernel_metrics": ncu.KERNEL_METRICS,
+        "kernel_rules": ncu.KERNEL_RULES,
+        "step_log": steplog.STEP_LOG,
+        "step_log_timers": steplog.STEP_LOG_TIMERS,
+        "step_log_events": steplog.STEP_LOG_EVENTS,
+        "step_log_settings": steplog.STEP_LOG_SETTINGS,
+        "inference_records": inference_bench.INFERENCE_RECORDS,
+        "inference_requests": inference_bench.INFERENCE_REQUESTS,
         "inference_intervals": vllm_metrics.INTERVALS,
     }
 
@@ -157,9 +163,20 @@ class Mutant:
         return f"Mutant({len(self.data)} bytes: {self.recipe}; head={self.data[:80]!r})"
 
 
-HUGE = ("1e308", "-1e308", "1e999", "18446744073709551616", "9223372036854775807", "-9223372036854775808",
-        "10000000000000000000000000", "1e301", "9.2e18", "-50",
-        "340282366920938463463374607431768211456", "99999999999999999999999999999999999999999999")
+HUGE = (
+    "1e308",
+    "-1e308",
+    "1e999",
+    "18446744073709551616",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "10000000000000000000000000",
+    "1e301",
+    "9.2e18",
+    "-50",
+    "340282366920938463463374607431768211456",
+    "99999999999999999999999999999999999999999999",
+)
 SPECIAL = ("NaN", "nan", "Infinity", "-Infinity", "inf", "-inf", "-1", "0", "-0", "0.0", "1.5", "")
 WRONG = ("abc", "true", "null", "[]", "{}", '"', "'", ",", ";", "#", "%", "\\", "0x1F", "1,000", "--")
 UNICODE = ("é", "Ω", "日本語", "\u202e", "\ufeff", "\x00", "\udcff", "🚀", "ｎａｎ", "٣", "\u0085", "\r")
@@ -181,9 +198,9 @@ def byte_mutants(draw: st.DrawFn, data: bytes, max_ops: int = 3) -> Mutant:
         elif op == "insert":
             out[at:at] = draw(st.binary(min_size=1, max_size=16))
         elif op == "delete":
-            del out[at:at + draw(st.integers(1, 64))]
+            del out[at : at + draw(st.integers(1, 64))]
         elif op == "duplicate":
-            out[at:at] = out[at:at + draw(st.integers(1, 256))]
+            out[at:at] = out[at : at + draw(st.integers(1, 256))]
         steps.append(f"{op}@{at}")
     return Mutant(bytes(out), "bytes: " + ", ".join(steps))
 
@@ -228,6 +245,7 @@ def line_mutants(draw: st.DrawFn, text: str, max_ops: int = 3) -> Mutant:
 # JSON: a document is edited at a path (keys and list indices), then written by ``dump_json``, which can
 # also write what json.dumps cannot: duplicate keys and bare NaN/Infinity.
 
+
 @dataclass(frozen=True, slots=True)
 class _Raw:
     """Text written as is."""
@@ -271,9 +289,31 @@ def _deep(depth: int) -> Any:
 EXTREME_VALUES = (10**25, -(10**25), 10**30, 2**63, -(2**63) - 1, 9.2e18, -9.2e18, 1e301, -1e301, -50.0, 5e-324)
 """Issue 13's values: integers beyond int64, floats beyond 1e300, a timestamp no clock gives, a negative
 duration, the smallest subnormal; every reader must read them as missing with a caveat, or name them."""
-WRONG_VALUES = (*EXTREME_VALUES, None, True, 0, -1, 1.5, "", "abc", [], {}, [1, 2], {"a": 1}, 2**64, -2**63, 1e308, math.nan,
-                math.inf, -math.inf,
-                "NaN", "1e999", "日本語🚀", "\u0000", "\udcff")
+WRONG_VALUES = (
+    *EXTREME_VALUES,
+    None,
+    True,
+    0,
+    -1,
+    1.5,
+    "",
+    "abc",
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    2**64,
+    -(2**63),
+    1e308,
+    math.nan,
+    math.inf,
+    -math.inf,
+    "NaN",
+    "1e999",
+    "日本語🚀",
+    "\u0000",
+    "\udcff",
+)
 
 
 @st.composite
@@ -356,7 +396,7 @@ def jsonl_mutants(draw: st.DrawFn, text: str) -> Mutant:
     return Mutant(("\n".join(lines) + "\n").encode("utf-8", errors="surrogatepass"), f"line {i + 1}: {inner.recipe}")
 
 
-SQL_VALUES = (None, "", "abc", "日本語🚀", b"\x00\xff", 2**63 - 1, -2**63, -1, 0, 1e308, -1e308, 0.5)
+SQL_VALUES = (None, "", "abc", "日本語🚀", b"\x00\xff", 2**63 - 1, -(2**63), -1, 0, 1e308, -1e308, 0.5)
 
 
 def sqlite_tables(data: bytes) -> dict[str, list[str]]:
@@ -388,15 +428,15 @@ def sqlite_mutants(draw: st.DrawFn, data: bytes, tables: dict[str, list[str]], m
                 table = names[draw(st.integers(0, len(names) - 1))]
                 cols = tables[table]
                 col = cols[draw(st.integers(0, len(cols) - 1))] if cols else None
-                op = draw(st.sampled_from(("set", "set", "set_one", "delete_rows", "delete_one", "duplicate", "drop_table",
-                                           "drop_column")))
+                op = draw(st.sampled_from(("set", "set", "set_one", "delete_rows", "delete_one", "duplicate", "drop_table", "drop_column")))
                 q = f'"{table}"'
                 try:
                     if op == "set" and col:
                         conn.execute(f'UPDATE {q} SET "{col}" = ?', (draw(st.sampled_from(SQL_VALUES)),))
                     elif op == "set_one" and col:
-                        conn.execute(f'UPDATE {q} SET "{col}" = ? WHERE rowid = (SELECT min(rowid) FROM {q})',
-                                     (draw(st.sampled_from(SQL_VALUES)),))
+                        conn.execute(
+                            f'UPDATE {q} SET "{col}" = ? WHERE rowid = (SELECT min(rowid) FROM {q})', (draw(st.sampled_from(SQL_VALUES)),)
+                        )
                     elif op == "delete_rows":
                         conn.execute(f"DELETE FROM {q}")
                     elif op == "delete_one":
@@ -562,14 +602,30 @@ ADAPTER_SAMPLES: dict[str, tuple[str, list[str], str]] = {
     "nvidia_smi_dmon": ("smi-dmon.txt", ["real_h200/nvidia_smi/nvidia-smi-dmon.txt"], "text"),
     "nvidia_smi_query": ("smi-query.csv", ["real_h200/nvidia_smi/nvidia-smi-query.csv"], "text"),
     "ncu": ("ncu.csv", ["ncu/h100_raw_base_units.csv", "ncu/summary_per_kernel.csv", "ncu/h100_details.csv"], "text"),
-    "nccl_tests": ("nccl-tests.txt", ["nccl/real_h200_all_reduce_iter.txt", "nccl/superbench_nccl_allreduce.log",
-                                      "nccl/real_h200_all_reduce.json"], "text"),
-    "nccl_log": ("nccl.log", ["nccl/real_h200_all_reduce_info.txt", "nccl/nccl_issue226_socket.log",
-                              "nccl/nccl_issue1453_numeric_tuning.log"], "text"),
-    "steplog": ("train.log", ["steplog/megatron_lm_issue756.log", "steplog/deepspeed_cifar10_tutorial.log",
-                              "steplog/megatron_lm_nccl_issue743.log"], "text"),
-    "inference_bench": ("bench.json", ["inference/sglang_bench_serving.jsonl", "inference/genai_perf_profile_export_genai_perf.json",
-                                       "inference/sim_kv_preemption/vllm_bench.json"], "json"),
+    "nccl_tests": (
+        "nccl-tests.txt",
+        ["nccl/real_h200_all_reduce_iter.txt", "nccl/superbench_nccl_allreduce.log", "nccl/real_h200_all_reduce.json"],
+        "text",
+    ),
+    "nccl_log": (
+        "nccl.log",
+        ["nccl/real_h200_all_reduce_info.txt", "nccl/nccl_issue226_socket.log", "nccl/nccl_issue1453_numeric_tuning.log"],
+        "text",
+    ),
+    "steplog": (
+        "train.log",
+        ["steplog/megatron_lm_issue756.log", "steplog/deepspeed_cifar10_tutorial.log", "steplog/megatron_lm_nccl_issue743.log"],
+        "text",
+    ),
+    "inference_bench": (
+        "bench.json",
+        [
+            "inference/sglang_bench_serving.jsonl",
+            "inference/genai_perf_profile_export_genai_perf.json",
+            "inference/sim_kv_preemption/vllm_bench.json",
+        ],
+        "json",
+    ),
     "vllm_metrics": ("metrics.prom", ["inference/vllm_v0_metrics.prom"], "text"),
 }
 """The inference sample list includes a simulated vLLM bench JSON: the real files have no request list."""
@@ -599,14 +655,35 @@ def localize_input(path: Path) -> Mapping[str, pa.Table]:
 
 EPOCH_RANGE_NS = (1_420_070_400 * 10**9, 4_102_444_800 * 10**9)  # 2015..2100, restated: the oracle is not the code
 AMOUNTS = frozenset({"tokens", "gpu_seconds", "steps", "step_time_ns", "tokens_per_s_per_gpu"})
-RECORD_FLOATS = st.sampled_from((*(float(v) for v in EXTREME_VALUES), math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308,
-                                 -1e308, 1e300, 1.5))
+RECORD_FLOATS = st.sampled_from((*(float(v) for v in EXTREME_VALUES), math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308, -1e308, 1e300, 1.5))
 """Issue 13's values as a float column holds them (an integer beyond int64 becomes its float)."""
-RECORD_TIMES = st.sampled_from((9_200_000_000_000_000_000, -9_200_000_000_000_000_000, 2**63 - 1, -(2**63), -50, 0, 1,
-                                EPOCH_RANGE_NS[0] - 1, EPOCH_RANGE_NS[1] + 1))
+RECORD_TIMES = st.sampled_from(
+    (9_200_000_000_000_000_000, -9_200_000_000_000_000_000, 2**63 - 1, -(2**63), -50, 0, 1, EPOCH_RANGE_NS[0] - 1, EPOCH_RANGE_NS[1] + 1)
+)
 """Epoch-ns times no clock gives (an int64 column holds nothing beyond int64)."""
-DIM_VALUES = st.sampled_from((*EXTREME_VALUES, math.nan, math.inf, -math.inf, 1e308, 0, -1, 1.5, "1e308", "1e999", "nan",
-                              "-5", "", "abc", True, None, [1], {"a": 1}, "日本語🚀"))
+DIM_VALUES = st.sampled_from(
+    (
+        *EXTREME_VALUES,
+        math.nan,
+        math.inf,
+        -math.inf,
+        1e308,
+        0,
+        -1,
+        1.5,
+        "1e308",
+        "1e999",
+        "nan",
+        "-5",
+        "",
+        "abc",
+        True,
+        None,
+        [1],
+        {"a": 1},
+        "日本語🚀",
+    )
+)
 """Values a dimensions sidecar (JSON, written by json.dumps: NaN and Infinity literals included) may hold."""
 
 
@@ -645,9 +722,21 @@ def runs_sample(cells: Mapping[str, Mapping[int, Any]] | None = None) -> pa.Tabl
         cur, node = i >= 20, f"n{i % 4}"
         day = (8 if cur else 1) + i % 5
         tok = 100.0 * (0.7 if cur and node == "n1" else 1.0)
-        rows.append({"run_id": f"r{i}", "unit": "run", "time_ns": (19844 + day) * 86_400 * 10**9,
-                     "dims": [("node", node), ("model", "m")], "tokens": tok * 10, "gpu_seconds": 10.0, "steps": 10,
-                     "step_time_ns": 1e9, "tokens_per_s_per_gpu": tok, "date": f"2024-05-{day:02d}", "cluster": "c1"})
+        rows.append(
+            {
+                "run_id": f"r{i}",
+                "unit": "run",
+                "time_ns": (19844 + day) * 86_400 * 10**9,
+                "dims": [("node", node), ("model", "m")],
+                "tokens": tok * 10,
+                "gpu_seconds": 10.0,
+                "steps": 10,
+                "step_time_ns": 1e9,
+                "tokens_per_s_per_gpu": tok,
+                "date": f"2024-05-{day:02d}",
+                "cluster": "c1",
+            }
+        )
     for column, values in (cells or {}).items():
         for row, value in values.items():
             rows[row][column] = value

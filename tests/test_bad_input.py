@@ -22,10 +22,14 @@ def _kineto(rank: int | None, world: int | None = 2, events: list | None = None,
     doc: dict = {"schemaVersion": 1}
     if rank is not None:
         doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
-    doc["traceEvents"] = events if events is not None else [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0, "dur": 10.0},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t0 + 5, "dur": 3.0, "args": {"stream": 7}},
-    ]
+    doc["traceEvents"] = (
+        events
+        if events is not None
+        else [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0, "dur": 10.0},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t0 + 5, "dur": 3.0, "args": {"stream": 7}},
+        ]
+    )
     return doc
 
 
@@ -70,8 +74,10 @@ def test_json_without_trace_events(tmp_path: Path) -> None:
 
 def test_events_missing_fields_are_skipped_with_a_caveat(tmp_path: Path) -> None:
     doc = _kineto(0, 1)
-    doc["traceEvents"] += [{"ph": "X", "cat": "kernel", "name": "no_ts", "pid": 0, "tid": 7, "dur": 1.0},
-                           {"ph": "X", "cat": "kernel", "name": "bad_ts", "pid": 0, "tid": 7, "ts": "soon", "dur": 1.0}]
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "kernel", "name": "no_ts", "pid": 0, "tid": 7, "dur": 1.0},
+        {"ph": "X", "cat": "kernel", "name": "bad_ts", "pid": 0, "tid": 7, "ts": "soon", "dur": 1.0},
+    ]
     p = tmp_path / "rank-0.json"
     p.write_text(json.dumps(doc))
     job = load_trace_job([p])

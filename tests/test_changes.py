@@ -140,7 +140,7 @@ def test_incremental_append_gives_the_same_change_points_as_a_full_recompute():
     x[2300:] += 3
     tracker = ChangeTracker(max_window=2000)
     for start in range(0, len(x), 250):
-        tracker.append(x[start:start + 250])
+        tracker.append(x[start : start + 250])
     full = changes(x)
     assert tracker.report.indices == full.indices
     assert tracker.n == 3000 and tracker.report.n == 3000
@@ -164,7 +164,7 @@ def test_tracker_keeps_a_change_that_scrolled_out_of_its_window():
     tracker = ChangeTracker(max_window=1000)
     tracker.append(x[:1500])
     for start in range(1500, 6000, 500):
-        tracker.append(x[start:start + 500])
+        tracker.append(x[start : start + 500])
     assert len(tracker.report.indices) == 1 and abs(tracker.report.indices[0] - 400) <= 2
 
 
@@ -337,8 +337,9 @@ def test_changes_reads_a_step_log_directly(tmp_path, capsys):
     """A JSON Lines step log (the generic form) whose step time rises 10% at step 60: ``changes`` takes the
     file as it is, uses its step time as the metric and finds the change where it was made."""
     rng = np.random.default_rng(5)
-    lines = [json.dumps({"step": i, "step_time_s": (1.0 if i < 60 else 1.1) * float(rng.normal(1, 0.01)),
-                          "tokens": 4096}) for i in range(120)]
+    lines = [
+        json.dumps({"step": i, "step_time_s": (1.0 if i < 60 else 1.1) * float(rng.normal(1, 0.01)), "tokens": 4096}) for i in range(120)
+    ]
     log = tmp_path / "train.jsonl"
     log.write_text("\n".join(lines) + "\n")
     assert changes_command(log, None, None, [], "json", None, 0.01) == 0

@@ -77,8 +77,10 @@ def test_tssb_rows_match_their_files() -> None:
 
 def test_changes_defaults_beat_no_change_on_the_tcpd_development_half() -> None:
     dev = [s for s in load_tcpd() if s.meta["split"] == "dev"]
-    ours = [(f1_multi(s.annotations, changes(s.values).indices, s.n)[0],
-             covering_multi(s.annotations, changes(s.values).indices, s.n)) for s in dev]
+    ours = [
+        (f1_multi(s.annotations, changes(s.values).indices, s.n)[0], covering_multi(s.annotations, changes(s.values).indices, s.n))
+        for s in dev
+    ]
     zero = [(f1_multi(s.annotations, [], s.n)[0], covering_multi(s.annotations, [], s.n)) for s in dev]
     assert np.mean([o[0] for o in ours]) > np.mean([z[0] for z in zero])
     assert np.mean([o[1] for o in ours]) > np.mean([z[1] for z in zero])
@@ -135,8 +137,9 @@ def test_a_long_pause_in_the_timestamps_is_stated() -> None:
     t = np.concatenate([np.arange(0, 60), np.arange(60, 120) + 3000]).astype(float)
     r = changes(100 + rng.normal(size=120), times=t)
     assert any(c.code == "irregular_times" and "1 time steps" in c.message for c in r.caveats)
-    assert not any(c.code == "irregular_times" for c in changes(100 + rng.normal(size=120),
-                                                                times=np.cumsum(rng.exponential(1.0, 120))).caveats)
+    assert not any(
+        c.code == "irregular_times" for c in changes(100 + rng.normal(size=120), times=np.cumsum(rng.exponential(1.0, 120))).caveats
+    )
 
 
 def test_a_short_series_reports_a_big_step_and_says_what_it_cannot_see() -> None:

@@ -21,8 +21,18 @@ from perfsleuth.stats.compare import compare, compare_groups, compare_many
 from perfsleuth.stats.direction import infer_direction, resolve_direction, unit_from_name
 
 
-def steps(nodes: int, *, runs: int = 1, per_run: int = 20, effect: float = 0.0, node_sd: float = 0.05,
-          step_sd: float = 0.005, seed: int = 0, metric: str = "step_time_ms", base: float = 100.0) -> pa.Table:
+def steps(
+    nodes: int,
+    *,
+    runs: int = 1,
+    per_run: int = 20,
+    effect: float = 0.0,
+    node_sd: float = 0.05,
+    step_sd: float = 0.005,
+    seed: int = 0,
+    metric: str = "step_time_ms",
+    base: float = 100.0,
+) -> pa.Table:
     """Steps within runs within nodes: a random node effect (node_sd) much larger than step noise (step_sd).
     Each seed draws its own nodes (their effects are independent), so they are named apart: two arms
     from different seeds share no node and are compared as independent (paired tests build shared nodes)."""
@@ -43,14 +53,26 @@ def no_quality(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- direction ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("metric", ["step_time_ns", "latency", "ttft_ms", "itl", "duration", "exposed_comm_ns",
-                                    "data_wait_ms", "run_s"])
+@pytest.mark.parametrize("metric", ["step_time_ns", "latency", "ttft_ms", "itl", "duration", "exposed_comm_ns", "data_wait_ms", "run_s"])
 def test_durations_are_better_lower(metric: str) -> None:
     assert infer_direction(metric).higher_is_better is False
 
 
-@pytest.mark.parametrize("metric", ["throughput", "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "mfu",
-                                    "busbw", "algbw_gbps", "hbm_bandwidth", "gpu_utilization", "nvlink_gbps"])
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "throughput",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "samples_per_s",
+        "mfu",
+        "busbw",
+        "algbw_gbps",
+        "hbm_bandwidth",
+        "gpu_utilization",
+        "nvlink_gbps",
+    ],
+)
 def test_rates_are_better_higher(metric: str) -> None:
     assert infer_direction(metric).higher_is_better is True
 
@@ -84,19 +106,21 @@ def test_a_ten_percent_slowdown_on_eight_nodes_is_a_regression(no_quality) -> No
 
 
 def test_lower_throughput_is_a_regression_and_higher_an_improvement(no_quality) -> None:
-    slower = compare(steps(8, seed=1, metric="tokens_per_s"), steps(8, effect=-0.1, seed=2, metric="tokens_per_s"),
-                     "tokens_per_s", cluster_by=["node"])
-    faster = compare(steps(8, seed=1, metric="tokens_per_s"), steps(8, effect=0.1, seed=2, metric="tokens_per_s"),
-                     "tokens_per_s", cluster_by=["node"])
+    slower = compare(
+        steps(8, seed=1, metric="tokens_per_s"), steps(8, effect=-0.1, seed=2, metric="tokens_per_s"), "tokens_per_s", cluster_by=["node"]
+    )
+    faster = compare(
+        steps(8, seed=1, metric="tokens_per_s"), steps(8, effect=0.1, seed=2, metric="tokens_per_s"), "tokens_per_s", cluster_by=["node"]
+    )
     assert (slower.verdict, faster.verdict) == ("regression", "improvement")
-    stated = compare(steps(8, seed=1, metric="loss"), steps(8, effect=0.1, seed=2, metric="loss"), "loss",
-                     cluster_by=["node"], higher_is_better=False)
+    stated = compare(
+        steps(8, seed=1, metric="loss"), steps(8, effect=0.1, seed=2, metric="loss"), "loss", cluster_by=["node"], higher_is_better=False
+    )
     assert stated.verdict == "regression" and stated.direction_reason == "stated by the caller"
 
 
 def test_no_change_needs_the_whole_interval_inside_the_threshold(no_quality) -> None:
-    tight = compare(steps(40, node_sd=0.01, seed=3), steps(40, node_sd=0.01, seed=4), "step_time_ms",
-                    cluster_by=["node"], threshold=0.02)
+    tight = compare(steps(40, node_sd=0.01, seed=3), steps(40, node_sd=0.01, seed=4), "step_time_ms", cluster_by=["node"], threshold=0.02)
     assert tight.verdict == "no_change"
     assert tight.ratio.low > 0.98 and tight.ratio.high < 1.02
     loose = compare(steps(4, seed=3), steps(4, seed=4), "step_time_ms", cluster_by=["node"], threshold=0.02)
@@ -105,25 +129,31 @@ def test_no_change_needs_the_whole_interval_inside_the_threshold(no_quality) -> 
 
 def test_a_significant_shift_below_the_threshold_is_not_a_regression(no_quality) -> None:
     # 1% slower, precisely measured, against a 5% threshold: the interval sits inside ±5%.
-    r = compare(steps(40, node_sd=0.005, seed=5), steps(40, node_sd=0.005, effect=0.01, seed=6), "step_time_ms",
-                cluster_by=["node"], threshold=0.05)
+    r = compare(
+        steps(40, node_sd=0.005, seed=5), steps(40, node_sd=0.005, effect=0.01, seed=6), "step_time_ms", cluster_by=["node"], threshold=0.05
+    )
     assert r.ratio.low > 1.0 and r.verdict == "no_change"
 
 
 def test_extra_units_needed_would_likely_decide_it(no_quality) -> None:
-    first = compare(steps(4, effect=0.04, seed=10), steps(4, effect=0.0, seed=11), "step_time_ms",
-                    cluster_by=["node"], threshold=0.0)
+    first = compare(steps(4, effect=0.04, seed=10), steps(4, effect=0.0, seed=11), "step_time_ms", cluster_by=["node"], threshold=0.0)
     assert first.verdict == "inconclusive" and first.extra_units_needed
     nodes = 4 + first.extra_units_needed
-    decided = sum(compare(steps(nodes, effect=0.04, seed=100 + i), steps(nodes, seed=200 + i), "step_time_ms",
-                          cluster_by=["node"], threshold=0.0).verdict != "inconclusive" for i in range(20))
+    decided = sum(
+        compare(
+            steps(nodes, effect=0.04, seed=100 + i), steps(nodes, seed=200 + i), "step_time_ms", cluster_by=["node"], threshold=0.0
+        ).verdict
+        != "inconclusive"
+        for i in range(20)
+    )
     assert decided >= 12  # planned for 80% power on the effect seen (which was itself noisy)
 
 
 def test_the_independent_unit_is_the_outermost_level_and_means_go_up_the_nesting(no_quality) -> None:
     # Node a: run 0 has 3 steps at 10, run 1 has 1 step at 20 -> node mean 15 (not the step mean 12.5).
-    base = pd.DataFrame({"node": ["a"] * 4 + ["b"] * 2 + ["c"] * 2, "run": [0, 0, 0, 1, 0, 0, 0, 0],
-                         "step_time_ms": [10, 10, 10, 20, 14, 16, 15, 15.0]})
+    base = pd.DataFrame(
+        {"node": ["a"] * 4 + ["b"] * 2 + ["c"] * 2, "run": [0, 0, 0, 1, 0, 0, 0, 0], "step_time_ms": [10, 10, 10, 20, 14, 16, 15, 15.0]}
+    )
     cand = base.assign(step_time_ms=base["step_time_ms"] * 1.5)
     r = compare(base, cand, "step_time_ms", cluster_by=["node", "run"])
     assert r.units_baseline == 3 and r.n_baseline == 8
@@ -165,8 +195,7 @@ def test_tables_frames_and_arrays_agree(no_quality) -> None:
     assert arrays.units_baseline == 120 and arrays.unit_of_independence == "sample"
 
 
-def test_false_positive_rate_holds_at_few_and_many_clusters_where_step_level_fails(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_false_positive_rate_holds_at_few_and_many_clusters_where_step_level_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """No true effect, threshold 0, node effect (5%) ten times the step noise (0.5%), 20 steps per node.
 
     A verdict of regression or improvement is a false positive. For 4, 8 and 32 nodes per arm the
@@ -182,8 +211,7 @@ def test_false_positive_rate_holds_at_few_and_many_clusters_where_step_level_fai
         false_pos = naive_false_pos = 0
         methods = set()
         for _ in range(n_reps):
-            arms = [100 * np.exp(rng.normal(0, 0.05, nodes))[node] * (1 + rng.normal(0, 0.005, len(node)))
-                    for _ in range(2)]
+            arms = [100 * np.exp(rng.normal(0, 0.05, nodes))[node] * (1 + rng.normal(0, 0.005, len(node))) for _ in range(2)]
             b, c = (pd.DataFrame({"node": node, "step_time_ms": a}) for a in arms)
             r = compare(b, c, "step_time_ms", cluster_by=["node"], threshold=0.0, paired=False)
             methods.add(r.method)
@@ -209,8 +237,7 @@ def _kernels(effect_on: str | None, seed: int, kernels: int = 12, nodes: int = 1
 
 
 def test_compare_many_adjusts_for_many_kernels_and_finds_the_one_that_moved(no_quality) -> None:
-    table = compare_many(_kernels(None, 1), _kernels("k07", 2), ["step_time_ms"], group_by=["kernel"],
-                         cluster_by=["node"])
+    table = compare_many(_kernels(None, 1), _kernels("k07", 2), ["step_time_ms"], group_by=["kernel"], cluster_by=["node"])
     assert table.num_rows == 12 and table.schema.metadata[b"schema"] == b"perfsleuth.compare_many/1"
     rows = {r["kernel"]: r for r in table.to_pylist()}
     assert rows["k07"]["verdict"] == "regression"
@@ -220,8 +247,7 @@ def test_compare_many_adjusts_for_many_kernels_and_finds_the_one_that_moved(no_q
 
 
 def test_verdicts_use_adjusted_p_values(no_quality) -> None:
-    results = compare_groups(_kernels(None, 3), _kernels(None, 4), "step_time_ms", ["kernel"], cluster_by=["node"],
-                             threshold=0.0)
+    results = compare_groups(_kernels(None, 3), _kernels(None, 4), "step_time_ms", ["kernel"], cluster_by=["node"], threshold=0.0)
     for r in results:
         if r.verdict in ("regression", "improvement"):
             assert r.p_adjusted < 0.05
@@ -232,8 +258,7 @@ def test_verdicts_use_adjusted_p_values(no_quality) -> None:
 def test_compare_many_takes_several_metrics_with_their_own_directions(no_quality) -> None:
     b = steps(8, seed=1).append_column("score", steps(8, seed=3)["step_time_ms"])
     c = steps(8, effect=0.2, seed=2).append_column("score", steps(8, seed=4)["step_time_ms"])
-    table = compare_many(b, c, ["step_time_ms", "score"], cluster_by=["node"],
-                         higher_is_better={"score": True})
+    table = compare_many(b, c, ["step_time_ms", "score"], cluster_by=["node"], higher_is_better={"score": True})
     assert table.column_names[:2] == ["metric", "unit"]
     assert table.num_rows == 2 and table["higher_is_better"].to_pylist() == [False, True]
 
@@ -263,8 +288,7 @@ def test_a_failed_quality_check_caveats_the_verdict(monkeypatch: pytest.MonkeyPa
         return [Caveat("warmup", f"{name}: the first 3 values look like a warm-up")] if name == "candidate" else []
 
     monkeypatch.setattr(compare_mod, "_check_samples", fake)
-    r = compare(steps(8, runs=2, seed=1), steps(8, runs=2, effect=0.1, seed=2), "step_time_ms",
-                cluster_by=["node", "run"])
+    r = compare(steps(8, runs=2, seed=1), steps(8, runs=2, effect=0.1, seed=2), "step_time_ms", cluster_by=["node", "run"])
     assert seen["baseline"] == (320, 16, True)  # every step, with its innermost cluster (node, run)
     assert r.verdict == "regression" and r.verdict_trust == "caveated"
     assert [c.code for c in r.caveats] == ["warmup"]
@@ -316,8 +340,7 @@ def test_one_sample_per_arm_is_inconclusive_with_a_caveat(no_quality) -> None:
 
 
 def test_one_node_per_arm_never_falls_back_to_its_steps(no_quality) -> None:
-    r = compare(steps(1, per_run=500, seed=1), steps(1, per_run=500, effect=0.2, seed=2), "step_time_ms",
-                cluster_by=["node"])
+    r = compare(steps(1, per_run=500, seed=1), steps(1, per_run=500, effect=0.2, seed=2), "step_time_ms", cluster_by=["node"])
     assert r.verdict == "inconclusive" and r.ratio.low is None and r.p_value is None
     assert "steps" not in r.ratio.method and "too_few_units" in {c.code for c in r.caveats}
     assert any("not independent" in c.message for c in r.caveats)
@@ -397,12 +420,15 @@ def test_command_groups_and_metrics_share_one_false_discovery_control(tmp_path: 
     assert "k02" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("metric", "cluster", "needle"), [
-    ("nope", ["node"], "no column 'nope'"),
-    ("node", [], "not numeric"),
-    ("step_time_ms", ["rack"], "no column(s) 'rack'"),
-    ("value", ["node"], "higher-is-better"),
-])
+@pytest.mark.parametrize(
+    ("metric", "cluster", "needle"),
+    [
+        ("nope", ["node"], "no column 'nope'"),
+        ("node", [], "not numeric"),
+        ("step_time_ms", ["rack"], "no column(s) 'rack'"),
+        ("value", ["node"], "higher-is-better"),
+    ],
+)
 def test_command_user_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, metric, cluster, needle) -> None:
     t = steps(4, seed=1)
     a = _write(tmp_path, "a.csv", t.append_column("value", t["step_time_ms"]))
@@ -423,8 +449,11 @@ def test_command_missing_and_empty_files_exit_2(tmp_path: Path, capsys) -> None:
 
 def test_command_text_never_passes_escape_sequences_from_the_data(tmp_path: Path, capsys, no_quality) -> None:
     evil = _kernels(None, 1, kernels=2)
-    evil = evil.set_column(evil.schema.get_field_index("kernel"), "kernel",
-                           pa.array([k.replace("k00", "k00\x1b[2J[red]x[/red]") for k in evil["kernel"].to_pylist()]))
+    evil = evil.set_column(
+        evil.schema.get_field_index("kernel"),
+        "kernel",
+        pa.array([k.replace("k00", "k00\x1b[2J[red]x[/red]") for k in evil["kernel"].to_pylist()]),
+    )
     a = _write(tmp_path, "a.csv", evil)
     out = tmp_path / "note.txt"
     assert compare_command(a, a, "step_time_ms", ["kernel"], ["node"], 0.02, None, "text", out) == 0

@@ -23,8 +23,9 @@ def no_quality(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compare_mod, "_check_samples", lambda values, clusters, order, name: [])
 
 
-def shared_nodes(nodes: int, effect: float, seed: int, node_sd: float = 0.05, run_sd: float = 0.003,
-                 per_node: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+def shared_nodes(
+    nodes: int, effect: float, seed: int, node_sd: float = 0.05, run_sd: float = 0.003, per_node: int = 10
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The same nodes in both arms, each with its own persistent speed, the candidate ``effect`` slower."""
     rng = np.random.default_rng(seed)
     level = 100 * np.exp(rng.normal(0, node_sd, nodes))
@@ -67,8 +68,7 @@ def test_paired_on_request_without_shared_nodes_says_so(no_quality) -> None:
 
 def test_steps_are_never_paired_automatically(no_quality) -> None:
     b, c = shared_nodes(6, 0.0, seed=4)
-    r = compare(b.rename(columns={"node": "step"}), c.rename(columns={"node": "step"}), "step_time_ms",
-                cluster_by=["step"])
+    r = compare(b.rename(columns={"node": "step"}), c.rename(columns={"node": "step"}), "step_time_ms", cluster_by=["step"])
     assert r.paired_units == 0 and r.method == "welch_t_log_ratio"
 
 

@@ -20,14 +20,26 @@ def test_analysis_json_contract(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["schema"] == "perfsleuth.analysis/1"
-    assert {"run_id", "started_at_ns", "workload", "source_format", "world_size", "ranks_present", "gpu_sku",
-            "backend", "nccl", "cuda", "driver", "dims", "rank_files"} <= set(doc["run"])
+    assert {
+        "run_id",
+        "started_at_ns",
+        "workload",
+        "source_format",
+        "world_size",
+        "ranks_present",
+        "gpu_sku",
+        "backend",
+        "nccl",
+        "cuda",
+        "driver",
+        "dims",
+        "rank_files",
+    } <= set(doc["run"])
     for r in doc["ranks"]:
         assert {"rank", "steps", "step_time_ns", "breakdown_ns", "idle_ns", "comm_comp_overlap"} <= set(r)
         assert set(r["step_time_ns"]) >= {"median", "p90"}
         b = r["breakdown_ns"]
-        assert {"compute", "communication", "exposed_communication", "overlapped_communication", "memcpy", "idle",
-                "total"} <= set(b)
+        assert {"compute", "communication", "exposed_communication", "overlapped_communication", "memcpy", "idle", "total"} <= set(b)
         assert b["compute"] + b["exposed_communication"] + b["memcpy"] + b["idle"] == b["total"]
         assert set(r["idle_ns"]) == {"host_launch", "sync", "other"}
     (s,) = doc["stragglers"]

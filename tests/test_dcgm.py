@@ -87,8 +87,11 @@ def test_columnar_parse_agrees_with_the_reference_parser(tmp_path):
     job = simulate(TelemetryConfig(nodes=2, minutes=3, interval_s=10, seed=5, fault="thermal_throttling"))
     (path,) = write_exporter_text(job, tmp_path)[:1]
     ours = frame(dcgm.read(path))
-    ref = [(s.name, s.labels["gpu"], s.value, round(s.timestamp * 1e9)) for f in text_string_to_metric_families(path.read_text())
-           for s in f.samples]
+    ref = [
+        (s.name, s.labels["gpu"], s.value, round(s.timestamp * 1e9))
+        for f in text_string_to_metric_families(path.read_text())
+        for s in f.samples
+    ]
     assert len(ours) == len(ref)
     ref_by = {(BY_DCGM[n].name, int(g), t): v for n, g, v, t in ref}
     for row in ours.itertuples():
@@ -97,13 +100,15 @@ def test_columnar_parse_agrees_with_the_reference_parser(tmp_path):
 
 def test_dcgm_blank_values_become_missing_and_are_counted(tmp_path):
     p = tmp_path / "scrape.prom"
-    p.write_text(line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794")  # INT64 blank family (README example)
-                 + line("DCGM_FI_DEV_GPU_TEMP", "2147483632")  # INT32 blank on a gauge
-                 + line("DCGM_FI_DEV_POWER_USAGE", "140737488355328.000000")  # FP64 blank (2**47)
-                 + line("DCGM_FI_DEV_SM_CLOCK", "1.407375e+14")  # FP64 blank printed rounded
-                 + line("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "2147483632")  # a counter passes through that value honestly
-                 + line("DCGM_FI_PROF_SM_ACTIVE", "NaN")
-                 + line("DCGM_FI_DEV_MEM_CLOCK", "2619"))
+    p.write_text(
+        line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794")  # INT64 blank family (README example)
+        + line("DCGM_FI_DEV_GPU_TEMP", "2147483632")  # INT32 blank on a gauge
+        + line("DCGM_FI_DEV_POWER_USAGE", "140737488355328.000000")  # FP64 blank (2**47)
+        + line("DCGM_FI_DEV_SM_CLOCK", "1.407375e+14")  # FP64 blank printed rounded
+        + line("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "2147483632")  # a counter passes through that value honestly
+        + line("DCGM_FI_PROF_SM_ACTIVE", "NaN")
+        + line("DCGM_FI_DEV_MEM_CLOCK", "2619")
+    )
     df = frame(dcgm.read(p))
     assert len(df) == 7
     missing = set(df[df.value.isna()].metric)
@@ -163,10 +168,12 @@ def test_directory_of_periodic_scrapes_is_one_time_series(tmp_path):
 
 def test_dcgm4_names_mig_instances_and_exporter_label_series(tmp_path):
     p = tmp_path / "scrape.prom"
-    p.write_text(line("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "61") + line("DCGM_FI_PROF_SM_UTIL_RATIO", "0.5")
-                 + 'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-0",device="nvidia0",GPU_I_PROFILE="1g.10gb",GPU_I_ID="3",'
-                   'Hostname="node-a"} 0.25\n'
-                 + 'DCGM_EXP_CLOCK_EVENTS_COUNT{gpu="0",UUID="GPU-0",clock_event="power_cap",Hostname="node-a"} 7\n')
+    p.write_text(
+        line("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "61")
+        + line("DCGM_FI_PROF_SM_UTIL_RATIO", "0.5")
+        + 'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-0",device="nvidia0",GPU_I_PROFILE="1g.10gb",GPU_I_ID="3",'
+        'Hostname="node-a"} 0.25\n' + 'DCGM_EXP_CLOCK_EVENTS_COUNT{gpu="0",UUID="GPU-0",clock_event="power_cap",Hostname="node-a"} 7\n'
+    )
     df = frame(dcgm.read(p))
     assert value(df, "gpu_temp_c") == [61.0]
     assert value(df, "sm_active") == [0.5]
@@ -242,9 +249,11 @@ def test_real_nvidia_smi_query_csv_h200():
 
 def test_nvidia_smi_query_converts_known_units_and_rejects_wrong_ones(tmp_path):
     ok = tmp_path / "q.csv"
-    ok.write_text("timestamp, index, clocks.current.sm [GHz], power.draw [W], pstate, remapped_rows.pending\n"
-                  "2026/11/29 22:22:11.070, 0, 1.98 GHz, 650.5 W, P0, No\n"
-                  "2026/11/29 22:22:11.570, 0, [N/A], 640.0 W, P2, Yes\n")
+    ok.write_text(
+        "timestamp, index, clocks.current.sm [GHz], power.draw [W], pstate, remapped_rows.pending\n"
+        "2026/11/29 22:22:11.070, 0, 1.98 GHz, 650.5 W, P0, No\n"
+        "2026/11/29 22:22:11.570, 0, [N/A], 640.0 W, P2, Yes\n"
+    )
     df = frame(nvidia_smi.read_query(ok))
     assert value(df, "sm_clock_mhz") == [1980.0]
     assert value(df, "pstate") == [0.0, 2.0] and value(df, "row_remap_pending") == [0.0, 1.0]
@@ -268,8 +277,10 @@ def test_nvidia_smi_dmon_with_a_wrong_unit_is_rejected(tmp_path):
 # --- bad input --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b"\x00\x01\x02binary\xff" * 50,
-                                     b'{"traceEvents": []}\n', b"hello world\nthis is a log file\n"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x1f\x8b\x08\x00garbage", b"\x00\x01\x02binary\xff" * 50, b'{"traceEvents": []}\n', b"hello world\nthis is a log file\n"],
+)
 def test_files_that_are_not_telemetry_are_not_detected_and_not_read(tmp_path, content):
     p = tmp_path / "input.txt"
     p.write_bytes(content)
@@ -285,8 +296,9 @@ def test_truncated_last_line_is_a_caveat_but_a_broken_line_inside_is_an_error(tm
     sd = dcgm.read(cut)
     assert len(frame(sd)) == 1 and any(c.code == "truncated_line" for c in sd.caveats)
     broken = tmp_path / "broken.prom"
-    broken.write_text(line("DCGM_FI_DEV_SM_CLOCK", "1980") + "DCGM_FI_DEV_SM_CLOCK{gpu=\"1\" 1980\n"
-                      + line("DCGM_FI_DEV_SM_CLOCK", "1980", g=2))
+    broken.write_text(
+        line("DCGM_FI_DEV_SM_CLOCK", "1980") + 'DCGM_FI_DEV_SM_CLOCK{gpu="1" 1980\n' + line("DCGM_FI_DEV_SM_CLOCK", "1980", g=2)
+    )
     with pytest.raises(InputError, match="line 2"):
         dcgm.read(broken)
     smi = tmp_path / "q.csv"
@@ -301,8 +313,11 @@ def test_truncated_last_line_is_a_caveat_but_a_broken_line_inside_is_an_error(tm
 
 def test_duplicate_samples_are_dropped_and_conflicts_keep_the_last(tmp_path):
     p = tmp_path / "dup.prom"
-    p.write_text(line("DCGM_FI_DEV_SM_CLOCK", "1980", ts=1_700_000_000_000) * 2
-                 + line("DCGM_FI_DEV_GPU_TEMP", "60", ts=1_700_000_000_000) + line("DCGM_FI_DEV_GPU_TEMP", "61", ts=1_700_000_000_000))
+    p.write_text(
+        line("DCGM_FI_DEV_SM_CLOCK", "1980", ts=1_700_000_000_000) * 2
+        + line("DCGM_FI_DEV_GPU_TEMP", "60", ts=1_700_000_000_000)
+        + line("DCGM_FI_DEV_GPU_TEMP", "61", ts=1_700_000_000_000)
+    )
     sd = dcgm.read(p)
     df = frame(sd)
     assert value(df, "sm_clock_mhz") == [1980.0] and value(df, "gpu_temp_c") == [61.0]
@@ -311,8 +326,12 @@ def test_duplicate_samples_are_dropped_and_conflicts_keep_the_last(tmp_path):
 
 
 def test_interleaved_hosts_give_the_same_table_as_blocked_hosts(tmp_path):
-    rows = [line("DCGM_FI_DEV_SM_CLOCK", str(1900 + 10 * k + h), g=g, h=f"node-{h}", ts=1_700_000_000_000 + k * 10_000)
-            for h in range(3) for g in range(2) for k in range(4)]
+    rows = [
+        line("DCGM_FI_DEV_SM_CLOCK", str(1900 + 10 * k + h), g=g, h=f"node-{h}", ts=1_700_000_000_000 + k * 10_000)
+        for h in range(3)
+        for g in range(2)
+        for k in range(4)
+    ]
     blocked, interleaved = tmp_path / "blocked.prom", tmp_path / "interleaved.prom"
     blocked.write_text("".join(rows))
     interleaved.write_text("".join(rows[i] for i in np.random.default_rng(1).permutation(len(rows))))

@@ -50,22 +50,27 @@ KINDS = ("empty", "single", "constant", "all_nan")
 
 
 def values(kind: str, n: int = 30) -> np.ndarray:
-    return {"empty": np.array([], dtype=float), "single": np.array([3.0]), "constant": np.full(n, 3.0),
-            "all_nan": np.full(n, np.nan)}[kind]
+    return {"empty": np.array([], dtype=float), "single": np.array([3.0]), "constant": np.full(n, 3.0), "all_nan": np.full(n, np.nan)}[kind]
 
 
 def _arms(kind: str) -> tuple[pa.Table, pa.Table]:
     x = values(kind)
     node = [f"n{i % 4}" for i in range(len(x))]
-    table = pa.table({"node": pa.array(node, pa.string()), "model": pa.array(["m"] * len(x), pa.string()),
-                      "step_time_ms": pa.array(x, pa.float64())})
+    table = pa.table(
+        {"node": pa.array(node, pa.string()), "model": pa.array(["m"] * len(x), pa.string()), "step_time_ms": pa.array(x, pa.float64())}
+    )
     return table, table
 
 
 def _leaves(kind: str) -> Any:
     x = values(kind, n=8)
-    t = pa.table({"node": pa.array([f"n{i}" for i in range(len(x))], pa.string()), "real": pa.array(x, pa.float64()),
-                  "predict": pa.array(x, pa.float64())})
+    t = pa.table(
+        {
+            "node": pa.array([f"n{i}" for i in range(len(x))], pa.string()),
+            "real": pa.array(x, pa.float64()),
+            "predict": pa.array(x, pa.float64()),
+        }
+    )
     return engine.table(engine.connect("duckdb"), t)
 
 
@@ -110,19 +115,45 @@ def _kineto(rank: int, world: int, steps: int, gpu: bool) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     for s in range(steps):
         t = 1000.0 + s * STEP_US
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t,
-                       "dur": STEP_US * 0.9})
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t, "dur": STEP_US * 0.9})
         events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1, "dur": 10.0})
         if gpu:
-            events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 5, "dur": GEMM_US,
-                           "args": {"stream": 7, "device": 0}})
-            events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, "
-                           "unsigned long, ncclWork*)", "pid": 0, "tid": 20, "ts": t + 40, "dur": ALLREDUCE_US,
-                           "args": {"stream": 20, "device": 0, "Collective name": "allreduce", "In msg nelems": 1024,
-                                    "Out msg nelems": 1024, "dtype": "BFloat16", "Process Group Name": "0",
-                                    "Process Group Ranks": list(range(world)), "Group size": world, "Seq": s}})
-    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
-            "traceEvents": events}
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "gemm",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 5,
+                    "dur": GEMM_US,
+                    "args": {"stream": 7, "device": 0},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+                    "pid": 0,
+                    "tid": 20,
+                    "ts": t + 40,
+                    "dur": ALLREDUCE_US,
+                    "args": {
+                        "stream": 20,
+                        "device": 0,
+                        "Collective name": "allreduce",
+                        "In msg nelems": 1024,
+                        "Out msg nelems": 1024,
+                        "dtype": "BFloat16",
+                        "Process Group Name": "0",
+                        "Process Group Ranks": list(range(world)),
+                        "Group size": world,
+                        "Seq": s,
+                    },
+                }
+            )
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}, "traceEvents": events}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -167,23 +198,47 @@ NS_PER_DAY = 86_400 * 10**9
 
 def _records(kind: str, metric: np.ndarray | None = None) -> Any:
     x = values(kind) * 100.0 if metric is None else metric
-    rows = [{"run_id": f"r{i}", "time_ns": (20_000 + i) * NS_PER_DAY, "node": f"n{i % 4}", "tokens_per_s_per_gpu": float(v),
-             "gpu_seconds": 3600.0, "step_time_ns": 1e9} for i, v in enumerate(x)]
-    schema = pa.schema([("run_id", pa.string()), ("time_ns", pa.int64()), ("node", pa.string()),
-                        ("tokens_per_s_per_gpu", pa.float64()), ("gpu_seconds", pa.float64()), ("step_time_ns", pa.float64())])
+    rows = [
+        {
+            "run_id": f"r{i}",
+            "time_ns": (20_000 + i) * NS_PER_DAY,
+            "node": f"n{i % 4}",
+            "tokens_per_s_per_gpu": float(v),
+            "gpu_seconds": 3600.0,
+            "step_time_ns": 1e9,
+        }
+        for i, v in enumerate(x)
+    ]
+    schema = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("time_ns", pa.int64()),
+            ("node", pa.string()),
+            ("tokens_per_s_per_gpu", pa.float64()),
+            ("gpu_seconds", pa.float64()),
+            ("step_time_ns", pa.float64()),
+        ]
+    )
     return engine.table(engine.connect("duckdb"), pa.Table.from_pylist(rows, schema=schema))
 
 
 def _mix_terms(kind: str) -> Any:
     x = values(kind, n=8)
-    t = pa.table({"node": pa.array([f"n{i}" for i in range(len(x))], pa.string()), "n_current": pa.array(x, pa.float64()),
-                  "n_baseline": pa.array(x, pa.float64()), "d_current": pa.array(np.ones(len(x))),
-                  "d_baseline": pa.array(np.ones(len(x)))})
+    t = pa.table(
+        {
+            "node": pa.array([f"n{i}" for i in range(len(x))], pa.string()),
+            "n_current": pa.array(x, pa.float64()),
+            "n_baseline": pa.array(x, pa.float64()),
+            "d_current": pa.array(np.ones(len(x))),
+            "d_baseline": pa.array(np.ones(len(x))),
+        }
+    )
     spec = LeafSpec(("node",), "n_current", "n_baseline", "d_current", "d_baseline")
     return leaf_terms(leaf_table(engine.table(engine.connect("duckdb"), t), spec), True)
 
 
 # --- the factor trees: one run's parts, built from the kind's values ------------------------------------
+
 
 def _run_parts(kind: str) -> RunParts:
     """empty: a step time of 0; single: a step time alone; constant: a step that is all compute; all_nan: NaN."""
@@ -222,8 +277,9 @@ CASES: dict[str, Callable[[str], Any]] = {
     "metrics.tree.job_record": lambda k: _record_caveats(job_record(job_report(k))),
     "metrics.tree.tree_factors": lambda k: tree_factors(_run_parts(k)),
     "metrics.attribution.attribute_change": lambda k: attribute_change(_run_parts(k), _run_parts(k)),
-    "metrics.attribution.attribute_runs": lambda k: attribute_runs([_run_parts(k)] * len(values(k, n=5)),
-                                                                   [_run_parts(k)] * len(values(k, n=5)), n_resamples=50),
+    "metrics.attribution.attribute_runs": lambda k: attribute_runs(
+        [_run_parts(k)] * len(values(k, n=5)), [_run_parts(k)] * len(values(k, n=5)), n_resamples=50
+    ),
     "metrics.inference.ttft_tree": _ttft,
     "metrics.roofline.place": _place,
     "metrics.fabric.busbw_factor": lambda k: fabric.busbw_factor("allreduce", len(values(k))),
@@ -233,40 +289,71 @@ CASES: dict[str, Callable[[str], Any]] = {
 # Plain answers that are complete for that input, each with the reason it needs no caveat (checked, not assumed).
 PLAIN_ANSWERS: dict[tuple[str, str], tuple[str, Callable[[Any], bool]]] = {
     ("stats.compare.compare_groups", "empty"): ("no group exists, so nothing is compared", lambda r: r == []),
-    ("stats.quality.check_samples", "constant"): ("equal values are not a quality problem; compare states what they "
-                                                  "limit", lambda r: r == []),
+    ("stats.quality.check_samples", "constant"): (
+        "equal values are not a quality problem; compare states what they limit",
+        lambda r: r == [],
+    ),
     ("stats.quality.check_series", "constant"): ("a flat history has no warm-up or outlier", lambda r: r == []),
-    ("segment.localize.localize", "single"): ("the fleet did not change: nothing to localize",
-                                              lambda r: r.mix.baseline == r.mix.current and not r.culprits),
-    ("segment.localize.localize", "constant"): ("the fleet did not change: nothing to localize",
-                                                lambda r: r.mix.baseline == r.mix.current and not r.culprits),
-    ("segment.mixrate.decompose", "single"): ("one unchanged leaf: no mix and no rate change",
-                                              lambda r: r.baseline == r.current == 3.0 and r.mix == r.rate == 0.0),
-    ("segment.mixrate.decompose", "constant"): ("unchanged leaves: no mix and no rate change",
-                                                lambda r: r.baseline == r.current == 3.0 and r.mix == r.rate == 0.0),
-    ("api.analyze", "constant"): ("two identical ranks of identical steps are a complete, healthy-looking job: each step "
-                                  "computes 30 µs and communicates 20 µs, and nobody straggles",
-                                  lambda r: r.steps.num_rows == 6 and set(r.steps["compute_ns"].to_pylist()) == {30_000}
-                                  and set(r.steps["communication_ns"].to_pylist()) == {20_000} and r.stragglers.straggler is None),
-    ("trace.analysis.analyze_job", "constant"): ("as api.analyze: identical ranks and steps",
-                                                 lambda r: r.steps.num_rows == 6 and r.stragglers.straggler is None),
-    ("metrics.inference.ttft_tree", "single"): ("queue 1/4 and prefill 1/2 of the total by construction",
-                                                lambda r: [t.share for t in r.terms] == [0.25, 0.5] and r.residual_share == 0.25),
-    ("metrics.inference.ttft_tree", "constant"): ("queue 1/4 and prefill 1/2 of the total by construction",
-                                                  lambda r: [t.share for t in r.terms] == [0.25, 0.5] and r.residual_share == 0.25),
-    ("metrics.inference.ttft_tree", "empty"): ("a total of 0 has no shares: None, not NaN",
-                                               lambda r: r.residual_share is None and all(t.share is None for t in r.terms)),
-    ("metrics.roofline.place", "single"): ("1000 FLOP per DRAM byte by construction",
-                                           lambda r: r.arithmetic_intensity_flop_per_byte == 1000.0),
-    ("metrics.roofline.place", "constant"): ("1000 FLOP per DRAM byte by construction",
-                                             lambda r: r.arithmetic_intensity_flop_per_byte == 1000.0),
-    ("metrics.fabric.busbw_factor", "single"): ("an all-reduce on one rank moves nothing over the bus (nccl-tests: 2(n-1)/n)",
-                                                lambda r: r == 0.0),
+    ("segment.localize.localize", "single"): (
+        "the fleet did not change: nothing to localize",
+        lambda r: r.mix.baseline == r.mix.current and not r.culprits,
+    ),
+    ("segment.localize.localize", "constant"): (
+        "the fleet did not change: nothing to localize",
+        lambda r: r.mix.baseline == r.mix.current and not r.culprits,
+    ),
+    ("segment.mixrate.decompose", "single"): (
+        "one unchanged leaf: no mix and no rate change",
+        lambda r: r.baseline == r.current == 3.0 and r.mix == r.rate == 0.0,
+    ),
+    ("segment.mixrate.decompose", "constant"): (
+        "unchanged leaves: no mix and no rate change",
+        lambda r: r.baseline == r.current == 3.0 and r.mix == r.rate == 0.0,
+    ),
+    ("api.analyze", "constant"): (
+        "two identical ranks of identical steps are a complete, healthy-looking job: each step "
+        "computes 30 µs and communicates 20 µs, and nobody straggles",
+        lambda r: (
+            r.steps.num_rows == 6
+            and set(r.steps["compute_ns"].to_pylist()) == {30_000}
+            and set(r.steps["communication_ns"].to_pylist()) == {20_000}
+            and r.stragglers.straggler is None
+        ),
+    ),
+    ("trace.analysis.analyze_job", "constant"): (
+        "as api.analyze: identical ranks and steps",
+        lambda r: r.steps.num_rows == 6 and r.stragglers.straggler is None,
+    ),
+    ("metrics.inference.ttft_tree", "single"): (
+        "queue 1/4 and prefill 1/2 of the total by construction",
+        lambda r: [t.share for t in r.terms] == [0.25, 0.5] and r.residual_share == 0.25,
+    ),
+    ("metrics.inference.ttft_tree", "constant"): (
+        "queue 1/4 and prefill 1/2 of the total by construction",
+        lambda r: [t.share for t in r.terms] == [0.25, 0.5] and r.residual_share == 0.25,
+    ),
+    ("metrics.inference.ttft_tree", "empty"): (
+        "a total of 0 has no shares: None, not NaN",
+        lambda r: r.residual_share is None and all(t.share is None for t in r.terms),
+    ),
+    ("metrics.roofline.place", "single"): (
+        "1000 FLOP per DRAM byte by construction",
+        lambda r: r.arithmetic_intensity_flop_per_byte == 1000.0,
+    ),
+    ("metrics.roofline.place", "constant"): (
+        "1000 FLOP per DRAM byte by construction",
+        lambda r: r.arithmetic_intensity_flop_per_byte == 1000.0,
+    ),
+    ("metrics.fabric.busbw_factor", "single"): (
+        "an all-reduce on one rank moves nothing over the bus (nccl-tests: 2(n-1)/n)",
+        lambda r: r == 0.0,
+    ),
     ("metrics.fabric.busbw_factor", "constant"): ("2(n-1)/n for 30 ranks", lambda r: r == 2 * 29 / 30),
     ("metrics.fabric.busbw_factor", "all_nan"): ("the rank count is 30 whatever the values", lambda r: r == 2 * 29 / 30),
-    ("fleet.report.build_fleet_page", "constant"): ("a flat fleet: both windows at 300 tokens/s/GPU, no change point, no culprit",
-                                                    lambda r: r.baseline.tokens_per_s_per_gpu == r.current.tokens_per_s_per_gpu == 300.0
-                                                    and not r.causes and not r.trend.change_points),
+    ("fleet.report.build_fleet_page", "constant"): (
+        "a flat fleet: both windows at 300 tokens/s/GPU, no change point, no culprit",
+        lambda r: r.baseline.tokens_per_s_per_gpu == r.current.tokens_per_s_per_gpu == 300.0 and not r.causes and not r.trend.change_points,
+    ),
 }
 
 # helpers with a documented "no answer" (None) or a plain number for degenerate input
@@ -315,20 +402,43 @@ def test_helpers_return_no_silent_nan_on_degenerate_input(name: str, kind: str) 
     assert not _has_nan(as_json), f"{name} on {kind} input returned NaN: {as_json!r}"
 
 
-SIGNAL_TABLES = (None, "samples", "records", "runs", "nccl_log", "nccl_tests", "kernel_metrics", "step_log",
-                 "step_log_timers", "step_log_events", "step_log_settings", "inference_records", "inference_requests",
-                 "inference_intervals")
+SIGNAL_TABLES = (
+    None,
+    "samples",
+    "records",
+    "runs",
+    "nccl_log",
+    "nccl_tests",
+    "kernel_metrics",
+    "step_log",
+    "step_log_timers",
+    "step_log_events",
+    "step_log_settings",
+    "inference_records",
+    "inference_requests",
+    "inference_intervals",
+)
 
 
 def _empty_table(name: str) -> pa.Table:
     from perfsleuth import model
     from perfsleuth.ingest import inference_bench, nccl_log, nccl_tests, ncu, steplog, vllm_metrics
 
-    schemas = {"samples": model.SAMPLES, "records": model.RECORDS, "runs": model.RUNS, "nccl_log": nccl_log.NCCL_LOG,
-               "nccl_tests": nccl_tests.NCCL_TESTS, "kernel_metrics": ncu.KERNEL_METRICS, "step_log": steplog.STEP_LOG,
-               "step_log_timers": steplog.STEP_LOG_TIMERS, "step_log_events": steplog.STEP_LOG_EVENTS,
-               "step_log_settings": steplog.STEP_LOG_SETTINGS, "inference_records": inference_bench.INFERENCE_RECORDS,
-               "inference_requests": inference_bench.INFERENCE_REQUESTS, "inference_intervals": vllm_metrics.INTERVALS}
+    schemas = {
+        "samples": model.SAMPLES,
+        "records": model.RECORDS,
+        "runs": model.RUNS,
+        "nccl_log": nccl_log.NCCL_LOG,
+        "nccl_tests": nccl_tests.NCCL_TESTS,
+        "kernel_metrics": ncu.KERNEL_METRICS,
+        "step_log": steplog.STEP_LOG,
+        "step_log_timers": steplog.STEP_LOG_TIMERS,
+        "step_log_events": steplog.STEP_LOG_EVENTS,
+        "step_log_settings": steplog.STEP_LOG_SETTINGS,
+        "inference_records": inference_bench.INFERENCE_RECORDS,
+        "inference_requests": inference_bench.INFERENCE_REQUESTS,
+        "inference_intervals": vllm_metrics.INTERVALS,
+    }
     return schemas[name].empty_table()
 
 
@@ -367,7 +477,9 @@ def test_fleet_page_leaves_out_records_without_a_throughput_and_says_how_many() 
     page, error = _run(lambda: build_fleet_page(_records("constant", metric), bootstrap=4))
     assert error is None
     said = {c.code: c.message for c in page.caveats}
-    assert said["values_unusable"] == ("column tokens_per_s_per_gpu: 10 rows held NaN, infinity, a negative value or one "
-                                       "beyond ±1e300 and were left out of every number on this page")
+    assert said["values_unusable"] == (
+        "column tokens_per_s_per_gpu: 10 rows held NaN, infinity, a negative value or one "
+        "beyond ±1e300 and were left out of every number on this page"
+    )
     assert page.baseline.tokens_per_s_per_gpu == page.current.tokens_per_s_per_gpu == 100.0
     assert page.baseline.runs + page.current.runs <= 20

@@ -112,22 +112,32 @@ def test_detector_names_its_simulated_fault_and_nothing_else(fault: str, tmp_pat
     assert f.action and f.symptom and f.scope.get("ranks") is not None
 
 
-@pytest.mark.parametrize("cfg", [small(), pp(), small(world_size=8, seed=11), small(compiled=True, profile_memory=True)],
-                         ids=["dp4", "pp4", "dp8", "compiled-memory"])
+@pytest.mark.parametrize(
+    "cfg",
+    [small(), pp(), small(world_size=8, seed=11), small(compiled=True, profile_memory=True)],
+    ids=["dp4", "pp4", "dp8", "compiled-memory"],
+)
 def test_healthy_jobs_get_no_finding(cfg: SimConfig, tmp_path: Path) -> None:
     d = diagnose_sim(cfg, tmp_path).diagnosis
     assert d.findings == ()
 
 
-@pytest.mark.parametrize(("faults", "expected"), [
-    ([StragglerRank(rank=2, slowdown=0.25), ExposedCommunication(bandwidth_divisor=5)],
-     {"straggler_rank", "exposed_communication"}),
-    ([AllocatorChurn(), MemoryFragmentation()], {"allocator_churn", "memory_fragmentation"}),
-    ([SequenceImbalance(imbalance=0.4, seed=3), Recompilation(step_indices=(4,), compile_ns=80 * MS)],
-     {"sequence_imbalance", "recompilation"}),
-    ([GcPause(rate=0.2, pause_ns=(10 * MS, 20 * MS), seed=1), DataloaderStall(rank_ids=(0, 1, 2, 3), stall_ns=3 * MS)],
-     {"gc_pause", "dataloader_stall"}),
-], ids=["straggler+exposed", "churn+fragmentation", "imbalance+recompile", "gc+dataloader"])
+@pytest.mark.parametrize(
+    ("faults", "expected"),
+    [
+        ([StragglerRank(rank=2, slowdown=0.25), ExposedCommunication(bandwidth_divisor=5)], {"straggler_rank", "exposed_communication"}),
+        ([AllocatorChurn(), MemoryFragmentation()], {"allocator_churn", "memory_fragmentation"}),
+        (
+            [SequenceImbalance(imbalance=0.4, seed=3), Recompilation(step_indices=(4,), compile_ns=80 * MS)],
+            {"sequence_imbalance", "recompilation"},
+        ),
+        (
+            [GcPause(rate=0.2, pause_ns=(10 * MS, 20 * MS), seed=1), DataloaderStall(rank_ids=(0, 1, 2, 3), stall_ns=3 * MS)],
+            {"gc_pause", "dataloader_stall"},
+        ),
+    ],
+    ids=["straggler+exposed", "churn+fragmentation", "imbalance+recompile", "gc+dataloader"],
+)
 def test_two_simultaneous_faults_are_both_named(faults, expected, tmp_path: Path) -> None:
     cfg = small(steps=8, profile_memory=True, faults=faults)
     assert found(diagnose_sim(cfg, tmp_path).diagnosis) == expected
@@ -139,8 +149,9 @@ def test_pipeline_bubble_with_a_checkpoint_in_a_pipeline_job(tmp_path: Path) -> 
 
 
 def test_slow_stage_is_a_pipeline_bubble_not_a_straggler(tmp_path: Path) -> None:
-    cfg = small(parallelism="pp", pp_stages=2, layers=4, microbatches=4,
-                faults=[PipelineBubble(slow_stage=0, slowdown=0.3, microbatch_count=None)])
+    cfg = small(
+        parallelism="pp", pp_stages=2, layers=4, microbatches=4, faults=[PipelineBubble(slow_stage=0, slowdown=0.3, microbatch_count=None)]
+    )
     d = diagnose_sim(cfg, tmp_path).diagnosis
     assert found(d) == {"pipeline_bubble"}
     assert finding(d, "pipeline_bubble").scope["slowest_stage"] == 0
@@ -162,10 +173,10 @@ def test_exposed_communication_is_net_of_waiting_for_a_straggler(tmp_path: Path)
     assert finding(d, "straggler_rank").attached  # the others' waiting is carried by the cause
 
 
-def test_slow_fabric_is_exposed_communication_and_serialized_buckets_at_full_bandwidth_are_poor_overlap(
-        tmp_path: Path) -> None:
-    slow = diagnose_sim(small(layers=6, bucket_bytes=12 << 20, faults=[ExposedCommunication(4.0, disable_overlap=True)]),
-                        tmp_path / "slow").diagnosis
+def test_slow_fabric_is_exposed_communication_and_serialized_buckets_at_full_bandwidth_are_poor_overlap(tmp_path: Path) -> None:
+    slow = diagnose_sim(
+        small(layers=6, bucket_bytes=12 << 20, faults=[ExposedCommunication(4.0, disable_overlap=True)]), tmp_path / "slow"
+    ).diagnosis
     serial = diagnose_sim(SINGLE["poor_overlap"], tmp_path / "serial").diagnosis
     assert found(slow) == {"exposed_communication"} and found(serial) == {"poor_overlap"}
     bw = {e.metric: e.value.value for e in finding(slow, "exposed_communication").evidence}
@@ -213,8 +224,7 @@ def test_missing_signals_are_named(tmp_path: Path) -> None:
     assert d.findings == ()
 
 
-def test_per_rank_signals_are_identical_on_the_streaming_and_in_memory_paths(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_rank_signals_are_identical_on_the_streaming_and_in_memory_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = small(profile_memory=True, faults=[GcPause(rate=0.3, pause_ns=(5 * MS, 10 * MS), seed=2), AllocatorChurn()])
     write_job(simulate(cfg), tmp_path)
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)

@@ -28,9 +28,12 @@ BASE = SimConfig(world_size=2, steps=10, layers=2, measure_impact=False)
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("diff")
-    configs = {"base": BASE, "gemm": replace(BASE, seed=1, gemm_ns=int(BASE.gemm_ns * 1.3)),
-               "net": replace(BASE, seed=1, fabric_bandwidth_gbps=20.0),
-               "renamed": replace(BASE, seed=1, gpu_name="NVIDIA A100-SXM4-80GB", nccl_kernel_style="legacy")}
+    configs = {
+        "base": BASE,
+        "gemm": replace(BASE, seed=1, gemm_ns=int(BASE.gemm_ns * 1.3)),
+        "net": replace(BASE, seed=1, fabric_bandwidth_gbps=20.0),
+        "renamed": replace(BASE, seed=1, gpu_name="NVIDIA A100-SXM4-80GB", nccl_kernel_style="legacy"),
+    }
     out = {}
     for name, cfg in configs.items():
         job = simulate(cfg)
@@ -49,18 +52,28 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
 def test_template_arguments_namespaces_and_dtypes_do_not_change_a_kernel_key():
     assert kernel_key("void at::native::(anonymous namespace)::foo<float, 4>(int, float*)") == "at::native::foo"
     assert kernel_key("at::native::foo<c10::BFloat16,8>") == "at::native::foo"
-    old = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array"
-           "<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
-    new = ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
-           "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
-    mul = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
-           "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >(int, ...)")
+    old = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array"
+        "<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"
+    )
+    new = (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
+        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)"
+    )
+    mul = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >(int, ...)"
+    )
     assert kernel_key(old) == kernel_key(new) == "at::native::vectorized_elementwise_kernel[CUDAFunctor_add]"
     assert kernel_key(mul) == "at::native::vectorized_elementwise_kernel[BinaryFunctor,MulFunctor]"
     # a return type that is itself a template, from a real vLLM trace
-    assert kernel_key("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
-                      "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)") == \
-        "vllm::fused_add_rms_norm_kernel"
+    assert (
+        kernel_key(
+            "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+            "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)"
+        )
+        == "vllm::fused_add_rms_norm_kernel"
+    )
 
 
 def test_architecture_prefixes_triton_numbers_and_versioned_namespaces_are_dropped():
@@ -68,15 +81,19 @@ def test_architecture_prefixes_triton_numbers_and_versioned_namespaces_are_dropp
     assert kernel_key("volta_sgemm_128x64_nn") == kernel_key("ampere_sgemm_128x64_nn") == "sgemm_128x64_nn"
     assert kernel_key("triton_poi_fused_gelu_2") == kernel_key("triton_poi_fused_gelu_0") == "triton_poi_fused_gelu"
     assert kernel_key("void cub::CUB_200500_900_NS::DeviceScanInitKernel<int>(int)") == "cub::DeviceScanInitKernel"
-    assert kernel_key("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>(Params)") == \
-        "cutlass::Kernel[cutlass_tensorop_s1688gemm_64x64_16x6_nt_align4]"
+    assert (
+        kernel_key("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>(Params)")
+        == "cutlass::Kernel[cutlass_tensorop_s1688gemm_64x64_16x6_nt_align4]"
+    )
 
 
 def test_gemm_library_variants_share_the_gemm_class():
-    for name in ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
-                 "_kernel__5x_cublas", "ampere_sgemm_128x64_nn",
-                 "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>(Params)",
-                 "nvjet_sm90_tst_64x8_64x16_2x4_h_bz_bias_TNT"):
+    for name in (
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "ampere_sgemm_128x64_nn",
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>(Params)",
+        "nvjet_sm90_tst_64x8_64x16_2x4_h_bz_bias_TNT",
+    ):
         assert match_class(name, "kernel", kernel_key(name)) == "gemm", name
 
 
@@ -84,15 +101,17 @@ def test_nccl_generations_and_copy_directions_share_a_key():
     assert collective_key("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)") == "nccl:allreduce"
     assert collective_key("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "nccl:allreduce"
     assert collective_key("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "allgather") == "nccl:allgather"
-    assert copy_key("Memcpy HtoD (Pinned -> Device)", "memcpy") == copy_key("Memcpy HtoD (Pageable -> Device)",
-                                                                             "memcpy") == "memcpy:HtoD"
+    assert copy_key("Memcpy HtoD (Pinned -> Device)", "memcpy") == copy_key("Memcpy HtoD (Pageable -> Device)", "memcpy") == "memcpy:HtoD"
     assert copy_key("Memset (Device)", "memset") == "memset"
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real H200 traces not present")
 def test_real_trace_names_keep_different_ops_apart():
-    names = [n for n in read_rank_file(next((REAL / "healthy").glob("rank-*.json.gz"))).events["name"].to_pylist()
-             if n and "elementwise_kernel" in n]
+    names = [
+        n
+        for n in read_rank_file(next((REAL / "healthy").glob("rank-*.json.gz"))).events["name"].to_pylist()
+        if n and "elementwise_kernel" in n
+    ]
     by_key: dict[str, set[str]] = {}
     for n in names:
         by_key.setdefault(kernel_key(n), set()).add(n)

@@ -38,8 +38,9 @@ def test_nvlink_and_pcie_throughput_with_na_first_samples() -> None:
 def test_ids_name_columns_the_registry_knows_by_id(tmp_path: Path) -> None:
     """A short name this registry lacks but an id it knows: the -e list names the column."""
     p = tmp_path / "d.txt"
-    p.write_text("dcgmi dmon -e 1002,155\n#Entity   XSMACT            POWER\nID                          W\n"
-                 "GPU 0     0.5               300.5\n")
+    p.write_text(
+        "dcgmi dmon -e 1002,155\n#Entity   XSMACT            POWER\nID                          W\nGPU 0     0.5               300.5\n"
+    )
     sd = dcgm.read_dmon(p)
     assert series(sd, "sm_active") == [0.5] and series(sd, "power_w") == [300.5]
 
@@ -47,8 +48,10 @@ def test_ids_name_columns_the_registry_knows_by_id(tmp_path: Path) -> None:
 def test_old_header_and_collapsed_spaces(tmp_path: Path) -> None:
     """The form in NVIDIA's GPUDirect Storage blog post (``# Entity PCITX PCIRX`` / ``Id``, single spaces)."""
     p = tmp_path / "gds.txt"
-    p.write_text("dgx2> dcgmi dmon -e 1009,1010 -d 1000\n# Entity PCITX PCIRX\nId\nGPU 0 4712070210 5237742827\n"
-                 "GPU 1 435418 637272\nGPU 12 528378278 4721644934\n")
+    p.write_text(
+        "dgx2> dcgmi dmon -e 1009,1010 -d 1000\n# Entity PCITX PCIRX\nId\nGPU 0 4712070210 5237742827\n"
+        "GPU 1 435418 637272\nGPU 12 528378278 4721644934\n"
+    )
     assert dcgm.detect_dmon(p)
     sd = dcgm.read_dmon(p)
     df = sd.tables["samples"].to_pandas()
@@ -93,8 +96,10 @@ def test_wrapped_nvidia_smi_reads_as_bare(tmp_path: Path, name: str) -> None:
 
     src = DATA / "real_h200" / "nvidia_smi" / name
     p = tmp_path / name
-    p.write_text(f"$ nvidia-smi {'dmon' if 'dmon' in name else '--query-gpu'}\n"
-                 + "".join(f"h200-node1: {ln}\n" for ln in src.read_text().splitlines()))
+    p.write_text(
+        f"$ nvidia-smi {'dmon' if 'dmon' in name else '--query-gpu'}\n"
+        + "".join(f"h200-node1: {ln}\n" for ln in src.read_text().splitlines())
+    )
     read = nvidia_smi.read_dmon if "dmon" in name else nvidia_smi.read_query
     detect = nvidia_smi.detect_dmon if "dmon" in name else nvidia_smi.detect_query
     assert detect(p)

@@ -23,29 +23,36 @@ from perfsleuth.errors import InputError
 
 
 def result(name: str, expected=(), undetectable=(), findings=(), insufficient=()) -> CaseResult:
-    return CaseResult(name, name, tuple(expected), tuple(undetectable),
-                      tuple(Answer(f, c, i) for f, c, i in findings), tuple(insufficient), {})
+    return CaseResult(
+        name, name, tuple(expected), tuple(undetectable), tuple(Answer(f, c, i) for f, c, i in findings), tuple(insufficient), {}
+    )
 
 
 @pytest.fixture
 def tiny():
-    return score([
-        result("A", ["straggler_rank"], findings=[("straggler_rank", 0.9, 0.2)]),
-        result("B", ["gc_pause"], findings=[("dataloader_stall", 0.85, 0.1)]),
-        result("C"),
-        result("D", findings=[("exposed_communication", 0.6, 0.07)]),
-        result("E", ["checkpoint_stall"], ["small_kernels"], findings=[("checkpoint_stall", 0.95, 0.3),
-                                                                         ("small_kernels", 0.7, 0.02)]),
-        result("F", undetectable=["gc_pause"], insufficient=["gc_pause"]),
-        result("G", ["dataloader_stall"]),
-    ])
+    return score(
+        [
+            result("A", ["straggler_rank"], findings=[("straggler_rank", 0.9, 0.2)]),
+            result("B", ["gc_pause"], findings=[("dataloader_stall", 0.85, 0.1)]),
+            result("C"),
+            result("D", findings=[("exposed_communication", 0.6, 0.07)]),
+            result("E", ["checkpoint_stall"], ["small_kernels"], findings=[("checkpoint_stall", 0.95, 0.3), ("small_kernels", 0.7, 0.02)]),
+            result("F", undetectable=["gc_pause"], insufficient=["gc_pause"]),
+            result("G", ["dataloader_stall"]),
+        ]
+    )
 
 
 def test_per_class_counts_and_f1_on_a_hand_built_example(tiny) -> None:
     pc = {k: (v.tp, v.fp, v.fn, v.support) for k, v in tiny.per_class.items()}
-    assert pc == {"checkpoint_stall": (1, 0, 0, 1), "dataloader_stall": (0, 1, 1, 1),
-                  "exposed_communication": (0, 1, 0, 0), "gc_pause": (0, 0, 1, 1), "small_kernels": (0, 0, 0, 0),
-                  "straggler_rank": (1, 0, 0, 1)}
+    assert pc == {
+        "checkpoint_stall": (1, 0, 0, 1),
+        "dataloader_stall": (0, 1, 1, 1),
+        "exposed_communication": (0, 1, 0, 0),
+        "gc_pause": (0, 0, 1, 1),
+        "small_kernels": (0, 0, 0, 0),
+        "straggler_rank": (1, 0, 0, 1),
+    }
     assert tiny.per_class["straggler_rank"].f1 == 1.0 and tiny.per_class["dataloader_stall"].f1 == 0.0
     assert tiny.per_class["dataloader_stall"].precision == 0.0 and tiny.per_class["gc_pause"].precision is None
     # small_kernels is neither expected nor reported anywhere: not in the macro average
@@ -55,12 +62,24 @@ def test_per_class_counts_and_f1_on_a_hand_built_example(tiny) -> None:
 
 def test_confusion_matrix_puts_a_wrong_answer_in_the_row_of_the_fault_it_missed(tiny) -> None:
     labels = list(tiny.confusion_labels)
-    assert labels == ["checkpoint_stall", "dataloader_stall", "exposed_communication", "gc_pause", "small_kernels",
-                      "straggler_rank", "none"]
+    assert labels == [
+        "checkpoint_stall",
+        "dataloader_stall",
+        "exposed_communication",
+        "gc_pause",
+        "small_kernels",
+        "straggler_rank",
+        "none",
+    ]
     m = {(labels[i], labels[j]): v for i, row in enumerate(tiny.confusion) for j, v in enumerate(row) if v}
-    assert m == {("checkpoint_stall", "checkpoint_stall"): 1, ("straggler_rank", "straggler_rank"): 1,
-                 ("gc_pause", "dataloader_stall"): 1, ("dataloader_stall", "none"): 1,
-                 ("none", "exposed_communication"): 1, ("none", "none"): 2}
+    assert m == {
+        ("checkpoint_stall", "checkpoint_stall"): 1,
+        ("straggler_rank", "straggler_rank"): 1,
+        ("gc_pause", "dataloader_stall"): 1,
+        ("dataloader_stall", "none"): 1,
+        ("none", "exposed_communication"): 1,
+        ("none", "none"): 2,
+    }
 
 
 def test_misleading_missed_false_alarms_and_undetectable_outcomes(tiny) -> None:
@@ -80,7 +99,7 @@ def test_calibration_table_ece_and_brier_by_hand(tiny) -> None:
     assert bins[(0.8, 0.9)] == (1, pytest.approx(0.85), 0.0)
     assert bins[(0.9, 1.0)] == (2, pytest.approx(0.925), 1.0)
     assert cal.ece == pytest.approx(0.6 / 5 + 0.3 / 5 + 0.85 / 5 + 2 * 0.075 / 5)
-    assert cal.brier == pytest.approx((0.1 ** 2 + 0.85 ** 2 + 0.6 ** 2 + 0.05 ** 2 + 0.3 ** 2) / 5)
+    assert cal.brier == pytest.approx((0.1**2 + 0.85**2 + 0.6**2 + 0.05**2 + 0.3**2) / 5)
 
 
 def test_bar_reports_each_criterion(tiny) -> None:
@@ -92,15 +111,24 @@ def test_bar_reports_each_criterion(tiny) -> None:
 
 
 def test_case_json_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
-    case = Case(tmp_path / "c1", (CaseFault("straggler_rank", {"ranks": [3]}, 0.12, True),
-                                  CaseFault("gc_pause", {}, 0.01, False)), "simulated", "a note", "a rule")
+    case = Case(
+        tmp_path / "c1",
+        (CaseFault("straggler_rank", {"ranks": [3]}, 0.12, True), CaseFault("gc_pause", {}, 0.01, False)),
+        "simulated",
+        "a note",
+        "a rule",
+    )
     write_case(case)
     back = read_case(tmp_path / "c1")
     assert back.faults == case.faults and back.source == "simulated" and back.notes == "a note"
     assert back.detectable == {"straggler_rank"} and back.undetectable == {"gc_pause"}
     doc = json.loads((tmp_path / "c1" / CASE_FILE).read_text())
-    assert doc["schema"] == SCHEMA and doc["faults"][0] == {"fault": "straggler_rank", "scope": {"ranks": [3]},
-                                                            "magnitude": 0.12, "detectable": True}
+    assert doc["schema"] == SCHEMA and doc["faults"][0] == {
+        "fault": "straggler_rank",
+        "scope": {"ranks": [3]},
+        "magnitude": 0.12,
+        "detectable": True,
+    }
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / CASE_FILE).write_text('{"schema": "other/1"}')
     with pytest.raises(InputError, match="schema"):
@@ -110,8 +138,7 @@ def test_case_json_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
 
 def test_cases_add_copies_the_traces_and_records_the_verdict(tmp_path: Path, capsys) -> None:
     src = tmp_path / "job"
-    write_job(simulate(SimConfig(world_size=2, steps=3, layers=2, measure_impact=False,
-                                 faults=[StragglerRank(rank=1, slowdown=0.4)])), src)
+    write_job(simulate(SimConfig(world_size=2, steps=3, layers=2, measure_impact=False, faults=[StragglerRank(rank=1, slowdown=0.4)])), src)
     out = tmp_path / "case"
     assert cases_add(src, out, "straggler_rank", "ranks=1 steps=3-5", "rank 1's GPU ran at lower clocks") == 0
     case = read_case(out)

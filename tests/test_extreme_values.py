@@ -79,10 +79,10 @@ def test_a_world_size_beyond_int32_is_an_error(rank0: dict[str, Any], tmp_path: 
         load_trace_job([_write(tmp_path, doc)], workers=1)
 
 
-@pytest.mark.parametrize(("field", "value"), [("stream", 10**25), ("device", -(10**30)), ("correlation", 2**64),
-                                              ("External id", 10**40), ("correlation", 1e300)])
-def test_an_arg_beyond_int64_is_read_as_missing_with_a_caveat(rank0: dict[str, Any], tmp_path: Path, field: str,
-                                                              value: int) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"), [("stream", 10**25), ("device", -(10**30)), ("correlation", 2**64), ("External id", 10**40), ("correlation", 1e300)]
+)
+def test_an_arg_beyond_int64_is_read_as_missing_with_a_caveat(rank0: dict[str, Any], tmp_path: Path, field: str, value: int) -> None:
     doc = copy.deepcopy(rank0)
     _kernels(doc)[0]["args"][field] = value
     clean, _ = _read(_write(tmp_path, rank0))
@@ -91,10 +91,11 @@ def test_an_arg_beyond_int64_is_read_as_missing_with_a_caveat(rank0: dict[str, A
     assert job.events.num_rows == clean.events.num_rows  # the event itself is kept
 
 
-@pytest.mark.parametrize(("field", "value", "why"), [("ts", 9.2e18, "ts: 1 event"), ("dur", -50.0, "dur: 1 event"),
-                                                     ("dur", 1e301, "dur: 1 event"), ("ts", -9.2e18, "ts: 1 event")])
-def test_an_impossible_time_skips_the_event_and_says_so(rank0: dict[str, Any], tmp_path: Path, field: str, value: float,
-                                                        why: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [("ts", 9.2e18, "ts: 1 event"), ("dur", -50.0, "dur: 1 event"), ("dur", 1e301, "dur: 1 event"), ("ts", -9.2e18, "ts: 1 event")],
+)
+def test_an_impossible_time_skips_the_event_and_says_so(rank0: dict[str, Any], tmp_path: Path, field: str, value: float, why: str) -> None:
     doc = copy.deepcopy(rank0)
     _kernels(doc)[0][field] = value
     clean, _ = _read(_write(tmp_path, rank0))
@@ -134,8 +135,11 @@ def test_events_out_of_order_read_the_same(rank0: dict[str, Any], tmp_path: Path
     doc["traceEvents"].reverse()
     job, caveats = _read(_write(tmp_path, doc))
     key = ["ts_ns", "dur_ns", "correlation"]
-    assert job.events.select(key).sort_by([(k, "ascending") for k in key]).equals(
-        clean.events.select(key).sort_by([(k, "ascending") for k in key]))
+    assert (
+        job.events.select(key)
+        .sort_by([(k, "ascending") for k in key])
+        .equals(clean.events.select(key).sort_by([(k, "ascending") for k in key]))
+    )
     assert "values_out_of_range" not in caveats
 
 
@@ -149,8 +153,11 @@ def _csv(path: Path, header: str, rows: list[str]) -> Path:
 
 def test_compare_reads_1e308_as_missing_and_still_decides(tmp_path: Path) -> None:
     a = _csv(tmp_path / "a.csv", "node,step_time_ms", [f"n{i % 4},{100 + i % 3 + 0.1 * (i % 4)}" for i in range(24)])
-    b = _csv(tmp_path / "b.csv", "node,step_time_ms",
-             [f"n{i % 4},{110 + i % 3 + 0.1 * (i % 4)}" for i in range(24)] + ["n1,1e308", "n2,nan", "n3,-inf"])
+    b = _csv(
+        tmp_path / "b.csv",
+        "node,step_time_ms",
+        [f"n{i % 4},{110 + i % 3 + 0.1 * (i % 4)}" for i in range(24)] + ["n1,1e308", "n2,nan", "n3,-inf"],
+    )
     res = runner.invoke(app, ["compare", str(a), str(b), "--metric", "step_time_ms", "-f", "json"])
     assert res.exit_code == 1, res.output  # a regression, not an OverflowError
     [c] = json.loads(res.stdout)["comparisons"]
@@ -168,8 +175,7 @@ def test_compare_of_values_near_1e300_does_not_overflow(tmp_path: Path) -> None:
 
 
 def test_changes_reads_extremes_as_missing_and_finds_the_step(tmp_path: Path) -> None:
-    h = _csv(tmp_path / "h.csv", "v", [f"{10 + 2 * (i >= 30) + 0.01 * (i % 5)}" for i in range(60)]
-             + ["1e308", "-1e308", "nan", "inf"])
+    h = _csv(tmp_path / "h.csv", "v", [f"{10 + 2 * (i >= 30) + 0.01 * (i % 5)}" for i in range(60)] + ["1e308", "-1e308", "nan", "inf"])
     res = runner.invoke(app, ["changes", str(h), "-f", "json"])
     assert res.exit_code == 0, res.output
     [series] = json.loads(res.stdout)["series"]
@@ -180,20 +186,23 @@ def test_changes_reads_extremes_as_missing_and_finds_the_step(tmp_path: Path) ->
 def test_localize_reads_non_numbers_as_missing_per_column(tmp_path: Path) -> None:
     rows = [f"{v},n{j},{(70 if v == 'c' else 100) * (1 + 0.001 * j)},{100 * (1 + 0.001 * j)}" for v in "abc" for j in range(6)]
     leaves = _csv(tmp_path / "leaves.csv", "drv,node,real,predict", [*rows, "d,n9,1e308,1e308", "e,n9,nan,1", "f,n1,-1e308,inf"])
-    res = runner.invoke(app, ["localize", str(leaves), "--current", "real", "--baseline", "predict", "--bootstrap", "0",
-                              "-f", "json"])
+    res = runner.invoke(app, ["localize", str(leaves), "--current", "real", "--baseline", "predict", "--bootstrap", "0", "-f", "json"])
     assert res.exit_code == 0, res.output  # was: "<input>: the fleet totals are not finite"
     doc = json.loads(res.stdout)
     assert [c["elements"] for c in doc["culprits"]] == [{"drv": "c"}]
     msgs = [c["message"] for c in doc["caveats"] if c["code"] == "values_unusable"]
-    assert msgs == ["column real: 3 rows held NaN, infinity or a value beyond ±1e300 and were read as missing",
-                    "column predict: 2 rows held NaN, infinity or a value beyond ±1e300 and were read as missing"]
+    assert msgs == [
+        "column real: 3 rows held NaN, infinity or a value beyond ±1e300 and were read as missing",
+        "column predict: 2 rows held NaN, infinity or a value beyond ±1e300 and were read as missing",
+    ]
 
 
 # --- GPUs perfsleuth has no peaks for, and blank device cells ------------------------------------------
 
-NCU_HEADER = ('"ID","Kernel Name","Device","CC","device__attribute_display_name","gpu__time_duration.sum",'
-              '"sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"')
+NCU_HEADER = (
+    '"ID","Kernel Name","Device","CC","device__attribute_display_name","gpu__time_duration.sum",'
+    '"sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"'
+)
 
 
 def _ncu_page(path: Path, kernels: list[str], gpus: list[str]) -> Path:
@@ -217,8 +226,7 @@ def test_an_unknown_gpu_is_named_in_a_caveat(tmp_path: Path) -> None:
 
     page = _ncu_page(tmp_path / "ncu.csv", ["k0", "k1", "k2"], ["NVIDIA GB300", "NVIDIA GB300", "NVIDIA H100 80GB HBM3"])
     [c] = [c for c in read(page).caveats if c.code == "ncu_unknown_gpu"]
-    assert c.message.startswith("column device__attribute_display_name: 2 rows name a GPU perfsleuth has no peaks for "
-                                "(NVIDIA GB300)")
+    assert c.message.startswith("column device__attribute_display_name: 2 rows name a GPU perfsleuth has no peaks for (NVIDIA GB300)")
 
 
 # --- fleet report, localize --store and ingest --dims: extremes inside records, runs and dimensions -----
@@ -277,10 +285,9 @@ def test_fleet_report_reads_extremes_in_records_as_missing_and_names_each_column
         "number on this page",
         "column step_time_ns: 1 row held NaN, infinity, a negative value or one beyond ±1e300 (alone or times the run's "
         "weight) and was read as missing",
-        "column time_ns: 2 rows held a time outside 2015..2100 as epoch nanoseconds and were left out of every number on "
-        "this page",
-        "column tokens: 1 row held NaN, infinity, a negative value or one beyond ±1e300 and was left out of every number "
-        "on this page"]
+        "column time_ns: 2 rows held a time outside 2015..2100 as epoch nanoseconds and were left out of every number on this page",
+        "column tokens: 1 row held NaN, infinity, a negative value or one beyond ±1e300 and was left out of every number on this page",
+    ]
 
 
 def test_fleet_report_cli_on_extreme_records_writes_the_page_with_the_caveats(history, tmp_path: Path) -> None:
@@ -331,8 +338,26 @@ def extreme_store(history, tmp_path_factory: pytest.TempPathFactory):
 
 def _localize_store(store: Path, tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / f"{store.name}.json"
-    res = runner.invoke(app, ["localize", "--store", str(store), "--metric", "tokens_per_s_per_gpu", "--baseline", LOC_BASE,
-                              "--current", LOC_CUR, "--bootstrap", "0", "-f", "json", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "localize",
+            "--store",
+            str(store),
+            "--metric",
+            "tokens_per_s_per_gpu",
+            "--baseline",
+            LOC_BASE,
+            "--current",
+            LOC_CUR,
+            "--bootstrap",
+            "0",
+            "-f",
+            "json",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     return json.loads(out.read_text())
 
@@ -345,10 +370,12 @@ def test_localize_store_reads_extreme_run_values_as_missing_per_column(extreme_s
     for side in ("baseline", "current"):
         assert bad["fleet"][side] == pytest.approx(clean["fleet"][side], rel=1e-12)
     said = [c["message"] for c in bad["caveats"] if c["code"] == "values_unusable"]
-    assert said == ["column tokens: 2 runs held NaN, infinity, a negative value or one beyond ±1e300 and were read as "
-                    "missing: those runs are left out of tokens_per_s_per_gpu",
-                    "column gpu_seconds: 2 runs held NaN, infinity, a negative value or one beyond ±1e300 and were read as "
-                    "missing: those runs are left out of tokens_per_s_per_gpu"]
+    assert said == [
+        "column tokens: 2 runs held NaN, infinity, a negative value or one beyond ±1e300 and were read as "
+        "missing: those runs are left out of tokens_per_s_per_gpu",
+        "column gpu_seconds: 2 runs held NaN, infinity, a negative value or one beyond ±1e300 and were read as "
+        "missing: those runs are left out of tokens_per_s_per_gpu",
+    ]
 
 
 def test_fleet_report_from_a_store_with_extreme_runs_names_the_columns(extreme_store, tmp_path: Path) -> None:
@@ -375,13 +402,15 @@ def test_ingest_dims_fact_beyond_1e300_is_an_error_naming_the_flag(demo_job: Pat
     assert not (tmp_path / "s" / "manifest.json").exists()
 
 
-@pytest.mark.parametrize(("text", "cause"), [
-    ('{"tokens_per_step": 1e305}', "tokens_per_step='1e+305' is not a positive number up to 1e300"),
-    ('{"tp": NaN}', "the value of 'tp' is nan: a NaN or Infinity literal, which is not JSON"),
-    ('{"node": -Infinity}', "the value of 'node' is -inf: a NaN or Infinity literal"),
-])
-def test_a_sidecar_with_extreme_values_is_an_error_naming_file_and_key(demo_job: Path, tmp_path: Path, text: str,
-                                                                        cause: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        ('{"tokens_per_step": 1e305}', "tokens_per_step='1e+305' is not a positive number up to 1e300"),
+        ('{"tp": NaN}', "the value of 'tp' is nan: a NaN or Infinity literal, which is not JSON"),
+        ('{"node": -Infinity}', "the value of 'node' is -inf: a NaN or Infinity literal"),
+    ],
+)
+def test_a_sidecar_with_extreme_values_is_an_error_naming_file_and_key(demo_job: Path, tmp_path: Path, text: str, cause: str) -> None:
     job = tmp_path / "job"
     job.mkdir()
     for f in demo_job.iterdir():
@@ -397,8 +426,7 @@ def test_ingest_stores_record_values_beyond_1e300_as_missing_and_notes_each_colu
     from perfsleuth import engine
     from perfsleuth.store import Store
 
-    res = runner.invoke(app, ["ingest", str(demo_job), "--store", str(tmp_path / "s"), "--dims", "tokens_per_step=1e300",
-                              "-f", "json"])
+    res = runner.invoke(app, ["ingest", str(demo_job), "--store", str(tmp_path / "s"), "--dims", "tokens_per_step=1e300", "-f", "json"])
     assert res.exit_code == 0, res.output
     [job] = json.loads(res.stdout)["jobs"]
     # 8 steps of 1e300 tokens: 8e300 tokens, and a throughput beyond 1e300 too; both stored as missing
@@ -409,12 +437,13 @@ def test_ingest_stores_record_values_beyond_1e300_as_missing_and_notes_each_colu
 
 
 def test_ingest_names_a_gpu_sku_dimension_it_has_no_peaks_for(demo_job: Path, tmp_path: Path) -> None:
-    res = runner.invoke(app, ["ingest", str(demo_job), "--store", str(tmp_path / "s"), "--dims", "gpu_sku=NVIDIA GB300",
-                              "-f", "json"])
+    res = runner.invoke(app, ["ingest", str(demo_job), "--store", str(tmp_path / "s"), "--dims", "gpu_sku=NVIDIA GB300", "-f", "json"])
     assert res.exit_code == 0, res.output
     [job] = json.loads(res.stdout)["jobs"]
-    assert ("dimension gpu_sku 'NVIDIA GB300' names a GPU perfsleuth has no peaks for: the record's peak FLOP/s and MFU "
-            "are those of the GPU the files name (h100-sxm)") in job["notes"]
+    assert (
+        "dimension gpu_sku 'NVIDIA GB300' names a GPU perfsleuth has no peaks for: the record's peak FLOP/s and MFU "
+        "are those of the GPU the files name (h100-sxm)"
+    ) in job["notes"]
 
 
 # --- the JAX and Nsight Systems readers: the Kineto reader's rules, by construction -----------------
@@ -426,11 +455,14 @@ def _jax_kernel(doc: dict[str, Any]) -> dict[str, Any]:
     return next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("pid") == GPU and e.get("tid") == 7)
 
 
-@pytest.mark.parametrize(("field", "value", "why"), [
-    ("ts", 9.2e18, "ts: 1 event had a value perfsleuth cannot use (first: 9.2e+18); outside any plausible clock"),
-    ("dur", -50.0, "dur: 1 event had a value perfsleuth cannot use (first: -50.0); negative"),
-    ("dur", 1e301, "dur: 1 event had a value perfsleuth cannot use (first: 1e+301); negative, not finite or longer"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("ts", 9.2e18, "ts: 1 event had a value perfsleuth cannot use (first: 9.2e+18); outside any plausible clock"),
+        ("dur", -50.0, "dur: 1 event had a value perfsleuth cannot use (first: -50.0); negative"),
+        ("dur", 1e301, "dur: 1 event had a value perfsleuth cannot use (first: 1e+301); negative, not finite or longer"),
+    ],
+)
 def test_jax_impossible_times_skip_the_event_with_a_caveat(tmp_path: Path, field: str, value: float, why: str) -> None:
     from test_jax import _gpu_doc, _write
 
@@ -446,8 +478,9 @@ def test_jax_impossible_times_skip_the_event_with_a_caveat(tmp_path: Path, field
     assert int(rf.events["ts_ns"].to_numpy().max()) == int(clean.events["ts_ns"].to_numpy().max())
 
 
-@pytest.mark.parametrize(("place", "value"), [("pid", 10**25), ("correlation_id", str(10**25)), ("correlation_id", "1e300"),
-                                              ("step_num", str(2**64))])
+@pytest.mark.parametrize(
+    ("place", "value"), [("pid", 10**25), ("correlation_id", str(10**25)), ("correlation_id", "1e300"), ("step_num", str(2**64))]
+)
 def test_jax_ids_beyond_int64_are_read_as_missing_with_a_caveat(tmp_path: Path, place: str, value: Any) -> None:
     from test_jax import _gpu_doc, _write
 
@@ -478,11 +511,16 @@ def _nsys_with(tmp_path: Path, sql: str, name: str = "rank-0.sqlite") -> Path:
 KERNEL_11 = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {} WHERE correlationId = 11"
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    ("start = 9200000000000000000, end = 9200000000000001000",
-     "start: 1 event had a value perfsleuth cannot use (first: 9200000000000000000); outside any plausible clock"),
-    ("end = start - 50", "end - start: 1 event had a value perfsleuth cannot use (first: -50); negative"),
-])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (
+            "start = 9200000000000000000, end = 9200000000000001000",
+            "start: 1 event had a value perfsleuth cannot use (first: 9200000000000000000); outside any plausible clock",
+        ),
+        ("end = start - 50", "end - start: 1 event had a value perfsleuth cannot use (first: -50); negative"),
+    ],
+)
 def test_nsys_impossible_times_skip_the_event_with_a_caveat(tmp_path: Path, change: str, why: str) -> None:
     from test_nsys import kind_of, tiny
 
@@ -497,11 +535,11 @@ def test_nsys_impossible_times_skip_the_event_with_a_caveat(tmp_path: Path, chan
     assert kind_of(r.events, "collective")["ts_ns"].equals(kind_of(clean.events, "collective")["ts_ns"])
 
 
-@pytest.mark.parametrize(("change", "column", "shown"), [("start = 1e300", "start", "1e+300"),
-                                                         ("streamId = 'abc'", "streamId", "'abc'"),
-                                                         ("correlationId = 1e30", "correlationId", "1e+30")])
-def test_nsys_values_no_integer_are_an_error_naming_table_row_and_column(tmp_path: Path, change: str, column: str,
-                                                                         shown: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "column", "shown"),
+    [("start = 1e300", "start", "1e+300"), ("streamId = 'abc'", "streamId", "'abc'"), ("correlationId = 1e30", "correlationId", "1e+30")],
+)
+def test_nsys_values_no_integer_are_an_error_naming_table_row_and_column(tmp_path: Path, change: str, column: str, shown: str) -> None:
     from perfsleuth.ingest import nsys
 
     path = _nsys_with(tmp_path, KERNEL_11.format(change))
@@ -536,8 +574,7 @@ def test_nsys_session_start_beyond_2100_is_not_used_to_rebase(tmp_path: Path) ->
 # --- NaN and Infinity literals (Python's json.dumps writes them) ----------------------------------------
 
 
-def test_nan_and_infinity_literals_in_a_kineto_file_are_read_as_missing_with_a_caveat(rank0: dict[str, Any],
-                                                                                     tmp_path: Path) -> None:
+def test_nan_and_infinity_literals_in_a_kineto_file_are_read_as_missing_with_a_caveat(rank0: dict[str, Any], tmp_path: Path) -> None:
     doc = copy.deepcopy(rank0)
     kernels = _kernels(doc)
     kernels[0]["dur"], kernels[1]["args"]["stream"] = float("nan"), float("inf")
@@ -548,9 +585,11 @@ def test_nan_and_infinity_literals_in_a_kineto_file_are_read_as_missing_with_a_c
     clean, _ = _read(_write_to(tmp_path / "clean.json", rank0))
     job, caveats = _read(path)
     first = text.index(b"NaN,")  # the dur literal comes first in the file
-    assert caveats["values_not_json"] == (f"2 values were NaN or Infinity literals (first at byte {first}), which JSON "
-                                          "does not have (Python's json.dumps writes them): read as missing "
-                                          "(dur: 1, stream: 1)")  # was: "not valid JSON — truncated or corrupted"
+    assert caveats["values_not_json"] == (
+        f"2 values were NaN or Infinity literals (first at byte {first}), which JSON "
+        "does not have (Python's json.dumps writes them): read as missing "
+        "(dur: 1, stream: 1)"
+    )  # was: "not valid JSON — truncated or corrupted"
     assert caveats["events_missing_fields"] == "1 complete events had no ts or dur and were skipped"
     assert job.events.num_rows == clean.events.num_rows - 1
     assert "kernel: NaN, Infinity" in job.events["name"].to_pylist()

@@ -28,9 +28,13 @@ def _codes(sd) -> set[str]:
 
 # --- step logs ----------------------------------------------------------------------------------------------
 
+
 def test_a_bar_redrawn_with_carriage_returns_gives_every_update(tmp_path: Path) -> None:
-    updates = [f"Epoch 0:  {10 * i}%|{'#' * i}{' ' * (10 - i)}| {i}/10 [00:0{i}<00:0{10 - i},  {1.5 + i / 10:.2f}it/s, v_num=0, "
-               f"train_loss={3.0 - i / 10:.3f}]" for i in range(1, 5)]
+    updates = [
+        f"Epoch 0:  {10 * i}%|{'#' * i}{' ' * (10 - i)}| {i}/10 [00:0{i}<00:0{10 - i},  {1.5 + i / 10:.2f}it/s, v_num=0, "
+        f"train_loss={3.0 - i / 10:.3f}]"
+        for i in range(1, 5)
+    ]
     sd = _read(tmp_path, "bar.log", "\r".join(updates) + "\n", "steplog")
     t = sd.tables["step_log"].to_pandas()
     assert list(t["step"]) == [1, 2, 3, 4]
@@ -40,21 +44,27 @@ def test_a_bar_redrawn_with_carriage_returns_gives_every_update(tmp_path: Path) 
 
 
 def test_a_redraw_for_the_same_batch_replaces_the_row_before(tmp_path: Path) -> None:
-    text = ("Epoch 0:   6%|▌         | 1/18 [00:08<02:29,  8.77s/it]\n"
-            "Epoch 0:   6%|▌         | 1/18 [00:08<02:29,  8.77s/it, loss=10.473, v_num=1]\n"
-            "Epoch 0:  11%|█         | 2/18 [00:11<01:33,  5.82s/it, loss=10.473, v_num=1]\n")
+    text = (
+        "Epoch 0:   6%|▌         | 1/18 [00:08<02:29,  8.77s/it]\n"
+        "Epoch 0:   6%|▌         | 1/18 [00:08<02:29,  8.77s/it, loss=10.473, v_num=1]\n"
+        "Epoch 0:  11%|█         | 2/18 [00:11<01:33,  5.82s/it, loss=10.473, v_num=1]\n"
+    )
     t = _read(tmp_path, "pl.log", text, "steplog").tables["step_log"].to_pandas()
     assert list(t["step"]) == [1, 2] and t["loss"].iloc[0] == 10.473
 
 
 def test_nemo_validation_progress_is_not_a_megatron_iteration(tmp_path: Path) -> None:
-    line = ("i.finetune/0 Training epoch 0, iteration {i}/99 | lr: 1e-06 | global_batch_size: 64 | global_step: {i} | "
-            "reduced_train_loss: 0.9 | train_step_timing in s: 0.5{i} | consumed_samples: {s}\n")
-    text = (line.format(i=8, s=576) + line.format(i=9, s=640)
-            + "i.finetune/0 Validation: iteration 1/0\n"
-            + "i.finetune/0 [NeMo I 2025-08-26 13:45:33 nemo_logging:393] Global Checkpoint Save : Rank: 0 : Iteration: 10 : "
-              "Start time: 1756196133.682s : Save duration: 0.232s\n"
-            + line.format(i=10, s=704))
+    line = (
+        "i.finetune/0 Training epoch 0, iteration {i}/99 | lr: 1e-06 | global_batch_size: 64 | global_step: {i} | "
+        "reduced_train_loss: 0.9 | train_step_timing in s: 0.5{i} | consumed_samples: {s}\n"
+    )
+    text = (
+        line.format(i=8, s=576)
+        + line.format(i=9, s=640)
+        + "i.finetune/0 Validation: iteration 1/0\n"
+        + "i.finetune/0 [NeMo I 2025-08-26 13:45:33 nemo_logging:393] Global Checkpoint Save : Rank: 0 : Iteration: 10 : "
+        "Start time: 1756196133.682s : Save duration: 0.232s\n" + line.format(i=10, s=704)
+    )
     sd = _read(tmp_path, "nemo.log", text, "steplog")
     t = sd.tables["step_log"].to_pandas()
     assert list(t["step"]) == [8, 9, 10] and sd.meta["framework"] == "nemo"
@@ -75,8 +85,7 @@ def test_torchtune_metric_lines_carry_no_time(tmp_path: Path) -> None:
 
 # --- telemetry ----------------------------------------------------------------------------------------------
 
-_SCRAPE = ('DCGM_FI_DEV_SM_CLOCK{gpu="0", UUID="GPU-1"} 139\n...\n'
-           'DCGM_FI_DEV_MEMORY_TEMP{gpu="0", UUID="GPU-1"} 9223372036854775794\n...\n')
+_SCRAPE = 'DCGM_FI_DEV_SM_CLOCK{gpu="0", UUID="GPU-1"} 139\n...\nDCGM_FI_DEV_MEMORY_TEMP{gpu="0", UUID="GPU-1"} 9223372036854775794\n...\n'
 
 
 def test_a_quoted_scrape_with_elisions_reads_what_it_has(tmp_path: Path) -> None:
@@ -89,14 +98,16 @@ def test_a_quoted_scrape_with_elisions_reads_what_it_has(tmp_path: Path) -> None
 
 def test_a_garbled_scrape_line_is_still_an_error(tmp_path: Path) -> None:
     p = tmp_path / "metrics.txt"
-    p.write_text(_SCRAPE + "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 12\n")
+    p.write_text(_SCRAPE + 'DCGM_FI_DEV_GPU_UTIL{gpu="0" 12\n')
     with pytest.raises(InputError, match="not a Prometheus sample line"):
         detect_format(p).read(p)
 
 
 def test_nvidia_smi_dmon_old_temp_column_is_the_gpu_temperature(tmp_path: Path) -> None:
-    text = ("# gpu   pwr  temp    sm   mem   enc   dec  mclk  pclk\n# Idx     W     C     %     %     %     %   MHz   MHz\n"
-            "    0    20    43     0     8     0     0   324   135\n")
+    text = (
+        "# gpu   pwr  temp    sm   mem   enc   dec  mclk  pclk\n# Idx     W     C     %     %     %     %   MHz   MHz\n"
+        "    0    20    43     0     8     0     0   324   135\n"
+    )
     sd = _read(tmp_path, "dmon.txt", text, "nvidia_smi_dmon")
     df = sd.tables["samples"].to_pandas()
     assert df[df.metric == "gpu_temp_c"]["value"].tolist() == [43.0]
@@ -111,17 +122,17 @@ _ROW11 = "     {s}       {c}     float    52.01    1.26    1.10  0e+00    50.09 
 
 @pytest.mark.parametrize("row", [_ROW13, _ROW11])
 def test_rows_pasted_without_a_header_are_a_results_table(tmp_path: Path, row: str) -> None:
-    text = "".join(row.format(s=2 ** k, c=2 ** k // 4) for k in range(15, 19))
+    text = "".join(row.format(s=2**k, c=2**k // 4) for k in range(15, 19))
     sd = _read(tmp_path, "rows.log", text, "nccl_tests")
     t = sd.tables["nccl_tests"].to_pandas()
-    assert sorted(t["size_bytes"].unique()) == [2 ** k for k in range(15, 19)]
+    assert sorted(t["size_bytes"].unique()) == [2**k for k in range(15, 19)]
     assert set(t["placement"]) == {"out_of_place", "in_place"}
     assert "nccl_tests_no_header" in _codes(sd)
 
 
 def test_two_result_like_lines_alone_are_not_enough(tmp_path: Path) -> None:
     p = tmp_path / "two.log"
-    p.write_text("".join(_ROW13.format(s=2 ** k, c=2 ** k // 4) for k in range(15, 17)))
+    p.write_text("".join(_ROW13.format(s=2**k, c=2**k // 4) for k in range(15, 17)))
     assert detect_format(p) is None
 
 
@@ -151,9 +162,11 @@ def test_each_summary_block_is_one_result(tmp_path: Path) -> None:
 
 
 def test_trtllm_bench_world_size_divides_throughput(tmp_path: Path) -> None:
-    text = ("= WORLD + RUNTIME INFORMATION\nTP Size:                4\n\n= PERFORMANCE OVERVIEW\n"
-            "Request Throughput (req/sec):                     7.3411\nTotal Output Throughput (tokens/sec):             7517.2584\n"
-            "Total Latency (ms):                               120736.4401\n[TPOT] P50    : 20.5\n")
+    text = (
+        "= WORLD + RUNTIME INFORMATION\nTP Size:                4\n\n= PERFORMANCE OVERVIEW\n"
+        "Request Throughput (req/sec):                     7.3411\nTotal Output Throughput (tokens/sec):             7517.2584\n"
+        "Total Latency (ms):                               120736.4401\n[TPOT] P50    : 20.5\n"
+    )
     sd = _read(tmp_path, "trt.txt", text, "inference_bench")
     row = sd.tables["inference_records"].to_pylist()[0]
     assert row["source_format"] == "trtllm_bench" and row["duration_s"] == pytest.approx(120.7364401) and row["tpot_median_ms"] == 20.5

@@ -20,8 +20,20 @@ REAL = Path(__file__).parent / "data" / "real_h200" / "torch"
 JOBS = ("healthy", "gc_pause", "dataloader_stall")
 
 
-@pytest.mark.parametrize("raw, text", [(13000, "13.0"), (12040, "12.4"), (11080, "11.8"), ("12010", "12.1"),
-                                       ("12.4", "12.4"), ("12.4.1", "12.4.1"), (None, None), ("abc", None), (42, None)])
+@pytest.mark.parametrize(
+    "raw, text",
+    [
+        (13000, "13.0"),
+        (12040, "12.4"),
+        (11080, "11.8"),
+        ("12010", "12.1"),
+        ("12.4", "12.4"),
+        ("12.4.1", "12.4.1"),
+        (None, None),
+        ("abc", None),
+        (42, None),
+    ],
+)
 def test_cuda_versions_read_as_major_minor(raw, text):
     """CUDA encodes a version as 1000 * major + 10 * minor (cudaRuntimeGetVersion, cudaDriverGetVersion)."""
     assert cuda_version(raw) == text
@@ -35,8 +47,10 @@ def test_temporary_trace_names_are_no_workload(tmp_path):
     assert workload_name({}, "/tmp/tmpa1b2c3d4.json", job) == "llama-70b-tp8"
     assert workload_name({"model": "llama-70b"}, "/tmp/tmpa1b2c3d4.json", job) == "llama-70b"
     assert workload_name({}, "rank-0.123.pt.trace.json.gz", job) == "llama-70b-tp8"
-    assert setup_differences({"gpu_sku": "A100", "world_size": 8}, {"gpu_sku": "V100", "world_size": 2}) == \
-        ["GPU A100 vs V100", "world size 8 vs 2"]
+    assert setup_differences({"gpu_sku": "A100", "world_size": 8}, {"gpu_sku": "V100", "world_size": 2}) == [
+        "GPU A100 vs V100",
+        "world size 8 vs 2",
+    ]
     assert setup_differences({"gpu_sku": "A100", "nccl": None}, {"gpu_sku": "A100", "nccl": "2.21"}) == []
 
 
@@ -53,8 +67,7 @@ def fleet(tmp_path_factory) -> dict[str, object]:
     doc["traceEvents"] = doc["traceEvents"][:-1]  # other content, same folder name
     (twin / src.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
     store = root / "store"
-    res = CliRunner().invoke(app, ["ingest", *map(str, paths), str(twin), "--store", str(store), "-f", "json",
-                                   "--dims", "cluster=h200"])
+    res = CliRunner().invoke(app, ["ingest", *map(str, paths), str(twin), "--store", str(store), "-f", "json", "--dims", "cluster=h200"])
     assert res.exit_code == 0, res.output
     return {"doc": json.loads(res.stdout), "store": store}
 

@@ -62,8 +62,9 @@ def fleet(history, tmp_path_factory):
 
 
 def _second_slowest_of_bad_rack(history: pa.Table) -> str:
-    now = history.filter(pc.and_(pc.equal(history["rack"], BAD_RACK),
-                                 pc.greater_equal(history["time_ns"], (EPOCH_DAY + CHANGE_DAY) * NS_DAY)))
+    now = history.filter(
+        pc.and_(pc.equal(history["rack"], BAD_RACK), pc.greater_equal(history["time_ns"], (EPOCH_DAY + CHANGE_DAY) * NS_DAY))
+    )
     return now.sort_by("tokens_per_s_per_gpu")["run_id"][1].as_py()
 
 
@@ -125,11 +126,11 @@ def test_factor_tree_puts_the_change_on_compute(fleet):
 def test_hostile_dimension_values_and_run_ids_are_escaped(fleet, history):
     _page, html, _ = fleet
     assert "<script>" not in html and "<img src=x" not in html and "onerror=alert(&#x27;run&#x27;)>" not in html
-    assert 'c1-r02&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;' in html  # culprit table, summary, waterfall
+    assert "c1-r02&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in html  # culprit table, summary, waterfall
     assert "&lt;img src=x onerror=alert(&#x27;run&#x27;)&gt;" in html  # the culprit's slowest run
     linked = _second_slowest_of_bad_rack(history)
     assert f'<a href="runs/{linked}.html">{linked}</a>' in html  # an existing per-run page is linked
-    assert html.count("<a href=\"runs/") == html.count(f"<a href=\"runs/{linked}.html")  # and nothing else is
+    assert html.count('<a href="runs/') == html.count(f'<a href="runs/{linked}.html')  # and nothing else is
 
 
 def test_run_links_only_for_plain_file_names_that_exist(tmp_path):
@@ -145,11 +146,15 @@ def test_run_links_only_for_plain_file_names_that_exist(tmp_path):
 
 
 def test_missing_factor_and_gpu_time_columns_are_said_not_failed(history):
-    slim = history.drop_columns(["gpu_seconds", "tokens", "step_time_ns", "compute_fraction", "exposed_comm_fraction",
-                                 "idle_other_fraction"]).filter(pc.greater_equal(history["time_ns"], (EPOCH_DAY + 14) * NS_DAY))
-    page = build_fleet_page(engine.table(engine.connect(), slim), bootstrap=0,
-                            baseline=parse_window("2026-03-15..2026-03-18", "--baseline"),
-                            current=parse_window("2026-03-19..2026-03-28", "--current"))
+    slim = history.drop_columns(
+        ["gpu_seconds", "tokens", "step_time_ns", "compute_fraction", "exposed_comm_fraction", "idle_other_fraction"]
+    ).filter(pc.greater_equal(history["time_ns"], (EPOCH_DAY + 14) * NS_DAY))
+    page = build_fleet_page(
+        engine.table(engine.connect(), slim),
+        bootstrap=0,
+        baseline=parse_window("2026-03-15..2026-03-18", "--baseline"),
+        current=parse_window("2026-03-19..2026-03-28", "--current"),
+    )
     html = render_fleet_html(page)
     assert page.factors == () and page.attribution is None
     assert "the records have no factor columns" in html
@@ -170,8 +175,12 @@ def test_bad_input_is_a_clear_error(history):
     with pytest.raises(InputError, match="the last day is before the first"):
         parse_window("2026-03-09..2026-03-01", "--current")
     with pytest.raises(InputError, match="baseline window 2025-01-01..2025-01-07 holds no records"):
-        build_fleet_page(engine.table(con, history), baseline=parse_window("2025-01-01..2025-01-07", "b"),
-                         current=parse_window("2026-03-20..2026-03-28", "c"), bootstrap=0)
+        build_fleet_page(
+            engine.table(con, history),
+            baseline=parse_window("2025-01-01..2025-01-07", "b"),
+            current=parse_window("2026-03-20..2026-03-28", "c"),
+            bootstrap=0,
+        )
 
 
 def test_cli_fleet_report_from_a_records_file_and_store_errors(history, tmp_path):
@@ -179,9 +188,27 @@ def test_cli_fleet_report_from_a_records_file_and_store_errors(history, tmp_path
     pq.write_table(history.filter(pc.greater_equal(history["time_ns"], (EPOCH_DAY + 12) * NS_DAY)), rec)
     out = tmp_path / "page.html"
     runner = CliRunner()
-    res = runner.invoke(app, ["fleet", "report", "--records", str(rec), "--out", str(out), "--bootstrap", "0",
-                              "--baseline", "2026-03-13..2026-03-18", "--current", "2026-03-19..2026-03-28",
-                              "--price-per-gpu-hour", "3.5", "--currency", "EUR"])
+    res = runner.invoke(
+        app,
+        [
+            "fleet",
+            "report",
+            "--records",
+            str(rec),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+            "--baseline",
+            "2026-03-13..2026-03-18",
+            "--current",
+            "2026-03-19..2026-03-28",
+            "--price-per-gpu-hour",
+            "3.5",
+            "--currency",
+            "EUR",
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = out.read_text(encoding="utf-8")
     assert "3.50 EUR per GPU-hour" in text and "the default" not in text.split("per GPU-hour")[1][:20]
@@ -201,8 +228,23 @@ def test_cli_fleet_report_from_a_store(history, tmp_path):
     kept = _write_store(history, tmp_path / "store", 14)
     out = tmp_path / "site" / "fleet.html"
     out.parent.mkdir()
-    res = CliRunner().invoke(app, ["fleet", "report", "--store", str(tmp_path / "store"), "--out", str(out), "--bootstrap",
-                                   "0", "--baseline", "2026-03-15..2026-03-18", "--current", "2026-03-19..2026-03-28"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "fleet",
+            "report",
+            "--store",
+            str(tmp_path / "store"),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+            "--baseline",
+            "2026-03-15..2026-03-18",
+            "--current",
+            "2026-03-19..2026-03-28",
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = out.read_text(encoding="utf-8")
     cur = _window_rows(kept, parse_window("2026-03-19..2026-03-28", "c"))
@@ -218,11 +260,28 @@ def _chromium() -> str | None:
 def _screenshot(browser: str, page: Path, png: Path) -> str:
     """Render ``page`` headless into ``png``; returns Chromium's log (console messages appear as ``CONSOLE``)."""
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                               "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                               "--enable-logging=stderr", "--v=0", "--window-size=1280,2000", f"--screenshot={png}",
-                               page.resolve().as_uri()], capture_output=True, text=True, timeout=90,
-                              env={**os.environ, "HOME": profile})
+        proc = subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1280,2000",
+                f"--screenshot={png}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "HOME": profile},
+        )
     return proc.stdout + proc.stderr
 
 

@@ -136,9 +136,12 @@ def test_straggler_peers_collectives_end_with_the_last_arrival() -> None:
 def _summary(path: Path) -> tuple:
     r = analyze([path], workers=1)
     steps = r.analysis.steps.to_pandas()
-    return (tuple((f.fault, round(f.confidence, 3), round(f.impact.value, 4)) for f in r.diagnosis.findings),
-            tuple(np.round(steps.sort_values(["rank", "step"])["step_time_ns"].to_numpy() / 1e3).astype(int))
-            if "step_time_ns" in steps else len(steps))
+    return (
+        tuple((f.fault, round(f.confidence, 3), round(f.impact.value, 4)) for f in r.diagnosis.findings),
+        tuple(np.round(steps.sort_values(["rank", "step"])["step_time_ns"].to_numpy() / 1e3).astype(int))
+        if "step_time_ns" in steps
+        else len(steps),
+    )
 
 
 @pytest.mark.parametrize("kind", ["time_shift", "rename", "gzip"])
@@ -153,7 +156,7 @@ def test_identity_controls_give_the_original_diagnosis(tmp_path: Path, kind: str
         name = name.removesuffix(".gz")
     d = tmp_path / kind
     save_doc(doc, d / name)
-    assert (d / name).read_bytes()[:2] == (b"\x1f\x8b" if name.endswith(".gz") else b"{\"")
+    assert (d / name).read_bytes()[:2] == (b"\x1f\x8b" if name.endswith(".gz") else b'{"')
     assert _summary(d) == _summary(NCCL.parent)
 
 
@@ -170,9 +173,15 @@ def test_rank_relabel_keeps_the_diagnosis_of_a_two_rank_job(tmp_path: Path) -> N
 
 def test_evaluate_does_not_count_what_the_original_already_had() -> None:
     base = CaseResult("orig", "orig", (), (), (Answer("host_launch_bound", 0.97, 0.8),), (), {})
-    mut = CaseResult("m", "m", ("dataloader_stall",), (), (Answer("host_launch_bound", 0.97, 0.7),
-                                                           Answer("dataloader_stall", 0.95, 0.1),
-                                                           Answer("gc_pause", 0.9, 0.05)), (), {})
+    mut = CaseResult(
+        "m",
+        "m",
+        ("dataloader_stall",),
+        (),
+        (Answer("host_launch_bound", 0.97, 0.7), Answer("dataloader_stall", 0.95, 0.1), Answer("gc_pause", 0.9, 0.05)),
+        (),
+        {},
+    )
     graded = with_baseline(mut, base)
     assert graded.baseline == ("host_launch_bound",)
     assert [a.fault for a in graded.wrong] == ["gc_pause"]  # new and not injected: misleading
@@ -189,12 +198,19 @@ def test_the_cli_writes_a_suite_that_evaluate_reads(tmp_path: Path, capsys) -> N
     (src / "h200_healthy").symlink_to(H200, target_is_directory=True)  # a small real capture (HTA's toy is fixture-sized)
     assert cases_make_real(src, tmp_path / "suite", seed=3) == 0
     docs = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "suite").rglob("case.json")}
-    assert {"original", "control-time_shift-1", "control-gzip-1", "control-rename-1", "control-rank_relabel-1",
-            "dataloader_stall-1", "allocator_churn-1", "unattributed_host_stall-1"} <= set(docs)
+    assert {
+        "original",
+        "control-time_shift-1",
+        "control-gzip-1",
+        "control-rename-1",
+        "control-rank_relabel-1",
+        "dataloader_stall-1",
+        "allocator_churn-1",
+        "unattributed_host_stall-1",
+    } <= set(docs)
     # (a save is injected only where the GPU has drained, which this GPU-bound capture never does)
     for name, doc in docs.items():
-        assert doc["source"] == "real" and doc["origin"][0]["sha256"] and doc["original"] in (".", "../original",
-                                                                                              "../copies-original")
+        assert doc["source"] == "real" and doc["origin"][0]["sha256"] and doc["original"] in (".", "../original", "../copies-original")
         for f in doc["faults"]:
             assert f["detectable"] == (f["magnitude"] >= 0.03 and "undetectable whatever" not in doc["notes"]), name
     capsys.readouterr()
@@ -204,5 +220,4 @@ def test_the_cli_writes_a_suite_that_evaluate_reads(tmp_path: Path, capsys) -> N
     assert rep["cases"] == len(docs) and rep["bar"][0]["criterion"].startswith("macro F1 >= 0.95")
     job = tmp_path / "suite" / "h200_healthy"
     again = evaluate([job / "control-gzip-1"], workers=1)
-    assert again.cases[0].baseline == tuple(sorted(evaluate([job / "original"],
-                                                           workers=1).cases[0].found))
+    assert again.cases[0].baseline == tuple(sorted(evaluate([job / "original"], workers=1).cases[0].found))

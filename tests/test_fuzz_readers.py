@@ -60,8 +60,14 @@ from perfsleuth.ingest.source import ADAPTERS
 
 EXAMPLES = int(os.environ.get("PERFSLEUTH_FUZZ_EXAMPLES", "30"))
 settings.register_profile(
-    "perfsleuth-fuzz", max_examples=EXAMPLES, derandomize=True, database=None, deadline=timedelta(seconds=10),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example], print_blob=True)
+    "perfsleuth-fuzz",
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=timedelta(seconds=10),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    print_blob=True,
+)
 FUZZ = settings.get_profile("perfsleuth-fuzz")
 
 
@@ -80,8 +86,9 @@ def _dumps(doc: object) -> str:
 def _json_doc_mutants(doc: object, kind: str) -> st.SearchStrategy[Mutant]:
     text = _dumps(doc)
     structure = json_mutants(doc, paths_of(kind))
-    return st.one_of(structure, structure, line_mutants(text.replace("}, {", "},\n{")), byte_mutants(text.encode()),
-                     gzip_mutants(structure))
+    return st.one_of(
+        structure, structure, line_mutants(text.replace("}, {", "},\n{")), byte_mutants(text.encode()), gzip_mutants(structure)
+    )
 
 
 @FUZZ
@@ -177,8 +184,9 @@ def _json_text_mutants(texts: list[str]) -> st.SearchStrategy[Mutant]:
             return st.one_of(jsonl_mutants(text), jsonl_mutants(text), line_mutants(text), byte_mutants(text.encode()))
         from fuzz_support import json_paths
 
-        return st.one_of(json_mutants(doc, json_paths(doc)), json_mutants(doc, json_paths(doc)), line_mutants(text),
-                         byte_mutants(text.encode()))
+        return st.one_of(
+            json_mutants(doc, json_paths(doc)), json_mutants(doc, json_paths(doc)), line_mutants(text), byte_mutants(text.encode())
+        )
 
     return st.sampled_from(texts).flatmap(one)
 
@@ -221,8 +229,10 @@ def test_every_registered_adapter_is_fuzzed() -> None:
 
 def _tabular_mutants() -> st.SearchStrategy[tuple[str, Mutant]]:
     csv_text = csv_sample()
-    return st.one_of(st.tuples(st.just("samples.csv"), st.one_of(line_mutants(csv_text), byte_mutants(csv_text.encode()))),
-                     st.tuples(st.just("samples.parquet"), parquet_mutants(csv_text, parquet_sample())))
+    return st.one_of(
+        st.tuples(st.just("samples.csv"), st.one_of(line_mutants(csv_text), byte_mutants(csv_text.encode()))),
+        st.tuples(st.just("samples.parquet"), parquet_mutants(csv_text, parquet_sample())),
+    )
 
 
 @FUZZ
@@ -268,8 +278,7 @@ def test_fleet_report_records_with_extreme_values(scratch: Path, data: st.DataOb
     path = scratch / "records.parquet"
     pq.write_table(with_cells(table, column, cells), path)
     try:
-        page = run_guarded(lambda: build_fleet_page(engine.table(engine.connect(threads=1), path), source=str(path),
-                                                    bootstrap=0))
+        page = run_guarded(lambda: build_fleet_page(engine.table(engine.connect(threads=1), path), source=str(path), bootstrap=0))
     except InputError as exc:
         assert str(path) in str(exc)
         return
@@ -305,8 +314,13 @@ def test_localize_store_runs_with_extreme_values(scratch: Path, data: st.DataObj
     metric = "tokens_per_s_per_gpu" if column in ("tokens", "gpu_seconds") else "step_time_ns"
 
     def run():
-        leaves = fleet_leaves(Store(root), engine.connect(threads=1), metric, Window.parse("2024-05-01..2024-05-07", "b"),
-                              Window.parse("2024-05-08..2024-05-14", "c"))
+        leaves = fleet_leaves(
+            Store(root),
+            engine.connect(threads=1),
+            metric,
+            Window.parse("2024-05-01..2024-05-07", "b"),
+            Window.parse("2024-05-08..2024-05-14", "c"),
+        )
         localize(leaves.table, leaves.spec, bootstrap=0)
         return leaves
 

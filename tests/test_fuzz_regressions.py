@@ -25,8 +25,10 @@ def _nested(depth: int) -> str:
 
 def _kineto_text(header_value: str = "1", event_arg: str = "1") -> str:
     """A one-kernel Kineto trace with a chosen raw JSON value in its header and in its event's args."""
-    return ('{"schemaVersion": ' + header_value + ', "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, '
-            '"tid": 7, "ts": 10.0, "dur": 2.0, "args": {"stream": 7, "x": ' + event_arg + '}}]}')
+    return (
+        '{"schemaVersion": ' + header_value + ', "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, '
+        '"tid": 7, "ts": 10.0, "dur": 2.0, "args": {"stream": 7, "x": ' + event_arg + "}}]}"
+    )
 
 
 def test_the_well_formed_trace_of_these_regressions_reads(tmp_path: Path) -> None:
@@ -216,10 +218,13 @@ def test_nvidia_smi_dmon_with_headers_and_no_rows_is_an_input_error(tmp_path: Pa
     assert err.value.path == str(p)
 
 
-@pytest.mark.parametrize(("reader", "text", "place"), [
-    ("read_query", "index, power.draw [W], index\n0, 650.5 W, 0\n", "line 1"),
-    ("read_dmon", "# gpu    pwr    pwr\n# Idx      W      W\n    0    650    651\n", "line 1"),
-])
+@pytest.mark.parametrize(
+    ("reader", "text", "place"),
+    [
+        ("read_query", "index, power.draw [W], index\n0, 650.5 W, 0\n", "line 1"),
+        ("read_dmon", "# gpu    pwr    pwr\n# Idx      W      W\n    0    650    651\n", "line 1"),
+    ],
+)
 def test_nvidia_smi_column_named_twice_is_an_input_error(tmp_path: Path, reader: str, text: str, place: str) -> None:
     """Found by atheris (fuzz_nvidia_smi_query): a repeated header name made the column a DataFrame, and pandas raised
     TypeError ("arg must be a list, tuple, 1-d array, or Series")."""
@@ -246,10 +251,13 @@ def test_nvidia_smi_query_hex_that_is_not_a_64_bit_mask_is_an_input_error(tmp_pa
     assert samples["value"].to_pylist() == [4.0]
 
 
-@pytest.mark.parametrize(("reader", "text"), [
-    ("read_dmon", _DMON_HEAD + " 50261129    22:22:22      0    650\n"),
-    ("read_query", "timestamp, index, power.draw [W]\n5071/11/29 22:22:11.070, 0, 650.5 W\n"),
-])
+@pytest.mark.parametrize(
+    ("reader", "text"),
+    [
+        ("read_dmon", _DMON_HEAD + " 50261129    22:22:22      0    650\n"),
+        ("read_query", "timestamp, index, power.draw [W]\n5071/11/29 22:22:11.070, 0, 650.5 W\n"),
+    ],
+)
 def test_nvidia_smi_time_past_epoch_nanoseconds_is_an_input_error(tmp_path: Path, reader: str, text: str) -> None:
     """Found by atheris (both nvidia-smi harnesses): pandas parsed the year 5026, and the conversion to nanoseconds
     raised OutOfBoundsDatetime."""
@@ -264,10 +272,12 @@ def test_nvidia_smi_time_past_epoch_nanoseconds_is_an_input_error(tmp_path: Path
 
 # --- Nsight Compute ----------------------------------------------------------------------------------------------
 
-_NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Device","CC",'
-               '"device__attribute_display_name","gpu__time_duration.sum","launch__registers_per_thread",'
-               '"launch__shared_mem_per_block"\n'
-               '"","","","","","","","","","","nsecond","register/thread","Kbyte/block"\n')
+_NCU_HEADER = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Device","CC",'
+    '"device__attribute_display_name","gpu__time_duration.sum","launch__registers_per_thread",'
+    '"launch__shared_mem_per_block"\n'
+    '"","","","","","","","","","","nsecond","register/thread","Kbyte/block"\n'
+)
 
 
 def _ncu_row(kid: str = "0", pid: str = "4242", regs: str = "168", smem: str = "16.38") -> str:
@@ -332,9 +342,11 @@ def test_ncu_details_page_whose_only_row_names_no_metric_reads_the_launch(tmp_pa
     from perfsleuth.ingest import ncu
 
     p = tmp_path / "ncu.csv"
-    p.write_text('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
-                 '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
-                 '"0","4242","python3","h","gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","","","",""\n')
+    p.write_text(
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","4242","python3","h","gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","","","",""\n'
+    )
     row = ncu.read(p).tables["kernel_metrics"].to_pylist()[0]
     assert (row["kernel_id"], row["kernel_name"], row["grid_size"], row["block_size"], row["duration_ns"]) == (0, "gemm", 132, 384, None)
 
@@ -361,11 +373,16 @@ def test_nccl_log_number_too_large_for_its_column_is_a_malformed_line(tmp_path: 
 
     p = tmp_path / "nccl.log"
     pre = "h:1:2 [0] NCCL INFO "
-    p.write_text(pre + "NCCL version 2.21.5+cuda12.4\n"
-                 + pre + "comm 0x55 rank 99999999999 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n"
-                 + pre + "comm 0x55 rank 3 nRanks 8 nNodes 1 localRanks 8 localRank 3 MNNVL 0\n"
-                 + "h:99999999999999999999:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
-                 + "h:1:2 [9999999999] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    p.write_text(
+        pre
+        + "NCCL version 2.21.5+cuda12.4\n"
+        + pre
+        + "comm 0x55 rank 99999999999 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n"
+        + pre
+        + "comm 0x55 rank 3 nRanks 8 nNodes 1 localRanks 8 localRank 3 MNNVL 0\n"
+        + "h:99999999999999999999:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+        + "h:1:2 [9999999999] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+    )
     sd = nccl_log.read(p)
     rows = sd.tables["nccl_log"].to_pylist()
     assert [(r["pid"], r["cuda_dev"], r["rank"], r["nranks"]) for r in rows] == [(1, 0, 3, 8)]
@@ -389,8 +406,10 @@ def test_nccl_tuning_time_that_is_not_a_number_is_a_malformed_line(tmp_path: Pat
 
 # --- step logs ---------------------------------------------------------------------------------------------------
 
-_MEGATRON = (" [{ts}] iteration {it:>9}/     100 | consumed samples:         9088 | elapsed time per iteration (ms): {ms} | "
-             "learning rate: 1.4E-05 | global batch size:   128 | lm loss: 1.8E+00 |\n")
+_MEGATRON = (
+    " [{ts}] iteration {it:>9}/     100 | consumed samples:         9088 | elapsed time per iteration (ms): {ms} | "
+    "learning rate: 1.4E-05 | global batch size:   128 | lm loss: 1.8E+00 |\n"
+)
 
 
 def _megatron_log(tmp_path: Path, rows: list[tuple[str, int, str]]) -> Path:
@@ -419,8 +438,14 @@ def test_steplog_iteration_gap_past_int32_is_null_with_a_caveat(tmp_path: Path) 
     ``iterations`` of that row 3e9, past int32 (ArrowInvalid)."""
     from perfsleuth.ingest import steplog
 
-    p = _megatron_log(tmp_path, [("2024-04-06 03:02:12", 71, "5361.6"), ("2024-04-06 03:02:18", 3_000_000_071, "5470.7"),
-                                 ("2024-04-06 03:02:24", 3_000_000_072, "5400.0")])
+    p = _megatron_log(
+        tmp_path,
+        [
+            ("2024-04-06 03:02:12", 71, "5361.6"),
+            ("2024-04-06 03:02:18", 3_000_000_071, "5470.7"),
+            ("2024-04-06 03:02:24", 3_000_000_072, "5400.0"),
+        ],
+    )
     sd = steplog.read(p)
     assert sd.tables["step_log"]["iterations"].to_pylist()[1:] == [None, 1]
     assert any(c.message.startswith("iterations: 1 value(s)") and "line(s) 2" in c.message for c in sd.caveats)
@@ -445,17 +470,21 @@ def test_steplog_infinite_step_time_is_null_with_a_caveat(tmp_path: Path) -> Non
 
 # --- inference benchmarks ----------------------------------------------------------------------------------------
 
-_BENCH = '{"date": "20250101-120000", "backend": "vllm", "model_id": "m", "completed": %s, "request_throughput": 2.0, ' \
-         '"mean_ttft_ms": 30.0, "median_ttft_ms": 29.0, "median_tpot_ms": 8.0, "duration": 50.0, "backend_x": %s}'
+_BENCH = (
+    '{"date": "20250101-120000", "backend": "vllm", "model_id": "m", "completed": %s, "request_throughput": 2.0, '
+    '"mean_ttft_ms": 30.0, "median_ttft_ms": 29.0, "median_tpot_ms": 8.0, "duration": 50.0, "backend_x": %s}'
+)
 
 
-@pytest.mark.parametrize(("text", "place"), [
-    (_BENCH % ("100", _nested(100_000)), None),
-    (_BENCH % ("100", "1") + "\n" + _BENCH % ("100", _nested(100_000)) + "\n", "line 2"),
-    (_BENCH % ("100", "9" * 5000), None),
-])
-def test_inference_bench_json_too_deep_or_too_long_to_decode_is_an_input_error(tmp_path: Path, text: str,
-                                                                               place: str | None) -> None:
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        (_BENCH % ("100", _nested(100_000)), None),
+        (_BENCH % ("100", "1") + "\n" + _BENCH % ("100", _nested(100_000)) + "\n", "line 2"),
+        (_BENCH % ("100", "9" * 5000), None),
+    ],
+)
+def test_inference_bench_json_too_deep_or_too_long_to_decode_is_an_input_error(tmp_path: Path, text: str, place: str | None) -> None:
     """Found by hypothesis: the json module raised RecursionError on deep nesting (and ValueError on an integer of more
     than 4300 digits), whole document or one JSON line."""
     from perfsleuth.ingest import inference_bench
@@ -487,14 +516,19 @@ def test_vllm_metrics_raw_carriage_return_inside_a_label_value_is_part_of_the_va
     from perfsleuth.ingest import vllm_metrics
 
     p = tmp_path / "metrics.prom"
-    p.write_bytes(b'vllm:num_requests_running{engine="0",model_name="m\rx"} 3.0\r\n'
-                  b'vllm:num_requests_waiting{engine="0",model_name="m\rx"} 1.0\n')
+    p.write_bytes(
+        b'vllm:num_requests_running{engine="0",model_name="m\rx"} 3.0\r\nvllm:num_requests_waiting{engine="0",model_name="m\rx"} 1.0\n'
+    )
     samples = vllm_metrics.parse_exposition(p.read_bytes().decode(), p)
     assert [(s.name, s.labels["model_name"], s.value) for s in samples] == [
-        ("vllm:num_requests_running", "m\rx", 3.0), ("vllm:num_requests_waiting", "m\rx", 1.0)]
+        ("vllm:num_requests_running", "m\rx", 3.0),
+        ("vllm:num_requests_waiting", "m\rx", 1.0),
+    ]
     t = vllm_metrics.read(p).tables["samples"]
-    assert t.select(["metric", "value"]).to_pylist() == [{"metric": "vllm:num_requests_running", "value": 3.0},
-                                                         {"metric": "vllm:num_requests_waiting", "value": 1.0}]
+    assert t.select(["metric", "value"]).to_pylist() == [
+        {"metric": "vllm:num_requests_running", "value": 3.0},
+        {"metric": "vllm:num_requests_waiting", "value": 1.0},
+    ]
 
 
 def test_dcgm_exporter_raw_carriage_return_inside_a_label_value_is_part_of_the_value(tmp_path: Path) -> None:
@@ -503,11 +537,15 @@ def test_dcgm_exporter_raw_carriage_return_inside_a_label_value_is_part_of_the_v
     from perfsleuth.ingest import dcgm
 
     p = tmp_path / "dcgm.prom"
-    p.write_bytes(b'DCGM_FI_DEV_SM_CLOCK{gpu="0",Hostname="node\rA"} 1980 1764454931000\r\n'
-                  b'DCGM_FI_DEV_SM_CLOCK{gpu="1",Hostname="node-b"} 1755 1764454931000\r\n')
+    p.write_bytes(
+        b'DCGM_FI_DEV_SM_CLOCK{gpu="0",Hostname="node\rA"} 1980 1764454931000\r\n'
+        b'DCGM_FI_DEV_SM_CLOCK{gpu="1",Hostname="node-b"} 1755 1764454931000\r\n'
+    )
     rows = dcgm.read(p).tables["samples"].to_pylist()
     assert sorted((r["host"], r["gpu"], r["value"], r["ts_ns"]) for r in rows) == [
-        ("node\rA", 0, 1980.0, 1764454931 * 10**9), ("node-b", 1, 1755.0, 1764454931 * 10**9)]
+        ("node\rA", 0, 1980.0, 1764454931 * 10**9),
+        ("node-b", 1, 1755.0, 1764454931 * 10**9),
+    ]
 
 
 @pytest.mark.parametrize("stamp", ["99999999999999999999999", "9999999999999", "1e400"])
@@ -562,11 +600,15 @@ def test_nsys_nvtx_range_whose_string_id_is_unknown_is_skipped(tmp_path: Path) -
     p = tmp_path / "report.sqlite"
     conn = sqlite3.connect(p)
     conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
-    conn.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, textId INTEGER, globalTid INTEGER, "
-                 "domainId INTEGER, text TEXT)")
+    conn.execute(
+        "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, textId INTEGER, globalTid INTEGER, "
+        "domainId INTEGER, text TEXT)"
+    )
     conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 0, 0, ?)", [(100, 200, 5, None), (300, 400, None, "step 1")])
-    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, "
-                 "globalPid INTEGER, correlationId INTEGER, shortName INTEGER, demangledName INTEGER)")
+    conn.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, "
+        "globalPid INTEGER, correlationId INTEGER, shortName INTEGER, demangledName INTEGER)"
+    )
     conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (150, 160, 0, 7, 0, 1, 5, 5)")
     conn.commit()
     conn.close()
@@ -580,11 +622,14 @@ def test_megatron_count_that_is_nan_or_infinite_is_a_garbled_value(tmp_path: Pat
     from perfsleuth.ingest import steplog
 
     p = tmp_path / "train.log"
-    p.write_text(" [2024-04-06 03:02:12] iteration       71/     100 | elapsed time per iteration (ms): 5361.6 | "
-                 "number of skipped iterations: nan | number of nan iterations: inf |\n")
+    p.write_text(
+        " [2024-04-06 03:02:12] iteration       71/     100 | elapsed time per iteration (ms): 5361.6 | "
+        "number of skipped iterations: nan | number of nan iterations: inf |\n"
+    )
     sd = steplog.read(p)
     assert sd.tables["step_log"].select(["step", "step_time_ns", "skipped", "nan"]).to_pylist() == [
-        {"step": 71, "step_time_ns": 5361600000, "skipped": None, "nan": None}]
+        {"step": 71, "step_time_ns": 5361600000, "skipped": None, "nan": None}
+    ]
     assert any(c.code == "garbled_value" and "2 time(s)" in c.message for c in sd.caveats)
 
 
@@ -606,8 +651,10 @@ def test_steplog_line_with_a_number_of_thousands_of_digits_is_skipped_with_a_cav
     from perfsleuth.ingest import steplog
 
     p = tmp_path / "train.log"
-    p.write_text(" [2024-04-06 03:02:12] iteration " + "9" * 5000 + "/     100 | elapsed time per iteration (ms): 5361.6 |\n"
-                 " [2024-04-06 03:02:18] iteration       72/     100 | elapsed time per iteration (ms): 5470.7 |\n")
+    p.write_text(
+        " [2024-04-06 03:02:12] iteration " + "9" * 5000 + "/     100 | elapsed time per iteration (ms): 5361.6 |\n"
+        " [2024-04-06 03:02:18] iteration       72/     100 | elapsed time per iteration (ms): 5470.7 |\n"
+    )
     sd = steplog.read(p)
     assert sd.tables["step_log"]["step"].to_pylist() == [72]
     assert any(c.code == "number_too_long" and "line(s) 1" in c.message for c in sd.caveats)

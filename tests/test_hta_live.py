@@ -18,13 +18,12 @@ hta = pytest.importorskip("hta.trace_analysis", reason="HTA (the `hta` extra) is
 GOLDEN = json.loads((REPO / "tests" / "data" / "hta_golden.json").read_text())
 
 
-@pytest.mark.parametrize("rel", ["critical_path/cuda_event_sync/event_sync_trace.json.gz",
-                                 "trace_compare/base/base.json.gz"])
+@pytest.mark.parametrize("rel", ["critical_path/cuda_event_sync/event_sync_trace.json.gz", "trace_compare/base/base.json.gz"])
 def test_hta_reproduces_the_golden_breakdown(rel: str, tmp_path: Path) -> None:
     shutil.copy(trace(rel), tmp_path / Path(rel).name)
     analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
     df = analysis.get_temporal_breakdown(visualize=False)
-    (rank, frozen), = GOLDEN[rel]["ranks"].items()
+    ((rank, frozen),) = GOLDEN[rel]["ranks"].items()
     row = df[df["rank"] == int(rank)].iloc[0]
     for col in ("idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"):
         assert float(row[col]) == pytest.approx(frozen["hta"][col], abs=1e-9), col

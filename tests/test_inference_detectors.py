@@ -184,8 +184,11 @@ def test_committed_kv_fixture_is_found_from_its_files():
 def test_bench_only_cannot_see_preemption_or_queueing(tmp_path):
     case = make_case(tmp_path / "c", "kv_cache_preemption", 102, bench_format="vllm_summary")
     sig = JobSignals(sources=[inference_bench.read(case.path / "vllm_bench.json")])
-    for fn, needle in ((inf.kv_cache_preemption, "vllm:num_preemptions_total"), (inf.request_queueing, "num_requests_waiting"),
-                       (inf.low_batch_occupancy, "num_requests_running")):
+    for fn, needle in (
+        (inf.kv_cache_preemption, "vllm:num_preemptions_total"),
+        (inf.request_queueing, "num_requests_waiting"),
+        (inf.low_batch_occupancy, "num_requests_running"),
+    ):
         out = fn(sig)
         assert isinstance(out, NotAssessed) and out.reason == MISSING_SIGNAL and needle in out.missing_signal
 
@@ -228,9 +231,21 @@ def test_interference_needs_the_stalls_to_hold_the_prefills(tmp_path):
                 k = int(np.searchsorted(t, firsts[j])) if tied else int(rng.integers(0, 100))
                 if 0 < k < 100 and j != i:
                     itls[i][k] = step * 8
-        return {"backend": "vllm", "model_id": "m", "duration": 10.0, "completed": n, "request_throughput": n / 10,
-                "median_itl_ms": 20.0, "mean_itl_ms": 25.0, "input_lens": [int(x) for x in np.where(long, 6000, 200)],
-                "output_lens": [101] * n, "ttfts": list(ttfts), "itls": itls, "start_times": list(starts), "errors": [""] * n}
+        return {
+            "backend": "vllm",
+            "model_id": "m",
+            "duration": 10.0,
+            "completed": n,
+            "request_throughput": n / 10,
+            "median_itl_ms": 20.0,
+            "mean_itl_ms": 25.0,
+            "input_lens": [int(x) for x in np.where(long, 6000, 200)],
+            "output_lens": [101] * n,
+            "ttfts": list(ttfts),
+            "itls": itls,
+            "start_times": list(starts),
+            "errors": [""] * n,
+        }
 
     for tied, expect in ((True, Finding), (False, type(None))):
         p = tmp_path / f"r{tied}.json"

@@ -50,22 +50,43 @@ def vllm_may2025_runs(itl_tail: float = 3.5) -> list[dict]:
             out_tokens = n * (270 + 10 * k)
             ttft_median = (52.0, 70.0, 1100.0)[j] + k
             itl_median = 13.0 + 0.5 * k
-            runs.append({
-                "date": f"20250530-{19 + i // 6:02d}{i % 6 * 10:02d}00", "backend": "vllm",
-                "model_id": MAY2025_MODEL, "tokenizer_id": MAY2025_MODEL, "num_prompts": n,
-                "deployment": deployment, "gpu": "4xNVIDIA_L40S", "model": MAY2025_MODEL,
-                "input_len": "1000", "output_len": "300",
-                "request_rate": rate, "burstiness": 1.0, "max_concurrency": None,
-                "duration": duration, "completed": n, "total_input_tokens": n * 1000, "total_output_tokens": out_tokens,
-                "request_throughput": n / duration, "request_goodput:": None,
-                "output_throughput": out_tokens / duration, "total_token_throughput": (n * 1000 + out_tokens) / duration,
-                "mean_ttft_ms": ttft_median + 3.0, "median_ttft_ms": ttft_median, "std_ttft_ms": 10.0,
-                "p99_ttft_ms": 1.8 * ttft_median,
-                "mean_tpot_ms": itl_median + 0.3, "median_tpot_ms": itl_median + 0.25, "std_tpot_ms": 1.0,
-                "p99_tpot_ms": 1.2 * itl_median,
-                "mean_itl_ms": 1.1 * itl_median, "median_itl_ms": itl_median, "std_itl_ms": 4.0,
-                "p99_itl_ms": itl_tail * itl_median,
-            })
+            runs.append(
+                {
+                    "date": f"20250530-{19 + i // 6:02d}{i % 6 * 10:02d}00",
+                    "backend": "vllm",
+                    "model_id": MAY2025_MODEL,
+                    "tokenizer_id": MAY2025_MODEL,
+                    "num_prompts": n,
+                    "deployment": deployment,
+                    "gpu": "4xNVIDIA_L40S",
+                    "model": MAY2025_MODEL,
+                    "input_len": "1000",
+                    "output_len": "300",
+                    "request_rate": rate,
+                    "burstiness": 1.0,
+                    "max_concurrency": None,
+                    "duration": duration,
+                    "completed": n,
+                    "total_input_tokens": n * 1000,
+                    "total_output_tokens": out_tokens,
+                    "request_throughput": n / duration,
+                    "request_goodput:": None,
+                    "output_throughput": out_tokens / duration,
+                    "total_token_throughput": (n * 1000 + out_tokens) / duration,
+                    "mean_ttft_ms": ttft_median + 3.0,
+                    "median_ttft_ms": ttft_median,
+                    "std_ttft_ms": 10.0,
+                    "p99_ttft_ms": 1.8 * ttft_median,
+                    "mean_tpot_ms": itl_median + 0.3,
+                    "median_tpot_ms": itl_median + 0.25,
+                    "std_tpot_ms": 1.0,
+                    "p99_tpot_ms": 1.2 * itl_median,
+                    "mean_itl_ms": 1.1 * itl_median,
+                    "median_itl_ms": itl_median,
+                    "std_itl_ms": 4.0,
+                    "p99_itl_ms": itl_tail * itl_median,
+                }
+            )
     return runs
 
 
@@ -106,14 +127,36 @@ def test_vllm_results_jsonl_one_row_per_run_with_the_files_numbers(tmp_path):
 
 def _detailed() -> dict:
     return {
-        "date": "20250101-000000", "backend": "vllm", "model_id": "m", "tokenizer_id": "m", "num_prompts": 3,
-        "request_rate": 2.0, "burstiness": 1.0, "max_concurrency": None, "duration": 4.0, "completed": 2, "failed": 1,
-        "total_input_tokens": 30, "total_output_tokens": 6, "request_throughput": 0.5, "request_goodput": None,
-        "output_throughput": 1.5, "total_token_throughput": 9.0, "mean_ttft_ms": 150.0, "median_ttft_ms": 150.0,
-        "p99_ttft_ms": 199.0, "mean_tpot_ms": 15.0, "median_tpot_ms": 15.0, "p99_tpot_ms": 20.0,
-        "input_lens": [10, 20, 30], "output_lens": [3, 3, 0],
-        "ttfts": [0.1, 0.2, 0.0], "itls": [[0.01, 0.01], [0.02, 0.02], []], "start_times": [100.0, 100.5, 101.0],
-        "errors": ["", "", "ServerDisconnectedError"], "generated_texts": ["a", "b", ""],
+        "date": "20250101-000000",
+        "backend": "vllm",
+        "model_id": "m",
+        "tokenizer_id": "m",
+        "num_prompts": 3,
+        "request_rate": 2.0,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": 4.0,
+        "completed": 2,
+        "failed": 1,
+        "total_input_tokens": 30,
+        "total_output_tokens": 6,
+        "request_throughput": 0.5,
+        "request_goodput": None,
+        "output_throughput": 1.5,
+        "total_token_throughput": 9.0,
+        "mean_ttft_ms": 150.0,
+        "median_ttft_ms": 150.0,
+        "p99_ttft_ms": 199.0,
+        "mean_tpot_ms": 15.0,
+        "median_tpot_ms": 15.0,
+        "p99_tpot_ms": 20.0,
+        "input_lens": [10, 20, 30],
+        "output_lens": [3, 3, 0],
+        "ttfts": [0.1, 0.2, 0.0],
+        "itls": [[0.01, 0.01], [0.02, 0.02], []],
+        "start_times": [100.0, 100.5, 101.0],
+        "errors": ["", "", "ServerDisconnectedError"],
+        "generated_texts": ["a", "b", ""],
     }
 
 
@@ -189,8 +232,17 @@ def test_genai_perf_converts_other_time_units(tmp_path):
 
 
 def test_seconds_written_as_milliseconds_are_caught_and_converted(tmp_path):
-    doc = {"backend": "vllm", "model_id": "m", "duration": 10.0, "completed": 5, "request_throughput": 0.5,
-           "mean_ttft_ms": 0.12, "median_ttft_ms": 0.1, "median_tpot_ms": 0.02, "mean_tpot_ms": 0.021}
+    doc = {
+        "backend": "vllm",
+        "model_id": "m",
+        "duration": 10.0,
+        "completed": 5,
+        "request_throughput": 0.5,
+        "mean_ttft_ms": 0.12,
+        "median_ttft_ms": 0.1,
+        "median_tpot_ms": 0.02,
+        "mean_tpot_ms": 0.021,
+    }
     data = inference_bench.read(_write(tmp_path / "r.json", doc))
     assert "suspect_units" in _codes(data)
     row = data.tables["inference_records"].to_pylist()[0]
@@ -198,8 +250,16 @@ def test_seconds_written_as_milliseconds_are_caught_and_converted(tmp_path):
 
 
 def test_latency_longer_than_the_benchmark_is_flagged(tmp_path):
-    doc = {"backend": "vllm", "model_id": "m", "duration": 2.0, "completed": 5, "request_throughput": 2.5,
-           "mean_ttft_ms": 100.0, "median_ttft_ms": 100.0, "mean_e2el_ms": 9000.0}
+    doc = {
+        "backend": "vllm",
+        "model_id": "m",
+        "duration": 2.0,
+        "completed": 5,
+        "request_throughput": 2.5,
+        "mean_ttft_ms": 100.0,
+        "median_ttft_ms": 100.0,
+        "mean_e2el_ms": 9000.0,
+    }
     assert "suspect_units" in _codes(inference_bench.read(_write(tmp_path / "r.json", doc)))
 
 
@@ -289,17 +349,29 @@ def test_old_vllm_names_map_to_one_registry_and_unknown_names_are_kept_with_a_ca
     assert {r["gpu"] for r in rows} == {-1}
 
 
-def _scrape(running: tuple[float, float], kv: tuple[float, float], preempt: tuple[float, float], itl: dict[str, float],
-            itl_sum: float, itl_count: float, *, extra: str = "") -> str:
+def _scrape(
+    running: tuple[float, float],
+    kv: tuple[float, float],
+    preempt: tuple[float, float],
+    itl: dict[str, float],
+    itl_sum: float,
+    itl_count: float,
+    *,
+    extra: str = "",
+) -> str:
     lines = ["# TYPE vllm:num_requests_running gauge"]
     for e, (r, k, p) in enumerate(zip(running, kv, preempt, strict=True)):
-        lines += [f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}',
-                  f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="m"}} {k}',
-                  f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {p}',
-                  f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} 1.7e9']
+        lines += [
+            f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}',
+            f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="m"}} {k}',
+            f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {p}',
+            f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} 1.7e9',
+        ]
     lines += [f'vllm:inter_token_latency_seconds_bucket{{engine="0",model_name="m",le="{le}"}} {c}' for le, c in itl.items()]
-    lines += [f'vllm:inter_token_latency_seconds_sum{{engine="0",model_name="m"}} {itl_sum}',
-              f'vllm:inter_token_latency_seconds_count{{engine="0",model_name="m"}} {itl_count}']
+    lines += [
+        f'vllm:inter_token_latency_seconds_sum{{engine="0",model_name="m"}} {itl_sum}',
+        f'vllm:inter_token_latency_seconds_count{{engine="0",model_name="m"}} {itl_count}',
+    ]
     return "\n".join(lines) + "\n" + extra
 
 
@@ -307,8 +379,7 @@ def test_directory_of_scrapes_gives_interval_deltas_means_and_quantiles(tmp_path
     d = tmp_path / "metrics"
     d.mkdir()
     (d / "scrape-1700000000.prom").write_text(_scrape((3, 4), (0.5, 0.9), (10, 0), {"0.01": 0, "0.02": 0, "+Inf": 0}, 0, 0))
-    (d / "scrape-1700000010.prom").write_text(
-        _scrape((5, 4), (0.6, 0.95), (25, 2), {"0.01": 40, "0.02": 80, "+Inf": 100}, 1.5, 100))
+    (d / "scrape-1700000010.prom").write_text(_scrape((5, 4), (0.6, 0.95), (25, 2), {"0.01": 40, "0.02": 80, "+Inf": 100}, 1.5, 100))
     (tmp_path / "notes.txt").write_text("not a scrape")
     assert vllm_metrics.detect(d) and not vllm_metrics.detect(tmp_path / "notes.txt")
     data = vllm_metrics.read(d)
@@ -338,8 +409,10 @@ def test_histogram_quantile_by_hand():
 
 def test_sample_timestamps_decide_the_scrape_time_and_a_counter_reset_is_a_caveat(tmp_path):
     f = tmp_path / "federated.txt"
-    f.write_text("vllm:num_preemptions_total 10 1700000000000\nvllm:num_requests_running 2 1700000000000\n"
-                 "vllm:num_preemptions_total 3 1700000005000\nvllm:num_requests_running 2 1700000005000\n")
+    f.write_text(
+        "vllm:num_preemptions_total 10 1700000000000\nvllm:num_requests_running 2 1700000000000\n"
+        "vllm:num_preemptions_total 3 1700000005000\nvllm:num_requests_running 2 1700000005000\n"
+    )
     data = vllm_metrics.read(f)
     (iv,) = data.tables["inference_intervals"].to_pylist()
     assert iv["dur_s"] == 5.0 and iv["preemptions"] == 3.0
@@ -385,9 +458,11 @@ def test_detect_on_other_formats_and_gzip(tmp_path):
 
 def test_sglang_names_map_to_the_vllm_registry(tmp_path):
     f = tmp_path / "sglang.prom"
-    f.write_text('sglang:num_running_reqs{model_name="m"} 12\nsglang:num_queue_reqs{model_name="m"} 3\n'
-                 'sglang:token_usage{model_name="m"} 0.8\nsglang:max_total_num_tokens{model_name="m"} 100000\n'
-                 'sglang:prompt_tokens_total{model_name="m"} 5\n')
+    f.write_text(
+        'sglang:num_running_reqs{model_name="m"} 12\nsglang:num_queue_reqs{model_name="m"} 3\n'
+        'sglang:token_usage{model_name="m"} 0.8\nsglang:max_total_num_tokens{model_name="m"} 100000\n'
+        'sglang:prompt_tokens_total{model_name="m"} 5\n'
+    )
     s = _samples(vllm_metrics.read(f))
     assert s["vllm:num_requests_running"] == 12 and s["vllm:num_requests_waiting"] == 3
     assert s["vllm:kv_cache_usage_perc"] == 0.8 and s["vllm:prompt_tokens_total"] == 5

@@ -68,12 +68,36 @@ def test_2022_trace_with_old_flow_category() -> None:
 def test_2021_category_names_map_to_the_same_kinds(tmp_path: Path) -> None:
     events = [
         {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 20, "args": {"external id": 5}},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 105, "dur": 5,
-         "args": {"correlation": 9, "external id": 5}},
-        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 112, "dur": 30,
-         "args": {"correlation": 9, "device": 0, "stream": 7, "external id": 5}},
-        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 150, "dur": 4,
-         "args": {"device": 0, "stream": 7, "bytes": 64}},
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 105,
+            "dur": 5,
+            "args": {"correlation": 9, "external id": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "volta_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": 7,
+            "ts": 112,
+            "dur": 30,
+            "args": {"correlation": 9, "device": 0, "stream": 7, "external id": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "Memcpy",
+            "name": "Memcpy HtoD",
+            "pid": 0,
+            "tid": 7,
+            "ts": 150,
+            "dur": 4,
+            "args": {"device": 0, "stream": 7, "bytes": 64},
+        },
     ]
     p = tmp_path / "old.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
@@ -122,8 +146,10 @@ def test_nccl_dev_kernel_collective_metadata_from_args() -> None:
     assert (c["coll_in_nelems"], c["coll_out_nelems"]) == (25136, 201088)
     assert c["coll_group_ranks"] == "[0, 1, 2, 3, 4, 5, 6, 7]"
     # PyTorch symmetric-memory all-reduce kernels are communication too
-    assert any("multimem_all_reduce" in (r["name"] or "") for r in
-               job.events.filter(pc.equal(pc.cast(job.events["kind"], "string"), "collective")).to_pylist())
+    assert any(
+        "multimem_all_reduce" in (r["name"] or "")
+        for r in job.events.filter(pc.equal(pc.cast(job.events["kind"], "string"), "collective")).to_pylist()
+    )
 
 
 def test_legacy_nccl_kernel_names_without_args_fall_back_to_the_name() -> None:
@@ -164,16 +190,19 @@ def test_triton_driver_launch_is_joined() -> None:
     assert k["launch_ts_ns"] == d["ts_ns"]
 
 
-@pytest.mark.parametrize("rel", [
-    "call_stack/backward_thread.json",
-    "critical_path/cuda_event_sync/event_sync_trace.json.gz",
-    "critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
-    "cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz",
-    "execution_trace/benchmark_simple_add_trace.json.gz",
-    "negative_queue_length_values_check/rank0.json.gz",
-    "trace_compare/base/base.json.gz",
-    "trace_diff/test/test.json.gz",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "call_stack/backward_thread.json",
+        "critical_path/cuda_event_sync/event_sync_trace.json.gz",
+        "critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+        "cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz",
+        "execution_trace/benchmark_simple_add_trace.json.gz",
+        "negative_queue_length_values_check/rank0.json.gz",
+        "trace_compare/base/base.json.gz",
+        "trace_diff/test/test.json.gz",
+    ],
+)
 def test_other_real_traces_parse_and_analyse(rel: str) -> None:
     job = load_trace_job([trace(rel)])
     assert job.events.num_rows > 0
@@ -200,22 +229,33 @@ def test_whole_file_and_chunked_decoding_agree(tmp_path: Path) -> None:
     assert pc.cast(small["name"], "string").to_pylist() == pc.cast(whole["name"], "string").to_pylist()
 
 
-@pytest.mark.parametrize(("name", "cls"), [
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "gemm"),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
-     "gemm"),
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)", "attention"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)",
-     "elementwise"),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(float)", "reduction"),
-    ("triton_poi_fused_add_mul_0", "elementwise"),
-    ("triton_red_fused_sum_1", "reduction"),
-    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(fbgemm_gpu::TensorAccessor<float>)", "embedding"),
-    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "embedding"),  # TorchRec's jagged plumbing
-    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "reduction"),
-    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", "gemm"),
-    ("void cask_cudnn::computeOffsetsKernel<false, false>(cask_cudnn::ComputeOffsetsParams)", "other"),
-])
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "gemm"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>"
+            "(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)",
+            "gemm",
+        ),
+        (
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)",
+            "attention",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)",
+            "elementwise",
+        ),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(float)", "reduction"),
+        ("triton_poi_fused_add_mul_0", "elementwise"),
+        ("triton_red_fused_sum_1", "reduction"),
+        ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(fbgemm_gpu::TensorAccessor<float>)", "embedding"),
+        ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "embedding"),  # TorchRec's jagged plumbing
+        ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "reduction"),
+        ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", "gemm"),
+        ("void cask_cudnn::computeOffsetsKernel<false, false>(cask_cudnn::ComputeOffsetsParams)", "other"),
+    ],
+)
 def test_kernel_classes_by_name(name: str, cls: str) -> None:
     from perfsleuth.trace.classify import classify_name
 

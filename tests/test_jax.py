@@ -32,8 +32,9 @@ XPLANE, TRACE_JSON, PERFETTO = REAL / "vm.xplane.pb", REAL / "vm.trace.json.gz",
 
 
 def _needs_xprof() -> None:
-    pytest.importorskip("xprof.convert.raw_to_tool_data", reason="reading .xplane.pb needs the optional xprof package",
-                        exc_type=ImportError)
+    pytest.importorskip(
+        "xprof.convert.raw_to_tool_data", reason="reading .xplane.pb needs the optional xprof package", exc_type=ImportError
+    )
 
 
 def _raw_events(path: Path) -> list[dict]:
@@ -241,8 +242,15 @@ def _gpu_doc(steps: tuple[int, ...] = (10, 11, 12), *, devices: tuple[int, ...] 
     corr = 0
     for d in devices:
         processes[GPU + d] = f"/device:GPU:{d}"
-        threads.update({(GPU + d, 7): "Stream #7(Compute,Memcpy)", (GPU + d, 9): "Stream #9(Nccl)",
-                        (GPU + d, 20): "XLA Ops - from #7", (GPU + d, 21): "Steps", (GPU + d, 22): "Launch Stats"})
+        threads.update(
+            {
+                (GPU + d, 7): "Stream #7(Compute,Memcpy)",
+                (GPU + d, 9): "Stream #9(Nccl)",
+                (GPU + d, 20): "XLA Ops - from #7",
+                (GPU + d, 21): "Steps",
+                (GPU + d, 22): "Launch Stats",
+            }
+        )
     for i, step in enumerate(steps):
         s = i * STEP_US
         if host_steps:
@@ -309,15 +317,26 @@ def test_tpu_planes_take_their_work_from_the_xla_ops_line(tmp_path: Path) -> Non
     events = []
     for i in range(2):
         s = i * 500.0
-        events += [_x(tpu, 1, f"train {i}", s, 480), _x(tpu, 2, "jit_step(42)", s + 10, 400),
-                   _x(tpu, 3, "convolution.3", s + 10, 200), _x(tpu, 3, "fusion.12", s + 210, 100),
-                   _x(tpu, 3, "all-reduce.5", s + 310, 80), _x(tpu, 3, "all-gather-done", s + 390, 10)]
-    doc = _doc({tpu: "/device:TPU:0", HOST: "/host:CPU"},
-               {(tpu, 1): "Steps", (tpu, 2): "XLA Modules", (tpu, 3): "XLA Ops", (HOST, 5): "main"},
-               [*events, _x(HOST, 5, "PjitFunction(step)", 0, 20)])
+        events += [
+            _x(tpu, 1, f"train {i}", s, 480),
+            _x(tpu, 2, "jit_step(42)", s + 10, 400),
+            _x(tpu, 3, "convolution.3", s + 10, 200),
+            _x(tpu, 3, "fusion.12", s + 210, 100),
+            _x(tpu, 3, "all-reduce.5", s + 310, 80),
+            _x(tpu, 3, "all-gather-done", s + 390, 10),
+        ]
+    doc = _doc(
+        {tpu: "/device:TPU:0", HOST: "/host:CPU"},
+        {(tpu, 1): "Steps", (tpu, 2): "XLA Modules", (tpu, 3): "XLA Ops", (HOST, 5): "main"},
+        [*events, _x(HOST, 5, "PjitFunction(step)", 0, 20)],
+    )
     rf = jax_trace.read_rank_file(_write(tmp_path / "t1v.trace.json.gz", doc))
     assert sorted((r["name"], r["step"]) for r in _rows(rf.events, "kernel")) == [
-        ("convolution.3", 0), ("convolution.3", 1), ("fusion.12", 0), ("fusion.12", 1)]
+        ("convolution.3", 0),
+        ("convolution.3", 1),
+        ("fusion.12", 0),
+        ("fusion.12", 1),
+    ]
     assert sorted(r["coll_op"] for r in _rows(rf.events, "collective")) == ["allgather"] * 2 + ["allreduce"] * 2
     steps = analyze_rank(RankView(rf.rank, rf.events), "tpu").steps
     assert steps["busy_ns"].to_pylist() == [390_000, 390_000]
@@ -396,9 +415,15 @@ def test_json_without_trace_events(tmp_path: Path) -> None:
 
 
 def test_trace_json_of_another_profiler(tmp_path: Path) -> None:
-    other = _write(tmp_path / "rank-0.json.gz", {"traceEvents": [
-        {"ph": "M", "pid": 5, "name": "process_name", "args": {"name": "python3"}},
-        {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0, "name": "k"}]})
+    other = _write(
+        tmp_path / "rank-0.json.gz",
+        {
+            "traceEvents": [
+                {"ph": "M", "pid": 5, "name": "process_name", "args": {"name": "python3"}},
+                {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0, "name": "k"},
+            ]
+        },
+    )
     with pytest.raises(InputError, match="not a JAX/XLA profile"):
         jax_trace.read_rank_file(other)
 

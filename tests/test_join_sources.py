@@ -22,9 +22,11 @@ from perfsleuth.model import Finding, Interval
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real_h200"
 GEMM_NCU = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
-RED_KINETO = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-              "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-              "unsigned int, float, 4, 4>)")
+RED_KINETO = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+    "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+    "unsigned int, float, 4, 4>)"
+)
 
 SEED = 5
 STRAGGLER = 2
@@ -44,9 +46,17 @@ def _trace_start_us(epoch_ns: int) -> float:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("joined")
-    tel = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(
-        nodes=1, minutes=20, interval_s=INTERVAL_S, seed=3, fault="thermal_throttling", run_id="tel",
-        fault_params={"duty": 1.0, "deficit": 0.25, "whole_host": False, "window_lo": 0.4, "window_hi": 0.5}))
+    tel = telemetry_sim.simulate(
+        telemetry_sim.TelemetryConfig(
+            nodes=1,
+            minutes=20,
+            interval_s=INTERVAL_S,
+            seed=3,
+            fault="thermal_throttling",
+            run_id="tel",
+            fault_params={"duty": 1.0, "deficit": 0.25, "whole_host": False, "window_lo": 0.4, "window_hi": 0.5},
+        )
+    )
     truth = tel.truth[0]
     t0, t1 = truth["params"]["window"]
     mid_ns = int(telemetry_sim.T0_NS + (t0 + t1) / 2 * INTERVAL_S * 1e9)
@@ -136,18 +146,21 @@ def test_a_placement_file_beside_the_traces_is_recognised_by_content(job: dict, 
 # --- placement sources --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("node07_12345.1700000000000000000.pt.trace.json", ("node07", None)),  # tensorboard_trace_handler's default
-    ("ip-10-0-0-12_4242.1722222222000000000.pt.trace.json.gz", ("ip-10-0-0-12", None)),
-    ("gpu-a100-3.cluster.local_999.1.pt.trace.json.gz", ("gpu-a100-3.cluster.local", None)),
-    ("rank3-node07.json", ("node07", 3)),
-    ("node-07_rank3.json.gz", ("node-07", 3)),
-    ("rank-0.1795990978171578749.pt.trace.json.gz", None),  # worker_name="rank-0": no host
-    ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", None),  # a date, not a host
-    ("rank-0-of-8.json", None),
-    ("rank0-gpu3.json", None),
-    ("rank3-final.json", None),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("node07_12345.1700000000000000000.pt.trace.json", ("node07", None)),  # tensorboard_trace_handler's default
+        ("ip-10-0-0-12_4242.1722222222000000000.pt.trace.json.gz", ("ip-10-0-0-12", None)),
+        ("gpu-a100-3.cluster.local_999.1.pt.trace.json.gz", ("gpu-a100-3.cluster.local", None)),
+        ("rank3-node07.json", ("node07", 3)),
+        ("node-07_rank3.json.gz", ("node-07", 3)),
+        ("rank-0.1795990978171578749.pt.trace.json.gz", None),  # worker_name="rank-0": no host
+        ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", None),  # a date, not a host
+        ("rank-0-of-8.json", None),
+        ("rank0-gpu3.json", None),
+        ("rank3-final.json", None),
+    ],
+)
 def test_host_from_trace_file_name(name: str, expected: tuple[str, int | None] | None) -> None:
     assert placement.host_from_file_name(name) == expected
 
@@ -159,7 +172,9 @@ def _tr(rank: int, path: str, device: int | None, host: str | None = None) -> pl
 def test_file_name_host_with_the_trace_device_as_its_gpu() -> None:
     t, caveats = placement.build_placement([_tr(0, "/x/node07_11.1.pt.trace.json", 0), _tr(1, "/x/node07_12.1.pt.trace.json", 1)])
     assert [(r["host"], r["gpu"], r["host_from"], r["gpu_from"]) for r in t.to_pylist()] == [
-        ("node07", 0, "file name", "trace CUDA device"), ("node07", 1, "file name", "trace CUDA device")]
+        ("node07", 0, "file name", "trace CUDA device"),
+        ("node07", 1, "file name", "trace CUDA device"),
+    ]
     assert t["window_start_ns"].to_pylist() == [10**18 + 5] * 2 and caveats == []
 
 
@@ -228,17 +243,28 @@ def test_real_h200_trace_kernels_carry_the_ncu_verdict() -> None:
     ncu_copy = next(k for k in km if "direct_copy_kernel_cuda" in k["kernel_name"])
     copy = next(r for n, r in top.items() if "direct_copy_kernel_cuda" in n)
     assert ncu_copy["sm_throughput_pct"] < 60 and ncu_copy["memory_throughput_pct"] < 60 and copy["ncu_match"] == "exact"
-    assert copy["ncu"].startswith(f"latency bound (SM {ncu_copy['sm_throughput_pct']:.0f}%, "
-                                  f"memory {ncu_copy['memory_throughput_pct']:.0f}% of peak)")
+    assert copy["ncu"].startswith(
+        f"latency bound (SM {ncu_copy['sm_throughput_pct']:.0f}%, memory {ncu_copy['memory_throughput_pct']:.0f}% of peak)"
+    )
     assert all(r["ncu"] is None for r in top.values() if r["ncu_match"] is None)
     assert report.to_json()["kernels"]["top"][0].keys() >= {"ncu", "ncu_match"}
 
 
 def test_small_kernels_finding_gets_the_ncu_line_of_its_short_kernel() -> None:
     km = ncu.read(DATA / "ncu" / "h100_raw_scaled_units.csv").tables["kernel_metrics"]  # the reduction: grid 40 on 132 SMs
-    top = pa.table({"rank": pa.array([0, 0], pa.int32()), "name": [RED_KINETO, GEMM_NCU], "kernel_class": ["compute"] * 2,
-                    "count": [400, 10], "total_ns": [2_000_000, 3_000_000], "mean_ns": [5_000.0, 300_000.0],
-                    "p50_ns": [5_000.0, 300_000.0], "max_ns": [6_000, 310_000], "share": [0.4, 0.6]})
+    top = pa.table(
+        {
+            "rank": pa.array([0, 0], pa.int32()),
+            "name": [RED_KINETO, GEMM_NCU],
+            "kernel_class": ["compute"] * 2,
+            "count": [400, 10],
+            "total_ns": [2_000_000, 3_000_000],
+            "mean_ns": [5_000.0, 300_000.0],
+            "p50_ns": [5_000.0, 300_000.0],
+            "max_ns": [6_000, 310_000],
+            "share": [0.4, 0.6],
+        }
+    )
     f = Finding("small_kernels", 0.8, Interval(0.1, unit="fraction"), {"ranks": [0]}, "chains of tiny kernels", ())
     diagnosis, table = ncu_join.join_ncu(Diagnosis((f,), ()), top, km)
     (out,) = diagnosis.findings
@@ -256,8 +282,7 @@ def test_cli_placement_option_reaches_the_report(job: dict) -> None:
     from perfsleuth.cli import app
 
     gpu = job["throttled"][0]
-    args = ["analyze", str(job["root"] / "inside"), str(job["root"] / "dcgm"), "--workers", "1",
-            "--placement", _spec(gpu, job["healthy"])]
+    args = ["analyze", str(job["root"] / "inside"), str(job["root"] / "dcgm"), "--workers", "1", "--placement", _spec(gpu, job["healthy"])]
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0 and f"joined: rank {STRAGGLER} runs on node-000 GPU {gpu}" in " ".join(text.output.split())
     doc = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).output)

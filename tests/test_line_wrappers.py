@@ -20,33 +20,45 @@ DATA = Path(__file__).parent / "data"
 ROW = "     8388608       2097152     float     sum      -1    123.4   67.98  127.46      0    120.1   69.85  130.97      0"
 
 
-@pytest.mark.parametrize(("line", "text", "rank", "host", "kinds"), [
-    ("[1,0]<stdout>:" + ROW, ROW, 0, None, ("mpirun_tag",)),
-    ("[1,12]<stderr>:hello", "hello", 12, None, ("mpirun_tag",)),
-    ("[prterun-gpu01-4242@1,3]<stdout>: x y", "x y", 3, None, ("mpirun_tag",)),
-    ("Tue Nov 29 10:11:12 2022[1,2]<stdout>:abc", "abc", 2, None, ("mpirun_tag", "mpirun_timestamp")),
-    ("Tue Nov 29 10:11:12 2022<stdout>:abc", "abc", None, None, ("mpirun_timestamp",)),
-    ("3: iteration 10", "iteration 10", 3, None, ("srun_label",)),
-    ("  17: iteration 10", "iteration 10", 17, None, ("srun_label",)),
-    ("node07: text here", "text here", None, "node07", ("pdsh",)),
-    ("gpu-a100-3.cluster: text", "text", None, "gpu-a100-3.cluster", ("pdsh",)),
-    ("[default3]:[rank3]:W1129 warn", "W1129 warn", 3, None, ("torchrun", "torchrun")),
-    ("[lrdn3321:5]:abc", "abc", 5, "lrdn3321", ("host_rank",)),
-    ("2024-05-01T12:00:00.5Z [1,4]<stdout>:abc", "abc", 4, None, ("timestamp", "mpirun_tag")),
-    ("Nov 29 10:11:12 node07 python[123]: step 5", "step 5", None, "node07", ("syslog",)),
-    ("0: node07: x", "x", 0, "node07", ("srun_label", "pdsh")),
-    ("\x1b[32m[default0]:\x1b[0mloss 1.0\r", "loss 1.0", None, None, ("torchrun",)),
-])
+@pytest.mark.parametrize(
+    ("line", "text", "rank", "host", "kinds"),
+    [
+        ("[1,0]<stdout>:" + ROW, ROW, 0, None, ("mpirun_tag",)),
+        ("[1,12]<stderr>:hello", "hello", 12, None, ("mpirun_tag",)),
+        ("[prterun-gpu01-4242@1,3]<stdout>: x y", "x y", 3, None, ("mpirun_tag",)),
+        ("Tue Nov 29 10:11:12 2022[1,2]<stdout>:abc", "abc", 2, None, ("mpirun_tag", "mpirun_timestamp")),
+        ("Tue Nov 29 10:11:12 2022<stdout>:abc", "abc", None, None, ("mpirun_timestamp",)),
+        ("3: iteration 10", "iteration 10", 3, None, ("srun_label",)),
+        ("  17: iteration 10", "iteration 10", 17, None, ("srun_label",)),
+        ("node07: text here", "text here", None, "node07", ("pdsh",)),
+        ("gpu-a100-3.cluster: text", "text", None, "gpu-a100-3.cluster", ("pdsh",)),
+        ("[default3]:[rank3]:W1129 warn", "W1129 warn", 3, None, ("torchrun", "torchrun")),
+        ("[lrdn3321:5]:abc", "abc", 5, "lrdn3321", ("host_rank",)),
+        ("2024-05-01T12:00:00.5Z [1,4]<stdout>:abc", "abc", 4, None, ("timestamp", "mpirun_tag")),
+        ("Nov 29 10:11:12 node07 python[123]: step 5", "step 5", None, "node07", ("syslog",)),
+        ("0: node07: x", "x", 0, "node07", ("srun_label", "pdsh")),
+        ("\x1b[32m[default0]:\x1b[0mloss 1.0\r", "loss 1.0", None, None, ("torchrun",)),
+    ],
+)
 def test_unwrap(line: str, text: str, rank: int | None, host: str | None, kinds: tuple[str, ...]) -> None:
     u = unwrap(line)
     assert (u.text, u.rank, u.host, u.kinds) == (text, rank, host, kinds)
 
 
-@pytest.mark.parametrize("line", [
-    "INFO: not a host", "WARNING: x", "node1:1234:1234 [0] NCCL INFO Bootstrap", "#  size count type", ROW,
-    " iteration      100/   20000 | elapsed time per iteration (ms): 334.9 |", "[2024-04-06 03:02:12] iteration 71/100 |",
-    "[0] NCCL INFO Launch mode Parallel", "lm loss: 2.0",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO: not a host",
+        "WARNING: x",
+        "node1:1234:1234 [0] NCCL INFO Bootstrap",
+        "#  size count type",
+        ROW,
+        " iteration      100/   20000 | elapsed time per iteration (ms): 334.9 |",
+        "[2024-04-06 03:02:12] iteration 71/100 |",
+        "[0] NCCL INFO Launch mode Parallel",
+        "lm loss: 2.0",
+    ],
+)
 def test_lines_without_wrappers_are_left_alone(line: str) -> None:
     assert unwrap(line).text == line and unwrap(line).kinds == ()
 
@@ -79,6 +91,7 @@ def test_clean_text_keeps_fixed_width_columns() -> None:
 
 # --- whole files: wrapped, split, interleaved --------------------------------------------------------
 
+
 def _table(path: Path):
     t = nccl_tests.read(path).tables["nccl_tests"].to_pandas()
     return t[["size_bytes", "placement", "time_us", "algbw_gbs", "busbw_gbs"]].reset_index(drop=True)
@@ -92,8 +105,9 @@ def _split_row(line: str, rng: random.Random, parts: int) -> list[str]:
 _ROW_RE = re.compile(r"^\s+\d+\s+\d+\s+\w+")
 
 
-@pytest.mark.parametrize("name", ["nccl/superbench_nccl_allreduce.log", "real/nccl_tests/superbench_nccl_reduce.log",
-                                  "nccl/real_h200_all_reduce_info.txt"])
+@pytest.mark.parametrize(
+    "name", ["nccl/superbench_nccl_allreduce.log", "real/nccl_tests/superbench_nccl_reduce.log", "nccl/real_h200_all_reduce_info.txt"]
+)
 def test_mpirun_tag_output_with_rows_split_over_tagged_lines(tmp_path: Path, name: str) -> None:
     """Every line tagged ``[1,0]<stdout>:``; every third result row cut at random places into 2-3
     tagged lines (Open MPI forwards what each read() returned): the same rows as the bare file."""
@@ -117,13 +131,15 @@ def test_opcount_lines_interleaved_inside_rows(tmp_path: Path) -> None:
     """stdout and stderr merged: per-call ``NCCL INFO AllReduce: opCount`` lines land inside result
     rows, sometimes glued to the row's text without a newline. The rows read as without them."""
     src = DATA / "nccl/real_h200_all_reduce_info.txt"
-    call = ("h200-0:4242:4242 [0] NCCL INFO AllReduce: opCount {:x} sendbuff 0x7f00 recvbuff 0x7f00 count 2 "
-            "datatype 7 op 0 root 0 comm 0x55 [nranks=1] stream 0x56")
+    call = (
+        "h200-0:4242:4242 [0] NCCL INFO AllReduce: opCount {:x} sendbuff 0x7f00 recvbuff 0x7f00 count 2 "
+        "datatype 7 op 0 root 0 comm 0x55 [nranks=1] stream 0x56"
+    )
     out, op, broken = [], 0, 0
     for line in src.read_text().splitlines():
         if _ROW_RE.match(line):
             key_end = len(" ".join(line.split()[:5])) + (len(line) - len(line.lstrip()))
-            head, rest = line[:key_end + 2], line[key_end + 2:]
+            head, rest = line[: key_end + 2], line[key_end + 2 :]
             calls = [call.format(op + k) for k in range(3)]
             op += 3
             out.append(head + calls[0])  # the row's start glued to the first call
@@ -157,16 +173,17 @@ def test_nccl_log_under_srun_and_pdsh_keeps_hosts(tmp_path: Path) -> None:
     f = tmp_path / "wrapped.log"
     f.write_text("".join(f"{i % 4}: node{i % 2}: {ln}\n" for i, ln in enumerate(src.read_text().splitlines())))
     bare, wrapped = nccl_log.read(src), nccl_log.read(f)
-    assert wrapped.tables["nccl_log"].equals(bare.tables["nccl_log"].replace_schema_metadata(
-        wrapped.tables["nccl_log"].schema.metadata)) or wrapped.tables["nccl_log"].num_rows == bare.tables["nccl_log"].num_rows
+    assert (
+        wrapped.tables["nccl_log"].equals(bare.tables["nccl_log"].replace_schema_metadata(wrapped.tables["nccl_log"].schema.metadata))
+        or wrapped.tables["nccl_log"].num_rows == bare.tables["nccl_log"].num_rows
+    )
     assert wrapped.meta["wrappers"]["hosts"] == ["node0", "node1"]
 
 
 def test_steplog_under_kubectl_timestamps_and_colour(tmp_path: Path) -> None:
     src = DATA / "steplog/megatron_lm_issue5_v1.log"
     f = tmp_path / "k.log"
-    f.write_text("".join(f"2024-05-01T12:00:{i % 60:02d}.000000000Z \x1b[0m{ln}\r\n"
-                         for i, ln in enumerate(src.read_text().splitlines())))
+    f.write_text("".join(f"2024-05-01T12:00:{i % 60:02d}.000000000Z \x1b[0m{ln}\r\n" for i, ln in enumerate(src.read_text().splitlines())))
     a = steplog.read(src).tables["step_log"].to_pandas()
     b = steplog.read(f).tables["step_log"].to_pandas()
     assert list(a["step"]) == list(b["step"]) and list(a["step_time_ns"]) == list(b["step_time_ns"])

@@ -127,9 +127,16 @@ def test_cause_outside_the_dimensions_is_reported_unexplained(duck):
     n = 400
     d0 = rng.uniform(10, 20, n)
     hidden = rng.random(n) < 0.5  # e.g. a firmware nobody recorded: half the cells, at random
-    data = pa.table({"a": [f"a{i % 8}" for i in range(n)], "b": [f"b{i % 10}" for i in range(n)],
-                     "n0": d0 * 100, "d0": d0, "n1": d0 * 100 * np.where(hidden, 0.8, 1.0) * rng.normal(1, 0.01, n),
-                     "d1": d0})
+    data = pa.table(
+        {
+            "a": [f"a{i % 8}" for i in range(n)],
+            "b": [f"b{i % 10}" for i in range(n)],
+            "n0": d0 * 100,
+            "d0": d0,
+            "n1": d0 * 100 * np.where(hidden, 0.8, 1.0) * rng.normal(1, 0.01, n),
+            "d1": d0,
+        }
+    )
     res = localize(engine.table(duck, data), LeafSpec(("a", "b"), "n1", "n0", "d1", "d0"), bootstrap=0)
     assert res.unexplained == UNEXPLAINED
     assert (res.explained_share or 0.0) < 0.5
@@ -140,8 +147,7 @@ def test_verb_writes_json_with_the_schema(tmp_path):
     path = tmp_path / "fleet.csv"
     pacsv.write_csv(case.runs, path)
     out = tmp_path / "out.json"
-    rc = localize_command(path, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline", format="json",
-                          out=out, bootstrap=0)
+    rc = localize_command(path, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline", format="json", out=out, bootstrap=0)
     assert rc == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == SCHEMA
@@ -159,14 +165,17 @@ def test_verb_text_names_culprits_and_the_split(tmp_path, capsys):
     assert "a=a3" in text and "mix" in text and "rate" in text
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"current": "nope", "baseline": "predict"}, "no column"),
-    ({"current": "a", "baseline": "predict"}, "not numeric"),
-    ({"current": "real", "baseline": "predict", "current_denominator": "real"}, "both denominators"),
-    ({"current": "real", "baseline": "predict", "format": "xml"}, "unknown format"),
-    ({"current": "real", "baseline": "predict", "engine": "oracle"}, "unknown engine"),
-    ({"current": "real", "baseline": "predict", "workload_dims": ["zz"]}, "workload"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"current": "nope", "baseline": "predict"}, "no column"),
+        ({"current": "a", "baseline": "predict"}, "not numeric"),
+        ({"current": "real", "baseline": "predict", "current_denominator": "real"}, "both denominators"),
+        ({"current": "real", "baseline": "predict", "format": "xml"}, "unknown format"),
+        ({"current": "real", "baseline": "predict", "engine": "oracle"}, "unknown engine"),
+        ({"current": "real", "baseline": "predict", "workload_dims": ["zz"]}, "workload"),
+    ],
+)
 def test_verb_bad_input_exits_2_and_says_why(tmp_path, capsys, kwargs, message):
     path = tmp_path / "leaves.csv"
     pacsv.write_csv(_leaves({"a": 2, "b": 2}, {}), path)
@@ -210,7 +219,9 @@ def _assert_same(a, b, path: str) -> None:
 def test_spark_draws_the_same_bootstrap_weights(spark_con, duck):
     # Spark's ROW_NUMBER is a 32-bit INT: the weights' integer scrambling must not wrap around there.
     data = pa.table({"a": [f"a{i:03d}" for i in range(300)], "b": [f"b{i % 7}" for i in range(300)]})
-    got = [with_poisson_weight(engine.table(con, data), ["a", "b"], seed=3).order_by("a").to_pyarrow()["bw"].to_pylist()
-           for con in (duck, spark_con)]
+    got = [
+        with_poisson_weight(engine.table(con, data), ["a", "b"], seed=3).order_by("a").to_pyarrow()["bw"].to_pylist()
+        for con in (duck, spark_con)
+    ]
     assert got[0] == got[1]
     assert 0.8 < np.mean(got[0]) < 1.2 and set(got[0]) <= {0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0}

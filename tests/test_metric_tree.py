@@ -23,11 +23,19 @@ from perfsleuth.model import RECORDS, SCHEMA_VERSION
 H100_BF16 = 989.5e12  # datasheet: 1,979 TFLOP/s "with sparsity", dense = half
 
 
-def run(compute=70e6, exposed=20e6, launch=10e6, straggler=0.0, tokens=1_048_576.0, gpus=64.0, flops=5.0e16,
-        hw_flops=None, peak=H100_BF16) -> RunParts:
+def run(
+    compute=70e6, exposed=20e6, launch=10e6, straggler=0.0, tokens=1_048_576.0, gpus=64.0, flops=5.0e16, hw_flops=None, peak=H100_BF16
+) -> RunParts:
     comps = {"compute": compute, "exposed_comm": exposed, "host_launch": launch, "straggler_wait": straggler}
-    return RunParts(sum(comps.values()), comps, tokens_per_step=tokens, gpus=gpus, model_flops_per_step=flops,
-                    hardware_flops_per_step=hw_flops, peak_flop_per_s=peak)
+    return RunParts(
+        sum(comps.values()),
+        comps,
+        tokens_per_step=tokens,
+        gpus=gpus,
+        model_flops_per_step=flops,
+        hardware_flops_per_step=hw_flops,
+        peak_flop_per_s=peak,
+    )
 
 
 def test_schema_version_bumped_and_records_keeps_its_first_columns():
@@ -40,8 +48,16 @@ def test_schema_version_bumped_and_records_keeps_its_first_columns():
 def test_top_lines_are_exactly_the_products_of_their_factors(seed):
     rng = np.random.default_rng(seed)
     c, e, h, s = rng.uniform(1e6, 1e8, 4)
-    p = run(c, e, h, s, tokens=float(rng.integers(1, 10**7)), gpus=float(rng.integers(1, 4096)),
-            flops=float(rng.uniform(1e15, 1e18)), hw_flops=float(rng.uniform(1e18, 2e18)))
+    p = run(
+        c,
+        e,
+        h,
+        s,
+        tokens=float(rng.integers(1, 10**7)),
+        gpus=float(rng.integers(1, 4096)),
+        flops=float(rng.uniform(1e15, 1e18)),
+        hw_flops=float(rng.uniform(1e18, 2e18)),
+    )
     f = tree_factors(p)
     step_s = (c + e + h + s) / 1e9
     assert f.mfu == pytest.approx(p.model_flops_per_step / (p.gpus * H100_BF16 * step_s), rel=1e-15)
@@ -114,8 +130,9 @@ def test_mfu_of_a_known_config_on_h100_bf16_by_hand():
     # 6 * 8e9 = 48e9; 12 * 32 * 4096 * 8192 = 12,884,901,888
     assert flops_per_token(cfg) == 60_884_901_888
     tokens = 128 * 8192
-    f = tree_factors(RunParts(10e9, tokens_per_step=tokens, gpus=64, model_flops_per_step=flops_per_token(cfg) * tokens,
-                              peak_flop_per_s=peak))
+    f = tree_factors(
+        RunParts(10e9, tokens_per_step=tokens, gpus=64, model_flops_per_step=flops_per_token(cfg) * tokens, peak_flop_per_s=peak)
+    )
     # 60,884,901,888 * 1,048,576 = 6.38425e16 FLOP; / (10 s * 64 * 989.5e12) = / 6.3328e17
     assert f.mfu == pytest.approx(0.1008124, rel=1e-6)
     assert f.tokens_per_s_per_gpu == pytest.approx(1_048_576 / 640, rel=1e-15)
@@ -163,8 +180,14 @@ def test_bootstrap_over_runs_gives_intervals_around_the_known_split():
 
 @pytest.fixture(scope="module")
 def simulated_job(tmp_path_factory):
-    cfg = SimConfig(seed=11, world_size=2, steps=5, layers=3, measure_impact=False,
-                    faults=[ExposedCommunication(bandwidth_divisor=3.0, disable_overlap=True)])
+    cfg = SimConfig(
+        seed=11,
+        world_size=2,
+        steps=5,
+        layers=3,
+        measure_impact=False,
+        faults=[ExposedCommunication(bandwidth_divisor=3.0, disable_overlap=True)],
+    )
     job = simulate(cfg)
     out = tmp_path_factory.mktemp("simjob")
     write_job(job, out)
@@ -198,8 +221,7 @@ def test_job_record_of_a_simulated_job_matches_its_truth(simulated_job):
 
 
 def test_straggler_wait_is_the_slow_ranks_extra_compute(tmp_path):
-    cfg = SimConfig(seed=11, world_size=4, steps=5, layers=3, measure_impact=False,
-                    faults=[StragglerRank(rank=1, slowdown=0.3)])
+    cfg = SimConfig(seed=11, world_size=4, steps=5, layers=3, measure_impact=False, faults=[StragglerRank(rank=1, slowdown=0.3)])
     job = simulate(cfg)
     write_job(job, tmp_path)
     r = job_record(analyze([tmp_path], workers=1)).to_pylist()[0]

@@ -39,8 +39,9 @@ FILES = _trace_files()
 
 def _plain(t: pa.Table) -> pa.Table:
     """Dictionary columns as their values (dictionary order is an encoding detail, not a result)."""
-    return pa.table({n: (c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c) for n, c in zip(t.column_names, t.columns,
-                                                                                                            strict=True)})
+    return pa.table(
+        {n: (c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c) for n, c in zip(t.column_names, t.columns, strict=True)}
+    )
 
 
 def _read(fn, path: Path):  # noqa: ANN001, ANN202
@@ -76,9 +77,19 @@ def test_every_test_trace_decodes_as_the_oracle_decodes_it(path: Path) -> None:
 
 def test_legacy_external_ids_are_kept_per_event(tmp_path: Path) -> None:
     """Hand-built: a host op with "External id" and a kernel with the old "external id" in one chunk."""
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"External id": 7}},
-              {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 2,
-               "args": {"stream": 7, "correlation": 3, "external id": 7}}]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"External id": 7}},
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 12,
+            "dur": 2,
+            "args": {"stream": 7, "correlation": 3, "external id": 7},
+        },
+    ]
     p = tmp_path / "rank-0.json"
     p.write_text(json.dumps({"traceEvents": events}))
     assert kineto.read_rank_file(p).events["external_id"].to_pylist() == [7, 7]
@@ -87,8 +98,9 @@ def test_legacy_external_ids_are_kept_per_event(tmp_path: Path) -> None:
 
 def test_blocks_that_cut_events_and_strings_anywhere_give_the_same_table(tmp_path: Path) -> None:
     """4 KB blocks (and odd sizes) cut inside strings, escapes and nested args: the same table as one block."""
-    raw = gzip.decompress((ROOT / "data" / "real_traces" / "hta_gpu_user_annotation_step"
-                           / "step_based_trace_2543932.json.gz").read_bytes())
+    raw = gzip.decompress(
+        (ROOT / "data" / "real_traces" / "hta_gpu_user_annotation_step" / "step_based_trace_2543932.json.gz").read_bytes()
+    )
     p = tmp_path / "rank-0.json"
     p.write_bytes(raw)
     whole = kineto.read_rank_file(p, block_bytes=1 << 30)
@@ -100,15 +112,46 @@ def test_blocks_that_cut_events_and_strings_anywhere_give_the_same_table(tmp_pat
 
 def _odd_events() -> list:
     return [
-        {"ph": "X", "cat": "kernel", "name": 'gemm "q" \\ {}[],\u00e9\u4e2d', "pid": 0, "tid": "stream 7", "ts": 1.5, "dur": 2,
-         "args": {"stream": "7", "correlation": 11, "Input Dims": [[1, 2], []], "x": {"y": "]}"}}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 1, "dur": 0.5,
-         "args": {"correlation": 11, "External id": "5"}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": 'gemm "q" \\ {}[],\u00e9\u4e2d',
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 1.5,
+            "dur": 2,
+            "args": {"stream": "7", "correlation": 11, "Input Dims": [[1, 2], []], "x": {"y": "]}"}},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 2,
+            "ts": 1,
+            "dur": 0.5,
+            "args": {"correlation": 11, "External id": "5"},
+        },
         {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 3, "dur": 1, "args": {"device": 2**64, "stream": 2**70}},
-        {"ph": "X", "cat": "kernel", "name": "nccl:all_reduce", "pid": 0, "tid": 7, "ts": 6, "dur": 1,
-         "args": {"stream": 7, "Collective name": "allreduce", "Process Group Ranks": [0, 1, 2], "dtype": "Float", "Seq": 3}},
-        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 7,
-         "args": {"Bytes": 512, "Total Allocated": 1024, "Device Id": 0}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "nccl:all_reduce",
+            "pid": 0,
+            "tid": 7,
+            "ts": 6,
+            "dur": 1,
+            "args": {"stream": 7, "Collective name": "allreduce", "Process Group Ranks": [0, 1, 2], "dtype": "Float", "Seq": 3},
+        },
+        {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 2,
+            "ts": 7,
+            "args": {"Bytes": 512, "Total Allocated": 1024, "Device Id": 0},
+        },
     ]
 
 
@@ -136,8 +179,16 @@ def test_nan_literals_are_read_as_the_oracle_reads_them(tmp_path: Path) -> None:
     assert f"first at byte {text.index('NaN')}" in msg and "dur: 1" in msg and "Seq: 1" in msg and "[]: 1" in msg
 
 
-@pytest.mark.parametrize("text", ['{"traceEvents": [{"ph": "X"},]}', '{"traceEvents": [{"ph": "X"} {"ph": "X"}]}',
-                                  '{"traceEvents": [{"ph": "X", "ts": 1', '{"traceEvents": [{"ph": "X"}]', '[{"ph": "X"}] x'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"traceEvents": [{"ph": "X"},]}',
+        '{"traceEvents": [{"ph": "X"} {"ph": "X"}]}',
+        '{"traceEvents": [{"ph": "X", "ts": 1',
+        '{"traceEvents": [{"ph": "X"}]',
+        '[{"ph": "X"}] x',
+    ],
+)
 def test_broken_arrays_are_errors_naming_the_file(tmp_path: Path, text: str) -> None:
     p = tmp_path / "rank-0.json"
     p.write_text(text)
@@ -148,8 +199,12 @@ def test_broken_arrays_are_errors_naming_the_file(tmp_path: Path, text: str) -> 
         kineto.read_rank_file_oracle(p)
 
 
-JOBS = [d for d in ([SHARED / "nccl_parser_config", SHARED / "amd_trace", SHARED / "ns_resolution_trace"] if SHARED.is_dir() else [])
-        + [ROOT / "data" / "real_traces" / "param_dlrm_8rank_v100"] if d.is_dir()]
+JOBS = [
+    d
+    for d in ([SHARED / "nccl_parser_config", SHARED / "amd_trace", SHARED / "ns_resolution_trace"] if SHARED.is_dir() else [])
+    + [ROOT / "data" / "real_traces" / "param_dlrm_8rank_v100"]
+    if d.is_dir()
+]
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)

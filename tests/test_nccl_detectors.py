@@ -24,8 +24,11 @@ from perfsleuth.model import Finding
 
 DATA = Path(__file__).parent / "data" / "nccl"
 FAULTS = ("nccl_algorithm_selection", "nccl_transport_fallback", "degraded_network")
-RUN = {"nccl_algorithm_selection": detectors.nccl_algorithm_selection,
-       "nccl_transport_fallback": detectors.nccl_transport_fallback, "degraded_network": detectors.degraded_network}
+RUN = {
+    "nccl_algorithm_selection": detectors.nccl_algorithm_selection,
+    "nccl_transport_fallback": detectors.nccl_transport_fallback,
+    "degraded_network": detectors.degraded_network,
+}
 
 
 def signals_of(paths) -> JobSignals:
@@ -73,6 +76,7 @@ def test_every_detector_says_what_it_misses_on_an_empty_job():
 
 
 # --- nccl_algorithm_selection ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_algorithm_selection_found_on_its_band_and_silent_on_a_healthy_sweep(tmp_path, seed):
@@ -122,6 +126,7 @@ def test_algorithm_selection_needs_a_sweep():
 
 
 # --- degraded_network ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [11, 12])
 def test_bad_node_is_localised(tmp_path, seed):
@@ -178,10 +183,16 @@ def test_slow_pairs_explained_by_gdr_off_are_the_transports_finding(tmp_path):
 
 # --- nccl_transport_fallback -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind,basis,issue", [
-    ("log_socket_env", "env", "socket"), ("log_socket_fleet", "fleet", "socket"), ("log_gdr_nodes", "module", "gdr_disabled"),
-    ("log_channels_fleet", "fleet", "channels"),
-])
+
+@pytest.mark.parametrize(
+    "kind,basis,issue",
+    [
+        ("log_socket_env", "env", "socket"),
+        ("log_socket_fleet", "fleet", "socket"),
+        ("log_gdr_nodes", "module", "gdr_disabled"),
+        ("log_channels_fleet", "fleet", "channels"),
+    ],
+)
 def test_fallbacks_found_with_their_basis(tmp_path, kind, basis, issue):
     case, out = make(kind, tmp_path, 61)
     f = out["nccl_transport_fallback"]
@@ -201,8 +212,7 @@ def test_healthy_logs_are_silent(tmp_path):
 
 def test_sockets_everywhere_without_a_baseline_is_insufficient_until_the_site_says_rdma(tmp_path):
     m, rng = nccl_sim.H100, np.random.default_rng(8)
-    lines = nccl_sim.init_lines(["e1", "e2"], 8, m, rng, setups={"e1": nccl_sim.NodeSetup(ib=False),
-                                                                   "e2": nccl_sim.NodeSetup(ib=False)})
+    lines = nccl_sim.init_lines(["e1", "e2"], 8, m, rng, setups={"e1": nccl_sim.NodeSetup(ib=False), "e2": nccl_sim.NodeSetup(ib=False)})
     (tmp_path / "job.log").write_text("\n".join(lines) + "\n")
     sig = signals_of(tmp_path.iterdir())
     out = detectors.nccl_transport_fallback(sig)
@@ -246,6 +256,7 @@ def test_wrong_results_are_not_used_as_bandwidth(tmp_path):
 
 
 # --- the suite ----------------------------------------------------------------------------------------
+
 
 def test_suite_precision_recall(tmp_path_factory, capsys):
     root = tmp_path_factory.mktemp("nccl_suite")

@@ -33,6 +33,7 @@ def codes(sd) -> set[str]:
 
 # --- nccl-tests stdout, real outputs ---------------------------------------------------------------
 
+
 def test_old_layout_without_root_with_na_wrong_and_an_info_line_inside_the_table():
     """superbench's A100 run: 2019-2022 layout (no root column, 'error' header, N/A with -c 0)."""
     sd = nccl_tests.read(DATA / "superbench_nccl_allreduce.log")
@@ -71,7 +72,12 @@ def test_current_layout_text_and_its_json_give_the_same_rows():
     for t in (txt, js):
         r = t.iloc[0]
         assert (r["collective"], r["nranks"], r["hosts"], r["gpu_model"], r["nccl_version"]) == (
-            "allreduce", 1, "vm", "NVIDIA H200", "2.28.9")
+            "allreduce",
+            1,
+            "vm",
+            "NVIDIA H200",
+            "2.28.9",
+        )
     assert txt["tests_version"].iloc[0] == "2.19.6" and js["source_format"].iloc[0] == "json"
     big = txt[(txt["size_bytes"] == 134217728) & (txt["placement"] == "in_place")].iloc[0]
     assert big["algbw_gbs"] == 233666.0  # printed without decimals when it no longer fits 6 characters
@@ -80,8 +86,7 @@ def test_current_layout_text_and_its_json_give_the_same_rows():
 def test_per_iteration_columns_and_timestamp():
     t = rows(DATA / "real_h200_all_reduce_iter.txt")
     first = t[(t["size_bytes"] == 1048576) & (t["placement"] == "out_of_place")].iloc[0]
-    assert (first["time_us"], first["i_min_us"], first["i_max_us"], first["i_p99_us"], first["i_cv_pct"]) == (
-        6.39, 4.13, 9.41, 9.41, 21.61)
+    assert (first["time_us"], first["i_min_us"], first["i_max_us"], first["i_p99_us"], first["i_cv_pct"]) == (6.39, 4.13, 9.41, 9.41, 21.61)
     ip = t[(t["size_bytes"] == 67108864) & (t["placement"] == "in_place")].iloc[0]
     assert (ip["time_us"], ip["i_cv_pct"]) == (2.19, 34.66)
     js = rows(DATA / "real_h200_all_reduce_iter.json")
@@ -99,13 +104,20 @@ def test_cputime_broadcast_and_na_wrong():
 
 def test_runs_concatenated_in_one_file(tmp_path):
     f = tmp_path / "sweep.txt"
-    f.write_text("$ NCCL_ALGO=Ring NCCL_PROTO=Simple ./build/all_reduce_perf -b 8 -e 8G\n"
-                 + (DATA / "superbench_nccl_allreduce.log").read_text()
-                 + "some shell prompt $ ./build/broadcast_perf -C 1\n"
-                 + (DATA / "real_h200_broadcast_cputime.txt").read_text())
+    f.write_text(
+        "$ NCCL_ALGO=Ring NCCL_PROTO=Simple ./build/all_reduce_perf -b 8 -e 8G\n"
+        + (DATA / "superbench_nccl_allreduce.log").read_text()
+        + "some shell prompt $ ./build/broadcast_perf -C 1\n"
+        + (DATA / "real_h200_broadcast_cputime.txt").read_text()
+    )
     t = rows(f)
-    runs = t.groupby("run_index").agg(coll=("collective", "first"), n=("nranks", "first"), k=("size_bytes", "size"),
-                                      algo=("algo_env", "first"), proto=("proto_env", "first"))
+    runs = t.groupby("run_index").agg(
+        coll=("collective", "first"),
+        n=("nranks", "first"),
+        k=("size_bytes", "size"),
+        algo=("algo_env", "first"),
+        proto=("proto_env", "first"),
+    )
     assert list(runs["coll"]) == ["allreduce", "broadcast"] and list(runs["n"]) == [8, 1] and list(runs["k"]) == [68, 8]
     assert (runs.loc[0, "algo"], runs.loc[0, "proto"]) == ("Ring", "Simple") and pd.isna(runs.loc[1, "algo"])
     assert t["run_id"].nunique() == 2
@@ -114,9 +126,16 @@ def test_runs_concatenated_in_one_file(tmp_path):
 def test_info_lines_in_nccl_tests_output_give_log_tables_and_the_run_its_env_and_choices(tmp_path):
     host = "gpu07:100:100 [0] NCCL INFO "
     text = (DATA / "superbench_nccl_allreduce.log").read_text().splitlines()
-    body = text[:15] + [host + "NCCL version 2.21.5+cuda12.4", host + "NCCL_PROTO set by environment to LL128",
-                        host + "comm 0x55 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0",
-                        host + "AllReduce: 1048576 Bytes -> Algo Ring proto LL128 channel{Lo..Hi}={0..15}"] + text[15:]
+    body = (
+        text[:15]
+        + [
+            host + "NCCL version 2.21.5+cuda12.4",
+            host + "NCCL_PROTO set by environment to LL128",
+            host + "comm 0x55 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0",
+            host + "AllReduce: 1048576 Bytes -> Algo Ring proto LL128 channel{Lo..Hi}={0..15}",
+        ]
+        + text[15:]
+    )
     f = tmp_path / "with_info.txt"
     f.write_text("\n".join(body) + "\n")
     assert nccl_tests.detect(f) and not nccl_log.detect(f)  # the nccl-tests reader takes the INFO lines too
@@ -156,6 +175,7 @@ def test_gzipped_output_reads(tmp_path):
 
 # --- nccl-tests: bad input --------------------------------------------------------------------------
 
+
 def test_run_cut_mid_table_keeps_its_rows_with_a_caveat(tmp_path):
     lines = (DATA / "superbench_nccl_allreduce.log").read_text().splitlines()
     f = tmp_path / "cut.txt"
@@ -174,8 +194,9 @@ def test_cut_before_any_result_is_an_input_error(tmp_path):
         nccl_tests.read(f)
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\x01\x02binary\x00" * 50, b"step,loss\n1,0.5\n2,0.4\n",
-                                     b'{"traceEvents": []}', b"just some text\nwith lines\n"])
+@pytest.mark.parametrize(
+    "content", [b"", b"\x00\x01\x02binary\x00" * 50, b"step,loss\n1,0.5\n2,0.4\n", b'{"traceEvents": []}', b"just some text\nwith lines\n"]
+)
 def test_other_files_are_not_nccl(tmp_path, content):
     f = tmp_path / "other.txt"
     f.write_bytes(content)
@@ -207,8 +228,7 @@ def _rewrite(src: Path, dst: Path, fn) -> Path:
 def test_times_in_ms_are_recognised_and_converted(tmp_path):
     src = DATA / "superbench_nccl_allreduce.log"
     # times / 1000 as the first nccl-tests versions printed them (ms), bandwidths unchanged
-    f = _rewrite(src, tmp_path / "ms.txt", lambda t: "  ".join(
-        f"{float(x) / 1000:.6f}" if i in (4, 8) else x for i, x in enumerate(t)))
+    f = _rewrite(src, tmp_path / "ms.txt", lambda t: "  ".join(f"{float(x) / 1000:.6f}" if i in (4, 8) else x for i, x in enumerate(t)))
     sd = nccl_tests.read(f)
     assert "nccl_tests_time_in_ms" in codes(sd)
     t, ref = sd.tables["nccl_tests"].to_pandas(), rows(src)
@@ -216,8 +236,11 @@ def test_times_in_ms_are_recognised_and_converted(tmp_path):
 
 
 def test_bandwidth_in_other_units_makes_the_run_unusable(tmp_path):
-    f = _rewrite(DATA / "superbench_nccl_allreduce.log", tmp_path / "gbits.txt", lambda t: "  ".join(
-        f"{float(x) * 8:.2f}" if i in (5, 6, 9, 10) else x for i, x in enumerate(t)))  # Gb/s, not GB/s
+    f = _rewrite(
+        DATA / "superbench_nccl_allreduce.log",
+        tmp_path / "gbits.txt",
+        lambda t: "  ".join(f"{float(x) * 8:.2f}" if i in (5, 6, 9, 10) else x for i, x in enumerate(t)),
+    )  # Gb/s, not GB/s
     sd = nccl_tests.read(f)
     assert "nccl_tests_inconsistent_units" in codes(sd) and not sd.tables["nccl_tests"].to_pandas()["units_ok"].any()
 
@@ -235,8 +258,11 @@ def test_garbled_numbers_skip_their_rows(tmp_path):
 
 
 def test_wrong_results_are_a_caveat(tmp_path):
-    f = _rewrite(DATA / "real_h200_all_gather_c0.txt", tmp_path / "wrong.txt",
-                 lambda t: "  ".join("17" if i == 8 and t[0] == "4096" else x for i, x in enumerate(t)))
+    f = _rewrite(
+        DATA / "real_h200_all_gather_c0.txt",
+        tmp_path / "wrong.txt",
+        lambda t: "  ".join("17" if i == 8 and t[0] == "4096" else x for i, x in enumerate(t)),
+    )
     sd = nccl_tests.read(f)
     t = sd.tables["nccl_tests"].to_pandas()
     assert "nccl_tests_wrong_results" in codes(sd) and t["wrong"].max() == 17
@@ -244,8 +270,7 @@ def test_wrong_results_are_a_caveat(tmp_path):
 
 def test_rank_lines_missing_nranks_from_busbw_ratio(tmp_path):
     f = tmp_path / "norank.txt"
-    f.write_text("\n".join(x for x in (DATA / "superbench_nccl_allreduce.log").read_text().splitlines()
-                           if "Rank" not in x) + "\n")
+    f.write_text("\n".join(x for x in (DATA / "superbench_nccl_allreduce.log").read_text().splitlines() if "Rank" not in x) + "\n")
     t = rows(f)
     assert set(t["nranks"]) == {8} and t["hosts"].isna().all()  # 2(n-1)/n = 1.75 -> n = 8
 
@@ -274,6 +299,7 @@ def test_json_old_spellings_inf_and_truncation(tmp_path):
 
 # --- NCCL INFO logs --------------------------------------------------------------------------------
 
+
 def test_interleaved_init_complete_lines_map_devices_to_ranks():
     log = nccl_log.read(DATA / "nccl_tests_issue29_init.log").tables["nccl_log"].to_pandas()
     assert len(log) == 12 and set(log["nranks"]) == {32} and log["init_complete"].all()
@@ -301,7 +327,13 @@ def test_numeric_tuning_lines_with_a_table_row_spliced_in():
     assert len(tun) == 1
     t = tun[0]
     assert (t["algo"], t["proto"], t["bytes"], t["calls"], t["model_time_us"], t["collective"]) == (
-        "Tree", "LL", 8, 6, 25.200924, None)  # mpirun's "[0] " tag stripped; the spliced line counted
+        "Tree",
+        "LL",
+        8,
+        6,
+        25.200924,
+        None,
+    )  # mpirun's "[0] " tag stripped; the spliced line counted
 
 
 def test_old_ring_lines_and_channel_listing():
@@ -313,26 +345,34 @@ def test_old_ring_lines_and_channel_listing():
 def test_real_single_gpu_init_block():
     sd = nccl_tests.read(DATA / "real_h200_all_reduce_info.txt")
     r = sd.tables["nccl_log"].to_pylist()[0]
-    assert (r["nccl_version"], r["cuda_version"], r["rank"], r["nranks"], r["nnodes"], r["channels"]) == (
-        "2.28.9", "13.0", 0, 1, 1, 64)
+    assert (r["nccl_version"], r["cuda_version"], r["rank"], r["nranks"], r["nnodes"], r["channels"]) == ("2.28.9", "13.0", 0, 1, 1, 64)
     assert r["ib_device_found"] is False and r["network"] == "Socket" and r["init_complete"]
 
 
 def test_all_tuning_formats_and_enum_codes(tmp_path):
     p = "h:1:2 [0] NCCL INFO "
     f = tmp_path / "tuning.log"
-    f.write_text("\n".join([
-        p + "AllReduce: 8388608 Bytes -> Algo Ring proto Simple channel{Lo..Hi}={0..31}",
-        p + "AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}",
-        p + "ReduceScatter: 4096 Bytes -> Algo 6 proto 2 time 12.500000",
-        p + "AllGather: 65536 Bytes -> Algo 4 proto 1 time 7.000000",
-        p + "1024 Bytes -> Algo 1 proto 0 time 9.250000",
-        p + "AllReduce: 64 Bytes -> Algo 9 proto 0 time 1.0",
-    ]) + "\n")
+    f.write_text(
+        "\n".join(
+            [
+                p + "AllReduce: 8388608 Bytes -> Algo Ring proto Simple channel{Lo..Hi}={0..31}",
+                p + "AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}",
+                p + "ReduceScatter: 4096 Bytes -> Algo 6 proto 2 time 12.500000",
+                p + "AllGather: 65536 Bytes -> Algo 4 proto 1 time 7.000000",
+                p + "1024 Bytes -> Algo 1 proto 0 time 9.250000",
+                p + "AllReduce: 64 Bytes -> Algo 9 proto 0 time 1.0",
+            ]
+        )
+        + "\n"
+    )
     sd = nccl_log.read(f)
     t = {(r["collective"], r["bytes"]): (r["algo"], r["proto"], r["calls"]) for r in sd.tables["nccl_tuning"].to_pylist()}
-    assert t == {("allreduce", 8388608): ("Ring", "Simple", 2), ("reducescatter", 4096): ("PAT", "Simple", 1),
-                 ("allgather", 65536): ("NVLS", "LL128", 1), (None, 1024): ("Ring", "LL", 1)}
+    assert t == {
+        ("allreduce", 8388608): ("Ring", "Simple", 2),
+        ("reducescatter", 4096): ("PAT", "Simple", 1),
+        ("allgather", 65536): ("NVLS", "LL128", 1),
+        (None, 1024): ("Ring", "LL", 1),
+    }
     assert "nccl_log_malformed_line" in codes(sd)  # algorithm code 9 does not exist
     assert algorithm_name("0") == "Tree" and algorithm_name("5") == "NVLSTree" and protocol_name("1") == "LL128"
 
@@ -340,14 +380,19 @@ def test_all_tuning_formats_and_enum_codes(tmp_path):
 def test_malformed_known_lines_and_unknown_lines(tmp_path):
     p = "h:1:2 [0] NCCL INFO "
     f = tmp_path / "bad.log"
-    f.write_text("\n".join([
-        p + "NCCL version 2.x.y",  # malformed version
-        p + "comm 0xabc rank zero nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0",  # malformed topology
-        p + "something NCCL never printed",
-        p + "another unknown line",
-        "plain program output",
-        p + "Channel 00/32 :    0   1   2   3",
-    ]) + "\n")
+    f.write_text(
+        "\n".join(
+            [
+                p + "NCCL version 2.x.y",  # malformed version
+                p + "comm 0xabc rank zero nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0",  # malformed topology
+                p + "something NCCL never printed",
+                p + "another unknown line",
+                "plain program output",
+                p + "Channel 00/32 :    0   1   2   3",
+            ]
+        )
+        + "\n"
+    )
     sd = nccl_log.read(f)
     cav = [c for c in sd.caveats if c.code == "nccl_log_malformed_line"]
     assert len(cav) == 2 and any("line 1" in c.message for c in cav) and any("line 2" in c.message for c in cav)
@@ -360,8 +405,9 @@ def test_many_ranks_interleaved_with_tags_and_timestamps(tmp_path):
 
     rng = np.random.default_rng(3)
     lines = init_lines(["nodeA", "nodeB"], 8, H100, rng, setups={"nodeB": NodeSetup(gdr=False)})
-    tagged = [f"[1,{i % 16}]<stdout>:{x}" if i % 3 == 0 else (f"[2026-04-28 14:14:48] {x}" if i % 3 == 1 else x)
-              for i, x in enumerate(lines)]
+    tagged = [
+        f"[1,{i % 16}]<stdout>:{x}" if i % 3 == 0 else (f"[2026-04-28 14:14:48] {x}" if i % 3 == 1 else x) for i, x in enumerate(lines)
+    ]
     f = tmp_path / "job.log"
     f.write_text("\n".join(tagged) + "\n")
     assert nccl_log.detect(f) and not nccl_tests.detect(f)
@@ -383,6 +429,7 @@ def test_transport_strings():
 
 
 # --- the fabric table -------------------------------------------------------------------------------
+
 
 def test_busbw_factors():
     assert fabric.busbw_factor("AllReduce", 8) == 1.75 and fabric.busbw_factor("all_gather_perf", 8) == 0.875
@@ -409,11 +456,14 @@ def test_expected_bandwidth_per_fabric():
     assert t.expected("allreduce", gpu_model="Tesla T4", nranks=8, nnodes=1) is None
 
 
-@pytest.mark.parametrize("suffix,text", [
-    (".yaml", "network: roce_200g\ntolerance: 0.2\nfabrics:\n  nvlink4_h100: {efficiency: 0.9}\n"),
-    (".json", '{"network": "roce_200g", "tolerance": 0.2, "fabrics": {"nvlink4_h100": {"efficiency": 0.9}}}'),
-    (".toml", 'network = "roce_200g"\ntolerance = 0.2\n[fabrics.nvlink4_h100]\nefficiency = 0.9\n'),
-])
+@pytest.mark.parametrize(
+    "suffix,text",
+    [
+        (".yaml", "network: roce_200g\ntolerance: 0.2\nfabrics:\n  nvlink4_h100: {efficiency: 0.9}\n"),
+        (".json", '{"network": "roce_200g", "tolerance": 0.2, "fabrics": {"nvlink4_h100": {"efficiency": 0.9}}}'),
+        (".toml", 'network = "roce_200g"\ntolerance = 0.2\n[fabrics.nvlink4_h100]\nefficiency = 0.9\n'),
+    ],
+)
 def test_site_fabric_table_overrides(tmp_path, suffix, text):
     f = tmp_path / f"fabric{suffix}"
     f.write_text(text)
@@ -425,8 +475,14 @@ def test_site_fabric_table_overrides(tmp_path, suffix, text):
 
 def test_site_fabric_table_new_fabric_gpu_rule_and_env(tmp_path, monkeypatch):
     f = tmp_path / "site.json"
-    f.write_text(json.dumps({"fabrics": {"mi300x_if": {"scope": "intra", "link_gbs": 448, "efficiency": 0.75}},
-                             "gpus": [{"pattern": "MI300X", "intra": "mi300x_if", "inter": "roce_400g"}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "fabrics": {"mi300x_if": {"scope": "intra", "link_gbs": 448, "efficiency": 0.75}},
+                "gpus": [{"pattern": "MI300X", "intra": "mi300x_if", "inter": "roce_400g"}],
+            }
+        )
+    )
     monkeypatch.setenv(fabric.ENV_VAR, str(f))
     t = fabric.active_table()
     assert t.expected("allreduce", gpu_model="AMD Instinct MI300X", nranks=8, nnodes=1).busbw_gbs == pytest.approx(336)
@@ -434,16 +490,19 @@ def test_site_fabric_table_new_fabric_gpu_rule_and_env(tmp_path, monkeypatch):
     fabric.use_fabric_table(None)
 
 
-@pytest.mark.parametrize("name,text,match", [
-    ("a.yaml", "fabrics: [1, 2", "not a valid YAML"),
-    ("b.json", '{"network": "nowhere"}', "unknown fabric 'nowhere'"),
-    ("c.json", '{"fabrics": {"new": {"link_gbs": 10}}}', "needs 'scope'"),
-    ("d.json", '{"fabrics": {"ib_400g": {"speed": 10}}}', "unknown keys"),
-    ("e.json", '{"fabrics": {"ib_400g": {"efficiency": -1}}}', "efficiency in"),
-    ("f.ini", "[x]", "unknown fabric table format"),
-    ("g.toml", "network = ", "not a valid TOML"),
-    ("h.json", "[1, 2]", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "name,text,match",
+    [
+        ("a.yaml", "fabrics: [1, 2", "not a valid YAML"),
+        ("b.json", '{"network": "nowhere"}', "unknown fabric 'nowhere'"),
+        ("c.json", '{"fabrics": {"new": {"link_gbs": 10}}}', "needs 'scope'"),
+        ("d.json", '{"fabrics": {"ib_400g": {"speed": 10}}}', "unknown keys"),
+        ("e.json", '{"fabrics": {"ib_400g": {"efficiency": -1}}}', "efficiency in"),
+        ("f.ini", "[x]", "unknown fabric table format"),
+        ("g.toml", "network = ", "not a valid TOML"),
+        ("h.json", "[1, 2]", "must be a mapping"),
+    ],
+)
 def test_bad_fabric_tables(tmp_path, name, text, match):
     f = tmp_path / name
     f.write_text(text)

@@ -29,9 +29,11 @@ TORCH = DATA / "real_h200" / "torch"
 
 GEMM_NCU = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 RED_NCU = "void at::reduce_kernel<512, 1, at::ReduceOp<float, at::MeanOps<float, float, float, float>, unsigned int, float, 4, 4>>(T3)"
-RED_KINETO = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-              "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
-              "unsigned int, float, 4, 4>)")
+RED_KINETO = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+    "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+    "unsigned int, float, 4, 4>)"
+)
 
 
 def metrics(path: Path) -> pa.Table:
@@ -69,8 +71,17 @@ def test_details_page_pivots_to_the_same_table_as_the_raw_page() -> None:
     d, r = sd.tables["kernel_metrics"], metrics(REAL / "ncu_raw.csv")
     assert d.schema == r.schema and d.num_rows == r.num_rows == 6
     assert d["kernel_name"].to_pylist() == r["kernel_name"].to_pylist()
-    for col in ("grid_size", "block_size", "registers_per_thread", "shared_mem_per_block_bytes", "sm_count",
-                "block_limit_registers", "block_limit_shared_mem", "block_limit_warps", "theoretical_occupancy_pct"):
+    for col in (
+        "grid_size",
+        "block_size",
+        "registers_per_thread",
+        "shared_mem_per_block_bytes",
+        "sm_count",
+        "block_limit_registers",
+        "block_limit_shared_mem",
+        "block_limit_warps",
+        "theoretical_occupancy_pct",
+    ):
         assert d[col].to_pylist() == r[col].to_pylist(), col
     # two separate profiling runs: counters agree closely, not exactly
     np.testing.assert_allclose(d["duration_ns"].to_numpy(), r["duration_ns"].to_numpy(), rtol=0.03)
@@ -86,8 +97,12 @@ def test_details_page_pivots_to_the_same_table_as_the_raw_page() -> None:
 
 def test_real_files_are_detected_and_other_real_files_are_not() -> None:
     assert ncu.detect(REAL / "ncu_raw.csv") and ncu.detect(REAL / "ncu_details.csv")
-    for other in (DATA / "real_h200" / "nvidia_smi" / "nvidia-smi-query.csv", DATA / "real_h200" / "nvidia_smi" / "nvidia-smi-dmon.txt",
-                  next((TORCH / "healthy").glob("*.json.gz")), DATA / "real_h200" / "jax" / "vm.xplane.pb"):
+    for other in (
+        DATA / "real_h200" / "nvidia_smi" / "nvidia-smi-query.csv",
+        DATA / "real_h200" / "nvidia_smi" / "nvidia-smi-dmon.txt",
+        next((TORCH / "healthy").glob("*.json.gz")),
+        DATA / "real_h200" / "jax" / "vm.xplane.pb",
+    ):
         assert not ncu.detect(other), other
 
 
@@ -114,14 +129,37 @@ def test_details_page_converts_each_rows_own_unit() -> None:
     assert sd.tables["kernel_rules"].num_rows == 4
 
 
-@pytest.mark.parametrize(("unit", "kind", "scale"), [
-    ("ns", "time", 1), ("nsecond", "time", 1), ("usecond", "time", 1e3), ("msecond", "time", 1e6), ("second", "time", 1e9),
-    ("byte", "bytes", 1), ("Kbyte", "bytes", 1e3), ("Mbyte", "bytes", 1e6), ("Gbyte", "bytes", 1e9), ("KiB", "bytes", 1024),
-    ("byte/block", "bytes", 1), ("Kbyte/block", "bytes", 1e3), ("hz", "freq", 1), ("Mhz", "freq", 1e6), ("Ghz", "freq", 1e9),
-    ("cycle/nsecond", "freq", 1e9), ("cycle/usecond", "freq", 1e6), ("%", "pct", 1), ("", "count", 1), ("inst", "count", 1),
-    ("Minst", "count", 1e6), ("register/thread", "count", 1),
-    ("furlong", "time", None), ("Mbyte/second", "bytes", None), ("cycle", "time", None), ("%", "bytes", None),
-])
+@pytest.mark.parametrize(
+    ("unit", "kind", "scale"),
+    [
+        ("ns", "time", 1),
+        ("nsecond", "time", 1),
+        ("usecond", "time", 1e3),
+        ("msecond", "time", 1e6),
+        ("second", "time", 1e9),
+        ("byte", "bytes", 1),
+        ("Kbyte", "bytes", 1e3),
+        ("Mbyte", "bytes", 1e6),
+        ("Gbyte", "bytes", 1e9),
+        ("KiB", "bytes", 1024),
+        ("byte/block", "bytes", 1),
+        ("Kbyte/block", "bytes", 1e3),
+        ("hz", "freq", 1),
+        ("Mhz", "freq", 1e6),
+        ("Ghz", "freq", 1e9),
+        ("cycle/nsecond", "freq", 1e9),
+        ("cycle/usecond", "freq", 1e6),
+        ("%", "pct", 1),
+        ("", "count", 1),
+        ("inst", "count", 1),
+        ("Minst", "count", 1e6),
+        ("register/thread", "count", 1),
+        ("furlong", "time", None),
+        ("Mbyte/second", "bytes", None),
+        ("cycle", "time", None),
+        ("%", "bytes", None),
+    ],
+)
 def test_unit_scale(unit: str, kind: str, scale: float | None) -> None:
     assert ncu.unit_scale(unit, kind) == scale
 
@@ -235,11 +273,19 @@ def test_adapter_is_registered() -> None:
 # --- hardware table ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "key"), [
-    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("NVIDIA B200", "b200"),
-    ("  nvidia   h100 80gb hbm3 ", "h100-sxm"), ("h200", "h200"),
-])
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+        ("NVIDIA B200", "b200"),
+        ("  nvidia   h100 80gb hbm3 ", "h100-sxm"),
+        ("h200", "h200"),
+    ],
+)
 def test_lookup_by_the_device_names_tools_write(name: str, key: str) -> None:
     assert hardware.lookup(name).key == key
 
@@ -297,8 +343,12 @@ def test_placement_edges() -> None:
     assert roofline.place(ridge_ai * 1e6, 1e6, 1e3, "h100-sxm").bound == "compute"  # on the ridge: both roofs meet
     assert roofline.place(1e9, 0, 1e3, "h100-sxm").bound == "compute"  # no DRAM traffic at all
     assert roofline.place(0, 1e6, 1e3, "h100-sxm").bound == "memory"
-    for args in ((1e9, 1e6, 0, "h100-sxm"), (1e9, 1e6, 1e3, "NVIDIA H200 NVL"), (1e9, 1e6, 1e3, "a100-sxm4-80gb", "fp8"),
-                 (-1, 1e6, 1e3, "h100-sxm")):
+    for args in (
+        (1e9, 1e6, 0, "h100-sxm"),
+        (1e9, 1e6, 1e3, "NVIDIA H200 NVL"),
+        (1e9, 1e6, 1e3, "a100-sxm4-80gb", "fp8"),
+        (-1, 1e6, 1e3, "h100-sxm"),
+    ):
         with pytest.raises(ValueError):
             roofline.place(*args)
 
@@ -383,7 +433,8 @@ def test_phrases() -> None:
     assert roofline.sol_bound(35, 76.4) == "memory" and roofline.sol_bound(None, 50) is None
     assert roofline.occupancy_phrase(14.64, 18.75, "registers") == "achieved occupancy 14.6% (theoretical 18.8%, limited by registers)"
     assert roofline.place(163_840, 65_000, 12_500, "h100-sxm", "fp32").phrase() == (
-        "memory bound at 0.16% of HBM bandwidth (5.2 GB/s of 3.35 TB/s)")
+        "memory bound at 0.16% of HBM bandwidth (5.2 GB/s of 3.35 TB/s)"
+    )
 
 
 # --- join to trace kernels ---------------------------------------------------------------------------
@@ -423,24 +474,33 @@ def test_join_real_ncu_names_to_real_kineto_names(kineto_kernel_time: dict[str, 
     assert (s.ncu_names, s.ncu_names_matched, s.exact, s.similar) == (5, 3, 2, 1)
     assert s.match_rate == pytest.approx(0.6)
     assert 0.10 < s.time_covered_fraction < 0.20
-    print(f"\nncu->Kineto name match rate {s.match_rate:.0%} ({s.ncu_names_matched}/{s.ncu_names} ncu kernels: "
-          f"{s.exact} exact, {s.similar} similar); {s.trace_names} Kineto kernel names, {s.base_only} same-function-only; "
-          f"matched kernels cover {s.time_covered_fraction:.1%} of the traces' kernel time")
+    print(
+        f"\nncu->Kineto name match rate {s.match_rate:.0%} ({s.ncu_names_matched}/{s.ncu_names} ncu kernels: "
+        f"{s.exact} exact, {s.similar} similar); {s.trace_names} Kineto kernel names, {s.base_only} same-function-only; "
+        f"matched kernels cover {s.time_covered_fraction:.1%} of the traces' kernel time"
+    )
 
 
-@pytest.mark.parametrize(("kineto", "ncu_name"), [
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
-     "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)",
-     "void at::vectorized_elementwise_kernel<4, at::FillFunctor<int>, std::array<char *, 1>>(int, T2, T3)"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, "
-     "at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>"
-     "(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor"
-     "<float, 1, 1, 0>, std::multiplies<float>, float)",
-     "void at::<unnamed>::multi_tensor_apply_kernel<at::<unnamed>::TensorListMetadata<1>, at::<unnamed>::BinaryOpScalarFunctor"
-     "<float, 1, 1, 0>, std::multiplies<float>, float>(T1, T2, T3, T4)"),
-    (RED_KINETO, RED_NCU),
-    ("triton_poi_fused_gelu_2", "triton_poi_fused_gelu_2"),
-])
+@pytest.mark.parametrize(
+    ("kineto", "ncu_name"),
+    [
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
+            "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)",
+            "void at::vectorized_elementwise_kernel<4, at::FillFunctor<int>, std::array<char *, 1>>(int, T2, T3)",
+        ),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, "
+            "at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>"
+            "(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor"
+            "<float, 1, 1, 0>, std::multiplies<float>, float)",
+            "void at::<unnamed>::multi_tensor_apply_kernel<at::<unnamed>::TensorListMetadata<1>, at::<unnamed>::BinaryOpScalarFunctor"
+            "<float, 1, 1, 0>, std::multiplies<float>, float>(T1, T2, T3, T4)",
+        ),
+        (RED_KINETO, RED_NCU),
+        ("triton_poi_fused_gelu_2", "triton_poi_fused_gelu_2"),
+    ],
+)
 def test_kineto_and_ncu_spellings_of_one_instantiation_normalise_alike(kineto: str, ncu_name: str) -> None:
     assert kc.normalise_kernel_name(kineto) == kc.normalise_kernel_name(ncu_name)
     assert kc.kernel_base_name(kineto) == kc.kernel_base_name(ncu_name)
@@ -448,9 +508,17 @@ def test_kineto_and_ncu_spellings_of_one_instantiation_normalise_alike(kineto: s
 
 def test_function_only_ncu_names_match_at_base_level_only() -> None:
     km = pa.table({"kernel_id": [0, 1], "kernel_name": ["vectorized_elementwise_kernel", GEMM_NCU]})
-    join = {r["trace_name"]: r for r in kc.join_kernels(
-        ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >(int)",
-         GEMM_NCU, "triton_red_fused_sum_0"], km).to_pylist()}
+    join = {
+        r["trace_name"]: r
+        for r in kc.join_kernels(
+            [
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >(int)",
+                GEMM_NCU,
+                "triton_red_fused_sum_0",
+            ],
+            km,
+        ).to_pylist()
+    }
     assert [r["match"] for r in join.values()] == ["base", "exact", None]
 
 
@@ -475,8 +543,12 @@ def test_kernel_evidence_places_a_tensor_core_kernel_only_with_its_flops() -> No
 
 
 def test_kernel_evidence_spans_repeated_launches() -> None:
-    ev = {e.metric: e for e in kc.kernel_evidence(
-        "void at::<unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, x>()", metrics(REAL / "ncu_raw.csv"))}
+    ev = {
+        e.metric: e
+        for e in kc.kernel_evidence(
+            "void at::<unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, x>()", metrics(REAL / "ncu_raw.csv")
+        )
+    }
     assert ev == {}  # base-level only: another instantiation
     name = metrics(REAL / "ncu_raw.csv")["kernel_name"][0].as_py()  # the randn kernel, launched twice
     sm = {e.metric: e for e in kc.kernel_evidence(name, metrics(REAL / "ncu_raw.csv"))}["ncu_sm_throughput_pct"].value
@@ -519,8 +591,13 @@ def test_detector_finds_a_dominant_tiny_grid_kernel_from_ncu_alone() -> None:
 def test_detector_weights_by_trace_time_and_joins_kineto_names() -> None:
     t = metrics(FIX / "h100_raw_scaled_units.csv")
     # rank 2 does not have the reduction among its top kernels: it counts as 0 there
-    top = pa.table({"rank": pa.array([0, 0, 1, 1, 2], pa.int32()), "name": [RED_KINETO, GEMM_NCU, RED_KINETO, GEMM_NCU, GEMM_NCU],
-                    "share": [0.4, 0.5, 0.3, 0.6, 0.9]})
+    top = pa.table(
+        {
+            "rank": pa.array([0, 0, 1, 1, 2], pa.int32()),
+            "name": [RED_KINETO, GEMM_NCU, RED_KINETO, GEMM_NCU, GEMM_NCU],
+            "share": [0.4, 0.5, 0.3, 0.6, 0.9],
+        }
+    )
     steps = pa.table({"busy_ns": [90.0], "step_time_ns": [100.0]})
     f = kc.small_kernels_ncu(_signals(t, SimpleNamespace(top_kernels=top, steps=steps)))
     assert isinstance(f, Finding) and f.scope["kernels"] == [RED_NCU]

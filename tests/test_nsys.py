@@ -32,8 +32,19 @@ from perfsleuth.trace.job import RankView
 from perfsleuth.trace.rank_analysis import analyze_rank
 
 DATA = Path(__file__).parent / "data" / "nsys"
-BREAKDOWN = ["step_time_ns", "busy_ns", "compute_ns", "communication_ns", "exposed_communication_ns",
-             "overlapped_communication_ns", "memcpy_ns", "idle_ns", "idle_host_launch_ns", "idle_sync_ns", "idle_other_ns"]
+BREAKDOWN = [
+    "step_time_ns",
+    "busy_ns",
+    "compute_ns",
+    "communication_ns",
+    "exposed_communication_ns",
+    "overlapped_communication_ns",
+    "memcpy_ns",
+    "idle_ns",
+    "idle_host_launch_ns",
+    "idle_sync_ns",
+    "idle_other_ns",
+]
 EPOCH = 1_700_000_000_000_000_000
 
 
@@ -76,8 +87,10 @@ def export(path: Path, tables: dict[str, tuple[str, list[tuple]]]) -> Path:
 
 
 STRINGS = "id INTEGER PRIMARY KEY, value TEXT NOT NULL"
-KERNEL = ("start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
-          "globalPid INTEGER, demangledName INTEGER, shortName INTEGER")
+KERNEL = (
+    "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, "
+    "globalPid INTEGER, demangledName INTEGER, shortName INTEGER"
+)
 RUNTIME = "start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER"
 NVTX = "start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER, textId INTEGER, domainId INTEGER"
 SESSION = "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, systemClockNs INTEGER"
@@ -88,16 +101,27 @@ def gid(pid: int, tid: int = 0) -> int:
     return (1 << 48) | (pid << 24) | tid
 
 
-def tiny(path: Path, *, pid: int = 700, utc: int = EPOCH, sys0: int = 5_000, nvtx: list[tuple] | None = None,
-         extra: dict | None = None) -> Path:
+def tiny(
+    path: Path, *, pid: int = 700, utc: int = EPOCH, sys0: int = 5_000, nvtx: list[tuple] | None = None, extra: dict | None = None
+) -> Path:
     """One process: a kernel and an NCCL kernel launched by two cudaLaunchKernel calls, NVTX ranges."""
     g, t = gid(pid), gid(pid, pid)
     tables = {
-        "StringIds": (STRINGS, [(1, "void gemm_kernel<float>(float*)"), (2, "gemm_kernel"), (3, "cudaLaunchKernel_v7000"),
-                                (4, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
-                                (5, "ncclDevKernel_AllReduce"), (6, "iteration 7")]),
-        "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(sys0 + 1_000, sys0 + 3_000, 0, 1, 7, 11, g, 1, 2),
-                                                (sys0 + 3_500, sys0 + 9_000, 0, 1, 20, 12, g, 4, 5)]),
+        "StringIds": (
+            STRINGS,
+            [
+                (1, "void gemm_kernel<float>(float*)"),
+                (2, "gemm_kernel"),
+                (3, "cudaLaunchKernel_v7000"),
+                (4, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+                (5, "ncclDevKernel_AllReduce"),
+                (6, "iteration 7"),
+            ],
+        ),
+        "CUPTI_ACTIVITY_KIND_KERNEL": (
+            KERNEL,
+            [(sys0 + 1_000, sys0 + 3_000, 0, 1, 7, 11, g, 1, 2), (sys0 + 3_500, sys0 + 9_000, 0, 1, 20, 12, g, 4, 5)],
+        ),
         "CUPTI_ACTIVITY_KIND_RUNTIME": (RUNTIME, [(sys0 + 100, sys0 + 400, 1, t, 11, 3), (sys0 + 500, sys0 + 800, 1, t, 12, 3)]),
         "NVTX_EVENTS": (NVTX, nvtx if nvtx is not None else [(sys0, sys0 + 9_500, 59, "ProfilerStep#7", t, None, 0)]),
         "TARGET_INFO_SESSION_START_TIME": (SESSION, [(utc, "", "", sys0)]),
@@ -117,8 +141,7 @@ def dp_pair(tmp_path_factory) -> tuple[list[RankFile], list[RankFile]]:
 
 @pytest.fixture(scope="module")
 def pp_pair(tmp_path_factory) -> tuple[list[RankFile], list[RankFile]]:
-    cfg = SimConfig(seed=7, parallelism="pp", world_size=4, pp_stages=4, microbatches=2, faults=[PipelineBubble()],
-                    measure_impact=False)
+    cfg = SimConfig(seed=7, parallelism="pp", world_size=4, pp_stages=4, microbatches=2, faults=[PipelineBubble()], measure_impact=False)
     return both(cfg, tmp_path_factory.mktemp("pp"))
 
 
@@ -145,8 +168,11 @@ def test_gpu_work_and_launches_are_the_kineto_events_row_for_row(dp_pair) -> Non
     for k, n in zip(k_ranks, n_ranks, strict=True):
         assert (k.rank, n.rank) == (n.rank, n.rank)
         for kind in ("kernel", "collective", "memcpy", "runtime", "sync"):
-            a = kind_of(k.events, kind).select(cols).cast(pa.schema([(c, pa.string() if c in ("name", "coll_op") else
-                                                                       k.events.schema.field(c).type) for c in cols]))
+            a = (
+                kind_of(k.events, kind)
+                .select(cols)
+                .cast(pa.schema([(c, pa.string() if c in ("name", "coll_op") else k.events.schema.field(c).type) for c in cols]))
+            )
             b = kind_of(n.events, kind).select(cols).cast(a.schema)
             order = [("ts_ns", "ascending"), ("name", "ascending"), ("stream", "ascending")]
             if kind == "sync":  # nsys names syncs by type, as Kineto does; compare times and streams
@@ -155,10 +181,8 @@ def test_gpu_work_and_launches_are_the_kineto_events_row_for_row(dp_pair) -> Non
             assert a.sort_by(order).equals(b.sort_by(order)), (n.rank, kind)
         # host ops and annotations come from NVTX ranges: same names and spans
         for kind in ("cpu_op", "annotation"):
-            a = sorted(zip(kind_of(k.events, kind)["name"].to_pylist(), kind_of(k.events, kind)["ts_ns"].to_pylist(),
-                           strict=True))
-            b = sorted(zip(kind_of(n.events, kind)["name"].to_pylist(), kind_of(n.events, kind)["ts_ns"].to_pylist(),
-                           strict=True))
+            a = sorted(zip(kind_of(k.events, kind)["name"].to_pylist(), kind_of(k.events, kind)["ts_ns"].to_pylist(), strict=True))
+            b = sorted(zip(kind_of(n.events, kind)["name"].to_pylist(), kind_of(n.events, kind)["ts_ns"].to_pylist(), strict=True))
             assert a == b, (n.rank, kind)
 
 
@@ -173,13 +197,18 @@ def test_nccl_payloads_give_each_collective_its_communicator_size_and_bytes(dp_p
     assert n_ranks[1].rank_source == "environment" and n_ranks[1].metadata["distributedInfo"]["world_size"] == 4
 
 
-@pytest.mark.parametrize("style, source", [
-    (NsysStyle(schema="2"), "environment"),  # 2022 export: no systemClockNs/greenContextId/binaryData, EXPORT_META_DATA
-    (NsysStyle(strings_table="StringTable", short_name=False, nvtx_text="registered", op_suffix=False,
-               step_name="iteration {n}"), "environment"),
-    (NsysStyle(rank_env=False), "NCCL communicator"),
-    (NsysStyle(rank_env=False, world_env=False, nccl_payloads=False), "file name"),
-])
+@pytest.mark.parametrize(
+    "style, source",
+    [
+        (NsysStyle(schema="2"), "environment"),  # 2022 export: no systemClockNs/greenContextId/binaryData, EXPORT_META_DATA
+        (
+            NsysStyle(strings_table="StringTable", short_name=False, nvtx_text="registered", op_suffix=False, step_name="iteration {n}"),
+            "environment",
+        ),
+        (NsysStyle(rank_env=False), "NCCL communicator"),
+        (NsysStyle(rank_env=False, world_env=False, nccl_payloads=False), "file name"),
+    ],
+)
 def test_schema_drift_between_nsys_versions_reads_to_the_same_steps(style, source, tmp_path, dp_pair) -> None:
     cfg = SimConfig(seed=31, world_size=4, faults=[StragglerRank(rank=3, slowdown=0.2)], measure_impact=False)
     job = simulate(cfg)
@@ -229,23 +258,30 @@ def test_nvtx_ranges_become_operators_and_annotations_and_iterations_steps(tmp_p
     assert sorted(kind_of(ev, "annotation")["name"].to_pylist()) == ["ProfilerStep#7", "ProfilerStep#7"]
     assert set(kind_of(ev, "kernel")["step"].to_pylist()) == {7}
     # a configurable pattern: here only ranges named like train_iter_N are steps
-    custom = nsys.read_rank_file(tiny(tmp_path / "c.sqlite", nvtx=[(5_000, 14_000, 59, "train_iter_42", t, None, 0)]),
-                                 step_pattern=r"^train_iter_(\d+)$")
+    custom = nsys.read_rank_file(
+        tiny(tmp_path / "c.sqlite", nvtx=[(5_000, 14_000, 59, "train_iter_42", t, None, 0)]), step_pattern=r"^train_iter_(\d+)$"
+    )
     assert kind_of(custom.events, "annotation")["name"].to_pylist() == ["ProfilerStep#42"]
     assert set(kind_of(custom.events, "kernel")["step"].to_pylist()) == {42}
 
 
 def test_copies_syncs_and_memsets_are_named_like_kineto(tmp_path) -> None:
     g = gid(700)
-    copy = "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, " \
-           "bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER"
+    copy = (
+        "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, "
+        "bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER"
+    )
     extra = {
         "CUPTI_ACTIVITY_KIND_MEMCPY": (copy, [(6_000, 6_400, 0, 7, 31, g, 4096, 2, 2, 0), (6_500, 6_600, 0, 7, 32, g, 64, 1, 1, 2)]),
-        "CUPTI_ACTIVITY_KIND_MEMSET": ("start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, "
-                                       "globalPid INTEGER, bytes INTEGER, memKind INTEGER", [(6_700, 6_800, 0, 7, 33, g, 512, 2)]),
-        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": ("start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, "
-                                                "correlationId INTEGER, globalPid INTEGER, syncType INTEGER",
-                                                [(7_000, 7_200, 0, 4294967295, 34, g, 3)]),
+        "CUPTI_ACTIVITY_KIND_MEMSET": (
+            "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, "
+            "globalPid INTEGER, bytes INTEGER, memKind INTEGER",
+            [(6_700, 6_800, 0, 7, 33, g, 512, 2)],
+        ),
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
+            "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER",
+            [(7_000, 7_200, 0, 4294967295, 34, g, 3)],
+        ),
     }
     ev = nsys.read_rank_file(tiny(tmp_path / "r.sqlite", extra=extra)).events
     copies = kind_of(ev, "memcpy").sort_by("ts_ns")
@@ -277,8 +313,15 @@ def test_a_node_report_of_two_processes_is_two_ranks(tmp_path) -> None:
 
 
 def test_rank_from_capture_environment_and_mpi_thread_name(tmp_path) -> None:
-    env = {"META_DATA_CAPTURE": ("name TEXT, value TEXT", [("PROCESS_0:ENVIRONMENT_VARIABLE", 'OMPI_COMM_WORLD_RANK="5"'),
-                                                         ("PROCESS_0:ENVIRONMENT_VARIABLE", 'OMPI_COMM_WORLD_SIZE="8"')])}
+    env = {
+        "META_DATA_CAPTURE": (
+            "name TEXT, value TEXT",
+            [
+                ("PROCESS_0:ENVIRONMENT_VARIABLE", 'OMPI_COMM_WORLD_RANK="5"'),
+                ("PROCESS_0:ENVIRONMENT_VARIABLE", 'OMPI_COMM_WORLD_SIZE="8"'),
+            ],
+        )
+    }
     r = nsys.read_rank_file(tiny(tmp_path / "rank-0.sqlite", extra=env), single_file=False)
     assert (r.rank, r.rank_source, r.metadata["distributedInfo"]["world_size"]) == (5, "environment", 8)
     t = gid(700, 700)
@@ -312,8 +355,14 @@ def test_bad_files_are_input_errors_and_not_detected(tmp_path, dp_pair) -> None:
     gz.write_bytes(gzip.compress(good.read_bytes()[:100_000]))
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 20)
-    cases = {empty: "empty", truncated: "truncated or corrupt", other: "not an Nsight Systems export",
-             no_kernels: "no CUPTI_ACTIVITY_KIND_KERNEL table", gz: "not an SQLite database", junk: "truncated or corrupt"}
+    cases = {
+        empty: "empty",
+        truncated: "truncated or corrupt",
+        other: "not an Nsight Systems export",
+        no_kernels: "no CUPTI_ACTIVITY_KIND_KERNEL table",
+        gz: "not an SQLite database",
+        junk: "truncated or corrupt",
+    }
     for path, why in cases.items():
         with pytest.raises(InputError, match=why) as info:
             nsys.read(path)
@@ -323,8 +372,10 @@ def test_bad_files_are_input_errors_and_not_detected(tmp_path, dp_pair) -> None:
 
 
 def test_an_export_without_runtime_or_nvtx_reads_with_caveats(tmp_path) -> None:
-    path = export(tmp_path / "k.sqlite", {"StringIds": (STRINGS, [(1, "k")]),
-                                          "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(10, 20, 0, 1, 7, 1, gid(9), 1, 1)])})
+    path = export(
+        tmp_path / "k.sqlite",
+        {"StringIds": (STRINGS, [(1, "k")]), "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, [(10, 20, 0, 1, 7, 1, gid(9), 1, 1)])},
+    )
     r = nsys.read_rank_file(path)
     codes = [c.code for c in r.caveats]
     assert codes.count("nsys_table_missing") == 2 and "nsys_clock_not_rebased" in codes
@@ -347,8 +398,10 @@ def test_real_fsdp_export_of_two_gpus_reads_as_two_ranks_matching_plain_sql(tmp_
     conn = sqlite3.connect(path)
     utc, sys0 = conn.execute("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
     per_pid = dict(conn.execute("SELECT (globalPid >> 24) & 16777215, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
-    first = conn.execute("SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
-                         "ON s.id = k.demangledName ORDER BY k.start LIMIT 1").fetchone()
+    first = conn.execute(
+        "SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+        "ON s.id = k.demangledName ORDER BY k.start LIMIT 1"
+    ).fetchone()
     n_nvtx = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE (globalTid >> 24) & 16777215 = 111").fetchone()[0]
     conn.close()
     ranks = nsys.read_report(path)

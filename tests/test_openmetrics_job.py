@@ -37,16 +37,19 @@ def test_prometheus_parses_it_back_to_the_reported_numbers(outputs):
     workload = doc["run"]["workload"]
     assert "tmp" not in workload  # the job's folder, not the simulator's temporary trace name
     for r in doc["ranks"]:
-        key = ("perfsleuth_step_time_seconds", tuple(sorted({"run_id": run, "workload": workload, "rank": str(r["rank"]),
-                                                             "stat": "median"}.items())))
+        key = (
+            "perfsleuth_step_time_seconds",
+            tuple(sorted({"run_id": run, "workload": workload, "rank": str(r["rank"]), "stat": "median"}.items())),
+        )
         assert samples[key] == pytest.approx(r["step_time_ns"]["median"] / 1e9, abs=1e-9)
         b = r["breakdown_ns"]
-        key = ("perfsleuth_step_share_ratio", tuple(sorted({"run_id": run, "workload": workload, "rank": str(r["rank"]),
-                                                            "part": "exposed_communication"}.items())))
+        key = (
+            "perfsleuth_step_share_ratio",
+            tuple(sorted({"run_id": run, "workload": workload, "rank": str(r["rank"]), "part": "exposed_communication"}.items())),
+        )
         assert samples[key] == pytest.approx(b["exposed_communication"] / b["total"])
     for f in doc["findings"]:
-        key = ("perfsleuth_finding_confidence_ratio", tuple(sorted({"run_id": run, "workload": workload,
-                                                                     "fault": f["fault"]}.items())))
+        key = ("perfsleuth_finding_confidence_ratio", tuple(sorted({"run_id": run, "workload": workload, "fault": f["fault"]}.items())))
         assert samples[key] == pytest.approx(f["confidence"])
     not_assessed = [k for k in samples if k[0] == "perfsleuth_not_assessed"]
     assert len(not_assessed) == len(doc["not_assessed"])

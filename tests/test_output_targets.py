@@ -48,8 +48,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "a.csv").write_text("node,step_time_ms\n" + "".join(f"n{i % 4},{100 + i % 3 + i % 4}\n" for i in range(24)))
     (d / "b.csv").write_text("node,step_time_ms\n" + "".join(f"n{i % 4},{110 + i % 3 + i % 4}\n" for i in range(24)))
     (d / "h.csv").write_text("v\n" + "".join(f"{10 + 2 * (i >= 30) + 0.01 * (i % 5)}\n" for i in range(60)))
-    (d / "leaves.csv").write_text("drv,node,real,predict\n" + "".join(
-        f"{v},n{j},{(70 if v == 'c' else 100) * (1 + 0.001 * j)},{100 * (1 + 0.001 * j)}\n" for v in "abc" for j in range(6)))
+    (d / "leaves.csv").write_text(
+        "drv,node,real,predict\n"
+        + "".join(f"{v},n{j},{(70 if v == 'c' else 100) * (1 + 0.001 * j)},{100 * (1 + 0.001 * j)}\n" for v in "abc" for j in range(6))
+    )
     pq.write_table(fleet_history(), d / "records.parquet")
     return d
 
@@ -60,15 +62,20 @@ VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int, str]] = {
     "analyze-json": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
     "analyze-md": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "md"], 0, "## perfsleuth"),
     "analyze-html": (lambda d, s: ["analyze", str(d / "job"), "--workers", "1", "-f", "html"], 0, "<!DOCTYPE html>"),
-    "compare": (lambda d, s: ["compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms",
-                              "--cluster-by", "node", "-f", "json"], 1, "{"),
+    "compare": (
+        lambda d, s: ["compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms", "--cluster-by", "node", "-f", "json"],
+        1,
+        "{",
+    ),
     "changes": (lambda d, s: ["changes", str(d / "h.csv"), "-f", "json"], 0, "{"),
-    "localize": (lambda d, s: ["localize", str(d / "leaves.csv"), "--current", "real", "--baseline", "predict",
-                               "--bootstrap", "0", "-f", "json"], 0, "{"),
+    "localize": (
+        lambda d, s: ["localize", str(d / "leaves.csv"), "--current", "real", "--baseline", "predict", "--bootstrap", "0", "-f", "json"],
+        0,
+        "{",
+    ),
     "ingest": (lambda d, s: ["ingest", str(d / "job"), "--store", str(s), "-f", "json"], 0, "{"),
     "diff": (lambda d, s: ["diff", str(d / "job"), str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
-    "fleet-report": (lambda d, s: ["fleet", "report", "--records", str(d / "records.parquet"), "--bootstrap", "0"],
-                     0, "<!DOCTYPE html>"),
+    "fleet-report": (lambda d, s: ["fleet", "report", "--records", str(d / "records.parquet"), "--bootstrap", "0"], 0, "<!DOCTYPE html>"),
     "evaluate": (lambda d, s: ["evaluate", str(d / "job"), "--workers", "1", "-f", "json"], 1, "{"),  # 1: one case does not meet the bar
     "signals": (lambda d, s: ["signals", str(d / "job"), "--workers", "1", "-f", "json"], 0, "{"),
     "demo-html": (lambda d, s: ["demo", "-f", "json", "--html"], 0, "<!DOCTYPE html>"),
@@ -220,8 +227,17 @@ def test_a_write_that_fails_half_way_leaves_the_old_report_whole(tmp_path: Path)
 
 def test_two_analyses_writing_one_report_leave_one_complete_report(inputs: Path, tmp_path: Path) -> None:
     out = tmp_path / "same.html"
-    cmd = [str(Path(sys.executable).with_name("perfsleuth")), "analyze", str(inputs / "job"), "--workers", "1",
-           "-f", "html", "--out", str(out)]
+    cmd = [
+        str(Path(sys.executable).with_name("perfsleuth")),
+        "analyze",
+        str(inputs / "job"),
+        "--workers",
+        "1",
+        "-f",
+        "html",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONWARNINGS": "error"}
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
     for p in procs:
@@ -245,8 +261,14 @@ DEGENERATE = {  # inputs that make numpy/scipy warn when unguarded: constant, on
 
 def _strict(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """The verb in a fresh interpreter with every warning an error (as ``python -W error`` would)."""
-    return subprocess.run([str(Path(sys.executable).with_name("perfsleuth")), *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONWARNINGS": "error"})
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("perfsleuth")), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
 
 
 @pytest.mark.parametrize("verb", list(VERBS))
@@ -257,11 +279,16 @@ def test_every_verb_runs_with_warnings_as_errors(verb: str, inputs: Path, tmp_pa
     assert (tmp_path / "result").read_text(encoding="utf-8").startswith(VERBS[verb][2])
 
 
-@pytest.mark.parametrize("args", [
-    ["compare", "const_a.csv", "const_b.csv", "--metric", "v", "--lower-is-better", "--cluster-by", "node"],
-    ["compare", "one.csv", "one.csv", "--metric", "v", "--lower-is-better"],
-    ["changes", "flat.csv"], ["changes", "nan.csv"],
-], ids=["compare-constant", "compare-one-value", "changes-flat", "changes-nan"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compare", "const_a.csv", "const_b.csv", "--metric", "v", "--lower-is-better", "--cluster-by", "node"],
+        ["compare", "one.csv", "one.csv", "--metric", "v", "--lower-is-better"],
+        ["changes", "flat.csv"],
+        ["changes", "nan.csv"],
+    ],
+    ids=["compare-constant", "compare-one-value", "changes-flat", "changes-nan"],
+)
 def test_degenerate_tables_give_caveats_not_warnings(args: list[str], tmp_path: Path) -> None:
     for name, text in DEGENERATE.items():
         (tmp_path / name).write_text(text)
@@ -278,19 +305,35 @@ OTHER_VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int]] = {
     "cases-make": (lambda d, t: ["cases", "make", str(t / "suite"), "-n", "2", "--workers", "1"], 0),
     "cases-add": (lambda d, t: ["cases", "add", str(d / "job"), str(t / "case"), "--fault", "healthy"], 0),
     "demo-fleet": (lambda d, t: ["demo", "--fleet", "--html", str(t / "fleet.html")], 0),
-    "localize-store": (lambda d, t: ["localize", "--store", str(d / "store"), "--metric", "tokens_per_s_per_gpu",
-                                     "--baseline", "2026-03-12..2026-03-18", "--current", "2026-03-19..2026-03-25",
-                                     "--bootstrap", "0"], 0),
-    "fleet-report-store": (lambda d, t: ["fleet", "report", "--store", str(d / "store"), "--bootstrap", "0",
-                                         "--out", str(t / "f.html")], 0),
+    "localize-store": (
+        lambda d, t: [
+            "localize",
+            "--store",
+            str(d / "store"),
+            "--metric",
+            "tokens_per_s_per_gpu",
+            "--baseline",
+            "2026-03-12..2026-03-18",
+            "--current",
+            "2026-03-19..2026-03-25",
+            "--bootstrap",
+            "0",
+        ],
+        0,
+    ),
+    "fleet-report-store": (
+        lambda d, t: ["fleet", "report", "--store", str(d / "store"), "--bootstrap", "0", "--out", str(t / "f.html")],
+        0,
+    ),
     # the fleet history's slow rack (day 18) is a new regression: watch's cron status is 1
     "watch": (lambda d, t: ["watch", "--store", str(d / "store"), "-f", "json", "--openmetrics", str(t / "w.prom")], 1),
     "formats": (lambda d, t: ["formats"], 0),
     "version": (lambda d, t: ["version"], 0),
-    "compare-1e299": (lambda d, t: ["compare", str(d / "huge_a.csv"), str(d / "huge_b.csv"), "--metric", "v",
-                                    "--lower-is-better"], 1),
-    "fleet-report-extremes": (lambda d, t: ["fleet", "report", "--records", str(d / "extreme.parquet"), "--bootstrap", "0",
-                                            "--out", str(t / "x.html")], 0),
+    "compare-1e299": (lambda d, t: ["compare", str(d / "huge_a.csv"), str(d / "huge_b.csv"), "--metric", "v", "--lower-is-better"], 1),
+    "fleet-report-extremes": (
+        lambda d, t: ["fleet", "report", "--records", str(d / "extreme.parquet"), "--bootstrap", "0", "--out", str(t / "x.html")],
+        0,
+    ),
     "analyze-nan-literal": (lambda d, t: ["analyze", str(d / "nan.json"), "--workers", "1"], 0),
 }
 
@@ -310,8 +353,7 @@ def more_inputs(inputs: Path) -> Path:
     tokens, times = history["tokens"].to_pylist(), history["time_ns"].to_pylist()
     tokens[3], times[5] = 1e308, 9_200_000_000_000_000_000
     extreme = history.set_column(history.schema.get_field_index("tokens"), "tokens", pa.array(tokens))
-    pq.write_table(extreme.set_column(extreme.schema.get_field_index("time_ns"), "time_ns", pa.array(times)),
-                   inputs / "extreme.parquet")
+    pq.write_table(extreme.set_column(extreme.schema.get_field_index("time_ns"), "time_ns", pa.array(times)), inputs / "extreme.parquet")
     doc = json.loads((inputs / "job" / "rank-0.json").read_text())
     next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["dur"] = float("nan")
     (inputs / "nan.json").write_text(json.dumps(doc))

@@ -34,9 +34,10 @@ def _kineto(steps: int) -> str:
     events = []
     for s in range(steps):
         t = 1000.0 + 100.0 * s
-        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t, "dur": 90.0},
-                   {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 5, "dur": 30.0,
-                    "args": {"stream": 7, "device": 0}}]
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t, "dur": 90.0},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 5, "dur": 30.0, "args": {"stream": 7, "device": 0}},
+        ]
     return json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events})
 
 
@@ -77,8 +78,9 @@ def test_ingest_with_hostile_cluster_and_run_id_writes_only_inside_the_store(tmp
     refused = runner.invoke(app, ["ingest", str(jobs[0]), "--store", str(store), "--run-id", "a\x00b"])
     assert refused.exit_code == 2 and "printable" in refused.output  # a run id with a NUL is refused, not stored
     for name, job, rid in zip(names, jobs, run_ids, strict=True):
-        res = runner.invoke(app, ["ingest", str(job), "--store", str(store), "--dims", f"cluster={name}",
-                                  "--dims", "date=2026-03-01", "--run-id", rid])
+        res = runner.invoke(
+            app, ["ingest", str(job), "--store", str(store), "--dims", f"cluster={name}", "--dims", "date=2026-03-01", "--run-id", rid]
+        )
         assert res.exit_code == 0, res.output
     assert _only_new_inside(before, _tree(tmp_path), store.relative_to(tmp_path)) == []
     assert not Path("/abs").exists()
@@ -119,8 +121,9 @@ def test_analyze_with_a_hostile_run_id_writes_only_the_named_output(tmp_path: Pa
     for fmt in ("json", "html", "md"):
         out = work / f"report.{fmt}"
         before = _tree(tmp_path)
-        res = runner.invoke(app, ["analyze", str(tmp_path / "rank-0.json"), "--run-id", "../../etc/x", "--format", fmt,
-                                  "--out", str(out), "--workers", "1"])
+        res = runner.invoke(
+            app, ["analyze", str(tmp_path / "rank-0.json"), "--run-id", "../../etc/x", "--format", fmt, "--out", str(out), "--workers", "1"]
+        )
         assert res.exit_code == 0, res.output
         assert _tree(tmp_path) - before == {out.relative_to(tmp_path)}
     assert json.loads((work / "report.json").read_text())["run"]["run_id"] == "../../etc/x"

@@ -20,9 +20,13 @@ from perfsleuth.cli import app
 def _steplog_job(root: Path, name: str, base_ms: int) -> Path:
     job = root / name
     job.mkdir()
-    (job / "train.log").write_text("".join(
-        f"[2026-03-01 10:00:{i:02d}] iteration {i}/ 100 | consumed samples: {i * 8} | elapsed time per iteration (ms): "
-        f"{base_ms + i % 3}.0 | learning rate: 1.0E-04 | global batch size: 8 | lm loss: 2.0E+00 |\n" for i in range(1, 30)))
+    (job / "train.log").write_text(
+        "".join(
+            f"[2026-03-01 10:00:{i:02d}] iteration {i}/ 100 | consumed samples: {i * 8} | elapsed time per iteration (ms): "
+            f"{base_ms + i % 3}.0 | learning rate: 1.0E-04 | global batch size: 8 | lm loss: 2.0E+00 |\n"
+            for i in range(1, 30)
+        )
+    )
     return job
 
 
@@ -54,9 +58,11 @@ def test_a_pipe_gets_no_progress_unless_asked(jobs, tmp_path):
 
 def test_a_terminal_gets_a_live_bar_on_stderr(tmp_path):
     """stderr a pseudo-terminal, stdout a pipe: the bar is drawn on the terminal, stdout holds only the result."""
-    code = ("import time, sys\nfrom perfsleuth import progress\n"
-            "with progress.task('parsing rank files', total=3) as advance:\n"
-            "    for _ in range(3):\n        time.sleep(0.3); advance(1)\nprint('RESULT')\n")
+    code = (
+        "import time, sys\nfrom perfsleuth import progress\n"
+        "with progress.task('parsing rank files', total=3) as advance:\n"
+        "    for _ in range(3):\n        time.sleep(0.3); advance(1)\nprint('RESULT')\n"
+    )
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
     env.pop("PERFSLEUTH_PROGRESS", None)

@@ -47,8 +47,9 @@ def test_bad_order_is_refused():
 
 @pytest.mark.parametrize(("framework", "tp_desc"), [("megatron", "TENSOR_MODEL_PARALLEL_GROUP"), ("torchtitan", "mesh_tp")])
 def test_simulated_rank_writes_its_groups_into_distributed_info(framework, tp_desc):
-    cfg = SimConfig(world_size=8, tp=2, parallelism="pp", pp_stages=2, layers=2, steps=1, microbatches=2,
-                    framework=framework, measure_impact=False)
+    cfg = SimConfig(
+        world_size=8, tp=2, parallelism="pp", pp_stages=2, layers=2, steps=1, microbatches=2, framework=framework, measure_impact=False
+    )
     job = simulate(cfg)
     rank = 5  # pp 1, dp 0, tp 1 in a 2 × 2 × 2 grid
     doc = kineto_writer.trace_dict(job, rank)
@@ -103,6 +104,7 @@ def test_256_rank_job_names_the_injected_straggler(job_256):
 
 
 # --- --ranks: a stated subset, and what the untraced ranks leave undecidable -------------------------
+
 
 def test_rank_spec_parses_ranks_and_ranges_and_names_the_bad_part():
     from perfsleuth.errors import InvalidArgument
@@ -179,6 +181,7 @@ def test_ranks_naming_no_traced_rank_is_a_clear_error(job_16):
 
 
 # --- per-group and per-node views, and the one-screen text summary --------------------------------
+
 
 def test_group_view_localises_the_straggler_to_its_node_and_its_tensor_parallel_group(job_256):
     from perfsleuth.cases.layouts import ParallelLayout

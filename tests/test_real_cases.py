@@ -28,8 +28,15 @@ def report():
 
 
 def test_every_scenario_has_a_label_with_its_argument() -> None:
-    assert set(CASES) == {"healthy", "dataloader_stall", "checkpoint_stall", "allocator_churn", "host_launch_bound",
-                          "gc_pause", "recompilation"}
+    assert set(CASES) == {
+        "healthy",
+        "dataloader_stall",
+        "checkpoint_stall",
+        "allocator_churn",
+        "host_launch_bound",
+        "gc_pause",
+        "recompilation",
+    }
     for name in CASES:
         case = read_case(REAL / name)
         assert case.source == "real" and len(case.notes) > 200
@@ -62,8 +69,9 @@ def test_a_gc_the_trace_did_not_record_is_an_unattributed_stall_not_a_gc_pause()
     assert gc.reason == "missing_signal" and "Python GC" in gc.missing_signal
 
 
-@pytest.mark.parametrize("name, tolerance", [("checkpoint_stall", 0.05), ("allocator_churn", 0.05), ("gc_pause", 0.05),
-                                             ("recompilation", 0.05)])  # gc_pause: the unattributed stall's size
+@pytest.mark.parametrize(
+    "name, tolerance", [("checkpoint_stall", 0.05), ("allocator_churn", 0.05), ("gc_pause", 0.05), ("recompilation", 0.05)]
+)  # gc_pause: the unattributed stall's size
 def test_impact_matches_the_cost_measured_outside_the_profiler(name: str, tolerance: float) -> None:
     label = json.loads((REAL / name / "case.json").read_text())["faults"][0]["magnitude"]
     finding = analyze([REAL / name], workers=1).diagnosis.findings[0]

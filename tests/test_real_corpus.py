@@ -42,6 +42,7 @@ def _read(entry: dict):
 
 # --- oracles: each reads the file's text its own way ------------------------------------------------------
 
+
 def nccl_avg_busbw(sd, path: Path) -> None:
     lines = _text(path)
     avgs = [float(m.group(1)) for ln in lines if (m := re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S+)", ln))]
@@ -71,8 +72,10 @@ def nccl_rows(sd, path: Path) -> None:
     for parts in got.values():
         o, i = parts.get("out_of_place"), parts.get("in_place")
         rows.append((int(o.size_bytes), o.time_us, o.busbw_gbs, i.busbw_gbs if i is not None else None))
+
     def num(x):
         return None if x in ("N/A", None) else float(x)
+
     assert sorted(rows) == sorted((s, num(a), num(b), num(c)) for s, a, b, c in want)
 
 
@@ -94,8 +97,9 @@ def megatron(sd, path: Path) -> None:
     its = [ln for ln in path.read_text().splitlines() if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|", ln)]
     ms = [float(m.group(1)) for ln in its if (m := re.search(r"elapsed time per iteration \(ms\):\s*([\d.]+)", ln))]
     t = sd.tables["step_log"].to_pandas()
-    mt = t[t["line"].isin([i + 1 for i, ln in enumerate(path.read_text().splitlines())
-                           if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|", ln)])]
+    mt = t[
+        t["line"].isin([i + 1 for i, ln in enumerate(path.read_text().splitlines()) if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|", ln)])
+    ]
     assert len(mt) == len(its)
     if ms:
         assert np.isclose(mt["step_time_ns"].mean() / 1e6, np.mean(ms))
@@ -108,8 +112,11 @@ def deepspeed(sd, path: Path) -> None:
 
 
 def torchtitan(sd, path: Path) -> None:
-    found = [(int(m.group(1)), float(m.group(2))) for ln in path.read_text().splitlines()
-             if (m := re.search(r"step:\s*(\d+)\s+loss:\s*([\d.]+)", ln))]
+    found = [
+        (int(m.group(1)), float(m.group(2)))
+        for ln in path.read_text().splitlines()
+        if (m := re.search(r"step:\s*(\d+)\s+loss:\s*([\d.]+)", ln))
+    ]
     t = sd.tables["step_log"].to_pandas()
     assert list(zip(t["step"], t["loss"], strict=True)) == list(dict(found).items())
 
@@ -131,14 +138,19 @@ def hf_summary(sd, path: Path) -> None:
 def nemo(sd, path: Path) -> None:
     """NeMo 2 lines: (global_step, train_step_timing, reduced_train_loss); NeMo 1 bars: (global_step, loss)."""
     text = path.read_text()
-    want = [(int(m.group(1)), float(m.group(2)), float(m.group(3)) if m.group(3) else None)
-            for m in re.finditer(r"global_step: (\d+) \| reduced_train_loss: ([\d.]+)(?: \| train_step_timing in s: ([\d.]+))?", text)]
+    want = [
+        (int(m.group(1)), float(m.group(2)), float(m.group(3)) if m.group(3) else None)
+        for m in re.finditer(r"global_step: (\d+) \| reduced_train_loss: ([\d.]+)(?: \| train_step_timing in s: ([\d.]+))?", text)
+    ]
     want = [(s, t, loss) for s, loss, t in want]
-    want += [(int(float(m.group(2))), None, float(m.group(1)))
-             for m in re.finditer(r"reduced_train_loss=([\d.]+), global_step=([\d.]+)", text)]
+    want += [
+        (int(float(m.group(2))), None, float(m.group(1))) for m in re.finditer(r"reduced_train_loss=([\d.]+), global_step=([\d.]+)", text)
+    ]
     t = sd.tables["step_log"].to_pandas()
-    got = [(int(r.step), None if np.isnan(r.step_time_ns) or "global_step=" in text else round(r.step_time_ns / 1e9, 6), r.loss)
-           for r in t.itertuples()]
+    got = [
+        (int(r.step), None if np.isnan(r.step_time_ns) or "global_step=" in text else round(r.step_time_ns / 1e9, 6), r.loss)
+        for r in t.itertuples()
+    ]
     assert got == [(s, None if tm is None else round(tm, 6), loss) for s, tm, loss in want]
 
 
@@ -190,8 +202,11 @@ def serving_summary(sd, path: Path) -> None:
 
 def vllm_samples(sd, path: Path) -> None:
     """A /metrics scrape: one sample row per sample line, with its value."""
-    vals = [float(m.group(1)) for ln in path.read_text().splitlines()
-            if ln.strip() and not ln.startswith("#") and (m := re.search(r"\s(\S+)\s*$", ln))]
+    vals = [
+        float(m.group(1))
+        for ln in path.read_text().splitlines()
+        if ln.strip() and not ln.startswith("#") and (m := re.search(r"\s(\S+)\s*$", ln))
+    ]
     df = sd.tables["samples"].to_pandas()
     assert sorted(df["value"]) == sorted(vals)
 
@@ -206,8 +221,9 @@ def exporter_samples(sd, path: Path) -> None:
 def exporter_field(sd, path: Path) -> None:
     """Per GPU, the values of the DCGM_FI_ sample lines: DCGM's blank sentinels (>= 0x7ffffff0) read as missing, every
     other value read as written."""
-    lines = [m for ln in path.read_text().splitlines()
-             if (m := re.match(r'^(DCGM_FI_\w+)\{.*?\bgpu="(\d+)".*\}\s+(\S+)(?:\s+\d+)?\s*$', ln))]
+    lines = [
+        m for ln in path.read_text().splitlines() if (m := re.match(r'^(DCGM_FI_\w+)\{.*?\bgpu="(\d+)".*\}\s+(\S+)(?:\s+\d+)?\s*$', ln))
+    ]
     assert lines
     df = sd.tables["samples"].to_pandas()
     for gpu in {int(m.group(2)) for m in lines}:
@@ -244,16 +260,38 @@ def smi_query_rows(sd, path: Path) -> None:
 
 def ncu_kernels(sd, path: Path) -> None:
     text = path.read_text()
-    body = text[text.index('"ID"'):]
+    body = text[text.index('"ID"') :]
     rows = list(csv.reader(io.StringIO(body)))
     ids = {r[0] for r in rows[1:] if r and r[0].isdigit()}
     assert sd.tables["kernel_metrics"].num_rows == len(ids)
 
 
-ORACLES = {f.__name__: f for f in (
-    nccl_avg_busbw, nccl_rows, nccl_json_rows, nccl_line_count, megatron, deepspeed, torchtitan, hf_dicts, hf_summary, nemo, lightning_bar,
-    torchtune, trtllm_summary, serving_summary, vllm_samples, exporter_samples, exporter_field, dmon_first_value, smi_dmon_rows,
-    smi_query_rows, ncu_kernels)}
+ORACLES = {
+    f.__name__: f
+    for f in (
+        nccl_avg_busbw,
+        nccl_rows,
+        nccl_json_rows,
+        nccl_line_count,
+        megatron,
+        deepspeed,
+        torchtitan,
+        hf_dicts,
+        hf_summary,
+        nemo,
+        lightning_bar,
+        torchtune,
+        trtllm_summary,
+        serving_summary,
+        vllm_samples,
+        exporter_samples,
+        exporter_field,
+        dmon_first_value,
+        smi_dmon_rows,
+        smi_query_rows,
+        ncu_kernels,
+    )
+}
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])

@@ -51,8 +51,11 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
 def test_evaluate_prints_the_real_trace_bar(graded) -> None:
     doc, text = graded
     assert "real-trace suite" in text and "misleading" in text
-    assert {b["criterion"].split(" (")[0] for b in doc["bar"]} >= {"macro F1 >= 0.95", "no misleading findings",
-                                                                   "expected calibration error <= 0.05"}
+    assert {b["criterion"].split(" (")[0] for b in doc["bar"]} >= {
+        "macro F1 >= 0.95",
+        "no misleading findings",
+        "expected calibration error <= 0.05",
+    }
 
 
 def test_the_real_trace_bar_holds_on_a_fresh_seed(graded) -> None:

@@ -34,8 +34,13 @@ def _job_dirs() -> list[Path]:
     out = []
     for root in ROOTS:
         if root.is_dir():
-            out += sorted({p.parent for p in root.rglob("*.json*") if p.name.endswith((".json", ".json.gz"))
-                           and p.name != "case.json" and p.name != "capture.json"})
+            out += sorted(
+                {
+                    p.parent
+                    for p in root.rglob("*.json*")
+                    if p.name.endswith((".json", ".json.gz")) and p.name != "case.json" and p.name != "capture.json"
+                }
+            )
     return out
 
 
@@ -133,20 +138,29 @@ def test_no_confident_finding_without_its_direct_evidence_in_the_trace(diagnoses
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/traces is not beside the checkout")
 def test_silence_in_fixtures_sampled_and_stepless_traces_is_never_a_gc_pause(diagnoses) -> None:
-    for rel in ("trace_compare/base", "trace_compare/test", "trace_filter", "critical_path/cuda_event_sync_multi_stream",
-                "critical_path/simple_add", "call_stack"):
+    for rel in (
+        "trace_compare/base",
+        "trace_compare/test",
+        "trace_filter",
+        "critical_path/cuda_event_sync_multi_stream",
+        "critical_path/simple_add",
+        "call_stack",
+    ):
         found = {f.fault for f in diagnoses[SHARED / rel].diagnosis.findings}
         assert "gc_pause" not in found and "unattributed_host_stall" not in found, (rel, found)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/traces is not beside the checkout")
-@pytest.mark.parametrize("rel, lacking", [
-    ("trace_compare/base", REAL_SIZE),  # 33 hand-made events
-    ("call_stack", REAL_SIZE),  # 7 events
-    ("critical_path/alexnet", STEPS),  # a benchmark without ProfilerStep
-    ("negative_queue_length_values_check", PEERS),  # rank 0 of 16
-    ("trace_filter", "host_record"),  # its 'Ev Idx' numbers show 99% of the host events were removed
-])
+@pytest.mark.parametrize(
+    "rel, lacking",
+    [
+        ("trace_compare/base", REAL_SIZE),  # 33 hand-made events
+        ("call_stack", REAL_SIZE),  # 7 events
+        ("critical_path/alexnet", STEPS),  # a benchmark without ProfilerStep
+        ("negative_queue_length_values_check", PEERS),  # rank 0 of 16
+        ("trace_filter", "host_record"),  # its 'Ev Idx' numbers show 99% of the host events were removed
+    ],
+)
 def test_provenance_names_what_the_trace_cannot_support(diagnoses, rel: str, lacking: str) -> None:
     assert lacking in diagnoses[SHARED / rel].analysis.provenance.limits
 
@@ -189,25 +203,27 @@ def test_large_idle_no_cause_explains_is_a_finding_of_its_own(diagnoses) -> None
     assert "does not show" in idle.symptom
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("void split_embedding_codegen_forward_unweighted_kernel<float, float>(int)", "embedding"),
-    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int)", "embedding"),
-    ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize256x128x32", "convolution"),
-    ("void cudnn::cnn::conv2d_grouped_direct_kernel<float>(int)", "convolution"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm"),
-    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
-    ("void cutlass::device_kernel<cutlass3x_sm100_tensorop_gemm_bf16_bf16_f32>(Params)", "gemm"),
-    ("fused_moe_kernel", "gemm"),
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 128>>(Flash_fwd_params)", "attention"),
-    ("triton_poi_fused_add_0", "elementwise"),
-    ("triton_red_fused_sum_1", "reduction"),
-])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("void split_embedding_codegen_forward_unweighted_kernel<float, float>(int)", "embedding"),
+        ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int)", "embedding"),
+        ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize256x128x32", "convolution"),
+        ("void cudnn::cnn::conv2d_grouped_direct_kernel<float>(int)", "convolution"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+        ("void cutlass::device_kernel<cutlass3x_sm100_tensorop_gemm_bf16_bf16_f32>(Params)", "gemm"),
+        ("fused_moe_kernel", "gemm"),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 128>>(Flash_fwd_params)", "attention"),
+        ("triton_poi_fused_add_0", "elementwise"),
+        ("triton_red_fused_sum_1", "reduction"),
+    ],
+)
 def test_kernel_classes_of_real_workloads(name: str, cls: str) -> None:
     assert classify_name(name) == cls
 
 
-@pytest.mark.skipif(not (HERE / "data/real_traces/kineto_resnet50_profiler_api_2021_01_nw4").is_dir(),
-                    reason="real trace corpus missing")
+@pytest.mark.skipif(not (HERE / "data/real_traces/kineto_resnet50_profiler_api_2021_01_nw4").is_dir(), reason="real trace corpus missing")
 def test_profiler_steps_written_as_operator_events_are_steps(diagnoses) -> None:
     # PyTorch 1.8-era profiler: ProfilerStep#N has cat "Operator" (cpu_op), not user_annotation
     job = HERE / "data/real_traces/kineto_resnet50_profiler_api_2021_01_nw4"

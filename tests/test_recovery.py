@@ -42,9 +42,14 @@ def _impact(truth: dict, fault: str) -> dict:
     return next(f for f in truth["faults"] if f["fault"] == fault)
 
 
-@pytest.mark.parametrize(("world", "rank", "slowdown", "overlap", "seed"), [
-    (4, 1, 0.10, False, 12), (8, 5, 0.20, True, 11), (4, 3, 0.30, True, 3),
-])
+@pytest.mark.parametrize(
+    ("world", "rank", "slowdown", "overlap", "seed"),
+    [
+        (4, 1, 0.10, False, 12),
+        (8, 5, 0.20, True, 11),
+        (4, 3, 0.30, True, 3),
+    ],
+)
 def test_straggler_rank_and_counterfactual_step_time(world, rank, slowdown, overlap, seed, tmp_path: Path) -> None:
     cfg = SimConfig(seed=seed, world_size=world, overlap=overlap, faults=[StragglerRank(rank=rank, slowdown=slowdown)])
     truth, report, _ = _run(cfg, tmp_path)
@@ -54,8 +59,9 @@ def test_straggler_rank_and_counterfactual_step_time(world, rank, slowdown, over
     # the straggler's cost: step time without it, as the simulator measured by re-running without the fault
     assert rep.counterfactual_step_time.value == pytest.approx(imp["step_time_without_ns"], rel=0.05)
     assert rep.step_time.value == pytest.approx(imp["step_time_ns"], rel=0.02)
-    assert [f.fault for f in report.diagnosis.findings][:1] == ["straggler_rank"] or \
-        "straggler_rank" in [f.fault for f in report.diagnosis.findings]
+    assert [f.fault for f in report.diagnosis.findings][:1] == ["straggler_rank"] or "straggler_rank" in [
+        f.fault for f in report.diagnosis.findings
+    ]
 
 
 def test_healthy_job_has_no_straggler_and_no_findings(tmp_path: Path) -> None:

@@ -77,9 +77,45 @@ def markdown(hostile: JobReport) -> str:
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source", "track", "embed", "param"}
 ALLOWED_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "header", "nav", "section", "article", "footer", "div", "span",
-    "p", "b", "a", "h1", "h2", "h3", "dl", "dt", "dd", "ul", "li", "details", "summary", "table", "caption", "tr",
-    "th", "td", "svg", "desc", "g", "rect", "line", "polyline", "circle", "text",
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "header",
+    "nav",
+    "section",
+    "article",
+    "footer",
+    "div",
+    "span",
+    "p",
+    "b",
+    "a",
+    "h1",
+    "h2",
+    "h3",
+    "dl",
+    "dt",
+    "dd",
+    "ul",
+    "li",
+    "details",
+    "summary",
+    "table",
+    "caption",
+    "tr",
+    "th",
+    "td",
+    "svg",
+    "desc",
+    "g",
+    "rect",
+    "line",
+    "polyline",
+    "circle",
+    "text",
 }
 URL_ATTRS = {"src", "href", "xlink:href", "action", "formaction", "poster", "srcset", "data", "background", "ping"}
 
@@ -146,8 +182,7 @@ def test_html_loads_nothing_from_the_network(page: str) -> None:
     css = "".join(p.style).lower()
     assert "url(" not in css and "@import" not in css
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.IGNORECASE)
-    csp = [a.get("content") or "" for t, a in p.tags if t == "meta" and (a.get("http-equiv") or "").lower() ==
-           "content-security-policy"]
+    csp = [a.get("content") or "" for t, a in p.tags if t == "meta" and (a.get("http-equiv") or "").lower() == "content-security-policy"]
     assert csp and "default-src 'none'" in csp[0]
 
 

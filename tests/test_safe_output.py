@@ -73,8 +73,9 @@ runner = CliRunner()
 
 def terminal_problems(text: str) -> list[str]:
     """Characters a terminal acts on: C0 controls but newline and tab, DEL, C1, direction controls."""
-    return sorted({f"U+{ord(c):04X}" for c in text
-                   if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F or c in DIRECTION_CONTROLS})
+    return sorted(
+        {f"U+{ord(c):04X}" for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F or c in DIRECTION_CONTROLS}
+    )
 
 
 class _Page(HTMLParser):
@@ -311,14 +312,29 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(0)
     n = 48
     for name, level in (("a.csv", 100.0), ("b.csv", 110.0)):
-        pacsv.write_csv(pa.table({"node": [HOSTILE[i % len(HOSTILE)] for i in range(n)],
-                                  "model": [HOSTILE[(i // 4) % len(HOSTILE)] for i in range(n)],
-                                  METRIC: rng.normal(level, 1.0, n)}), d / name)
+        pacsv.write_csv(
+            pa.table(
+                {
+                    "node": [HOSTILE[i % len(HOSTILE)] for i in range(n)],
+                    "model": [HOSTILE[(i // 4) % len(HOSTILE)] for i in range(n)],
+                    METRIC: rng.normal(level, 1.0, n),
+                }
+            ),
+            d / name,
+        )
     values = np.r_[rng.normal(10, 0.1, 60), rng.normal(12, 0.1, 60)]
     pacsv.write_csv(pa.table({"series": [HOSTILE[i % 4 + 4] for i in range(120)], METRIC: values}), d / "history.csv")
     drivers = [*HOSTILE[:5], SGR_OSC + RICH_MARKUP]  # the last one is slower: the culprit
-    rows = [{"drv" + CSI_C1: drv, "node": f"n{j}{CSI_C1}", "real": (70.0 if drv == drivers[-1] else 100.0) * (1 + 0.001 * j),
-             "predict": 100.0 * (1 + 0.001 * j)} for drv in drivers for j in range(8)]
+    rows = [
+        {
+            "drv" + CSI_C1: drv,
+            "node": f"n{j}{CSI_C1}",
+            "real": (70.0 if drv == drivers[-1] else 100.0) * (1 + 0.001 * j),
+            "predict": 100.0 * (1 + 0.001 * j),
+        }
+        for drv in drivers
+        for j in range(8)
+    ]
     pacsv.write_csv(pa.Table.from_pylist(rows), d / "leaves.csv")
     return d
 
@@ -360,9 +376,11 @@ def test_localize_text_and_json_are_inert(tables: Path) -> None:
 @pytest.mark.parametrize("verb", ["compare", "changes", "localize"])
 def test_error_lines_quoting_an_input_are_inert(tables: Path, verb: str) -> None:
     missing = "nope" + SGR_OSC
-    args = {"compare": ["compare", str(tables / "a.csv"), str(tables / "b.csv"), "--metric", missing],
-            "changes": ["changes", str(tables / "history.csv"), "--metric", missing],
-            "localize": ["localize", str(tables / "leaves.csv"), "--current", missing, "--baseline", "predict"]}[verb]
+    args = {
+        "compare": ["compare", str(tables / "a.csv"), str(tables / "b.csv"), "--metric", missing],
+        "changes": ["changes", str(tables / "history.csv"), "--metric", missing],
+        "localize": ["localize", str(tables / "leaves.csv"), "--current", missing, "--baseline", "predict"],
+    }[verb]
     code, out, err = _cli(*args)
     assert code == 2 and out == ""
     assert "nope" in err and "RED" in err

@@ -53,8 +53,7 @@ def outputs(tmp_path_factory) -> dict[str, dict]:
         with (d / f"{name}.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["model", "node", "step_time_ms"])
-            w.writerows([m, f"n{n}", mu * (1 + 0.01 * rng.standard_normal())] for m in ("x", "y") for n in range(4)
-                        for _ in range(5))
+            w.writerows([m, f"n{n}", mu * (1 + 0.01 * rng.standard_normal())] for m in ("x", "y") for n in range(4) for _ in range(5))
     with (d / "h.csv").open("w", newline="") as fh:
         csv.writer(fh).writerows([["v"], *([10 + (3 if i > 50 else 0) + rng.standard_normal()] for i in range(100))])
     with (d / "leaves.csv").open("w", newline="") as fh:
@@ -75,8 +74,9 @@ def outputs(tmp_path_factory) -> dict[str, dict]:
         "analysis (real H200 trace)": run("analyze", str(REAL / "real_h200" / "torch" / "healthy")),
         "analysis (ncu alone)": run("analyze", str(ncu)),
         "compare": run("compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms", "--cluster-by", "node"),
-        "compare --group-by": run("compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms",
-                                  "--cluster-by", "node", "--group-by", "model"),
+        "compare --group-by": run(
+            "compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms", "--cluster-by", "node", "--group-by", "model"
+        ),
         "changes": run("changes", str(d / "h.csv")),
         "localize": run("localize", str(d / "leaves.csv"), "--current", "real", "--baseline", "predict", "--bootstrap", "0"),
         "diff": run("diff", str(d / "job_a"), str(d / "job_b"), "--workers", "1"),

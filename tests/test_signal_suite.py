@@ -120,18 +120,27 @@ def answers(case_dir: Path) -> tuple[set[str], set[str]]:
 def test_known_cases_get_their_labeled_answers(tmp_path: Path) -> None:
     made = {}
     # a whole host power-capped at 80% of its limit for the whole job: detectable by construction
-    cfg = telemetry_sim.TelemetryConfig(nodes=3, minutes=10, interval_s=10, seed=11, fault="power_capping",
-                                        fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True})
+    cfg = telemetry_sim.TelemetryConfig(
+        nodes=3, minutes=10, interval_s=10, seed=11, fault="power_capping", fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True}
+    )
     made["power"] = telemetry_sim.write_case(cfg, tmp_path / "telemetry-power")
-    made["healthy_telemetry"] = telemetry_sim.write_case(telemetry_sim.TelemetryConfig(nodes=3, minutes=10, seed=12),
-                                                         tmp_path / "telemetry-healthy")
+    made["healthy_telemetry"] = telemetry_sim.write_case(
+        telemetry_sim.TelemetryConfig(nodes=3, minutes=10, seed=12), tmp_path / "telemetry-healthy"
+    )
     made["net"] = Path(S.make_one(("nccl", str(tmp_path / "nccl-0"), 0, 1, "net_bad_node")))
-    log = steplog_sim.make_log(steplog_sim.Job(format="megatron", iterations=1000, step_s=1.0, seed=3),
-                               (steplog_sim.Restart(at=620, downtime_s=120.0, init_s=60.0),))
+    log = steplog_sim.make_log(
+        steplog_sim.Job(format="megatron", iterations=1000, step_s=1.0, seed=3),
+        (steplog_sim.Restart(at=620, downtime_s=120.0, init_s=60.0),),
+    )
     made["restart"] = Path(S.make_one(("steplog", str(tmp_path / "steplog-0"), 0, 1, log)))
     made["queue"] = Path(S.make_one(("inference", str(tmp_path / "inference-0"), 0, 1, ("request_queueing", 7, "vllm_detailed"))))
-    expect = {"power": {"power_capping"}, "healthy_telemetry": set(), "net": {"degraded_network"},
-              "restart": {"restart_overhead"}, "queue": {"request_queueing"}}
+    expect = {
+        "power": {"power_capping"},
+        "healthy_telemetry": set(),
+        "net": {"degraded_network"},
+        "restart": {"restart_overhead"},
+        "queue": {"request_queueing"},
+    }
     for key, d in made.items():
         check_recognised(d)
         found, labeled = answers(d)
@@ -184,8 +193,16 @@ def test_a_power_capped_host_of_a_two_host_job_is_found(seed: int) -> None:
         job = telemetry_sim.simulate(cfg)
         return job, JobSignals(sources=[telemetry_sim.source_data(job)])
 
-    job, sig = signals(telemetry_sim.TelemetryConfig(nodes=2, minutes=20, interval_s=10, seed=seed, fault="power_capping",
-                                                     fault_params={"deficit": 0.1, "duty": 1.0, "whole_host": True}))
+    job, sig = signals(
+        telemetry_sim.TelemetryConfig(
+            nodes=2,
+            minutes=20,
+            interval_s=10,
+            seed=seed,
+            fault="power_capping",
+            fault_params={"deficit": 0.1, "duty": 1.0, "whole_host": True},
+        )
+    )
     (truth,) = job.truth
     f = telemetry.power_capping(sig)
     assert truth["detectable"] and isinstance(f, telemetry.Finding)
@@ -200,8 +217,7 @@ def test_a_slow_host_of_three_is_judged_against_the_other_two() -> None:
     from perfsleuth.diagnose import telemetry
     from perfsleuth.diagnose.signals import JobSignals
 
-    job = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(nodes=3, minutes=20, interval_s=5, seed=574751752,
-                                                               fault="slow_node"))
+    job = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(nodes=3, minutes=20, interval_s=5, seed=574751752, fault="slow_node"))
     (truth,) = job.truth
     f = telemetry.slow_node(JobSignals(sources=[telemetry_sim.source_data(job)]))
     assert truth["detectable"] and isinstance(f, telemetry.Finding)
@@ -217,8 +233,7 @@ def test_two_slow_nvlinks_of_a_one_node_job_are_judged_against_the_other_six() -
     from perfsleuth.diagnose import telemetry
     from perfsleuth.diagnose.signals import JobSignals
 
-    job = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(nodes=1, minutes=20, interval_s=10, seed=117403816,
-                                                               fault="degraded_nvlink"))
+    job = telemetry_sim.simulate(telemetry_sim.TelemetryConfig(nodes=1, minutes=20, interval_s=10, seed=117403816, fault="degraded_nvlink"))
     (truth,) = job.truth
     assert truth["detectable"] and truth["params"]["errors"] == 0 and len(truth["scope"]["gpus"]) == 2
     f = telemetry.degraded_nvlink(JobSignals(sources=[telemetry_sim.source_data(job)]))

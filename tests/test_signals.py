@@ -36,8 +36,7 @@ def test_without_gpu_activity_nothing_is_diagnosed_and_it_ranks_first(report) ->
 def test_host_operators_decide_recompilation_and_gc_without_misleading_anyone(report) -> None:
     cpu = next(v for v in report.values if v.group.name == "cpu_ops")
     # without host ops neither compile spans nor the host record a silent stall is measured against exist
-    assert {"recompilation", "unattributed_host_stall"} <= set(cpu.class_losses) <= {"recompilation", "unattributed_host_stall",
-                                                                                    "gc_pause"}
+    assert {"recompilation", "unattributed_host_stall"} <= set(cpu.class_losses) <= {"recompilation", "unattributed_host_stall", "gc_pause"}
     assert cpu.new_misleading <= 0  # without host ops a gap is never called anything
 
 
@@ -63,13 +62,22 @@ def test_costs_are_the_measured_marginal_step_time_and_bytes() -> None:
 
 def _events(rows: list[dict]) -> pa.Table:
     cols = {f.name: [r.get(f.name) for r in rows] for f in EVENTS}
-    return pa.table({f.name: pa.array(cols[f.name], f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
-                     for f in EVENTS}).cast(EVENTS)
+    return pa.table({f.name: pa.array(cols[f.name], f.type.value_type if pa.types.is_dictionary(f.type) else f.type) for f in EVENTS}).cast(
+        EVENTS
+    )
 
 
 def test_drops_remove_exactly_their_group() -> None:
-    base = {"run_id": "r", "kind": "collective", "ts_ns": 0, "dur_ns": 5, "coll_op": "allreduce", "coll_group": "0",
-            "coll_group_size": 2, "coll_in_nelems": 10}
+    base = {
+        "run_id": "r",
+        "kind": "collective",
+        "ts_ns": 0,
+        "dur_ns": 5,
+        "coll_op": "allreduce",
+        "coll_group": "0",
+        "coll_group_size": 2,
+        "coll_in_nelems": 10,
+    }
     ev = _events([{**base, "rank": 3}, {**base, "rank": 1}, {**base, "rank": 1, "kind": "kernel", "coll_op": None}])
     no_args = drop_collective_args(ev)
     assert no_args["coll_op"].to_pylist() == ["allreduce", "allreduce", None]

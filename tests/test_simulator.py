@@ -35,9 +35,20 @@ from perfsleuth.cases.simulator import (
     simulate,
 )
 
-TOP_KEYS = ["schemaVersion", "deviceProperties", "distributedInfo", "record_shapes", "cupti_version",
-            "cuda_runtime_version", "cuda_driver_version", "trace_id", "displayTimeUnit",
-            "baseTimeNanoseconds", "traceEvents", "traceName"]
+TOP_KEYS = [
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "record_shapes",
+    "cupti_version",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "trace_id",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "traceEvents",
+    "traceName",
+]
 
 
 def small(**kw) -> SimConfig:
@@ -85,8 +96,17 @@ def test_rank_files_are_kineto_json_with_the_real_top_level_keys(dp_job, dp_file
         assert info["pg_count"] == len(info["pg_config"]) and info["nccl_version"] == "2.21.5"
         assert d["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
         cats = {e.get("cat") for e in d["traceEvents"]}
-        assert {"cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy", "cuda_sync",
-                "gpu_user_annotation", "ac2g", "Trace"} <= cats
+        assert {
+            "cpu_op",
+            "user_annotation",
+            "cuda_runtime",
+            "kernel",
+            "gpu_memcpy",
+            "cuda_sync",
+            "gpu_user_annotation",
+            "ac2g",
+            "Trace",
+        } <= cats
     # HTA reads the rank from the raw text with this regex
     raw = write_job(dp_job, tmp_path)[3].read_text()
     assert re.search(r'"rank":\s+(\d+)', raw).group(1) == "3"
@@ -162,11 +182,9 @@ def test_written_clock_offsets_match_the_truth(dp_job, dp_files):
 
 def test_profiler_steps_are_contiguous_from_first_step(dp_files):
     for d in dp_files[0].values():
-        names = [e["name"] for e in d["traceEvents"] if e.get("cat") == "user_annotation"
-                 and e["name"].startswith("ProfilerStep#")]
+        names = [e["name"] for e in d["traceEvents"] if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
         assert names == [f"ProfilerStep#{n}" for n in range(3, 9)]
-        gpu = [e for e in d["traceEvents"] if e.get("cat") == "gpu_user_annotation"
-               and e["name"].startswith("ProfilerStep#")]
+        gpu = [e for e in d["traceEvents"] if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#")]
         assert len(gpu) == 6 and all(e["tid"] == 7 for e in gpu)  # H2D copy and backward kernels
 
 
@@ -206,8 +224,9 @@ def test_pipeline_send_and_recv_pair_up_across_adjacent_stages(tmp_path):
             a = e.get("args", {})
             if e.get("cat") == "kernel" and a.get("Collective name") in ("send", "recv"):
                 assert e["name"] == "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
-                pairs[(a["Process Group Name"], a["Seq"])].append((r, a["Collective name"], a["In msg nelems"],
-                                                                  json.loads(a["Process Group Ranks"])))
+                pairs[(a["Process Group Name"], a["Seq"])].append(
+                    (r, a["Collective name"], a["In msg nelems"], json.loads(a["Process Group Ranks"]))
+                )
     # dp=2: each of 2x3 adjacent-stage pairs sends 4 activations and 4 gradients per step
     assert len(pairs) == 2 * 3 * 2 * 4 * 2
     for sides in pairs.values():

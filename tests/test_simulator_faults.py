@@ -65,8 +65,7 @@ def events(trace: dict, cat: str | tuple[str, ...], name: str | None = None) -> 
 
 
 def step_spans(trace: dict, clock: Clock) -> dict[int, tuple[int, int]]:
-    return {int(e["name"].split("#")[1]): clock.span(e) for e in events(trace, "user_annotation")
-            if e["name"].startswith("ProfilerStep#")}
+    return {int(e["name"].split("#")[1]): clock.span(e) for e in events(trace, "user_annotation") if e["name"].startswith("ProfilerStep#")}
 
 
 def gpu_busy_in(trace: dict, clock: Clock, a: int, z: int) -> int:
@@ -169,8 +168,7 @@ def test_checkpoint_stall_blocks_the_host_in_d2h_copies_and_a_write_while_the_gp
         assert sa < a < z < sz  # at the end of ProfilerStep#4, inside it
         copies = [clock.span(e) for e in events(d, "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)")]
         assert len(copies) == sv["d2h_copies"] == 3 * 2 and all(a < x < y < z for x, y in copies)
-        assert sum(e["args"]["bytes"] for e in events(d, "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)")) \
-            == sv["d2h_bytes"]
+        assert sum(e["args"]["bytes"] for e in events(d, "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)")) == sv["d2h_bytes"]
         # each copy is a blocking cudaMemcpyAsync (pageable) inside aten::copy_
         memcpy_calls = [clock.span(e) for e in events(d, "cuda_runtime", "cudaMemcpyAsync") if a <= clock.ns(e["ts"]) < z]
         assert len(memcpy_calls) == len(copies) and all(y2 > y for (_, y2), (_, y) in zip(memcpy_calls, copies, strict=True))
@@ -210,8 +208,11 @@ def test_small_kernels_keep_the_gpu_busy_with_tiny_low_occupancy_kernels(tmp_pat
 
 def _host_gaps(d: dict, clock: Clock, min_ns: int) -> list[tuple[int, int]]:
     """Host intervals of at least min_ns with no host event running (what a GC pause looks like)."""
-    iv = sorted(clock.span(e) for e in events(d, ("cpu_op", "cuda_runtime"))
-                + [e for e in events(d, "user_annotation") if not e["name"].startswith(("ProfilerStep#", "Distributed"))])
+    iv = sorted(
+        clock.span(e)
+        for e in events(d, ("cpu_op", "cuda_runtime"))
+        + [e for e in events(d, "user_annotation") if not e["name"].startswith(("ProfilerStep#", "Distributed"))]
+    )
     out, end = [], iv[0][1]
     for a, z in iv[1:]:
         if a - end >= min_ns:
@@ -265,10 +266,11 @@ def test_recompilation_shows_long_dynamo_spans_on_its_step_and_compiled_regions_
     for r, d in traces.items():
         clock = Clock(truth, r)
         steps = step_spans(d, clock)
-        regions = {s: [e["name"] for e in events(d, "cpu_op") if e["name"].startswith("Torch-Compiled Region")
-                       and a <= clock.ns(e["ts"]) < z] for s, (a, z) in steps.items()}
-        assert regions == {3: ["Torch-Compiled Region: 0/0"], 4: ["Torch-Compiled Region: 0/1"],
-                           5: ["Torch-Compiled Region: 0/1"]}
+        regions = {
+            s: [e["name"] for e in events(d, "cpu_op") if e["name"].startswith("Torch-Compiled Region") and a <= clock.ns(e["ts"]) < z]
+            for s, (a, z) in steps.items()
+        }
+        assert regions == {3: ["Torch-Compiled Region: 0/0"], 4: ["Torch-Compiled Region: 0/1"], 5: ["Torch-Compiled Region: 0/1"]}
         assert len(events(d, "cpu_op", "TorchDynamo Cache Lookup")) == 3
         assert len(events(d, "cpu_op", "CompiledFunction")) == 3 * (2 + 1)  # per layer + loss, per step
         assert any(k["name"].startswith("triton_") for k in events(d, "kernel"))
@@ -328,8 +330,7 @@ def test_memory_fragmentation_reserves_near_the_device_and_flushes_the_cache(tmp
         assert after[0]["args"]["Total Reserved"] == min(reserved) == eff["memory_by_rank"][str(r)]["total_reserved_bytes_min"]
         assert min(reserved) < 0.5 * device
         sa, sz = step_spans(d, clock)[4]
-        assert sa < a < z < sz and max(e["args"]["Total Reserved"] for e in after if clock.ns(e["ts"]) < sz) \
-            == max(reserved)
+        assert sa < a < z < sz and max(e["args"]["Total Reserved"] for e in after if clock.ns(e["ts"]) < sz) == max(reserved)
         assert all(e["args"]["Total Reserved"] >= e["args"]["Total Allocated"] for e in mem)
     assert impact(truth)["delta_ns"] > 1_000_000
     quiet = simulate(small(seed=18, steps=3, profile_memory=True, faults=[MemoryFragmentation(flush_step_indices=())]))
@@ -351,8 +352,9 @@ def test_collective_hang_leaves_peers_inside_an_unfinished_collective_until_the_
         (window_end,) = [e for e in d["traceEvents"] if e.get("name") == "Record Window End"]
         assert clock.ns(window_end["ts"]) == eff["window_end_ns"]
         assert sorted(step_spans(d, clock)) == [3]  # ProfilerStep#4 never ended: not written
-        hung_kernel = [k for k in events(d, "kernel") if (k["args"].get("Process Group Name"), k["args"].get("Seq"))
-                       == (eff["pg"], eff["seq"])]
+        hung_kernel = [
+            k for k in events(d, "kernel") if (k["args"].get("Process Group Name"), k["args"].get("Seq")) == (eff["pg"], eff["seq"])
+        ]
         if r == 2:
             assert not hung_kernel
             last = max(clock.span(e)[1] for e in events(d, ("cpu_op", "cuda_runtime", "kernel", "gpu_memcpy")))
@@ -367,8 +369,16 @@ def test_collective_hang_leaves_peers_inside_an_unfinished_collective_until_the_
 
 
 def test_new_faults_are_deterministic_round_trip_and_leave_the_default_job_healthy():
-    faults = [PoorOverlap(0.5), SequenceImbalance(seed=4), CheckpointStall(rank_ids=(0,)), SmallKernels(),
-              GcPause(seed=1), Recompilation(), MemoryFragmentation(), CollectiveHang(step_index=3)]
+    faults = [
+        PoorOverlap(0.5),
+        SequenceImbalance(seed=4),
+        CheckpointStall(rank_ids=(0,)),
+        SmallKernels(),
+        GcPause(seed=1),
+        Recompilation(),
+        MemoryFragmentation(),
+        CollectiveHang(step_index=3),
+    ]
     for f in faults:
         assert fault_from_dict(json.loads(json.dumps(fault_to_dict(f)))) == f
     cfg = small(seed=5, steps=5, profile_memory=True, faults=faults, measure_impact=False)

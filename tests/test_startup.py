@@ -25,25 +25,33 @@ app()
 def _loaded(argv: list[str]) -> tuple[set[str], subprocess.CompletedProcess]:
     done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], capture_output=True, text=True, timeout=120)
     line = next(ln for ln in done.stderr.splitlines() if ln.startswith("MODULES "))
-    return {m.split(".")[0] for m in json.loads(line[len("MODULES "):])}, done
+    return {m.split(".")[0] for m in json.loads(line[len("MODULES ") :])}, done
 
 
 def test_import_of_the_cli_loads_no_heavy_module():
-    done = subprocess.run([sys.executable, "-c", "import json, sys, perfsleuth.cli; print(json.dumps(sorted(sys.modules)))"],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, sys, perfsleuth.cli; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     top = {m.split(".")[0] for m in json.loads(done.stdout)}
     assert "typer" in top  # the probe saw the CLI's own imports
     assert not top & set(HEAVY), sorted(top & set(HEAVY))
 
 
-@pytest.mark.parametrize("argv, status, says", [
-    (["--help"], 0, "Commands:"),
-    (["-h"], 0, "Commands:"),
-    (["analyze", "-h"], 0, "--format"),
-    (["--version"], 0, "perfsleuth "),
-    (["compare", "--bogus"], 2, "No such option"),
-    (["analyze", "/nonexistent/perfsleuth/path"], 2, "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, status, says",
+    [
+        (["--help"], 0, "Commands:"),
+        (["-h"], 0, "Commands:"),
+        (["analyze", "-h"], 0, "--format"),
+        (["--version"], 0, "perfsleuth "),
+        (["compare", "--bogus"], 2, "No such option"),
+        (["analyze", "/nonexistent/perfsleuth/path"], 2, "no such file"),
+    ],
+)
 def test_front_door_answers_without_heavy_modules(argv, status, says):
     top, done = _loaded(argv)
     assert done.returncode == status, done.stderr

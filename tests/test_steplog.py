@@ -41,12 +41,24 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return p
 
 
-def megatron_line(step: int, ms: float, *, ts: str | None = None, loss: float = 2.0, extra: str = "", skipped: int = 0,
-                  nan: int = 0, scale: float = 1.0, total: int = 1000) -> str:
+def megatron_line(
+    step: int,
+    ms: float,
+    *,
+    ts: str | None = None,
+    loss: float = 2.0,
+    extra: str = "",
+    skipped: int = 0,
+    nan: int = 0,
+    scale: float = 1.0,
+    total: int = 1000,
+) -> str:
     stamp = f" [{ts}]" if ts else ""
-    return (f"{stamp} iteration {step:8d}/{total:8d} | consumed samples: {step * 16:12d} | elapsed time per iteration (ms): "
-            f"{ms:.1f} | learning rate: 1.000000E-04 | global batch size:    16 | lm loss: {loss:.6E} |{extra} loss scale: "
-            f"{scale:.1f} | grad norm: 0.500 | number of skipped iterations: {skipped:3d} | number of nan iterations: {nan:3d} |")
+    return (
+        f"{stamp} iteration {step:8d}/{total:8d} | consumed samples: {step * 16:12d} | elapsed time per iteration (ms): "
+        f"{ms:.1f} | learning rate: 1.000000E-04 | global batch size:    16 | lm loss: {loss:.6E} |{extra} loss scale: "
+        f"{scale:.1f} | grad norm: 0.500 | number of skipped iterations: {skipped:3d} | number of nan iterations: {nan:3d} |"
+    )
 
 
 # --- real excerpts --------------------------------------------------------------------------------------
@@ -144,33 +156,38 @@ def test_deepspeed_2020_running_average_gives_interval_step_times() -> None:
 
 
 def test_timer_blocks_saves_settings_and_the_records_row(tmp_path: Path) -> None:
-    text = "\n".join([
-        "using world size: 8, data-parallel size: 8, tensor-model-parallel size: 1, pipeline-model-parallel size: 1",
-        "------------------------ arguments ------------------------",
-        "  global_batch_size ............................... 16",
-        "  save_interval ................................... 2",
-        "  seq_length ...................................... 2048",
-        "-------------------- end of arguments ---------------------",
-        "> building GPT model ...",
-        megatron_line(1, 9000.0, ts="2024-05-01 12:00:09.000000"),
-        "(min, max) time across ranks (ms):",
-        "    forward-backward ...............................: (850.10, 900.25)",
-        "    optimizer ......................................: (10.00, 12.50)",
-        megatron_line(2, 1000.0, ts="2024-05-01 12:00:10.000000"),
-        "[2024-05-01 12:00:10.100000] saving checkpoint at iteration       2 to /ckpt in torch_dist format",
-        "  [2024-05-01 12:00:15.100000] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]",
-        "(min, max) time across ranks (ms):",
-        "    save-checkpoint ................................: (4990.00, 5000.00)",
-        megatron_line(3, 1000.0, ts="2024-05-01 12:00:16.000000"),
-        "max time across ranks (ms):",
-        "    forward-backward ...............................: 910.00",
-        megatron_line(4, 1000.0, ts="2024-05-01 12:00:17.000000"),
-        "times across ranks (ms):",
-        "  forward-backward:",
-        "     rank  0: 905.00",
-        "     rank  1: 920.50",
-        megatron_line(5, 1000.0, ts="2024-05-01 12:00:18.000000"),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "using world size: 8, data-parallel size: 8, tensor-model-parallel size: 1, pipeline-model-parallel size: 1",
+                "------------------------ arguments ------------------------",
+                "  global_batch_size ............................... 16",
+                "  save_interval ................................... 2",
+                "  seq_length ...................................... 2048",
+                "-------------------- end of arguments ---------------------",
+                "> building GPT model ...",
+                megatron_line(1, 9000.0, ts="2024-05-01 12:00:09.000000"),
+                "(min, max) time across ranks (ms):",
+                "    forward-backward ...............................: (850.10, 900.25)",
+                "    optimizer ......................................: (10.00, 12.50)",
+                megatron_line(2, 1000.0, ts="2024-05-01 12:00:10.000000"),
+                "[2024-05-01 12:00:10.100000] saving checkpoint at iteration       2 to /ckpt in torch_dist format",
+                "  [2024-05-01 12:00:15.100000] successfully saved checkpoint from iteration       2 to /ckpt [ t 1/1, p 1/1 ]",
+                "(min, max) time across ranks (ms):",
+                "    save-checkpoint ................................: (4990.00, 5000.00)",
+                megatron_line(3, 1000.0, ts="2024-05-01 12:00:16.000000"),
+                "max time across ranks (ms):",
+                "    forward-backward ...............................: 910.00",
+                megatron_line(4, 1000.0, ts="2024-05-01 12:00:17.000000"),
+                "times across ranks (ms):",
+                "  forward-backward:",
+                "     rank  0: 905.00",
+                "     rank  1: 920.50",
+                megatron_line(5, 1000.0, ts="2024-05-01 12:00:18.000000"),
+            ]
+        )
+        + "\n"
+    )
     sd = steplog.read(write(tmp_path, "job-7.log", text))
     assert not sd.caveats
     timers = sd.tables["step_log_timers"].to_pandas()
@@ -214,14 +231,25 @@ def test_optional_fields_any_subset_and_unknown_fields_kept(tmp_path: Path) -> N
 
 def test_a_second_start_opens_a_session_counted_from_the_loaded_checkpoint(tmp_path: Path) -> None:
     head = ["------------------------ arguments ------------------------", "> building GPT model ..."]
-    text = "\n".join([
-        *head, *(megatron_line(s, 1000.0) for s in (10, 20, 30)),
-        "saving checkpoint at iteration      30 to /ckpt", "  successfully saved checkpoint at iteration      30 to /ckpt",
-        megatron_line(40, 1000.0), megatron_line(50, 1000.0),
-        *head, " loading checkpoint from /ckpt at iteration 30",
-        "  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 30",
-        megatron_line(35, 1000.0), megatron_line(45, 1000.0), megatron_line(55, 1000.0),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                *head,
+                *(megatron_line(s, 1000.0) for s in (10, 20, 30)),
+                "saving checkpoint at iteration      30 to /ckpt",
+                "  successfully saved checkpoint at iteration      30 to /ckpt",
+                megatron_line(40, 1000.0),
+                megatron_line(50, 1000.0),
+                *head,
+                " loading checkpoint from /ckpt at iteration 30",
+                "  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 30",
+                megatron_line(35, 1000.0),
+                megatron_line(45, 1000.0),
+                megatron_line(55, 1000.0),
+            ]
+        )
+        + "\n"
+    )
     sd = steplog.read(write(tmp_path, "r.log", text))
     r = sd.tables["step_log"].to_pylist()
     assert [x["session"] for x in r] == [0, 0, 0, 0, 0, 1, 1, 1]
@@ -239,12 +267,17 @@ def test_iteration_numbers_going_back_without_any_start_line_is_a_restart(tmp_pa
 
 
 def test_launcher_prefixes_give_rank_and_stream(tmp_path: Path) -> None:
-    text = "\n".join([
-        "[default7]:" + megatron_line(10, 1000.0, ts="2024-05-01 12:00:00"),
-        "[lrdn3321:3]:" + megatron_line(10, 1100.0, ts="2024-05-01 12:00:00"),
-        "[1,5]<stdout>:" + megatron_line(10, 1200.0),
-        "12: " + megatron_line(10, 1300.0),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "[default7]:" + megatron_line(10, 1000.0, ts="2024-05-01 12:00:00"),
+                "[lrdn3321:3]:" + megatron_line(10, 1100.0, ts="2024-05-01 12:00:00"),
+                "[1,5]<stdout>:" + megatron_line(10, 1200.0),
+                "12: " + megatron_line(10, 1300.0),
+            ]
+        )
+        + "\n"
+    )
     r = rows(write(tmp_path, "p.log", text))
     assert [(x["rank"], x["stream"]) for x in r] == [(7, "[default7]:"), (3, "[lrdn3321:3]:"), (5, "[1,5]<stdout>:"), (12, "12:")]
     assert [x["step_time_ns"] for x in r] == [1e9, 1.1e9, 1.2e9, 1.3e9]
@@ -302,15 +335,18 @@ def test_garbled_numbers_are_left_empty_and_counted(tmp_path: Path) -> None:
     assert {"garbled_value", "unparsed_line"} <= codes(sd)
 
 
-@pytest.mark.parametrize("content", [
-    b"",
-    b"\x00\x01\x02\x03" * 100,
-    gzip.compress(b"\x00binary\x01" * 50),
-    b"hello world\nthis is not a training log\n",
-    b"node,step_time_ms\nn0,100\n",
-    b'{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 2}]}',
-    b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n',  # JSON Lines without any step time
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\x00\x01\x02\x03" * 100,
+        gzip.compress(b"\x00binary\x01" * 50),
+        b"hello world\nthis is not a training log\n",
+        b"node,step_time_ms\nn0,100\n",
+        b'{"traceEvents": [{"name": "x", "ph": "X", "ts": 1, "dur": 2}]}',
+        b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n',  # JSON Lines without any step time
+    ],
+)
 def test_other_files_are_not_step_logs(tmp_path: Path, content: bytes) -> None:
     p = tmp_path / "x.log"
     p.write_bytes(content)
@@ -318,8 +354,12 @@ def test_other_files_are_not_step_logs(tmp_path: Path, content: bytes) -> None:
 
 
 def test_reading_a_file_without_iterations_names_the_file(tmp_path: Path) -> None:
-    p = write(tmp_path, "setup-only.log", "------------------------ arguments ------------------------\n"
-              "  seq_length ...................................... 2048\n> building GPT model ...\n")
+    p = write(
+        tmp_path,
+        "setup-only.log",
+        "------------------------ arguments ------------------------\n"
+        "  seq_length ...................................... 2048\n> building GPT model ...\n",
+    )
     with pytest.raises(InputError) as err:
         steplog.read(p)
     assert "setup-only.log" in str(err.value) and "no iteration lines" in str(err.value)
@@ -355,15 +395,32 @@ def jsonl(tmp_path: Path, docs: list, name: str = "s.jsonl") -> Path:
 
 
 def test_jsonl_documented_keys_and_units(tmp_path: Path) -> None:
-    p = jsonl(tmp_path, [
-        {"event": "start", "time": "2024-05-01T12:00:00Z"},
-        {"step": 1, "step_time_s": 0.5, "tokens": 4096, "samples": 8, "loss": 2.3, "time": 1714564800.5, "gpus": 4,
-         "lr": 1e-4, "grad_norm": 0.7, "loss_scale": 1024, "skipped": False, "nan": 0, "tflops_per_gpu": 300.1, "mfu_guess": 0.4},
-        {"step": 2, "step_time_ms": 510.0, "time": "2024-05-01T12:00:01.010000", "tokens": 4096},
-        {"step": 3, "step_time_ns": 490_000_000, "time_ns": 1714564801500000000, "skipped": True, "rank": 2, "tokens": 4096},
-        {"step": 4, "step_time_s": 0.5, "time": 1714564802000, "tokens": 4096},  # epoch milliseconds
-        {"event": "checkpoint_save", "step": 4, "time": 1714564802.1, "duration_s": 3.5},
-    ])
+    p = jsonl(
+        tmp_path,
+        [
+            {"event": "start", "time": "2024-05-01T12:00:00Z"},
+            {
+                "step": 1,
+                "step_time_s": 0.5,
+                "tokens": 4096,
+                "samples": 8,
+                "loss": 2.3,
+                "time": 1714564800.5,
+                "gpus": 4,
+                "lr": 1e-4,
+                "grad_norm": 0.7,
+                "loss_scale": 1024,
+                "skipped": False,
+                "nan": 0,
+                "tflops_per_gpu": 300.1,
+                "mfu_guess": 0.4,
+            },
+            {"step": 2, "step_time_ms": 510.0, "time": "2024-05-01T12:00:01.010000", "tokens": 4096},
+            {"step": 3, "step_time_ns": 490_000_000, "time_ns": 1714564801500000000, "skipped": True, "rank": 2, "tokens": 4096},
+            {"step": 4, "step_time_s": 0.5, "time": 1714564802000, "tokens": 4096},  # epoch milliseconds
+            {"event": "checkpoint_save", "step": 4, "time": 1714564802.1, "duration_s": 3.5},
+        ],
+    )
     sd = steplog.read(p)
     assert not sd.caveats
     r = sd.tables["step_log"].to_pylist()
@@ -385,15 +442,18 @@ def test_jsonl_documented_keys_and_units(tmp_path: Path) -> None:
 
 
 def test_jsonl_wrong_types_are_left_empty_with_caveats(tmp_path: Path) -> None:
-    p = jsonl(tmp_path, [
-        {"step": 1, "step_time_s": 0.5, "loss": 2.0},
-        {"step": 2, "step_time_s": "0.5", "loss": [1, 2]},
-        {"step": "three", "step_time_s": 0.5},
-        {"step": 4.5, "step_time_s": 0.5},
-        "not json at all",
-        "[1, 2, 3]",
-        {"step": 5, "step_time_s": True, "loss": float("nan")},
-    ])
+    p = jsonl(
+        tmp_path,
+        [
+            {"step": 1, "step_time_s": 0.5, "loss": 2.0},
+            {"step": 2, "step_time_s": "0.5", "loss": [1, 2]},
+            {"step": "three", "step_time_s": 0.5},
+            {"step": 4.5, "step_time_s": 0.5},
+            "not json at all",
+            "[1, 2, 3]",
+            {"step": 5, "step_time_s": True, "loss": float("nan")},
+        ],
+    )
     sd = steplog.read(p)
     r = sd.tables["step_log"].to_pylist()
     assert [x["step"] for x in r] == [1, 2, 5]

@@ -31,8 +31,7 @@ from perfsleuth.ingest import steplog
 from perfsleuth.model import Finding
 
 DATA = Path(__file__).parent / "data" / "steplog"
-DETECTORS = {"checkpoint_stall": det.checkpoint_stall, "restart_overhead": det.restart_overhead,
-             "numeric_anomaly": det.numeric_anomaly}
+DETECTORS = {"checkpoint_stall": det.checkpoint_stall, "restart_overhead": det.restart_overhead, "numeric_anomaly": det.numeric_anomaly}
 
 
 def signals_of(path: Path) -> JobSignals:
@@ -107,8 +106,18 @@ def _scope_ok(fault: str, found: list[int], truth: list[int], job: Job) -> bool:
 def test_healthy_logs_in_every_format_give_no_finding(tmp_path: Path) -> None:
     for k, fmt in enumerate(("megatron", "megatron_old", "deepspeed", "jsonl")):
         for precision in ("bf16", "fp16"):
-            job = Job(format=fmt, iterations=1500, precision=precision, noise_cv=0.06, hiccup_rate=1 / 200, hiccup_max=5.0,
-                      drift=0.1, eval_interval=500, eval_s=20.0, seed=40 + k)
+            job = Job(
+                format=fmt,
+                iterations=1500,
+                precision=precision,
+                noise_cv=0.06,
+                hiccup_rate=1 / 200,
+                hiccup_max=5.0,
+                drift=0.1,
+                eval_interval=500,
+                eval_s=20.0,
+                seed=40 + k,
+            )
             sig, _ = signals_for(tmp_path, job, name=f"{fmt}-{precision}")
             assert findings(sig) == {}, (fmt, precision)
 
@@ -141,14 +150,17 @@ def test_checkpoint_stall_located_by_the_save_interval_alone(tmp_path: Path) -> 
     assert f.scope["steps"] == [500, 1000, 1500]
     (truth,) = sim.truth
     assert f.impact.value == pytest.approx(truth.magnitude, rel=0.1)
-    with_lines, _ = signals_for(tmp_path, Job(format="megatron", iterations=2000, save_interval=500, eval_interval=0, seed=5),
-                                (CheckpointStall(60.0),), name="lines")
+    with_lines, _ = signals_for(
+        tmp_path,
+        Job(format="megatron", iterations=2000, save_interval=500, eval_interval=0, seed=5),
+        (CheckpointStall(60.0),),
+        name="lines",
+    )
     assert f.confidence < det.checkpoint_stall(with_lines).confidence  # the save lines are the stronger signal
 
 
 def test_periodic_long_steps_without_save_information_are_insufficient_evidence(tmp_path: Path) -> None:
-    job = Job(format="megatron", iterations=2000, save_interval=250, save_lines=False, print_args=False, eval_interval=0,
-              seed=6)
+    job = Job(format="megatron", iterations=2000, save_interval=250, save_lines=False, print_args=False, eval_interval=0, seed=6)
     sig, _ = signals_for(tmp_path, job, (CheckpointStall(60.0),))
     r = det.checkpoint_stall(sig)
     assert isinstance(r, NotAssessed) and r.reason == INSUFFICIENT_EVIDENCE
@@ -157,8 +169,17 @@ def test_periodic_long_steps_without_save_information_are_insufficient_evidence(
 
 
 def test_random_long_steps_and_evaluations_are_not_charged_to_checkpoints(tmp_path: Path) -> None:
-    job = Job(format="megatron", iterations=2000, save_interval=500, save_s=1.0, hiccup_rate=1 / 40, hiccup_max=8.0,
-              eval_interval=500, eval_s=90.0, seed=8)
+    job = Job(
+        format="megatron",
+        iterations=2000,
+        save_interval=500,
+        save_s=1.0,
+        hiccup_rate=1 / 40,
+        hiccup_max=8.0,
+        eval_interval=500,
+        eval_s=90.0,
+        seed=8,
+    )
     sig, _ = signals_for(tmp_path, job)
     assert det.checkpoint_stall(sig) is None
 

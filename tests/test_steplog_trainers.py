@@ -45,9 +45,11 @@ def test_hf_trainer_dict_lines() -> None:
 
 def test_hf_trainer_final_dict_goes_to_settings(tmp_path: Path) -> None:
     p = tmp_path / "t.log"
-    p.write_text(" 50%|#####     | 5/10 [00:05<00:05,  1.00it/s]\r{'loss': 1.5, 'grad_norm': 2.0, 'learning_rate': 1e-05, "
-                 "'epoch': 0.5}\n{'train_runtime': 10.5, 'train_samples_per_second': 7.6, 'train_steps_per_second': 0.95, "
-                 "'train_loss': 1.4, 'epoch': 1.0}\n")
+    p.write_text(
+        " 50%|#####     | 5/10 [00:05<00:05,  1.00it/s]\r{'loss': 1.5, 'grad_norm': 2.0, 'learning_rate': 1e-05, "
+        "'epoch': 0.5}\n{'train_runtime': 10.5, 'train_samples_per_second': 7.6, 'train_steps_per_second': 0.95, "
+        "'train_loss': 1.4, 'epoch': 1.0}\n"
+    )
     sd = steplog.read(p)
     assert sd.tables["step_log"].column("loss").to_pylist() == [1.5]
     assert sd.meta["settings"]["train_runtime"] == "10.5"

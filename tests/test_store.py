@@ -33,8 +33,7 @@ def _steplog_job(root: Path, name: str, seed: int, step_s: float = 1.2) -> Path:
     """A small Megatron step-log job: 64 GPUs, 4096 x 256 tokens per step."""
     d = root / name
     d.mkdir(parents=True)
-    job = Job(format="megatron", iterations=200, log_interval=10, save_interval=100, eval_interval=0, step_s=step_s,
-              seed=seed)
+    job = Job(format="megatron", iterations=200, log_interval=10, save_interval=100, eval_interval=0, step_s=step_s, seed=seed)
     (d / "train.log").write_text(make_log(job).text)
     return d
 
@@ -154,14 +153,17 @@ def test_corrupt_part_is_named_the_rest_stays_readable_and_reingest_repairs(tmp_
     assert Store(store).table(duck, "steps").count().execute() == 32
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["cluster"], "not key=value"),
-    (["cluster="], "not key=value"),
-    (["GPU-SKU=h100"], "did you mean gpu_sku"),
-    (["mfu=0.4"], "measured column"),
-    (["date=2024-13-01"], "not a calendar date"),
-    (["date=yesterday"], "not YYYY-MM-DD"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["cluster"], "not key=value"),
+        (["cluster="], "not key=value"),
+        (["GPU-SKU=h100"], "did you mean gpu_sku"),
+        (["mfu=0.4"], "measured column"),
+        (["date=2024-13-01"], "not a calendar date"),
+        (["date=yesterday"], "not YYYY-MM-DD"),
+    ],
+)
 def test_bad_dims_flags_are_refused_with_the_reason(flags, message):
     with pytest.raises(InputError, match=message):
         parse_flags(flags)
@@ -202,8 +204,7 @@ def test_two_concurrent_ingests_store_each_job_once(tmp_path, jobs, duck):
     store = tmp_path / "s"
     codes: list[int] = []
     work = [jobs["a"], jobs["b"]]
-    threads = [threading.Thread(target=lambda w=w: codes.append(ingest_command(w, store, ["cluster=c1"])))
-               for w in (work, work[::-1])]
+    threads = [threading.Thread(target=lambda w=w: codes.append(ingest_command(w, store, ["cluster=c1"]))) for w in (work, work[::-1])]
     for t in threads:
         t.start()
     for t in threads:
@@ -229,10 +230,17 @@ def _fleet_store(root: Path, scenario: FleetScenario) -> tuple[Path, object]:
         current = r["tokens_current"] is not None
         day = int(rng.integers(8, 15) if current else rng.integers(1, 8))
         dims = {d: r[d] for d in DIMS}
-        out.append({"run_id": f"r{i}", "unit": "run", "dims": sorted(dims.items()),
-                    "tokens": r["tokens_current"] if current else r["tokens_baseline"],
-                    "gpu_seconds": r["gpu_s_current"] if current else r["gpu_s_baseline"],
-                    "date": f"2024-05-{day:02d}", "cluster": r["cluster"]})
+        out.append(
+            {
+                "run_id": f"r{i}",
+                "unit": "run",
+                "dims": sorted(dims.items()),
+                "tokens": r["tokens_current"] if current else r["tokens_baseline"],
+                "gpu_seconds": r["gpu_s_current"] if current else r["gpu_s_baseline"],
+                "date": f"2024-05-{day:02d}",
+                "cluster": r["cluster"],
+            }
+        )
     recs = pa.Table.from_pylist(out, schema=stored_schema("records"))
     with StoreWriter(root) as w:
         w.add(JobData("fleet-sim", "fleet_sim", tuple(r["run_id"] for r in out), {}, {"records": recs}))
@@ -251,8 +259,9 @@ def _label(d: dict) -> str:
 def test_localize_store_names_the_injected_culprits_and_matches_the_leaf_table(fleet_store, tmp_path, duck):
     store, case = fleet_store
     out = tmp_path / "loc.json"
-    rc = localize_store_command(store, "tokens_per_s_per_gpu", BASE, CUR, dims=list(DIMS), workload_dims=list(WORKLOAD_DIMS),
-                                format="json", out=out, bootstrap=0)
+    rc = localize_store_command(
+        store, "tokens_per_s_per_gpu", BASE, CUR, dims=list(DIMS), workload_dims=list(WORKLOAD_DIMS), format="json", out=out, bootstrap=0
+    )
     assert rc == 0
     doc = json.loads(out.read_text())
     found = {c["label"] for c in doc["culprits"]}
@@ -261,8 +270,12 @@ def test_localize_store_names_the_injected_culprits_and_matches_the_leaf_table(f
     assert {"rack=c1-r02", "driver=550.54&gpu_sku=H100", "nccl=2.21.5&pp=2"} <= found <= truth
     assert "555.42" in {c["value"] for c in doc["confounded"]}  # the confounded driver is reported, not blamed
     # the same analysis straight on the simulator's leaf table gives the same answer
-    direct = localize(engine.table(duck, case.runs), LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current",
-                                                             "gpu_s_baseline"), workload_dims=WORKLOAD_DIMS, bootstrap=0)
+    direct = localize(
+        engine.table(duck, case.runs),
+        LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline"),
+        workload_dims=WORKLOAD_DIMS,
+        bootstrap=0,
+    )
     assert found == {c.label for c in direct.culprits}
     assert doc["fleet"]["baseline"] == pytest.approx(direct.mix.baseline, rel=1e-9)
     assert doc["mix"] == pytest.approx(direct.mix.mix, rel=1e-9) and doc["rate"] == pytest.approx(direct.mix.rate, rel=1e-9)
@@ -281,21 +294,22 @@ def test_localize_store_bad_requests_say_why(fleet_store, tmp_path, duck, capsys
     ]
     for kwargs, message in cases:
         args = {"metric": "tokens_per_s_per_gpu", "baseline": BASE, "current": CUR, **kwargs}
-        assert localize_store_command(store, args.pop("metric"), args.pop("baseline"), args.pop("current"), bootstrap=0,
-                                      **args) == 2, message
+        assert localize_store_command(store, args.pop("metric"), args.pop("baseline"), args.pop("current"), bootstrap=0, **args) == 2, (
+            message
+        )
         assert message in capsys.readouterr().err
 
 
 def test_windows_with_no_workload_in_common_are_an_error(tmp_path, duck):
-    rows = [{"run_id": f"r{i}", "dims": [("model", m), ("node", f"n{i % 2}")], "tokens": 100.0, "gpu_seconds": 10.0,
-             "date": d, "cluster": "c1"} for i, (m, d) in enumerate([("a", "2024-05-01"), ("a", "2024-05-02"),
-                                                                      ("b", "2024-05-08"), ("b", "2024-05-09")])]
+    rows = [
+        {"run_id": f"r{i}", "dims": [("model", m), ("node", f"n{i % 2}")], "tokens": 100.0, "gpu_seconds": 10.0, "date": d, "cluster": "c1"}
+        for i, (m, d) in enumerate([("a", "2024-05-01"), ("a", "2024-05-02"), ("b", "2024-05-08"), ("b", "2024-05-09")])
+    ]
     recs = pa.Table.from_pylist(rows, schema=stored_schema("records"))
     with StoreWriter(tmp_path / "s") as w:
         w.add(JobData("k", "test", tuple(r["run_id"] for r in rows), {}, {"records": recs}))
     with pytest.raises(InputError, match="no workload .model. ran in both windows"):
-        fleet_leaves(Store(tmp_path / "s"), duck, "tokens_per_s_per_gpu", Window.parse(BASE, "--baseline"),
-                     Window.parse(CUR, "--current"))
+        fleet_leaves(Store(tmp_path / "s"), duck, "tokens_per_s_per_gpu", Window.parse(BASE, "--baseline"), Window.parse(CUR, "--current"))
 
 
 def test_cli_localize_store_form_runs_end_to_end(fleet_store, tmp_path):
@@ -304,8 +318,10 @@ def test_cli_localize_store_form_runs_end_to_end(fleet_store, tmp_path):
     from perfsleuth.cli import app
 
     store, case = fleet_store
-    res = CliRunner().invoke(app, ["localize", "--store", str(store), "--metric", "tokens_per_s_per_gpu", "--baseline", BASE,
-                                   "--current", CUR, "--bootstrap", "0"])
+    res = CliRunner().invoke(
+        app,
+        ["localize", "--store", str(store), "--metric", "tokens_per_s_per_gpu", "--baseline", BASE, "--current", CUR, "--bootstrap", "0"],
+    )
     assert res.exit_code == 0, res.output
     assert "rack=c1-r02" in res.output and "tokens_per_s_per_gpu" in res.output
     res = CliRunner().invoke(app, ["localize", "--store", str(store), "--baseline", BASE, "--current", CUR])
@@ -319,11 +335,20 @@ def test_spark_runs_the_same_store_queries_as_duckdb(fleet_store, duck, spark_co
     opened = Store(store)
     got = []
     for con in (duck, spark):
-        leaves = fleet_leaves(opened, con, "tokens_per_s_per_gpu", Window.parse(BASE, "b"), Window.parse(CUR, "c"),
-                              dims=("cluster", "rack", "driver", "model", "pp"))
+        leaves = fleet_leaves(
+            opened,
+            con,
+            "tokens_per_s_per_gpu",
+            Window.parse(BASE, "b"),
+            Window.parse(CUR, "c"),
+            dims=("cluster", "rack", "driver", "model", "pp"),
+        )
         t = leaves.table
-        per_rack = t.group_by("rack").aggregate(n1=t.n_current.sum(), n0=t.n_baseline.sum(), d1=t.d_current.sum(),
-                                                d0=t.d_baseline.sum(), runs=t.count()).order_by("rack")
+        per_rack = (
+            t.group_by("rack")
+            .aggregate(n1=t.n_current.sum(), n0=t.n_baseline.sum(), d1=t.d_current.sum(), d0=t.d_baseline.sum(), runs=t.count())
+            .order_by("rack")
+        )
         flat = opened.records(con).select("run_id", "rack", "date", "cluster", "tokens").order_by("run_id")
         got.append((per_rack.to_pyarrow().to_pylist(), flat.to_pyarrow().to_pylist(), leaves.runs, leaves.workload_dims))
     (ra, fa, na, wa), (rb, fb, nb, wb) = got
@@ -407,8 +432,12 @@ def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path
     write_demo_job(job, seed=3)
     store = tmp_path / "store"
     flops = 2.0e12
-    assert ingest_command([job], store, ["cluster=c1,date=2026-11-01,precision=bf16",
-                                         "tokens_per_step=65536", f"model_flops_per_step={flops}"]) == 0
+    assert (
+        ingest_command(
+            [job], store, ["cluster=c1,date=2026-11-01,precision=bf16", "tokens_per_step=65536", f"model_flops_per_step={flops}"]
+        )
+        == 0
+    )
     con = engine.connect("duckdb")
     rec = Store(store).records(con).to_pyarrow().to_pylist()[0]
     assert rec["tokens_per_step"] == 65536 and "tokens_per_step" not in Store(store).dimensions()

@@ -41,8 +41,10 @@ def real_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             doc["baseTimeNanoseconds"] -= EIGHT_DAYS_NS
             job = base / name
             save_doc(doc, job / f.name)
-        res = runner.invoke(app, ["ingest", str(job), "--store", str(store), "--run-id", name,
-                                  "--dims", "cluster=h200,model=mlp-8x8192,tokens_per_step=8192"])
+        res = runner.invoke(
+            app,
+            ["ingest", str(job), "--store", str(store), "--run-id", name, "--dims", "cluster=h200,model=mlp-8x8192,tokens_per_step=8192"],
+        )
         assert res.exit_code == 0, res.output
     return store
 
@@ -54,10 +56,12 @@ def test_ingest_keeps_every_finding_and_not_assessed_answer_as_analyze_gives_the
     for name in JOBS:
         d = analyze([H200 / name], workers=1).diagnosis
         mine = [r for r in stored if r["run_id"] == name]
-        assert {(r["fault"], r["impact"], r["confidence"]) for r in mine if r["status"] == "finding"} == \
-            {(f.fault, f.impact.value, f.confidence) for f in d.findings}
-        assert {(r["fault"], r["reason"], r["missing_signal"]) for r in mine if r["status"] == "not_assessed"} == \
-            {(n.fault, n.reason, n.missing_signal) for n in d.not_assessed}
+        assert {(r["fault"], r["impact"], r["confidence"]) for r in mine if r["status"] == "finding"} == {
+            (f.fault, f.impact.value, f.confidence) for f in d.findings
+        }
+        assert {(r["fault"], r["reason"], r["missing_signal"]) for r in mine if r["status"] == "not_assessed"} == {
+            (n.fault, n.reason, n.missing_signal) for n in d.not_assessed
+        }
         assert {r["detector_version"] for r in mine} == {detector_version()}
         assert {r["run_gpu_seconds"] for r in mine} == {gpu_s[name]} and gpu_s[name] > 0
         assert {r["date"] for r in mine} == {JOBS[name]} and {r["cluster"] for r in mine} == {"h200"}
@@ -68,18 +72,28 @@ def test_the_fleet_page_of_the_real_store_prices_its_causes_in_the_current_windo
     res = runner.invoke(app, ["fleet", "report", "--store", str(real_store), "--bootstrap", "0", "--out", str(out)])
     assert res.exit_code == 0, res.output
     html = out.read_text()
-    causes = html[html.index('id="causes"'):html.index('id="signals"')]
+    causes = html[html.index('id="causes"') : html.index('id="signals"')]
     assert "checkpoint_stall" in causes and "unattributed_host_stall" in causes
     assert "allocator_churn" not in causes  # its run is in the baseline window
-    signals = html[html.index('id="signals"'):html.index('id="verdicts"')]
+    signals = html[html.index('id="signals"') : html.index('id="verdicts"')]
     assert "gc_pause" in signals and "Python GC" in signals and "cpu_ops" in signals
 
 
 def _finding(run: str, fault: str, impact: float | None, low, high, conf, gpu_s, status="finding") -> dict:
-    return {"run_id": run, "workload": None, "fault": fault, "status": status, "confidence": conf, "impact": impact,
-            "impact_low": low, "impact_high": high, "run_gpu_seconds": gpu_s, "detector_version": "t",
-            "reason": None if status == "finding" else "missing_signal",
-            "missing_signal": None if status == "finding" else "the DataLoader op"}
+    return {
+        "run_id": run,
+        "workload": None,
+        "fault": fault,
+        "status": status,
+        "confidence": conf,
+        "impact": impact,
+        "impact_low": low,
+        "impact_high": high,
+        "run_gpu_seconds": gpu_s,
+        "detector_version": "t",
+        "reason": None if status == "finding" else "missing_signal",
+        "missing_signal": None if status == "finding" else "the DataLoader op",
+    }
 
 
 def test_lost_gpu_hours_per_class_are_impact_times_gpu_hours_with_quadrature_intervals(tmp_path: Path) -> None:
@@ -111,9 +125,18 @@ def test_lost_gpu_hours_per_class_are_impact_times_gpu_hours_with_quadrature_int
         t = t.append_column(k, v)
     root = tmp_path / "store"
     with StoreWriter(root) as w:
-        w.add(JobData("f" * 64, "constructed", tuple(r["run_id"] for r in runs), {},
-                      {"findings": t, "records": conform(recs.slice(0, 12).append_column(
-                          "date", pa.array(["2026-03-01"] * 12)), stored_schema("records"))}))
+        w.add(
+            JobData(
+                "f" * 64,
+                "constructed",
+                tuple(r["run_id"] for r in runs),
+                {},
+                {
+                    "findings": t,
+                    "records": conform(recs.slice(0, 12).append_column("date", pa.array(["2026-03-01"] * 12)), stored_schema("records")),
+                },
+            )
+        )
     o = store_outcomes(Store(root), engine.connect())
     (c,) = o.costs
     e = expect["all"]

@@ -156,8 +156,9 @@ def test_a_read_only_store_is_an_error_and_left_as_it_was(jobs: list[Path], tmpf
 def test_a_report_on_a_full_disk_is_an_error_and_leaves_no_file(jobs: list[Path], tmpfs: Path) -> None:
     out = tmpfs / "changes.json"
     filler = _fill(tmpfs, 0)
-    proc = subprocess.run([PERFSLEUTH, "changes", str(jobs[0] / "train.log"), "-f", "json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PERFSLEUTH, "changes", str(jobs[0] / "train.log"), "-f", "json", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
     filler.unlink()
     assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmpfs.iterdir()) == []
@@ -193,8 +194,12 @@ def test_fleet_report_beside_an_ingest_writes_a_complete_page(jobs: list[Path], 
     for job in jobs[:2]:
         assert _ingest(store, job).returncode == 0
     out = tmp_path / "fleet.html"
-    report = subprocess.Popen([PERFSLEUTH, "fleet", "report", "--store", str(store), "--out", str(out), "--bootstrap", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    report = subprocess.Popen(
+        [PERFSLEUTH, "fleet", "report", "--store", str(store), "--out", str(out), "--bootstrap", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ingests = [_ingest(store, job) for job in jobs[2:]]
     _, err = report.communicate(timeout=300)
     assert [p.returncode for p in ingests] == [0, 0]

@@ -115,8 +115,16 @@ def test_suite_precision_recall_per_class_and_silence_on_healthy_jobs(capsys):
 
 
 def test_end_to_end_from_exporter_text_gives_the_same_answer(tmp_path):
-    job = simulate(TelemetryConfig(nodes=4, minutes=20, interval_s=10, seed=7, fault="power_capping",
-                                   fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True}))
+    job = simulate(
+        TelemetryConfig(
+            nodes=4,
+            minutes=20,
+            interval_s=10,
+            seed=7,
+            fault="power_capping",
+            fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True},
+        )
+    )
     write_exporter_text(job, tmp_path / "scrapes")
     sd = dcgm.read(tmp_path / "scrapes")
     from_text = {f.fault: f for f in diagnose_samples(sd)}
@@ -127,8 +135,16 @@ def test_end_to_end_from_exporter_text_gives_the_same_answer(tmp_path):
 
 
 def test_power_capping_evidence_names_the_lowered_limit():
-    job = simulate(TelemetryConfig(nodes=4, minutes=20, interval_s=10, seed=9, fault="power_capping",
-                                   fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True}))
+    job = simulate(
+        TelemetryConfig(
+            nodes=4,
+            minutes=20,
+            interval_s=10,
+            seed=9,
+            fault="power_capping",
+            fault_params={"deficit": 0.2, "duty": 1.0, "whole_host": True},
+        )
+    )
     f = findings(job)["power_capping"]
     ev = {e.metric: e for e in f.evidence}
     brake = job.truth[0]["params"]["brake"]
@@ -139,8 +155,10 @@ def test_power_capping_evidence_names_the_lowered_limit():
 
 def test_real_h200_nvidia_smi_brief_power_cap_dips_are_not_a_finding():
     # the real capture has 14 samples with SW power cap (0x4) at 1-4% below max clock: normal at full load
-    for source in (nvidia_smi.read_query(REAL / "nvidia-smi-query.csv", host="h200"),
-                   nvidia_smi.read_dmon(REAL / "nvidia-smi-dmon.txt", host="h200")):
+    for source in (
+        nvidia_smi.read_query(REAL / "nvidia-smi-query.csv", host="h200"),
+        nvidia_smi.read_dmon(REAL / "nvidia-smi-dmon.txt", host="h200"),
+    ):
         signals = JobSignals(sources=[source])
         for fault in ("thermal_throttling", "power_capping", "clock_capping"):
             out = getattr(telemetry, fault)(signals)

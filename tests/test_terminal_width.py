@@ -39,14 +39,28 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     rng = np.random.default_rng(5)
     groups = ["llama-3.1-405b-instruct-fp8-tp8-pp16-sequence-parallel", "mixtral-8x22b"]
     for name, scale in (("a", 1.0), ("b", 1.07)):
-        _write(d / f"{name}.csv", ["model", "node", "step_time_ms"],
-               [[g, f"node-{n:03d}", 615144.5 * scale * (1 + 0.01 * rng.standard_normal())]
-                for g in groups for n in range(5) for _ in range(4)])
-    _write(d / "history.csv", ["tokens_per_s"], [[1234567.8 + (-90000 if i >= 60 else 0) + 900 * rng.standard_normal()]
-                                                 for i in range(120)])
-    _write(d / "leaves.csv", ["driver", "node", "real", "predict"],
-           [[dr, f"dgx-h100-rack{n:02d}-node{n:03d}", 98765.4 * (0.7 if dr == "550.54.15" and n == 1 else 1.0), 98765.4]
-            for dr in ("535.104.12", "550.54.15") for n in range(4)])
+        _write(
+            d / f"{name}.csv",
+            ["model", "node", "step_time_ms"],
+            [
+                [g, f"node-{n:03d}", 615144.5 * scale * (1 + 0.01 * rng.standard_normal())]
+                for g in groups
+                for n in range(5)
+                for _ in range(4)
+            ],
+        )
+    _write(
+        d / "history.csv", ["tokens_per_s"], [[1234567.8 + (-90000 if i >= 60 else 0) + 900 * rng.standard_normal()] for i in range(120)]
+    )
+    _write(
+        d / "leaves.csv",
+        ["driver", "node", "real", "predict"],
+        [
+            [dr, f"dgx-h100-rack{n:02d}-node{n:03d}", 98765.4 * (0.7 if dr == "550.54.15" and n == 1 else 1.0), 98765.4]
+            for dr in ("535.104.12", "550.54.15")
+            for n in range(4)
+        ],
+    )
     return d
 
 
@@ -71,8 +85,17 @@ def test_every_verb_keeps_its_numbers_whole(inputs, tmp_path, width):
     rich_verbs = {
         "analyze": ["analyze", str(d / "job_a"), "--workers", "1"],
         "compare": ["compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms", "--cluster-by", "node"],
-        "compare --group-by": ["compare", str(d / "a.csv"), str(d / "b.csv"), "--metric", "step_time_ms",
-                               "--cluster-by", "node", "--group-by", "model"],
+        "compare --group-by": [
+            "compare",
+            str(d / "a.csv"),
+            str(d / "b.csv"),
+            "--metric",
+            "step_time_ms",
+            "--cluster-by",
+            "node",
+            "--group-by",
+            "model",
+        ],
         "diff": ["diff", str(d / "job_a"), str(d / "job_b"), "--workers", "1"],
     }
     plain_verbs = {
@@ -97,8 +120,7 @@ def test_case_verbs_keep_their_numbers_whole(inputs, tmp_path):
     dirs = make_suite(tmp_path / "cases", 2, 0, workers=1)
     report, ablation = evaluate(dirs, workers=1), ablate(dirs, workers=1)
     for width in WIDTHS:
-        for verb, render, result in (("evaluate", evaluate_cmd.render_text, report),
-                                     ("signals", signals_cmd.render_text, ablation)):
+        for verb, render, result in (("evaluate", evaluate_cmd.render_text, report), ("signals", signals_cmd.render_text, ablation)):
             console = Console(width=width, record=True, highlight=False, file=open("/dev/null", "w"))  # noqa: SIM115
             render(result, console)
             _check(console.export_text(), width, True, verb)

@@ -56,8 +56,9 @@ def test_small_kernel_saving_counts_the_pipeline_fill_and_drain(tmp_path: Path) 
     # microbatch saves 7/4 of itself. The fused kernel is exactly the detector's assumed 4 kernels' worth,
     # so its estimate must match the simulator's re-simulated saving, which the per-rank sum undercounts by 43 %.
     chain = SmallKernels(chain_length=16, kernel_ns=5_000, fused_ns=20_000)
-    cfg = SimConfig(parallelism="pp", pp_stages=4, world_size=4, layers=8, microbatches=4, steps=6, seed=5,
-                    measure_impact=True, faults=[chain])
+    cfg = SimConfig(
+        parallelism="pp", pp_stages=4, world_size=4, layers=8, microbatches=4, steps=6, seed=5, measure_impact=True, faults=[chain]
+    )
     job = simulate(cfg)
     imp = job.truth()["faults"][0]["impact"]
     labeled = imp["delta_ns"] / imp["step_time_ns"]
@@ -68,7 +69,8 @@ def test_small_kernel_saving_counts_the_pipeline_fill_and_drain(tmp_path: Path) 
 
 
 def test_a_straggler_is_labeled_undetectable_when_the_trace_cannot_tell_it_from_shifting_work(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a rank slowest on all n steps by chance among r: r * r^-n; identifiable below 5 % (by hand:
     # 2 ranks 5 steps 6.3 %, 6 steps 3.1 %; 4 ranks 3 steps 6.3 %, 4 steps 1.6 %)
     def ok(world: int, steps: int) -> bool:
@@ -114,8 +116,9 @@ def test_a_data_loader_stall_on_every_rank_and_step_is_priced_beyond_the_routine
     # answered "insufficient evidence", as on seed 9191 cases 0015 and 0113.
     base = SimConfig(world_size=2, layers=4, steps=6, seed=5, measure_impact=False)
     step = simulate(base).step_time_ns()
-    cfg = replace(base, dataloader_ns=int(0.008 * step), measure_impact=True,
-                  faults=[DataloaderStall(rank_ids=(0, 1), stall_ns=int(0.036 * step))])
+    cfg = replace(
+        base, dataloader_ns=int(0.008 * step), measure_impact=True, faults=[DataloaderStall(rank_ids=(0, 1), stall_ns=int(0.036 * step))]
+    )
     label, d = _labeled(cfg, tmp_path)
     assert label >= 0.03
     estimate = _impact(d, "dataloader_stall")
@@ -133,8 +136,17 @@ def test_the_suites_healthy_loader_jitters_by_a_fraction_of_its_cost() -> None:
 
 def _deferred_ddp(**kw) -> SimConfig:
     # 5 layers of 12 MiB in 25 MiB buckets: a 36 MiB bucket, then the 24 MiB remainder closes last
-    return SimConfig(world_size=2, layers=5, steps=6, seed=5, layer_param_bytes=12 << 20, bucket_bytes=25 << 20,
-                     fabric_bandwidth_gbps=110.0, faults=[PoorOverlap()], **kw)
+    return SimConfig(
+        world_size=2,
+        layers=5,
+        steps=6,
+        seed=5,
+        layer_param_bytes=12 << 20,
+        bucket_bytes=25 << 20,
+        fabric_bandwidth_gbps=110.0,
+        faults=[PoorOverlap()],
+        **kw,
+    )
 
 
 def test_poor_overlap_leaves_only_the_last_collective_exposed(tmp_path: Path) -> None:

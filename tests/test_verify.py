@@ -36,9 +36,16 @@ def _sim(d: Path, stall_ns: int | None, seed: int = 3) -> dict:
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("sim")
-    truths = {name: _sim(root / name, stall, seed) for name, stall, seed in
-              (("bad", 2_000_000, 3), ("fixed", None, 3), ("half", 1_000_000, 3), ("unfixed", 2_000_000, 4),
-               ("fixed4", None, 4))}
+    truths = {
+        name: _sim(root / name, stall, seed)
+        for name, stall, seed in (
+            ("bad", 2_000_000, 3),
+            ("fixed", None, 3),
+            ("half", 1_000_000, 3),
+            ("unfixed", 2_000_000, 4),
+            ("fixed4", None, 4),
+        )
+    }
     sides = {name: resolve_side(str(root / name), workers=1) for name in truths}
     return {"root": root, "truth": truths, "sides": sides}
 
@@ -71,14 +78,17 @@ def test_no_fix_is_not_validated(sim: dict) -> None:
 def test_several_store_runs_a_side_make_runs_the_units(sim: dict, tmp_path: Path) -> None:
     store = tmp_path / "store"
     for name in ("bad", "unfixed", "fixed", "fixed4"):
-        res = runner.invoke(app, ["ingest", str(sim["root"] / name), "--store", str(store), "--run-id", name,
-                                  "--dims", "cluster=sim,date=2026-03-01"])
+        res = runner.invoke(
+            app, ["ingest", str(sim["root"] / name), "--store", str(store), "--run-id", name, "--dims", "cluster=sim,date=2026-03-01"]
+        )
         assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["verify", "bad,unfixed", "fixed,fixed4", "--store", str(store), "--no-diff", "-f", "json"])
     doc = json.loads(res.stdout)
     assert doc["step_time"]["unit_of_independence"] == "run_id" and doc["step_time"]["units_baseline"] == 2
-    saved = [1 - sim["truth"][k]["faults"][0]["impact"]["step_time_without_ns"] / sim["truth"][k]["faults"][0]["impact"]
-             ["step_time_ns"] for k in ("bad", "unfixed")]
+    saved = [
+        1 - sim["truth"][k]["faults"][0]["impact"]["step_time_without_ns"] / sim["truth"][k]["faults"][0]["impact"]["step_time_ns"]
+        for k in ("bad", "unfixed")
+    ]
     m = doc["measured_saving"]
     assert m["low"] <= float(np.mean(saved)) <= m["high"] and "runs as units" in m["method"]
     assert doc["verdict"] == "validated" and res.exit_code == 0
@@ -141,8 +151,7 @@ def _capture_saving(fault: str) -> float:
 
 @pytest.mark.parametrize(("capture", "fault"), [("gc_pause", "unattributed_host_stall"), ("checkpoint_stall", "checkpoint_stall")])
 def test_real_h200_fixes_are_validated_and_agree_with_the_clock_outside_the_profiler(capture: str, fault: str) -> None:
-    v = verify_sides(resolve_side(str(H200 / capture), workers=1), resolve_side(str(H200 / "healthy"), workers=1),
-                     fault=fault, diff=False)
+    v = verify_sides(resolve_side(str(H200 / capture), workers=1), resolve_side(str(H200 / "healthy"), workers=1), fault=fault, diff=False)
     assert v.verdict == "validated" and v.fault_in_after != "present"
     assert v.measured.low <= _capture_saving(capture) <= v.measured.high
 
@@ -150,8 +159,9 @@ def test_real_h200_fixes_are_validated_and_agree_with_the_clock_outside_the_prof
 def test_cli_verifies_store_runs_keeps_the_verdict_and_names_a_missing_finding(real_stall: dict, tmp_path: Path) -> None:
     root, store = real_stall["root"], tmp_path / "store"
     for name in ("stall40", "healthy"):
-        res = runner.invoke(app, ["ingest", str(root / name), "--store", str(store), "--run-id", name,
-                                  "--dims", "cluster=h200,date=2026-11-29"])
+        res = runner.invoke(
+            app, ["ingest", str(root / name), "--store", str(store), "--run-id", name, "--dims", "cluster=h200,date=2026-11-29"]
+        )
         assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["verify", "stall40", "healthy", "--store", str(store), "--no-diff", "-f", "json"])
     assert res.exit_code == 0, res.output

@@ -42,8 +42,9 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         doc = analysis_to_json(self.analysis, self.diagnosis)
-        doc["sources"] = [{"format": s.format, "path": s.path, "tables": {k: t.num_rows for k, t in s.tables.items()}}
-                          for s in self.sources]
+        doc["sources"] = [
+            {"format": s.format, "path": s.path, "tables": {k: t.num_rows for k, t in s.tables.items()}} for s in self.sources
+        ]
         doc["placement"] = self.placement.to_pylist() if self.placement is not None else None
         doc["rank_telemetry"] = self.rank_telemetry.to_pylist() if self.rank_telemetry is not None else None
         if isinstance(doc.get("run"), dict):
@@ -73,16 +74,18 @@ def load_trace_job(paths: Sequence[str | Path], *, run_id: str | None = None, wo
     return TraceJob(k.runs, k.events, k.caveats, k.rank_files)
 
 
-def _parse_and_analyze(job: tuple[str, bool], run_id: str, fmt: str,
-                       plan: traces.Plan) -> list[tuple[RankFile, RankResult, TraceRank]]:
+def _parse_and_analyze(job: tuple[str, bool], run_id: str, fmt: str, plan: traces.Plan) -> list[tuple[RankFile, RankResult, TraceRank]]:
     """Worker: one trace file in, its ranks' analyses and placement facts out; their events stay here."""
     path, single = job
-    return [(rf.without_events(), analyze_rank(RankView(rf.rank, rf.events), run_id), trace_rank(rf))
-            for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)]
+    return [
+        (rf.without_events(), analyze_rank(RankView(rf.rank, rf.events), run_id), trace_rank(rf))
+        for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)
+    ]
 
 
-def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None,
-                    ranks: frozenset[int] | None = None) -> tuple[JobAnalysis, list[TraceRank]]:
+def _analyze_traces(
+    fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None, ranks: frozenset[int] | None = None
+) -> tuple[JobAnalysis, list[TraceRank]]:
     rid = run_id or default_run_id(files)
     plan, caveats = traces.plan_ranks(fmt, files)
     per_file = map_rank_files(files, partial(_parse_and_analyze, run_id=rid, fmt=fmt, plan=plan), workers=workers)
@@ -91,8 +94,9 @@ def _analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None, work
         raise InvalidArgument(f"--ranks: none of the {len(files)} trace file(s) holds any of the stated ranks")
     rank_files = [p[0] for p in triples]
     world, more = check_one_job(rank_files)
-    analysis = combine_ranks([p[1] for p in triples], traces.runs_table(fmt, rid, rank_files, world),
-                             {r.rank: r.path for r in rank_files}, caveats + more)
+    analysis = combine_ranks(
+        [p[1] for p in triples], traces.runs_table(fmt, rid, rank_files, world), {r.rank: r.path for r in rank_files}, caveats + more
+    )
     analysis.process_groups = group_descriptions([r.metadata for r in rank_files])
     return analysis, [p[2] for p in triples]
 
@@ -115,8 +119,9 @@ def _trace_ranks_in_memory(k: KinetoJob) -> list[TraceRank]:
     return out
 
 
-def _placement(found: JobInputs, trace_ranks: list[TraceRank],
-               explicit: tuple[dict[int, Slot], str] | None) -> tuple[pa.Table | None, list[Caveat]]:
+def _placement(
+    found: JobInputs, trace_ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str] | None
+) -> tuple[pa.Table | None, list[Caveat]]:
     """The placement table: the ``placement`` option first, else placement files among the inputs."""
     if not trace_ranks:
         return None, []
@@ -143,9 +148,15 @@ def _no_trace(run_id: str, sources: Sequence[SourceData]) -> JobAnalysis:
     return combine_ranks([], runs, {}, [])
 
 
-def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None,
-            keep_events: bool = False, placement: str | Path | None = None,
-            ranks: str | frozenset[int] | None = None) -> JobReport:
+def analyze(
+    paths: Sequence[str | Path],
+    *,
+    run_id: str | None = None,
+    workers: int | None = None,
+    keep_events: bool = False,
+    placement: str | Path | None = None,
+    ranks: str | frozenset[int] | None = None,
+) -> JobReport:
     """Read, analyse and diagnose one job from whatever signal files it has: per-rank traces (Kineto,
     JAX, Nsight Systems) and any mix of telemetry, NCCL, Nsight Compute, step-log and inference files.
 
@@ -174,16 +185,14 @@ def analyze(paths: Sequence[str | Path], *, run_id: str | None = None, workers: 
         analysis.process_groups = group_descriptions(list(k.metadata.values()))
         trace_ranks = _trace_ranks_in_memory(k)
     else:
-        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers,
-                                                ranks=subset)
+        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers, ranks=subset)
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
     analysis.runs = _readable_workload(analysis.runs, [Path(p) for p in paths])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
     diagnosis = diagnose(signals)
     places, place_caveats = _placement(found, trace_ranks, explicit)
     joined = join_telemetry(diagnosis, signals, places)
-    diagnosis, analysis.top_kernels = join_ncu(joined.diagnosis, analysis.top_kernels, signals.table("kernel_metrics"),
-                                               _gpu_sku(analysis))
+    diagnosis, analysis.top_kernels = join_ncu(joined.diagnosis, analysis.top_kernels, signals.table("kernel_metrics"), _gpu_sku(analysis))
     if joined.rank_telemetry is not None or joined.caveats:  # placement caveats matter only where something is joined
         analysis.caveats.extend(place_caveats)
     analysis.caveats.extend(joined.caveats)
@@ -207,8 +216,17 @@ def _gpu_sku(analysis: JobAnalysis) -> str | None:
     return analysis.runs["gpu_sku"][0].as_py() if analysis.runs.num_rows and "gpu_sku" in analysis.runs.column_names else None
 
 
-def verify(before: str | Path, after: str | Path, *, finding: str | None = None, store: str | Path | None = None,
-           tolerance: float = 0.25, threshold: float = 0.02, diff: bool = True, workers: int | None = None):
+def verify(
+    before: str | Path,
+    after: str | Path,
+    *,
+    finding: str | None = None,
+    store: str | Path | None = None,
+    tolerance: float = 0.25,
+    threshold: float = 0.02,
+    diff: bool = True,
+    workers: int | None = None,
+):
     """The ``perfsleuth verify`` verb: did fixing BEFORE's finding (``finding``, default its largest) save
     what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids of that store;
     with ``store`` the verdict is kept there. Returns ``(fleet.verify.Verification, "added"|"skipped"|None)``."""
@@ -237,36 +255,60 @@ def watch(store: str | Path, **options: Any):
 # --- the other verbs, as functions (each is what its command computes, before rendering) --------
 
 
-def compare(baseline: str | Path, candidate: str | Path, metric: str | None = None, *, group_by: Sequence[str] = (),
-            cluster_by: Sequence[str] = (), threshold: float = 0.02, higher_is_better: bool | None = None) -> list:
+def compare(
+    baseline: str | Path,
+    candidate: str | Path,
+    metric: str | None = None,
+    *,
+    group_by: Sequence[str] = (),
+    cluster_by: Sequence[str] = (),
+    threshold: float = 0.02,
+    higher_is_better: bool | None = None,
+) -> list:
     """``perfsleuth compare``: one ``stats.compare.Comparison`` per metric (and group), with BH control
     across them when there are several."""
     from perfsleuth.commands.compare_cmd import run_compare
 
-    return run_compare(Path(baseline), Path(candidate), metric, list(group_by), list(cluster_by), threshold,
-                       higher_is_better)[0]
+    return run_compare(Path(baseline), Path(candidate), metric, list(group_by), list(cluster_by), threshold, higher_is_better)[0]
 
 
-def changes(file: str | Path, metric: str | None = None, *, time: str | None = None, series_by: Sequence[str] = (),
-            alpha: float = 0.01) -> dict[str, Any]:
+def changes(
+    file: str | Path, metric: str | None = None, *, time: str | None = None, series_by: Sequence[str] = (), alpha: float = 0.01
+) -> dict[str, Any]:
     """``perfsleuth changes``: the ``perfsleuth.changes/1`` document (schema ``schemas/changes.json``)."""
     from perfsleuth.commands.changes_cmd import _run
 
     return _run(Path(file), metric, time, list(series_by), "json", alpha)[0]
 
 
-def localize(file: str | Path, current: str, baseline: str, *, current_denominator: str | None = None,
-             baseline_denominator: str | None = None, workload_dims: Sequence[str] | None = None,
-             engine: str = "duckdb", bootstrap: int = 20, seed: int = 0) -> dict[str, Any]:
+def localize(
+    file: str | Path,
+    current: str,
+    baseline: str,
+    *,
+    current_denominator: str | None = None,
+    baseline_denominator: str | None = None,
+    workload_dims: Sequence[str] | None = None,
+    engine: str = "duckdb",
+    bootstrap: int = 20,
+    seed: int = 0,
+) -> dict[str, Any]:
     """``perfsleuth localize FILE``: the ``perfsleuth.localize/1`` document (schema ``schemas/localize.json``)."""
     from perfsleuth.commands.localize_cmd import _run
 
-    return _run(Path(file), current, baseline, current_denominator, baseline_denominator, "json", engine,
-                workload_dims, bootstrap, seed, None)[0]
+    return _run(
+        Path(file), current, baseline, current_denominator, baseline_denominator, "json", engine, workload_dims, bootstrap, seed, None
+    )[0]
 
 
-def diff(baseline: Sequence[str | Path] | str | Path, candidate: Sequence[str | Path] | str | Path, *,
-         threshold: float = 0.02, method: str = "auto", workers: int | None = None):
+def diff(
+    baseline: Sequence[str | Path] | str | Path,
+    candidate: Sequence[str | Path] | str | Path,
+    *,
+    threshold: float = 0.02,
+    method: str = "auto",
+    workers: int | None = None,
+):
     """``perfsleuth diff``: a ``trace.diff.TraceDiff`` (``.to_json()`` is the ``perfsleuth.diff/1`` document)."""
     from perfsleuth.trace.diff import diff_traces
 
@@ -321,8 +363,15 @@ def make_cases(out: str | Path, n: int = 100, *, seed: int = 0, workers: int | N
     return make_suite(out, n, seed, workers=workers)
 
 
-def fleet_report(*, store: str | Path | None = None, records: str | Path | None = None, engine: str = "duckdb",
-                 bootstrap: int = 20, seed: int = 0, price_per_gpu_hour: float | None = None):
+def fleet_report(
+    *,
+    store: str | Path | None = None,
+    records: str | Path | None = None,
+    engine: str = "duckdb",
+    bootstrap: int = 20,
+    seed: int = 0,
+    price_per_gpu_hour: float | None = None,
+):
     """``perfsleuth fleet report``: the fleet page's content (``fleet.report.FleetPage``; render it with
     ``report.fleet_html.render_fleet_html``)."""
     from perfsleuth import engine as engines
@@ -341,5 +390,19 @@ def fleet_report(*, store: str | Path | None = None, records: str | Path | None 
     return build_fleet_page(table, source=source, bootstrap=bootstrap, seed=seed, price_per_gpu_hour=price_per_gpu_hour)
 
 
-__all__ = ["JobReport", "analyze", "analyze_streaming", "analyze_traces", "changes", "compare", "diff", "evaluate",
-           "fleet_report", "ingest", "load_trace_job", "localize", "make_cases", "signals"]
+__all__ = [
+    "JobReport",
+    "analyze",
+    "analyze_streaming",
+    "analyze_traces",
+    "changes",
+    "compare",
+    "diff",
+    "evaluate",
+    "fleet_report",
+    "ingest",
+    "load_trace_job",
+    "localize",
+    "make_cases",
+    "signals",
+]

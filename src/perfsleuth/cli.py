@@ -20,14 +20,23 @@ from perfsleuth import __version__
 from perfsleuth.commands.help_format import WholeSummaryGroup
 from perfsleuth.errors import InputError, PerfsleuthError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]}, rich_markup_mode=None, cls=WholeSummaryGroup,
-                  help="perfsleuth: why is this GPU job slower than it should be, and how sure are we.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+    cls=WholeSummaryGroup,
+    help="perfsleuth: why is this GPU job slower than it should be, and how sure are we.",
+)
 
 
 FORMATS = (
-    ("kineto", "PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: CUDA and ROCm, "
-               "2021-era to current category names, ns or µs timestamps  [analyze]"),
+    (
+        "kineto",
+        "PyTorch profiler Chrome-trace JSON (.json, .json.gz), one file per rank: CUDA and ROCm, "
+        "2021-era to current category names, ns or µs timestamps  [analyze]",
+    ),
     ("csv", "a table of samples or a history, one row per sample  [compare, changes]"),
     ("parquet", "the same as Parquet, including perfsleuth's records table  [compare, changes]"),
 )
@@ -40,8 +49,10 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _verb_scope(ctx: typer.Context, version: Annotated[bool, typer.Option(
-        "--version", is_eager=True, callback=_print_version, help="print the version and exit")] = False) -> None:
+def _verb_scope(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit")] = False,
+) -> None:
     """Around every verb: the library deprecations no user can act on are silenced for its duration."""
     ctx.with_resource(_library_deprecations_quiet())
 
@@ -98,9 +109,15 @@ def _set_progress(value: bool | None) -> None:
     progress.configure(value)
 
 
-ShowProgress = Annotated[bool | None, typer.Option(
-    "--progress/--quiet", callback=_set_progress, expose_value=False,
-    help="progress on stderr: --progress always, --quiet never (default: only when stderr is a terminal)")]
+ShowProgress = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--quiet",
+        callback=_set_progress,
+        expose_value=False,
+        help="progress on stderr: --progress always, --quiet never (default: only when stderr is a terminal)",
+    ),
+]
 
 _FORMAT_HELP = "text for people, json for machines, md for a ticket, html for one self-contained page"
 
@@ -155,22 +172,37 @@ def _render_document(report, fmt: OutputFormat) -> str:
 
 @app.command()
 def analyze(
-    paths: Annotated[list[Path], typer.Argument(
-        help="a job's directory, or its files: traces, telemetry, logs, benchmarks (recognised by content)")],
-    format: Annotated[AnalyzeFormat, typer.Option(
-        "--format", "-f", help="text for people, json for machines, html for a report, md for a ticket, perfetto for "
-                               "the traces with the findings on perfsleuth tracks (Chrome-trace JSON for ui.perfetto.dev), "
-                               "openmetrics for Prometheus (textfile collector, Pushgateway)")]
-    = AnalyzeFormat.text,
+    paths: Annotated[
+        list[Path], typer.Argument(help="a job's directory, or its files: traces, telemetry, logs, benchmarks (recognised by content)")
+    ],
+    format: Annotated[
+        AnalyzeFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="text for people, json for machines, html for a report, md for a ticket, perfetto for "
+            "the traces with the findings on perfsleuth tracks (Chrome-trace JSON for ui.perfetto.dev), "
+            "openmetrics for Prometheus (textfile collector, Pushgateway)",
+        ),
+    ] = AnalyzeFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the report here instead of stdout")] = None,
     run_id: Annotated[str | None, typer.Option(help="name of the run (default: the directory name)")] = None,
     workers: Annotated[int | None, typer.Option(help="processes that parse rank files (default: one per core)")] = None,
-    placement: Annotated[str | None, typer.Option(
-        help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
-             "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)")] = None,
-    ranks: Annotated[str | None, typer.Option(
-        "--ranks", help="analyse these ranks' traces only, e.g. 0,8,16-31 (one rank per node plus suspects); the "
-                        "report says what the other ranks leave undecidable")] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            help="which host and GPU each rank ran on, to join telemetry to ranks: a CSV/JSON file of rank,host,gpu "
+            "or RANK=HOST[:GPU],... (default: nsys host names, host names in trace file names)"
+        ),
+    ] = None,
+    ranks: Annotated[
+        str | None,
+        typer.Option(
+            "--ranks",
+            help="analyse these ranks' traces only, e.g. 0,8,16-31 (one rank per node plus suspects); the "
+            "report says what the other ranks leave undecidable",
+        ),
+    ] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
@@ -180,8 +212,9 @@ def analyze(
 
     try:
         with progress.task(f"analysing {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''}"):
-            report = run_analysis(paths, run_id=run_id, workers=workers, placement=placement,
-                                  keep_events=format is AnalyzeFormat.perfetto, ranks=ranks)
+            report = run_analysis(
+                paths, run_id=run_id, workers=workers, placement=placement, keep_events=format is AnalyzeFormat.perfetto, ranks=ranks
+            )
     except PerfsleuthError as exc:
         _fail(exc)
     if format is AnalyzeFormat.perfetto:
@@ -205,22 +238,37 @@ def _emit_perfetto(report, paths: list[Path], out: Path | None) -> None:
     from perfsleuth.report.perfetto_trace import perfetto_document
 
     if report.analysis.job is None:
-        _fail(InputError(", ".join(map(str, paths)), "no trace among the inputs: --format perfetto overlays the "
-                                                      "findings on the job's traces", hint="use text, json, md or html"))
+        _fail(
+            InputError(
+                ", ".join(map(str, paths)),
+                "no trace among the inputs: --format perfetto overlays the findings on the job's traces",
+                hint="use text, json, md or html",
+            )
+        )
     if status := deliver(json.dumps(perfetto_document(report.analysis, report.diagnosis)), out):
         raise typer.Exit(status)
 
 
 @app.command()
 def demo(
-    keep: Annotated[Path | None, typer.Option("--keep", help="keep the simulated job's files (traces; with --fleet, the "
-                                                             "store) in this directory (default: a temp dir)")] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep", help="keep the simulated job's files (traces; with --fleet, the store) in this directory (default: a temp dir)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="simulator seed")] = 7,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
-    html: Annotated[Path | None, typer.Option(help="also write the HTML report here (default perfsleuth-demo.html, "
-                                                   "or perfsleuth-fleet-demo.html with --fleet)")] = None,
-    fleet: Annotated[bool, typer.Option("--fleet", help="the fleet layer instead: four simulated weeks of runs in a "
-                                                         "store, one rack turned slow, the fleet page")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="also write the HTML report here (default perfsleuth-demo.html, or perfsleuth-fleet-demo.html with --fleet)"),
+    ] = None,
+    fleet: Annotated[
+        bool,
+        typer.Option(
+            "--fleet", help="the fleet layer instead: four simulated weeks of runs in a store, one rack turned slow, the fleet page"
+        ),
+    ] = False,
 ) -> None:
     """Simulate a small faulty 4-rank training job (or, with --fleet, a fleet with a slow rack), show what perfsleuth finds."""
     if fleet:
@@ -248,9 +296,11 @@ def demo(
             _emit(report, format, None)
             return
         console = make_console()
-        console.print(f"Simulated a {truth['world_size']}-rank data-parallel training job (PyTorch-profiler traces in "
-                      f"{target if keep else 'a temporary directory'}). Injected: {', '.join(truth['faults'])}.\n",
-                      markup=False)
+        console.print(
+            f"Simulated a {truth['world_size']}-rank data-parallel training job (PyTorch-profiler traces in "
+            f"{target if keep else 'a temporary directory'}). Injected: {', '.join(truth['faults'])}.\n",
+            markup=False,
+        )
         _emit(report, format, None)
         found = ", ".join(f.fault for f in report.diagnosis.findings) or "nothing"
         console.print(f"\nInjected: {', '.join(truth['faults'])}. Found: {found}.", markup=False)
@@ -265,8 +315,9 @@ def compare(
     group_by: Annotated[list[str] | None, typer.Option("--group-by", help="compare per value of these columns (FDR-controlled)")] = None,
     cluster_by: Annotated[list[str] | None, typer.Option("--cluster-by", help="nesting, outermost first: node,run")] = None,
     threshold: Annotated[float, typer.Option(help="smallest relative effect that matters (0.02 = 2%)")] = 0.02,
-    higher_is_better: Annotated[bool | None, typer.Option("--higher-is-better/--lower-is-better",
-                                                          help="direction of 'worse' (default: from the metric's name)")] = None,
+    higher_is_better: Annotated[
+        bool | None, typer.Option("--higher-is-better/--lower-is-better", help="direction of 'worse' (default: from the metric's name)")
+    ] = None,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
 ) -> None:
@@ -274,8 +325,9 @@ def compare(
     _require(baseline, candidate)
     from perfsleuth.commands.compare_cmd import compare_command
 
-    raise typer.Exit(compare_command(baseline, candidate, metric, group_by or [], cluster_by or [], threshold,
-                                     higher_is_better, format.value, out))
+    raise typer.Exit(
+        compare_command(baseline, candidate, metric, group_by or [], cluster_by or [], threshold, higher_is_better, format.value, out)
+    )
 
 
 @app.command()
@@ -287,9 +339,13 @@ def changes(
     alpha: Annotated[float, typer.Option(help="false-alarm rate per series")] = 0.01,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
-    store: Annotated[Path | None, typer.Option("--store", help="a fleet store instead of FILE: one series of run values "
-                                                              "per workload x cluster (or --series-by dims); needs "
-                                                              "--metric")] = None,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            "--store",
+            help="a fleet store instead of FILE: one series of run values per workload x cluster (or --series-by dims); needs --metric",
+        ),
+    ] = None,
 ) -> None:
     """Where did this history change, and is it real."""
     if (file is None) == (store is None):
@@ -308,23 +364,48 @@ def changes(
 
 @app.command()
 def localize(
-    file: Annotated[Path | None, typer.Argument(help="a leaf table (CSV or Parquet): one row per combination of dimension "
-                                                     "values, or one row per run; every column not named as a metric is a "
-                                                     "dimension. Leave out with --store")] = None,
-    current: Annotated[str | None, typer.Option(help="FILE: metric column of the current window (the numerator of a ratio); "
-                                                     "--store: the current window, YYYY-MM-DD..YYYY-MM-DD")] = None,
-    baseline: Annotated[str | None, typer.Option(help="FILE: metric column of the baseline window; --store: the baseline "
-                                                      "window, YYYY-MM-DD..YYYY-MM-DD (both days included, UTC)")] = None,
-    current_denominator: Annotated[str | None, typer.Option(help="denominator column (current), for ratio metrics "
-                                                                 "such as tokens / GPU-seconds")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="a leaf table (CSV or Parquet): one row per combination of dimension "
+            "values, or one row per run; every column not named as a metric is a "
+            "dimension. Leave out with --store"
+        ),
+    ] = None,
+    current: Annotated[
+        str | None,
+        typer.Option(
+            help="FILE: metric column of the current window (the numerator of a ratio); --store: the current window, YYYY-MM-DD..YYYY-MM-DD"
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="FILE: metric column of the baseline window; --store: the baseline "
+            "window, YYYY-MM-DD..YYYY-MM-DD (both days included, UTC)"
+        ),
+    ] = None,
+    current_denominator: Annotated[
+        str | None, typer.Option(help="denominator column (current), for ratio metrics such as tokens / GPU-seconds")
+    ] = None,
     baseline_denominator: Annotated[str | None, typer.Option(help="denominator column (baseline)")] = None,
     store: Annotated[Path | None, typer.Option(help="a fleet store (perfsleuth ingest) instead of FILE")] = None,
-    metric: Annotated[str | None, typer.Option(help="--store: the fleet metric (tokens_per_s_per_gpu, mfu, step_time_ns, "
-                                                    "or any numeric records column)")] = None,
-    search_dims: Annotated[str | None, typer.Option("--search-dims", help="--store: the dimensions to search, "
-                                                    "comma-separated (default: all the store's, except per-run identifiers)")] = None,
-    workload_dims: Annotated[str | None, typer.Option(help="dimensions that describe the workload (model, tp, pp, ...), "
-                                                          "comma-separated: culprits are compared like with like")] = None,
+    metric: Annotated[
+        str | None, typer.Option(help="--store: the fleet metric (tokens_per_s_per_gpu, mfu, step_time_ns, or any numeric records column)")
+    ] = None,
+    search_dims: Annotated[
+        str | None,
+        typer.Option(
+            "--search-dims",
+            help="--store: the dimensions to search, comma-separated (default: all the store's, except per-run identifiers)",
+        ),
+    ] = None,
+    workload_dims: Annotated[
+        str | None,
+        typer.Option(
+            help="dimensions that describe the workload (model, tp, pp, ...), comma-separated: culprits are compared like with like"
+        ),
+    ] = None,
     engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
     bootstrap: Annotated[int, typer.Option(help="bootstrap resamples over runs for intervals and selection frequency")] = 20,
@@ -349,24 +430,56 @@ def localize(
     elif store is not None and (metric is None or current_denominator or baseline_denominator):
         problem = "--store needs --metric (and takes no denominator columns)"
     elif file is not None and (metric or search_dims):
-        problem = ("--metric and --search-dims go with --store; a leaf table names its metric columns with "
-                   "--current/--baseline")
+        problem = "--metric and --search-dims go with --store; a leaf table names its metric columns with --current/--baseline"
     if problem:
         typer.echo(f"perfsleuth: error: {problem}", err=True)
         raise typer.Exit(2)
     if store is not None:
-        raise typer.Exit(localize_store_command(store, metric, baseline, current, names(search_dims), names(workload_dims),
-                                                format.value, out, engine, bootstrap=bootstrap, seed=seed, master=master))
-    raise typer.Exit(localize_command(file, current, baseline, current_denominator, baseline_denominator, format.value, out,
-                                      engine, names(workload_dims), bootstrap=bootstrap, seed=seed, master=master))
+        raise typer.Exit(
+            localize_store_command(
+                store,
+                metric,
+                baseline,
+                current,
+                names(search_dims),
+                names(workload_dims),
+                format.value,
+                out,
+                engine,
+                bootstrap=bootstrap,
+                seed=seed,
+                master=master,
+            )
+        )
+    raise typer.Exit(
+        localize_command(
+            file,
+            current,
+            baseline,
+            current_denominator,
+            baseline_denominator,
+            format.value,
+            out,
+            engine,
+            names(workload_dims),
+            bootstrap=bootstrap,
+            seed=seed,
+            master=master,
+        )
+    )
 
 
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="jobs to add, each a directory of its signal files or one file")],
     store: Annotated[Path, typer.Option(help="the fleet store directory (created when missing)")],
-    dims: Annotated[list[str] | None, typer.Option("--dims", help="key=value dimensions of the runs (cluster=c1,node=n07); "
-                                                                  "they win over a dims.json sidecar and the files' metadata")] = None,
+    dims: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dims",
+            help="key=value dimensions of the runs (cluster=c1,node=n07); they win over a dims.json sidecar and the files' metadata",
+        ),
+    ] = None,
     run_id: Annotated[str | None, typer.Option(help="the run's id (one PATH only; default: the trace's, else the PATH's name)")] = None,
     format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
@@ -403,14 +516,18 @@ def diff(
 
 @app.command()
 def verify(
-    before: Annotated[str, typer.Argument(help="the job with the finding: its files (what analyze takes) or, with "
-                                              "--store, run id(s) of the store, comma-separated")],
+    before: Annotated[
+        str,
+        typer.Argument(
+            help="the job with the finding: its files (what analyze takes) or, with --store, run id(s) of the store, comma-separated"
+        ),
+    ],
     after: Annotated[str, typer.Argument(help="the job after the fix: files or store run id(s)")],
     finding: Annotated[str | None, typer.Option(help="the fault of BEFORE's finding to verify (default: its largest)")] = None,
-    store: Annotated[Path | None, typer.Option(help="a fleet store: sides may be its run ids, and the verdict is kept "
-                                                    "there")] = None,
-    tolerance: Annotated[float, typer.Option(help="how far below the predicted saving a real saving still validates "
-                                                  "the finding (0.25 = 25%)")] = 0.25,
+    store: Annotated[Path | None, typer.Option(help="a fleet store: sides may be its run ids, and the verdict is kept there")] = None,
+    tolerance: Annotated[
+        float, typer.Option(help="how far below the predicted saving a real saving still validates the finding (0.25 = 25%)")
+    ] = 0.25,
     threshold: Annotated[float, typer.Option(help="smallest relative change that matters (0.02 = 2%)")] = 0.02,
     diff: Annotated[bool, typer.Option("--diff/--no-diff", help="diff the two sides' traces: what else changed")] = True,
     format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
@@ -420,8 +537,20 @@ def verify(
     """Did the fix save what BEFORE's finding predicted: validated, partly, not validated or inconclusive (exit 0 validated)."""
     from perfsleuth.commands.verify_cmd import verify_command
 
-    raise typer.Exit(verify_command(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold,
-                                    diff=diff, format=format, out=out, workers=workers))
+    raise typer.Exit(
+        verify_command(
+            before,
+            after,
+            finding=finding,
+            store=store,
+            tolerance=tolerance,
+            threshold=threshold,
+            diff=diff,
+            format=format,
+            out=out,
+            workers=workers,
+        )
+    )
 
 
 @app.command()
@@ -434,32 +563,54 @@ def watch(
     dedupe_days: Annotated[int, typer.Option(help="a change this close to one already raised for the series is the same")] = 3,
     format: Annotated[str, typer.Option("--format", "-f", help="jsonl (one alert a line), json, openmetrics or text")] = "jsonl",
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
-    openmetrics: Annotated[Path | None, typer.Option(help="also write OpenMetrics text here (a textfile collector's "
-                                                          "*.prom)")] = None,
+    openmetrics: Annotated[Path | None, typer.Option(help="also write OpenMetrics text here (a textfile collector's *.prom)")] = None,
 ) -> None:
     """Raise new regressions in the store's series, each once, with culprits (exit 1 on a new one), for cron or CI."""
     from perfsleuth.commands.watch_cmd import watch_command
 
-    raise typer.Exit(watch_command(store, format=format, out=out, openmetrics=openmetrics, metric=metric, alpha=alpha,
-                                   threshold=threshold, lookback_days=lookback_days, dedupe_days=dedupe_days))
+    raise typer.Exit(
+        watch_command(
+            store,
+            format=format,
+            out=out,
+            openmetrics=openmetrics,
+            metric=metric,
+            alpha=alpha,
+            threshold=threshold,
+            lookback_days=lookback_days,
+            dedupe_days=dedupe_days,
+        )
+    )
 
 
-fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
-                        help="The fleet page: trend, factor tree, culprits and their cost.")
+fleet_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup, help="The fleet page: trend, factor tree, culprits and their cost."
+)
 app.add_typer(fleet_app, name="fleet")
 
 
 @fleet_app.command("report")
 def fleet_report(
     store: Annotated[Path | None, typer.Option(help="the fleet store directory (made by perfsleuth ingest)")] = None,
-    records: Annotated[Path | None, typer.Option(help="or a records table (CSV or Parquet): run_id, time_ns, "
-                                                      "dimension columns, tokens_per_s_per_gpu, gpu_seconds, ...")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="the HTML page; per-run pages in runs/ beside it are linked")]
-    = Path("fleet.html"),
-    baseline: Annotated[str | None, typer.Option(help="baseline days FIRST..LAST (YYYY-MM-DD, both included); default: "
-                                                       "before the latest change point, else the 7 days before the last 7")] = None,
-    current: Annotated[str | None, typer.Option(help="current days FIRST..LAST; default: from the latest change point, "
-                                                      "else the last 7 days")] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            help="or a records table (CSV or Parquet): run_id, time_ns, dimension columns, tokens_per_s_per_gpu, gpu_seconds, ..."
+        ),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="the HTML page; per-run pages in runs/ beside it are linked")] = Path(
+        "fleet.html"
+    ),
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="baseline days FIRST..LAST (YYYY-MM-DD, both included); default: "
+            "before the latest change point, else the 7 days before the last 7"
+        ),
+    ] = None,
+    current: Annotated[
+        str | None, typer.Option(help="current days FIRST..LAST; default: from the latest change point, else the last 7 days")
+    ] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(help="price of one GPU-hour (default 2.0, illustrative)")] = None,
     currency: Annotated[str, typer.Option(help="currency of the price")] = "USD",
     engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark (PySpark; --master for a cluster)")] = "duckdb",
@@ -473,14 +624,28 @@ def fleet_report(
     from perfsleuth.commands.fleet_cmd import fleet_report_command
 
     with progress.task("writing the fleet page"):
-        status = fleet_report_command(out, store=store, records=records, baseline=baseline, current=current,
-                                      price_per_gpu_hour=price_per_gpu_hour, currency=currency, engine=engine,
-                                      master=master, bootstrap=bootstrap, seed=seed)
+        status = fleet_report_command(
+            out,
+            store=store,
+            records=records,
+            baseline=baseline,
+            current=current,
+            price_per_gpu_hour=price_per_gpu_hour,
+            currency=currency,
+            engine=engine,
+            master=master,
+            bootstrap=bootstrap,
+            seed=seed,
+        )
     raise typer.Exit(status)
 
 
-cases_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaryGroup,
-                        help="Labeled cases: make a simulated suite, or add an investigated real job.")
+cases_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    cls=WholeSummaryGroup,
+    help="Labeled cases: make a simulated suite, or add an investigated real job.",
+)
 app.add_typer(cases_app, name="cases")
 
 
@@ -490,10 +655,18 @@ def cases_make(
     n: Annotated[int, typer.Option("--n", "-n", help="number of cases")] = 100,
     seed: Annotated[int, typer.Option(help="suite seed")] = 0,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
-    sources: Annotated[str, typer.Option(help="signals to simulate, comma-separated: trace, telemetry, nccl, steplog, "
-                                              "inference, or all (classes balanced across them)")] = "trace",
-    from_real: Annotated[Path | None, typer.Option("--from-real", help="instead of simulating: transform the real "
-                                                   "Kineto traces in this folder (job folders or trace files)")] = None,
+    sources: Annotated[
+        str,
+        typer.Option(
+            help="signals to simulate, comma-separated: trace, telemetry, nccl, steplog, inference, or all (classes balanced across them)"
+        ),
+    ] = "trace",
+    from_real: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-real", help="instead of simulating: transform the real Kineto traces in this folder (job folders or trace files)"
+        ),
+    ] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """Simulate N labeled cases (every fault class, magnitudes down to undetectable, pairs, healthy jobs), or with
@@ -525,8 +698,7 @@ def cases_add(
 @app.command()
 def evaluate(
     cases: Annotated[list[Path], typer.Argument(help="case directories, or directories of cases")],
-    format: Annotated[PageFormat, typer.Option("--format", "-f", help="text, json or html (one self-contained page)")]
-    = PageFormat.text,
+    format: Annotated[PageFormat, typer.Option("--format", "-f", help="text, json or html (one self-contained page)")] = PageFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
     _progress: ShowProgress = None,

@@ -43,8 +43,14 @@ SPARK_LOCAL_CONF: dict[str, str] = {
 }
 
 
-def connect(engine: str = "duckdb", *, master: str | None = None, threads: int | None = None,
-            spark_conf: dict[str, str] | None = None, spark_session: Any | None = None) -> BaseBackend:
+def connect(
+    engine: str = "duckdb",
+    *,
+    master: str | None = None,
+    threads: int | None = None,
+    spark_conf: dict[str, str] | None = None,
+    spark_session: Any | None = None,
+) -> BaseBackend:
     """An Ibis backend for ``engine``.
 
     DuckDB: an in-memory database (``threads`` caps its worker threads). Spark: ``spark_session`` when
@@ -86,8 +92,11 @@ def local_spark_session(master: str | None = None, conf: dict[str, str] | None =
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # no Java, a cluster URL that does not answer, ...
-        raise InputError(None, f"cannot start Spark ({master or 'local[2]'}): {str(exc).splitlines()[0]}",
-                         hint="Spark needs a Java 17 runtime (JAVA_HOME) and, for a cluster, a reachable master URL") from None
+        raise InputError(
+            None,
+            f"cannot start Spark ({master or 'local[2]'}): {str(exc).splitlines()[0]}",
+            hint="Spark needs a Java 17 runtime (JAVA_HOME) and, for a cluster, a reachable master URL",
+        ) from None
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -81,8 +81,11 @@ EVENTS = pa.schema(
         _f("bytes", pa.int64(), "memcpy/memset size; memory events: allocation size (negative = free)", "bytes"),
         _f("mem_allocated_bytes", pa.int64(), "memory events: total allocated after this event", "bytes"),
         _f("mem_reserved_bytes", pa.int64(), "memory events: total reserved by the caching allocator", "bytes"),
-        _f("coll_op", _DICT, "collective, normalised: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, "
-           "sendrecv, send, recv, barrier"),
+        _f(
+            "coll_op",
+            _DICT,
+            "collective, normalised: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv, send, recv, barrier",
+        ),
         _f("coll_group", _DICT, "process group name (Kineto `Process Group Name`)"),
         _f("coll_group_ranks", _DICT, "ranks of the process group as written, e.g. [0, 1, 2, 3]"),
         _f("coll_group_size", pa.int32(), "participants in the collective"),
@@ -140,8 +143,12 @@ RECORDS = pa.schema(
         _f("tokens_per_s_per_gpu", pa.float64(), "throughput", "tokens/s/GPU"),
         _f("mfu", pa.float64(), "model FLOPs utilisation: model_flops_per_step / (step_time x gpus x peak_flop_per_s)", "fraction"),
         # --- the factor tree (metrics.tree); null where the sources do not tell -------------------------
-        _f("step_time_stat", pa.string(), "how step_time_ns summarises the steps: median (step logs) or mean (traces: "
-           "the tiled windows' total / steps, so the components add up to it)"),
+        _f(
+            "step_time_stat",
+            pa.string(),
+            "how step_time_ns summarises the steps: median (step logs) or mean (traces: "
+            "the tiled windows' total / steps, so the components add up to it)",
+        ),
         _f("steps", pa.int64(), "steps the row measures", "steps"),
         _f("gpus", pa.int32(), "GPUs of the job", "GPUs"),
         _f("gpu_seconds", pa.float64(), "GPU time the row measures: steps x step_time x gpus (weight for fleet means)", "GPU*s"),
@@ -155,10 +162,18 @@ RECORDS = pa.schema(
         _f("hardware_flops_per_step", pa.float64(), "FLOPs the GPUs execute per step, recompute included", "FLOP"),
         _f("sync_factor", pa.float64(), "f_sync = ideal step (no rank waits for another) / step time", "fraction"),
         _f("busy_fraction", pa.float64(), "f_busy = compute time / ideal step time", "fraction"),
-        _f("model_flop_ratio", pa.float64(), "f_model = model FLOPs / hardware FLOPs (MFU/HFU); null when hardware FLOPs are unknown",
-           "fraction"),
-        _f("hardware_flop_efficiency", pa.float64(), "f_hw = hardware FLOPs (model FLOPs when unknown) / (gpus x peak x compute time)",
-           "fraction"),
+        _f(
+            "model_flop_ratio",
+            pa.float64(),
+            "f_model = model FLOPs / hardware FLOPs (MFU/HFU); null when hardware FLOPs are unknown",
+            "fraction",
+        ),
+        _f(
+            "hardware_flop_efficiency",
+            pa.float64(),
+            "f_hw = hardware FLOPs (model FLOPs when unknown) / (gpus x peak x compute time)",
+            "fraction",
+        ),
         _f("compute_fraction", pa.float64(), "compute kernels' union / step time", "fraction"),
         _f("exposed_comm_fraction", pa.float64(), "communication not hidden by compute / step time", "fraction"),
         _f("memcpy_fraction", pa.float64(), "memcpy/memset nothing hides / step time", "fraction"),

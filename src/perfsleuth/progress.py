@@ -69,8 +69,11 @@ def task(description: str, total: float | None = None, unit: str = "") -> Iterat
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
-    columns = ([TextColumn("{task.description}"), BarColumn(), counter, TimeElapsedColumn()] if total is not None
-               else [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()])
+    columns = (
+        [TextColumn("{task.description}"), BarColumn(), counter, TimeElapsedColumn()]
+        if total is not None
+        else [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         tid = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(tid, n)

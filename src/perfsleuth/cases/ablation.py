@@ -66,10 +66,16 @@ class GroupValue:
         return len(self.report.misleading) - len(self.baseline.misleading)
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group.name, "what": self.group.what, "macro_f1_without": self.report.macro_f1,
-                "macro_f1_loss": self.macro_f1_loss, "class_f1_loss": self.class_losses,
-                "new_false_alarms_on_healthy": self.new_false_alarms, "new_misleading": self.new_misleading,
-                "cost": self.group.cost.to_json()}
+        return {
+            "group": self.group.name,
+            "what": self.group.what,
+            "macro_f1_without": self.report.macro_f1,
+            "macro_f1_loss": self.macro_f1_loss,
+            "class_f1_loss": self.class_losses,
+            "new_false_alarms_on_healthy": self.new_false_alarms,
+            "new_misleading": self.new_misleading,
+            "cost": self.group.cost.to_json(),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +86,24 @@ class AblationReport:
     def ranking(self) -> list[GroupValue]:
         """Most valuable first: quality lost without the group (macro F1, then the largest class loss),
         then the cheaper group (worst-case overhead, then volume)."""
-        return sorted(self.values, key=lambda v: (-round(v.macro_f1_loss, 4), -max(v.class_losses.values(), default=0.0),
-                                                  v.group.cost.worst_overhead, v.group.cost.bytes_launch_bound))
+        return sorted(
+            self.values,
+            key=lambda v: (
+                -round(v.macro_f1_loss, 4),
+                -max(v.class_losses.values(), default=0.0),
+                v.group.cost.worst_overhead,
+                v.group.cost.bytes_launch_bound,
+            ),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "cases": len(self.baseline.cases), "macro_f1_all_signals": self.baseline.macro_f1,
-                "matters": f"a class counts when its F1 drops by at least {MATTERS}",
-                "ranking": [v.to_json() for v in self.ranking()]}
+        return {
+            "schema": SCHEMA,
+            "cases": len(self.baseline.cases),
+            "macro_f1_all_signals": self.baseline.macro_f1,
+            "matters": f"a class counts when its F1 drops by at least {MATTERS}",
+            "ranking": [v.to_json() for v in self.ranking()],
+        }
 
 
 def _without(job: Any, group: SignalGroup) -> Any:
@@ -129,8 +146,7 @@ def ablate_case(path: str, groups: Sequence[SignalGroup] = GROUPS) -> dict[str, 
     return out
 
 
-def ablate(case_dirs: Sequence[str | Path], *, groups: Sequence[SignalGroup] = GROUPS,
-           workers: int | None = None) -> AblationReport:
+def ablate(case_dirs: Sequence[str | Path], *, groups: Sequence[SignalGroup] = GROUPS, workers: int | None = None) -> AblationReport:
     """Leave-one-out over every group on every case (cases in parallel, one process each)."""
     paths = [str(p) for p in case_dirs]
     workers = workers or min(len(paths), os.cpu_count() or 1) or 1
@@ -145,4 +161,3 @@ def ablate(case_dirs: Sequence[str | Path], *, groups: Sequence[SignalGroup] = G
     baseline = score([c[ALL] for c in per_case])
     values = tuple(GroupValue(g, score([c[g.name] for c in per_case]), baseline) for g in groups)
     return AblationReport(baseline, values)
-

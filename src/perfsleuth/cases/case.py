@@ -33,22 +33,54 @@ SCHEMA = "perfsleuth.case/1"
 CASE_FILE = "case.json"
 SOURCES = ("simulated", "real")
 
-TAXONOMY_IDS = frozenset({
-    "exposed_communication", "poor_overlap", "pipeline_bubble", "sequence_imbalance", "dataloader_stall",
-    "checkpoint_stall", "host_launch_bound", "cpu_contention", "small_kernels", "gc_pause", "recompilation",
-    "allocator_churn", "memory_fragmentation", "straggler_rank", "slow_node", "degraded_nvlink", "degraded_network",
-    "pcie_downtraining", "thermal_throttling", "power_capping", "clock_capping", "gpu_hardware_errors",
-    "nccl_algorithm_selection", "nccl_transport_fallback", "collective_hang", "numeric_anomaly", "restart_overhead",
-    "kv_cache_preemption", "prefill_decode_interference", "low_batch_occupancy", "request_queueing",
-    "host_bound_serving", "memory_bound_decode", "regression",
-    # issue 12: what a trace measures but cannot name (a silent host gap; GPU idle no cause covers)
-    "unattributed_host_stall", "unattributed_idle",
-})
+TAXONOMY_IDS = frozenset(
+    {
+        "exposed_communication",
+        "poor_overlap",
+        "pipeline_bubble",
+        "sequence_imbalance",
+        "dataloader_stall",
+        "checkpoint_stall",
+        "host_launch_bound",
+        "cpu_contention",
+        "small_kernels",
+        "gc_pause",
+        "recompilation",
+        "allocator_churn",
+        "memory_fragmentation",
+        "straggler_rank",
+        "slow_node",
+        "degraded_nvlink",
+        "degraded_network",
+        "pcie_downtraining",
+        "thermal_throttling",
+        "power_capping",
+        "clock_capping",
+        "gpu_hardware_errors",
+        "nccl_algorithm_selection",
+        "nccl_transport_fallback",
+        "collective_hang",
+        "numeric_anomaly",
+        "restart_overhead",
+        "kv_cache_preemption",
+        "prefill_decode_interference",
+        "low_batch_occupancy",
+        "request_queueing",
+        "host_bound_serving",
+        "memory_bound_decode",
+        "regression",
+        # issue 12: what a trace measures but cannot name (a silent host gap; GPU idle no cause covers)
+        "unattributed_host_stall",
+        "unattributed_idle",
+    }
+)
 """Fault class ids of TAXONOMY.md (stable: cases, tests and users' scripts depend on them)."""
 
 DETECTABLE_MIN_IMPACT = 0.03
-DETECTABLE_RULE = ("detectable when the simulator's measured impact (step time with the fault minus step time of "
-                   "the same job re-simulated without it, over the step time with it) is at least 3% of step time")
+DETECTABLE_RULE = (
+    "detectable when the simulator's measured impact (step time with the fault minus step time of "
+    "the same job re-simulated without it, over the step time with it) is at least 3% of step time"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +157,16 @@ def read_case(path: str | Path) -> Case:
         if not isinstance(x, dict) or not isinstance(x.get("fault"), str):
             raise InputError(f, f"faults[{i}] has no 'fault' id")
         mag = x.get("magnitude")
-        faults.append(CaseFault(x["fault"], x.get("scope") or {}, float(mag) if mag is not None else None,
-                                bool(x.get("detectable", True))))
+        faults.append(CaseFault(x["fault"], x.get("scope") or {}, float(mag) if mag is not None else None, bool(x.get("detectable", True))))
     known = {"schema", "faults", "source", "notes", "detectable_rule"}
-    return Case(d, tuple(faults), str(doc.get("source", "real")), str(doc.get("notes", "")),
-                str(doc.get("detectable_rule", "")), {k: v for k, v in doc.items() if k not in known})
+    return Case(
+        d,
+        tuple(faults),
+        str(doc.get("source", "real")),
+        str(doc.get("notes", "")),
+        str(doc.get("detectable_rule", "")),
+        {k: v for k, v in doc.items() if k not in known},
+    )
 
 
 def find_cases(paths: list[str | Path] | list[Path]) -> list[Path]:
@@ -162,7 +199,6 @@ def add_real_case(trace_dir: str | Path, out: str | Path, faults: list[CaseFault
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, target)
-    case = Case(dest, tuple(faults), "real", notes,
-                "the engineer's verdict after investigating the job" if faults else "")
+    case = Case(dest, tuple(faults), "real", notes, "the engineer's verdict after investigating the job" if faults else "")
     write_case(case)
     return case

@@ -17,7 +17,10 @@ from perfsleuth.cases.simulator import SimConfig, simulate
 
 def demo_config(seed: int = 7) -> SimConfig:
     return SimConfig(
-        seed=seed, world_size=4, steps=8, layers=6,
+        seed=seed,
+        world_size=4,
+        steps=8,
+        layers=6,
         faults=[StragglerRank(rank=2, slowdown=0.25), ExposedCommunication(bandwidth_divisor=3.0, disable_overlap=True)],
     )
 
@@ -26,5 +29,7 @@ def write_demo_job(out_dir: Path, seed: int = 7) -> dict[str, Any]:
     """Simulate the demo job into ``out_dir`` (rank-N.json + truth.json); return a short truth summary."""
     cfg = demo_config(seed)
     write_job(simulate(cfg), out_dir)
-    return {"world_size": cfg.world_size, "faults": [f"{f.fault}" + (f" (rank {f.rank})" if hasattr(f, "rank") else "")
-                                                     for f in cfg.faults]}
+    return {
+        "world_size": cfg.world_size,
+        "faults": [f"{f.fault}" + (f" (rank {f.rank})" if hasattr(f, "rank") else "") for f in cfg.faults],
+    }

@@ -108,11 +108,19 @@ class CaseResult:
         return not self.expected and not self.undetectable
 
     def to_json(self) -> dict[str, Any]:
-        return {"case": self.name, "path": self.path, "expected": list(self.expected),
-                "undetectable": list(self.undetectable), "findings": [a.to_json() for a in self.findings],
-                "insufficient_evidence": list(self.insufficient), "magnitude": self.magnitude,
-                "missed": self.missed, "wrong": [a.to_json() for a in self.wrong], "error": self.error,
-                "original_findings": list(self.baseline)}
+        return {
+            "case": self.name,
+            "path": self.path,
+            "expected": list(self.expected),
+            "undetectable": list(self.undetectable),
+            "findings": [a.to_json() for a in self.findings],
+            "insufficient_evidence": list(self.insufficient),
+            "magnitude": self.magnitude,
+            "missed": self.missed,
+            "wrong": [a.to_json() for a in self.wrong],
+            "error": self.error,
+            "original_findings": list(self.baseline),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +145,16 @@ class ClassScore:
         return 2 * self.tp / d if d else 1.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "tp": self.tp, "fp": self.fp, "fn": self.fn, "support": self.support,
-                "precision": self.precision, "recall": self.recall, "f1": self.f1}
+        return {
+            "fault": self.fault,
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "support": self.support,
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +166,7 @@ class CalibrationBin:
     accuracy: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "count": self.count, "mean_confidence": self.mean_confidence,
-                "accuracy": self.accuracy}
+        return {"low": self.low, "high": self.high, "count": self.count, "mean_confidence": self.mean_confidence, "accuracy": self.accuracy}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +177,12 @@ class Calibration:
     n: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"bins": [b.to_json() for b in self.bins], "expected_calibration_error": self.ece,
-                "brier_score": self.brier, "findings": self.n}
+        return {
+            "bins": [b.to_json() for b in self.bins],
+            "expected_calibration_error": self.ece,
+            "brier_score": self.brier,
+            "findings": self.n,
+        }
 
 
 @dataclass(frozen=True)
@@ -195,8 +214,7 @@ class EvaluationReport:
 
     @property
     def misleading(self) -> list[tuple[str, Answer, tuple[str, ...]]]:
-        return [(c.name, a, c.expected + c.undetectable) for c in self.cases for a in c.wrong
-                if a.confidence >= MISLEADING_CONFIDENCE]
+        return [(c.name, a, c.expected + c.undetectable) for c in self.cases for a in c.wrong if a.confidence >= MISLEADING_CONFIDENCE]
 
     @property
     def missed(self) -> list[tuple[str, str, float | None]]:
@@ -231,22 +249,36 @@ class EvaluationReport:
         macro, ece = self.macro_f1, self.calibration.ece
         if self.real:
             return [
-                (f"macro F1 >= {REAL_BAR['macro_f1']} (real-trace suite)", f"{macro:.3f}" if macro is not None else "n/a",
-                 macro is not None and macro >= REAL_BAR["macro_f1"]),
+                (
+                    f"macro F1 >= {REAL_BAR['macro_f1']} (real-trace suite)",
+                    f"{macro:.3f}" if macro is not None else "n/a",
+                    macro is not None and macro >= REAL_BAR["macro_f1"],
+                ),
                 ("no misleading findings", str(len(self.misleading)), len(self.misleading) <= REAL_BAR["misleading"]),
-                (f"expected calibration error <= {REAL_BAR['ece']}", f"{ece:.3f}" if ece is not None else "n/a",
-                 ece is None or ece <= REAL_BAR["ece"]),
+                (
+                    f"expected calibration error <= {REAL_BAR['ece']}",
+                    f"{ece:.3f}" if ece is not None else "n/a",
+                    ece is None or ece <= REAL_BAR["ece"],
+                ),
             ]
         return [
-            (f"macro F1 >= {BAR['macro_f1']}", f"{macro:.3f}" if macro is not None else "n/a",
-             macro is not None and macro >= BAR["macro_f1"]),
-            (f"every class F1 >= {BAR['class_f1']}", f"{worst.fault} {worst.f1:.3f}" if worst else "n/a",
-             worst is None or worst.f1 >= BAR["class_f1"]),
+            (
+                f"macro F1 >= {BAR['macro_f1']}",
+                f"{macro:.3f}" if macro is not None else "n/a",
+                macro is not None and macro >= BAR["macro_f1"],
+            ),
+            (
+                f"every class F1 >= {BAR['class_f1']}",
+                f"{worst.fault} {worst.f1:.3f}" if worst else "n/a",
+                worst is None or worst.f1 >= BAR["class_f1"],
+            ),
             ("no misleading findings", str(len(self.misleading)), len(self.misleading) <= BAR["misleading"]),
-            (f"no finding above {HEALTHY_IMPACT_BAR:.0%} impact on healthy jobs", str(len(self.healthy_over_bar)),
-             len(self.healthy_over_bar) <= BAR["healthy_over_5pct"]),
-            (f"expected calibration error <= {BAR['ece']}", f"{ece:.3f}" if ece is not None else "n/a",
-             ece is None or ece <= BAR["ece"]),
+            (
+                f"no finding above {HEALTHY_IMPACT_BAR:.0%} impact on healthy jobs",
+                str(len(self.healthy_over_bar)),
+                len(self.healthy_over_bar) <= BAR["healthy_over_5pct"],
+            ),
+            (f"expected calibration error <= {BAR['ece']}", f"{ece:.3f}" if ece is not None else "n/a", ece is None or ece <= BAR["ece"]),
         ]
 
     @property
@@ -263,8 +295,12 @@ class EvaluationReport:
             "macro_f1": self.macro_f1,
             "micro": self.micro,
             "per_class": {k: v.to_json() for k, v in self.per_class.items()},
-            "confusion": {"labels": list(self.confusion_labels), "matrix": [list(r) for r in self.confusion],
-                          "rows": "expected fault (none: nothing expected)", "columns": "answer"},
+            "confusion": {
+                "labels": list(self.confusion_labels),
+                "matrix": [list(r) for r in self.confusion],
+                "rows": "expected fault (none: nothing expected)",
+                "columns": "answer",
+            },
             "misleading": [{"case": n, **a.to_json(), "truth": list(t)} for n, a, t in self.misleading],
             "missed": [{"case": n, "fault": f, "magnitude": m} for n, f, m in self.missed],
             "false_alarms_on_healthy": [{"case": n, **a.to_json()} for n, a in self.false_alarms_healthy],
@@ -297,13 +333,17 @@ def case_result(case: Case, diagnosis: Diagnosis | None = None, error: str | Non
     mags = {f.fault: f.magnitude for f in case.faults}
     job = case.extra.get("job")  # transformed real suites name cases per job: say which job
     name = f"{job}/{case.name}" if isinstance(job, str) else case.name
-    base = dict(name=name, path=str(case.path), expected=tuple(sorted(case.detectable)),
-                undetectable=tuple(sorted(case.undetectable)), magnitude=mags)
+    base = dict(
+        name=name,
+        path=str(case.path),
+        expected=tuple(sorted(case.detectable)),
+        undetectable=tuple(sorted(case.undetectable)),
+        magnitude=mags,
+    )
     if diagnosis is None:
         return CaseResult(findings=(), insufficient=(), error=error or "no diagnosis", **base)
     answers = tuple(Answer(f.fault, float(f.confidence), float(f.impact.value)) for f in diagnosis.findings)
-    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in diagnosis.insufficient_evidence})),
-                      **base)
+    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in diagnosis.insufficient_evidence})), **base)
 
 
 def _run_one(path: str) -> CaseResult:
@@ -338,8 +378,9 @@ def score(results: Sequence[CaseResult], *, real: bool = False) -> EvaluationRep
         if not c.expected and not c.wrong:
             mat[idx[NONE], idx[NONE]] += 1
     per_class = {k: ClassScore(k, tp[k], fp[k], fn[k], sup[k]) for k in classes}
-    return EvaluationReport(tuple(results), per_class, tuple(labels), tuple(tuple(int(x) for x in r) for r in mat),
-                            calibrate(results), RULES, real)
+    return EvaluationReport(
+        tuple(results), per_class, tuple(labels), tuple(tuple(int(x) for x in r) for r in mat), calibrate(results), RULES, real
+    )
 
 
 def calibrate(results: Sequence[CaseResult]) -> Calibration:
@@ -350,8 +391,7 @@ def calibrate(results: Sequence[CaseResult]) -> Calibration:
             conf.append(a.confidence)
             hit.append(1.0 if a.fault in ok else 0.0)
     if not conf:
-        return Calibration(tuple(CalibrationBin(lo, hi, 0, None, None) for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)),
-                           None, None, 0)
+        return Calibration(tuple(CalibrationBin(lo, hi, 0, None, None) for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)), None, None, 0)
     p, y = np.array(conf), np.array(hit)
     bins, ece = [], 0.0
     for i, (lo, hi) in enumerate(zip(BINS[:-1], BINS[1:], strict=True)):
@@ -371,12 +411,12 @@ RULES = {
     "false_positive": "a finding whose class the case does not hold at all",
     "misleading": f"a false positive with confidence >= {MISLEADING_CONFIDENCE}",
     "undetectable": "faults labeled undetectable are not scored: insufficient evidence or silence is right, a finding "
-                    "is a detection below the bar",
+    "is a detection below the bar",
     "macro_f1": "mean per-class F1 over classes that are expected somewhere or reported somewhere",
     "original": "transformed real cases: a finding of a class the case's original already shows is the original's, "
-                "not a false positive and not a forecast, unless the case expects that class",
-    "calibration": "each finding forecasts its fault present with its confidence; bins " +
-                   ", ".join(f"[{lo}, {hi})" for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)),
+    "not a false positive and not a forecast, unless the case expects that class",
+    "calibration": "each finding forecasts its fault present with its confidence; bins "
+    + ", ".join(f"[{lo}, {hi})" for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)),
 }
 
 
@@ -414,6 +454,10 @@ def evaluate(case_dirs: Sequence[str | Path], *, workers: int | None = None) -> 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
             results = list(pool.map(_run_one, todo, chunksize=2))
     by_path = {Path(p).resolve(): r for p, r in zip(todo, results, strict=True)}
-    graded = [with_baseline(by_path[c.path.resolve()], by_path.get(originals[c.path.resolve()]))
-              if originals[c.path.resolve()] is not None else by_path[c.path.resolve()] for c in cases]
+    graded = [
+        with_baseline(by_path[c.path.resolve()], by_path.get(originals[c.path.resolve()]))
+        if originals[c.path.resolve()] is not None
+        else by_path[c.path.resolve()]
+        for c in cases
+    ]
     return score(graded, real=any(o is not None for o in originals.values()))

@@ -411,8 +411,7 @@ class CheckpointStall(Fault):
         _check_ranks("checkpoint_stall", self.rank_ids, world_size)
         if self.write_ns < 0 or self.d2h_bandwidth_gbps <= 0:
             raise ValueError("write_ns must be >= 0 and d2h_bandwidth_gbps > 0")
-        if (self.bytes_per_rank is not None and self.bytes_per_rank < 0) or \
-                (self.chunk_bytes is not None and self.chunk_bytes <= 0):
+        if (self.bytes_per_rank is not None and self.bytes_per_rank < 0) or (self.chunk_bytes is not None and self.chunk_bytes <= 0):
             raise ValueError("bytes_per_rank must be >= 0 and chunk_bytes > 0")
 
     def ranks(self, world_size: int, pp_stages: int) -> list[int]:
@@ -501,13 +500,11 @@ class GcPause(Fault):
 
     def events(self, world_size: int, n_steps: int) -> list[tuple[int, int, int]]:
         """(rank, step index, pause ns) of every pause."""
-        return [(r, k, p[1]) for r in range(world_size) for k in range(n_steps)
-                if (p := self.host_pause(r, k)) is not None]
+        return [(r, k, p[1]) for r in range(world_size) for k in range(n_steps) if (p := self.host_pause(r, k)) is not None]
 
     def hits(self, world_size: int, pp_stages: int, n_steps: int) -> tuple[list[int], list[int]]:
         ev = self.events(world_size, n_steps)
         return sorted({r for r, _, _ in ev}), sorted({k for _, k, _ in ev})
-
 
 
 @dataclass(frozen=True)
@@ -517,6 +514,7 @@ class UnattributedHostStall(GcPause):
 
     fault: ClassVar[str] = "unattributed_host_stall"
     recorded: ClassVar[bool] = False
+
 
 @dataclass(frozen=True)
 class Recompilation(Fault):
@@ -636,9 +634,22 @@ class CollectiveHang(Fault):
 
 FAULT_TYPES: dict[str, type[Fault]] = {
     cls.fault: cls
-    for cls in (StragglerRank, ExposedCommunication, DataloaderStall, HostLaunchBound, PipelineBubble,
-                AllocatorChurn, PoorOverlap, SequenceImbalance, CheckpointStall, SmallKernels, GcPause,
-                Recompilation, MemoryFragmentation, CollectiveHang)
+    for cls in (
+        StragglerRank,
+        ExposedCommunication,
+        DataloaderStall,
+        HostLaunchBound,
+        PipelineBubble,
+        AllocatorChurn,
+        PoorOverlap,
+        SequenceImbalance,
+        CheckpointStall,
+        SmallKernels,
+        GcPause,
+        Recompilation,
+        MemoryFragmentation,
+        CollectiveHang,
+    )
 }
 
 

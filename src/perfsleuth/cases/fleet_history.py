@@ -50,9 +50,17 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
         for r in range(3):
             rack = h.bad_rack if (c, r) == (0, 1) else f"c{c + 1}-r{r + 1:02d}"
             for n in range(8):
-                nodes.append({"cluster": f"c{c + 1}", "rack": rack, "node": f"{rack}-n{n + 1:02d}",
-                              "gpu_sku": "H100" if c == 0 else "H200", "driver": str(rng.choice(["535.129", "550.54"])),
-                              "nccl": str(rng.choice(["2.20.5", "2.21.5"])), "job": int(rng.integers(0, len(WORKLOADS)))})
+                nodes.append(
+                    {
+                        "cluster": f"c{c + 1}",
+                        "rack": rack,
+                        "node": f"{rack}-n{n + 1:02d}",
+                        "gpu_sku": "H100" if c == 0 else "H200",
+                        "driver": str(rng.choice(["535.129", "550.54"])),
+                        "nccl": str(rng.choice(["2.20.5", "2.21.5"])),
+                        "job": int(rng.integers(0, len(WORKLOADS))),
+                    }
+                )
     rows = []
     for day in range(h.days):
         for i, nd in enumerate(nodes):
@@ -67,13 +75,23 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
                 step_ns = 1e9 * tokens_per_step / (rate * gpus)
                 healthy_ns = 1e9 * tokens_per_step / (healthy * gpus)
                 comm_ns, idle_ns = 0.10 * healthy_ns, 0.05 * healthy_ns  # a slowdown stretches compute only
-                rows.append({"run_id": f"run-{day:02d}-{i:03d}-{k}",
-                             "time_ns": (h.epoch_day + day) * NS_DAY + int(rng.uniform(0, 86_000)) * 10**9,
-                             **{d: nd[d] for d in ("cluster", "rack", "node", "gpu_sku", "driver", "nccl")},
-                             "model": model, "tp": str(tp), "pp": str(pp), "tokens_per_s_per_gpu": rate,
-                             "gpu_seconds": gpu_s, "tokens": rate * gpu_s, "step_time_ns": step_ns,
-                             "compute_fraction": 1.0 - (comm_ns + idle_ns) / step_ns,
-                             "exposed_comm_fraction": comm_ns / step_ns, "idle_other_fraction": idle_ns / step_ns})
+                rows.append(
+                    {
+                        "run_id": f"run-{day:02d}-{i:03d}-{k}",
+                        "time_ns": (h.epoch_day + day) * NS_DAY + int(rng.uniform(0, 86_000)) * 10**9,
+                        **{d: nd[d] for d in ("cluster", "rack", "node", "gpu_sku", "driver", "nccl")},
+                        "model": model,
+                        "tp": str(tp),
+                        "pp": str(pp),
+                        "tokens_per_s_per_gpu": rate,
+                        "gpu_seconds": gpu_s,
+                        "tokens": rate * gpu_s,
+                        "step_time_ns": step_ns,
+                        "compute_fraction": 1.0 - (comm_ns + idle_ns) / step_ns,
+                        "exposed_comm_fraction": comm_ns / step_ns,
+                        "idle_other_fraction": idle_ns / step_ns,
+                    }
+                )
     if slowest_run_id is not None:
         bad_now = [r for r in rows if r["rack"] == h.bad_rack and r["time_ns"] >= (h.epoch_day + h.change_day) * NS_DAY]
         min(bad_now, key=lambda r: r["tokens_per_s_per_gpu"])["run_id"] = slowest_run_id
@@ -82,8 +100,9 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
 
 def lost_gpu_hours(history: pa.Table, h: FleetHistory = FleetHistory()) -> float:  # noqa: B008 - frozen
     """The truth: GPU-hours the bad rack's current-window runs spent beyond the healthy rate."""
-    t = history.filter(pc.and_(pc.equal(history["rack"], h.bad_rack),
-                               pc.greater_equal(history["time_ns"], (h.epoch_day + h.change_day) * NS_DAY)))
+    t = history.filter(
+        pc.and_(pc.equal(history["rack"], h.bad_rack), pc.greater_equal(history["time_ns"], (h.epoch_day + h.change_day) * NS_DAY))
+    )
     return h.slowdown * pc.sum(t["gpu_seconds"]).as_py() / 3600.0
 
 
@@ -98,12 +117,19 @@ def write_history_store(history: pa.Table, root, h: FleetHistory = FleetHistory(
     with StoreWriter(root) as writer:
         for day in range(first_day, h.days):
             for cluster in ("c1", "c2"):
-                rows = kept.filter(pc.and_(pc.equal(kept["cluster"], cluster),
-                                           pc.equal(pc.divide(kept["time_ns"], NS_DAY), h.epoch_day + day))).to_pylist()
+                rows = kept.filter(
+                    pc.and_(pc.equal(kept["cluster"], cluster), pc.equal(pc.divide(kept["time_ns"], NS_DAY), h.epoch_day + day))
+                ).to_pylist()
                 for r in rows:
-                    r |= {"dims": [(d, r[d]) for d in STORED_DIMS], "date": str(h.start + dt.timedelta(days=day)),
-                          "unit": "run"}
+                    r |= {"dims": [(d, r[d]) for d in STORED_DIMS], "date": str(h.start + dt.timedelta(days=day)), "unit": "run"}
                 table = pa.Table.from_pylist(rows, schema=pa.schema([f for f in schema if f.name in rows[0]]))
-                writer.add(JobData(f"{day:04d}{cluster}".ljust(64, "0"), f"day-{day}-{cluster}",
-                                   tuple(r["run_id"] for r in rows), {"cluster": cluster}, {"records": conform(table, schema)}))
+                writer.add(
+                    JobData(
+                        f"{day:04d}{cluster}".ljust(64, "0"),
+                        f"day-{day}-{cluster}",
+                        tuple(r["run_id"] for r in rows),
+                        {"cluster": cluster},
+                        {"records": conform(table, schema)},
+                    )
+                )
     return kept

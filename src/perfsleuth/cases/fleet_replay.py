@@ -67,8 +67,19 @@ def fleet_nodes() -> list[dict[str, str]]:
             for n in (1, 2, 3, 4):
                 job = JOBS[c][0] if n <= 2 else JOBS[c][1]
                 model, tp, pp = WORKLOADS[job][:3]
-                out.append({"cluster": c, "rack": f"{c}-r{r:02d}", "node": f"{c}-r{r:02d}-n{n:02d}", "gpu_sku": sku,
-                            "driver": "550.54", "model": model, "tp": str(tp), "pp": str(pp), "job": str(job)})
+                out.append(
+                    {
+                        "cluster": c,
+                        "rack": f"{c}-r{r:02d}",
+                        "node": f"{c}-r{r:02d}-n{n:02d}",
+                        "gpu_sku": sku,
+                        "driver": "550.54",
+                        "model": model,
+                        "tp": str(tp),
+                        "pp": str(pp),
+                        "job": str(job),
+                    }
+                )
     return out
 
 
@@ -79,8 +90,7 @@ def series_of(node: dict[str, str]) -> tuple[str, str, str, str]:
 
 def affected(r: Replay = Replay()) -> dict[int, set[tuple[str, str, str, str]]]:  # noqa: B008 - frozen
     """The truth: for each regression (by position), the series it slows."""
-    return {i: {series_of(n) for n in fleet_nodes() if all(n.get(k) == v for k, v in g.where)}
-            for i, g in enumerate(r.regressions)}
+    return {i: {series_of(n) for n in fleet_nodes() if all(n.get(k) == v for k, v in g.where)} for i, g in enumerate(r.regressions)}
 
 
 def day_records(r: Replay, day: int) -> pa.Table:
@@ -99,14 +109,36 @@ def day_records(r: Replay, day: int) -> pa.Table:
             gpu_s = gpus * 3600.0 * rng.uniform(0.8, 1.2)
             tokens_per_step = mb * 4096 * dp
             at = (r.epoch_day + day) * NS_PER_DAY + int((k + rng.uniform(0.05, 0.95)) * 86_400 / r.runs_per_day) * 10**9
-            rows.append({"run_id": f"run-{day:02d}-{i:02d}-{k}", "time_ns": at, "cluster": nd["cluster"],
-                         "tokens_per_s_per_gpu": rate, "gpu_seconds": gpu_s, "tokens": rate * gpu_s,
-                         "step_time_ns": 1e9 * tokens_per_step / (rate * gpus), "steps": 100, "gpus": gpus,
-                         "dims": [(d, nd[d]) for d in STORED_DIMS], "unit": "run"})
-    schema = pa.schema([("run_id", pa.string()), ("time_ns", pa.int64()), ("cluster", pa.string()),
-                        ("tokens_per_s_per_gpu", pa.float64()), ("gpu_seconds", pa.float64()), ("tokens", pa.float64()),
-                        ("step_time_ns", pa.float64()), ("steps", pa.int64()), ("gpus", pa.int32()),
-                        ("dims", pa.map_(pa.string(), pa.string())), ("unit", pa.string())])
+            rows.append(
+                {
+                    "run_id": f"run-{day:02d}-{i:02d}-{k}",
+                    "time_ns": at,
+                    "cluster": nd["cluster"],
+                    "tokens_per_s_per_gpu": rate,
+                    "gpu_seconds": gpu_s,
+                    "tokens": rate * gpu_s,
+                    "step_time_ns": 1e9 * tokens_per_step / (rate * gpus),
+                    "steps": 100,
+                    "gpus": gpus,
+                    "dims": [(d, nd[d]) for d in STORED_DIMS],
+                    "unit": "run",
+                }
+            )
+    schema = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("time_ns", pa.int64()),
+            ("cluster", pa.string()),
+            ("tokens_per_s_per_gpu", pa.float64()),
+            ("gpu_seconds", pa.float64()),
+            ("tokens", pa.float64()),
+            ("step_time_ns", pa.float64()),
+            ("steps", pa.int64()),
+            ("gpus", pa.int32()),
+            ("dims", pa.map_(pa.string(), pa.string())),
+            ("unit", pa.string()),
+        ]
+    )
     return pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -125,6 +157,13 @@ def write_day(r: Replay, root: Path, day: int) -> int:
         for cluster in ("c1", "c2"):
             part = t.filter(pc.equal(t["cluster"], cluster))
             key = f"replay{r.seed:04d}{day:04d}{cluster}".ljust(64, "0")
-            writer.add(JobData(key, f"replay-day-{day}-{cluster}", tuple(part["run_id"].to_pylist()), {"cluster": cluster},
-                               {"records": conform(part, schema)}))
+            writer.add(
+                JobData(
+                    key,
+                    f"replay-day-{day}-{cluster}",
+                    tuple(part["run_id"].to_pylist()),
+                    {"cluster": cluster},
+                    {"records": conform(part, schema)},
+                )
+            )
     return t.num_rows

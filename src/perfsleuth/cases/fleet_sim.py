@@ -28,18 +28,39 @@ import pyarrow as pa
 
 # (model, tp, pp, dp, micro-batch, tokens/s/GPU on H100 in bf16 at 4k context)
 WORKLOADS: tuple[tuple[str, int, int, int, int, float], ...] = (
-    ("llama-8b", 1, 1, 8, 4, 9000.0), ("llama-8b", 2, 1, 4, 8, 8600.0),
-    ("gpt-13b", 2, 1, 8, 4, 5600.0), ("gpt-13b", 4, 1, 4, 8, 5200.0), ("gpt-13b", 2, 2, 4, 8, 5000.0),
-    ("llama-70b", 8, 2, 4, 16, 1150.0), ("llama-70b", 8, 4, 2, 32, 1080.0), ("llama-70b", 4, 4, 4, 16, 1020.0),
-    ("mixtral-8x7b", 4, 2, 4, 8, 2500.0), ("mixtral-8x7b", 8, 1, 2, 16, 2650.0),
+    ("llama-8b", 1, 1, 8, 4, 9000.0),
+    ("llama-8b", 2, 1, 4, 8, 8600.0),
+    ("gpt-13b", 2, 1, 8, 4, 5600.0),
+    ("gpt-13b", 4, 1, 4, 8, 5200.0),
+    ("gpt-13b", 2, 2, 4, 8, 5000.0),
+    ("llama-70b", 8, 2, 4, 16, 1150.0),
+    ("llama-70b", 8, 4, 2, 32, 1080.0),
+    ("llama-70b", 4, 4, 4, 16, 1020.0),
+    ("mixtral-8x7b", 4, 2, 4, 8, 2500.0),
+    ("mixtral-8x7b", 8, 1, 2, 16, 2650.0),
 )
 BASELINE_MIX = np.array([0.18, 0.12, 0.12, 0.08, 0.08, 0.10, 0.06, 0.06, 0.10, 0.10])
 CURRENT_MIX = np.array([0.08, 0.06, 0.08, 0.06, 0.06, 0.20, 0.14, 0.12, 0.10, 0.10])  # large models gained share
 SKU_SPEED = {"H100": 1.0, "A100": 0.45, "H200": 1.25}
 SEQ_SPEED = {"2048": 1.05, "4096": 1.0, "8192": 0.9}
 
-DIMS = ("cluster", "rack", "node", "gpu_sku", "driver", "cuda", "nccl", "framework", "model", "tp", "pp", "dp",
-        "batch", "precision", "seq_len")
+DIMS = (
+    "cluster",
+    "rack",
+    "node",
+    "gpu_sku",
+    "driver",
+    "cuda",
+    "nccl",
+    "framework",
+    "model",
+    "tp",
+    "pp",
+    "dp",
+    "batch",
+    "precision",
+    "seq_len",
+)
 WORKLOAD_DIMS = ("model", "tp", "pp", "dp", "batch", "precision", "seq_len")
 METRICS = ("tokens_current", "gpu_s_current", "tokens_baseline", "gpu_s_baseline")
 
@@ -118,15 +139,13 @@ def simulate_fleet(scenario: FleetScenario = FleetScenario()) -> FleetCase:  # n
         idx = np.repeat(np.arange(n_nodes), counts)
         wl = job[idx]
         base_rate = np.array([w[5] for w in WORKLOADS])[wl]
-        speed = (np.vectorize(SKU_SPEED.get)(sku[idx]) * np.where(precision[idx] == "fp8", 1.4, 1.0)
-                 * np.vectorize(SEQ_SPEED.get)(seq[idx]))
+        speed = np.vectorize(SKU_SPEED.get)(sku[idx]) * np.where(precision[idx] == "fp8", 1.4, 1.0) * np.vectorize(SEQ_SPEED.get)(seq[idx])
         if sc.confounder:
             speed = speed * np.where(rack[idx] == slow_rack, 1.0 - sc.confounder_rack_slowness, 1.0)
         if window == 1:
             pp = np.array([w[2] for w in WORKLOADS])[wl]
             if "driver" in sc.inject:
-                speed *= np.where((driver[idx] == sc.slow_driver) & (sku[idx] == sc.slow_driver_sku),
-                                  1.0 - sc.slow_driver_slowdown, 1.0)
+                speed *= np.where((driver[idx] == sc.slow_driver) & (sku[idx] == sc.slow_driver_sku), 1.0 - sc.slow_driver_slowdown, 1.0)
             if "rack" in sc.inject:
                 speed *= np.where(rack[idx] == bad_rack, 1.0 - sc.bad_rack_slowdown, 1.0)
             if "nccl" in sc.inject:
@@ -134,8 +153,7 @@ def simulate_fleet(scenario: FleetScenario = FleetScenario()) -> FleetCase:  # n
         gpus = np.array([w[1] * w[2] * w[3] for w in WORKLOADS], dtype=float)[wl]
         gpu_s = gpus * rng.uniform(1800.0, 7200.0, len(idx))
         tokens = base_rate * speed * rng.lognormal(0.0, sc.noise, len(idx)) * gpu_s
-        parts.append(_rows(window, idx, wl, precision, seq, cluster, rack, node, sku, driver, cuda, nccl, framework,
-                           tokens, gpu_s))
+        parts.append(_rows(window, idx, wl, precision, seq, cluster, rack, node, sku, driver, cuda, nccl, framework, tokens, gpu_s))
     runs = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
     truth: list[dict[str, str]] = []
     if "driver" in sc.inject:
@@ -151,11 +169,23 @@ def simulate_fleet(scenario: FleetScenario = FleetScenario()) -> FleetCase:  # n
 def _rows(window: int, idx: np.ndarray, wl: np.ndarray, precision: np.ndarray, seq: np.ndarray, *cols_and_metrics) -> pa.Table:
     """One window's run-windows; string columns are dictionary-encoded (10M rows stay small)."""
     cluster, rack, node, sku, driver, cuda, nccl, framework, tokens, gpu_s = cols_and_metrics
-    per_node = {"cluster": cluster, "rack": rack, "node": node, "gpu_sku": sku, "driver": driver, "cuda": cuda,
-                "nccl": nccl, "framework": framework}
-    per_workload = {"model": [w[0] for w in WORKLOADS], "tp": [str(w[1]) for w in WORKLOADS],
-                    "pp": [str(w[2]) for w in WORKLOADS], "dp": [str(w[3]) for w in WORKLOADS],
-                    "batch": [str(w[4]) for w in WORKLOADS]}
+    per_node = {
+        "cluster": cluster,
+        "rack": rack,
+        "node": node,
+        "gpu_sku": sku,
+        "driver": driver,
+        "cuda": cuda,
+        "nccl": nccl,
+        "framework": framework,
+    }
+    per_workload = {
+        "model": [w[0] for w in WORKLOADS],
+        "tp": [str(w[1]) for w in WORKLOADS],
+        "pp": [str(w[2]) for w in WORKLOADS],
+        "dp": [str(w[3]) for w in WORKLOADS],
+        "batch": [str(w[4]) for w in WORKLOADS],
+    }
     arrays = {k: _dict_column(np.asarray(v), idx) for k, v in per_node.items()}
     arrays |= {k: _dict_column(np.asarray(v), wl) for k, v in per_workload.items()}
     arrays["precision"] = _dict_column(precision, idx)
@@ -164,11 +194,19 @@ def _rows(window: int, idx: np.ndarray, wl: np.ndarray, precision: np.ndarray, s
     present = pa.array(tokens, pa.float64())
     absent = pa.nulls(len(idx), pa.float64())
     if window == 1:
-        metrics = {"tokens_current": present, "gpu_s_current": pa.array(gpu_s, pa.float64()),
-                   "tokens_baseline": absent, "gpu_s_baseline": absent}
+        metrics = {
+            "tokens_current": present,
+            "gpu_s_current": pa.array(gpu_s, pa.float64()),
+            "tokens_baseline": absent,
+            "gpu_s_baseline": absent,
+        }
     else:
-        metrics = {"tokens_current": absent, "gpu_s_current": absent, "tokens_baseline": present,
-                   "gpu_s_baseline": pa.array(gpu_s, pa.float64())}
+        metrics = {
+            "tokens_current": absent,
+            "gpu_s_current": absent,
+            "tokens_baseline": present,
+            "gpu_s_baseline": pa.array(gpu_s, pa.float64()),
+        }
     return pa.table({**arrays, **metrics})
 
 

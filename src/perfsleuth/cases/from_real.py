@@ -35,8 +35,10 @@ from perfsleuth.diagnose.imbalance import PERSISTENT_ALPHA
 from perfsleuth.ingest.kineto import SAMPLED_COVERAGE
 from perfsleuth.trace.provenance import MIN_EVENTS, MIN_GPU_EVENTS
 
-DETECTABLE_RULE = ("injected by construction; detectable when the job's added time (replayed mutated trace minus "
-                   f"the original) is at least {DETECTABLE_MIN_IMPACT:.0%} of the mutated job's time")
+DETECTABLE_RULE = (
+    "injected by construction; detectable when the job's added time (replayed mutated trace minus "
+    f"the original) is at least {DETECTABLE_MIN_IMPACT:.0%} of the mutated job's time"
+)
 UNDETECTABLE_SHARE = 0.2
 """About one fault case in five is sized below the 3% bar on purpose (the diagnosis should abstain)."""
 COPIES = 4
@@ -87,11 +89,15 @@ def usable(docs: list[dict[str, Any]]) -> str | None:
             return "no GPU work"
     if len({rank_of(d, i) for i, d in enumerate(docs)}) != len(docs):
         return "rank files do not have distinct ranks"
-    sizes = [(len(d["traceEvents"]), sum(1 for e in d["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel"))
-             for d in docs]
+    sizes = [
+        (len(d["traceEvents"]), sum(1 for e in d["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel"))
+        for d in docs
+    ]
     if max(n for n, _ in sizes) < FIXTURE_EVENTS or max(k for _, k in sizes) < FIXTURE_KERNELS:
-        return (f"fixture-sized ({max(n for n, _ in sizes)} events, {max(k for _, k in sizes)} kernels): a hand-made "
-                "or toy trace is no workload to inject a fault of known size into")
+        return (
+            f"fixture-sized ({max(n for n, _ in sizes)} events, {max(k for _, k in sizes)} kernels): a hand-made "
+            "or toy trace is no workload to inject a fault of known size into"
+        )
     return None
 
 
@@ -112,18 +118,24 @@ def undetectable_reasons(job: Job, docs: list[dict[str, Any]]) -> dict[str, str]
     out: dict[str, str] = {}
     world = max(int((d.get("distributedInfo") or {}).get("world_size") or 0) for d in docs)
     if world > len(docs):
-        out["exposed_communication"] = (f"{len(docs)} of the job's {world} ranks are traced: slower collectives cannot be "
-                                        "told from waiting for an untraced rank")
+        out["exposed_communication"] = (
+            f"{len(docs)} of the job's {world} ranks are traced: slower collectives cannot be told from waiting for an untraced rank"
+        )
     if all(_numbered_share(d) < SAMPLED_COVERAGE for d in docs):
-        out["unattributed_host_stall"] = ("the trace holds under half of the events the profiler numbered (args 'Ev Idx'): "
-                                          "it was sampled or filtered, so its host gaps are not silence")
+        out["unattributed_host_stall"] = (
+            "the trace holds under half of the events the profiler numbered (args 'Ev Idx'): "
+            "it was sampled or filtered, so its host gaps are not silence"
+        )
     return out
 
 
 def _numbered_share(doc: dict[str, Any]) -> float:
     """Events present over the span of the profiler's event numbers (1.0 when it wrote none)."""
-    idx = [e["args"]["Ev Idx"] for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("args"), dict)
-           and isinstance(e["args"].get("Ev Idx"), int)]
+    idx = [
+        e["args"]["Ev Idx"]
+        for e in doc["traceEvents"]
+        if isinstance(e, dict) and isinstance(e.get("args"), dict) and isinstance(e["args"].get("Ev Idx"), int)
+    ]
     return len(idx) / (max(idx) - min(idx) + 1) if len(idx) > 1 else 1.0
 
 
@@ -146,19 +158,32 @@ class SuiteWriter:
         d.mkdir(parents=True, exist_ok=True)
         for f in self.job.files:
             shutil.copy2(f, d / f.name)
-        self._write(d, [], {"name": "original"}, "the unmodified job: the control every case of this job is "
-                    "graded against (its own findings are not false alarms anywhere in the job)", "original", ".")
+        self._write(
+            d,
+            [],
+            {"name": "original"},
+            "the unmodified job: the control every case of this job is "
+            "graded against (its own findings are not false alarms anywhere in the job)",
+            "original",
+            ".",
+        )
         return d
 
-    def _write(self, d: Path, faults: list[CaseFault], transform: dict[str, Any], notes: str, role: str,
-               original: str, origin: list[dict[str, str]] | None = None) -> None:
-        extra = {"role": role, "original": original, "transform": transform, "origin": origin or self.origin,
-                 "job": self.job.name}
+    def _write(
+        self,
+        d: Path,
+        faults: list[CaseFault],
+        transform: dict[str, Any],
+        notes: str,
+        role: str,
+        original: str,
+        origin: list[dict[str, str]] | None = None,
+    ) -> None:
+        extra = {"role": role, "original": original, "transform": transform, "origin": origin or self.origin, "job": self.job.name}
         write_case(Case(d, tuple(faults), "real", notes, DETECTABLE_RULE if faults else "", extra))
         self.written.append(d)
 
-    def save(self, d: Path, docs: list[dict[str, Any]], names: list[str] | None = None,
-             gz: list[bool] | None = None) -> None:
+    def save(self, d: Path, docs: list[dict[str, Any]], names: list[str] | None = None, gz: list[bool] | None = None) -> None:
         d.mkdir(parents=True, exist_ok=True)
         for k, doc in enumerate(docs):
             name = names[k] if names else self.job.files[min(k, len(self.job.files) - 1)].name
@@ -176,8 +201,9 @@ class SuiteWriter:
                 rf.time_shift(doc, shift)
             params["shift_us"] = shift
         elif kind == "rename":
-            names = [f"renamed_{k}_{_slug(n)[:20]}.pt.trace.json" + (".gz" if g else "") for k, (n, g)
-                     in enumerate(zip(names, gz, strict=True))]
+            names = [
+                f"renamed_{k}_{_slug(n)[:20]}.pt.trace.json" + (".gz" if g else "") for k, (n, g) in enumerate(zip(names, gz, strict=True))
+            ]
         elif kind == "gzip":
             gz = [not g for g in gz]
             names = [n.removesuffix(".gz") if n.endswith(".gz") else n + ".gz" for n in names]
@@ -190,13 +216,27 @@ class SuiteWriter:
             params["rank_offset"] = offset
         d = self._dir(f"control-{kind}")
         self.save(d, docs, names, gz)
-        self._write(d, [], params, f"identity control ({kind}): nothing is injected, so the diagnosis must equal the "
-                    "original's; label: nothing new", "control", "../original")
+        self._write(
+            d,
+            [],
+            params,
+            f"identity control ({kind}): nothing is injected, so the diagnosis must equal the original's; label: nothing new",
+            "control",
+            "../original",
+        )
         return d
 
-    def fault(self, fault: str, stem: str, make: Callable[[list[dict[str, Any]], float], Outcome], target: float,
-              original: str = "../original", docs: list[dict[str, Any]] | None = None,
-              extra_notes: str = "", origin: list[dict[str, str]] | None = None) -> Path | None:
+    def fault(
+        self,
+        fault: str,
+        stem: str,
+        make: Callable[[list[dict[str, Any]], float], Outcome],
+        target: float,
+        original: str = "../original",
+        docs: list[dict[str, Any]] | None = None,
+        extra_notes: str = "",
+        origin: list[dict[str, str]] | None = None,
+    ) -> Path | None:
         """Tune ``make(docs, scale)`` until the measured magnitude is near ``target``; write the case."""
         base = docs if docs is not None else self.docs
         scale, best = 1.0, None
@@ -220,15 +260,29 @@ class SuiteWriter:
         self.save(d, trial)
         m = round(out.magnitude, 4)
         scope = {"ranks": out.ranks, "steps": out.steps}
-        notes = (f"{fault} injected into the real trace(s) by {stem}: {out.params}; the job's time grew from "
-                 f"{out.before_ns / 1e6:.1f} ms to {out.after_ns / 1e6:.1f} ms (replayed), magnitude {m:.3f} of the mutated "
-                 f"job's time (target {target:.3f}). " + " ".join(out.notes) + (" " + extra_notes if extra_notes else ""))
+        notes = (
+            f"{fault} injected into the real trace(s) by {stem}: {out.params}; the job's time grew from "
+            f"{out.before_ns / 1e6:.1f} ms to {out.after_ns / 1e6:.1f} ms (replayed), magnitude {m:.3f} of the mutated "
+            f"job's time (target {target:.3f}). " + " ".join(out.notes) + (" " + extra_notes if extra_notes else "")
+        )
         why = self.undetectable.get(fault)
         if why:
             notes += f" Labeled undetectable whatever its size: {why}."
-        self._write(d, [CaseFault(fault, scope, m, m >= DETECTABLE_MIN_IMPACT and not why)],
-                    {"name": stem, "params": _jsonable(out.params), "injected_us": out.injected_ns / 1000,
-                     "before_ns": out.before_ns, "after_ns": out.after_ns}, notes, "mutation", original, origin)
+        self._write(
+            d,
+            [CaseFault(fault, scope, m, m >= DETECTABLE_MIN_IMPACT and not why)],
+            {
+                "name": stem,
+                "params": _jsonable(out.params),
+                "injected_us": out.injected_ns / 1000,
+                "before_ns": out.before_ns,
+                "after_ns": out.after_ns,
+            },
+            notes,
+            "mutation",
+            original,
+            origin,
+        )
         return d
 
 
@@ -252,6 +306,7 @@ def _stall(kind: str, steps: list[int], total_ns: float, rng_seed: int) -> Calla
     def make(docs: list[dict[str, Any]], scale: float) -> Outcome:
         per = round_us(total_ns * scale / len(steps))
         return rf.host_stall(docs, kind, {s: per for s in steps}, np.random.default_rng(rng_seed))
+
     return make
 
 
@@ -269,9 +324,13 @@ def write_job(job: Job, out: Path, rng: np.random.Generator) -> tuple[list[Path]
     t0 = job_time(indices)
     steps = sorted(set.intersection(*[{n for n, _ in i.steps} for i in indices]))
     if steps:
-        for fault, kind, pick in (("dataloader_stall", "dataloader", "all"), ("dataloader_stall", "dataloader", "some"),
-                                  ("checkpoint_stall", "checkpoint", "one"), ("allocator_churn", "allocator", "all"),
-                                  ("unattributed_host_stall", "silent", "some")):
+        for fault, kind, pick in (
+            ("dataloader_stall", "dataloader", "all"),
+            ("dataloader_stall", "dataloader", "some"),
+            ("checkpoint_stall", "checkpoint", "one"),
+            ("allocator_churn", "allocator", "all"),
+            ("unattributed_host_stall", "silent", "some"),
+        ):
             chosen = _steps(steps, pick, rng)
             target = _target(rng)
             total = target * t0 / (1 - target)
@@ -304,8 +363,10 @@ def _straggler(w: SuiteWriter, docs: list[dict[str, Any]], indices: list[Any], r
     steps = min(len(i.steps) for i in indices)
     chance = min(1.0, ranks * (1 / ranks) ** steps)
     if chance >= STRAGGLER_ALPHA:
-        w.undetectable["straggler_rank"] = (f"{steps} steps on {ranks} ranks: one rank is slowest on every step by chance "
-                                            f"{chance:.0%} of the time, so no test can tell a straggler from chance")
+        w.undetectable["straggler_rank"] = (
+            f"{steps} steps on {ranks} ranks: one rank is slowest on every step by chance "
+            f"{chance:.0%} of the time, so no test can tell a straggler from chance"
+        )
     if len(docs) > 1 and collective_groups(indices) is not None:
         pos = int(rng.integers(len(docs)))
         w.fault("straggler_rank", "straggler_rank", lambda d, s: rf.straggler(d, pos, 1 + 0.3 * s), target)
@@ -321,23 +382,39 @@ def _straggler(w: SuiteWriter, docs: list[dict[str, Any]], indices: list[Any], r
     d = w.root / "copies-original"
     w.save(d, copies, names)
     origin = [w.origin[0]]
-    w._write(d, [], {"name": "copies", "copies": COPIES}, f"{COPIES} copies of the job's first rank file relabelled as "
-             f"ranks 0..{COPIES - 1} (an identical-ranks job built from one real rank): the control of the straggler "
-             "case made from it", "original", ".", origin)
+    w._write(
+        d,
+        [],
+        {"name": "copies", "copies": COPIES},
+        f"{COPIES} copies of the job's first rank file relabelled as "
+        f"ranks 0..{COPIES - 1} (an identical-ranks job built from one real rank): the control of the straggler "
+        "case made from it",
+        "original",
+        ".",
+        origin,
+    )
     pos = int(rng.integers(COPIES))
     orig_names = w.job.files
     w.job = Job(w.job.name, tuple(d / n for n in names))
     try:
-        w.fault("straggler_rank", "straggler_rank", lambda dd, s: rf.straggler(dd, pos, 1 + 0.3 * s), target,
-                original="../copies-original", docs=copies, origin=origin,
-                extra_notes=f"The job is {COPIES} copies of one real rank relabelled 0..{COPIES - 1}; rank {pos}'s compute "
-                            "kernels are stretched and its peers' matching collectives end with its arrival.")
+        w.fault(
+            "straggler_rank",
+            "straggler_rank",
+            lambda dd, s: rf.straggler(dd, pos, 1 + 0.3 * s),
+            target,
+            original="../copies-original",
+            docs=copies,
+            origin=origin,
+            extra_notes=f"The job is {COPIES} copies of one real rank relabelled 0..{COPIES - 1}; rank {pos}'s compute "
+            "kernels are stretched and its peers' matching collectives end with its arrival.",
+        )
     finally:
         w.job = Job(w.job.name, orig_names)
 
 
-def make_real_suite(src: str | Path, out: str | Path, seed: int = 0,
-                    log: Callable[[str], None] | None = None) -> tuple[list[Path], list[tuple[str, str]]]:
+def make_real_suite(
+    src: str | Path, out: str | Path, seed: int = 0, log: Callable[[str], None] | None = None
+) -> tuple[list[Path], list[tuple[str, str]]]:
     """Write the suite; returns (case dirs, [(job, why skipped)])."""
     rng = np.random.default_rng(seed)
     out = Path(out)

@@ -37,17 +37,66 @@ import orjson
 from perfsleuth.cases.case import Case, CaseFault, write_case
 from perfsleuth.metrics.hardware import lookup
 
-CLASSES = ("kv_cache_preemption", "prefill_decode_interference", "low_batch_occupancy", "request_queueing",
-           "host_bound_serving", "memory_bound_decode")
+CLASSES = (
+    "kv_cache_preemption",
+    "prefill_decode_interference",
+    "low_batch_occupancy",
+    "request_queueing",
+    "host_bound_serving",
+    "memory_bound_decode",
+)
 EPOCH_S = 1_750_000_000
 STALL = 3.0
 """A token gap over three times the median step is a stall (a tuned chunk costs at most two decode steps)."""
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-                   480.0, 960.0, 1920.0, 7680.0)
+REQUEST_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 """vLLM's bucket bounds (vllm/v1/metrics/loggers.py)."""
 
@@ -62,12 +111,11 @@ DETECTABLE = {
 """Per class: the run's own measure of the fault and the value from which a diagnosis must see it. Each bar
 sits a margin above the detector's own threshold on its estimate (``diagnose.inference``): a fault between
 the two is present but not required to be found (the evaluation does not score findings on it)."""
-EXPLAINS = {"kv_cache_preemption": ("request_queueing", "prefill_decode_interference"),
-            "host_bound_serving": ("low_batch_occupancy",)}
+EXPLAINS = {"kv_cache_preemption": ("request_queueing", "prefill_decode_interference"), "host_bound_serving": ("low_batch_occupancy",)}
 """Symptoms an injected cause produces: not labeled as faults of their own (the diagnosis attaches them)."""
 DETECTABLE_RULE = "; ".join(f"{k}: {m} >= {v}" for k, (m, v) in DETECTABLE.items()) + (
-    "; memory_bound_decode and the decode-step form of host_bound_serving also need the GPU model, which an SGLang "
-    "result does not carry")
+    "; memory_bound_decode and the decode-step form of host_bound_serving also need the GPU model, which an SGLang result does not carry"
+)
 
 MODELS = (  # (name, parameters, KV bytes per token: layers x kv heads x head dim x 2 (K, V) x 2 bytes)
     ("meta-llama/Llama-3.1-8B-Instruct", 8.03e9, 32 * 8 * 128 * 2 * 2),
@@ -148,11 +196,18 @@ class _Hist:
         self.n += v.size
 
 
-HISTS = {"vllm:time_to_first_token_seconds": TTFT_BUCKETS, "vllm:inter_token_latency_seconds": ITL_BUCKETS,
-         "vllm:e2e_request_latency_seconds": REQUEST_BUCKETS, "vllm:request_queue_time_seconds": REQUEST_BUCKETS,
-         "vllm:request_prefill_time_seconds": REQUEST_BUCKETS, "vllm:request_decode_time_seconds": REQUEST_BUCKETS,
-         "vllm:request_inference_time_seconds": REQUEST_BUCKETS, "vllm:iteration_tokens_total": TOKEN_BUCKETS,
-         "vllm:request_prompt_tokens": TOKEN_BUCKETS, "vllm:request_generation_tokens": TOKEN_BUCKETS}
+HISTS = {
+    "vllm:time_to_first_token_seconds": TTFT_BUCKETS,
+    "vllm:inter_token_latency_seconds": ITL_BUCKETS,
+    "vllm:e2e_request_latency_seconds": REQUEST_BUCKETS,
+    "vllm:request_queue_time_seconds": REQUEST_BUCKETS,
+    "vllm:request_prefill_time_seconds": REQUEST_BUCKETS,
+    "vllm:request_decode_time_seconds": REQUEST_BUCKETS,
+    "vllm:request_inference_time_seconds": REQUEST_BUCKETS,
+    "vllm:iteration_tokens_total": TOKEN_BUCKETS,
+    "vllm:request_prompt_tokens": TOKEN_BUCKETS,
+    "vllm:request_generation_tokens": TOKEN_BUCKETS,
+}
 
 
 @dataclass
@@ -197,8 +252,17 @@ class _Engine:
         self.hists = {k: _Hist(np.array(v, dtype=float)) for k, v in HISTS.items()}
         self.counters = {"prompt": 0.0, "generation": 0.0, "preemptions": 0.0, "success": 0.0}
         self.measuring = False
-        self.acct = {"busy": 0.0, "preemptions": 0.0, "host": 0.0, "prefill": 0.0, "recompute": 0.0, "steps": 0.0,
-                     "dec_time": 0.0, "dec_prefill_time": 0.0, "mem_time": 0.0}
+        self.acct = {
+            "busy": 0.0,
+            "preemptions": 0.0,
+            "host": 0.0,
+            "prefill": 0.0,
+            "recompute": 0.0,
+            "steps": 0.0,
+            "dec_time": 0.0,
+            "dec_prefill_time": 0.0,
+            "mem_time": 0.0,
+        }
 
     def kv_usage(self) -> float:
         return 1.0 - self.free_blocks / self.total_blocks
@@ -222,8 +286,9 @@ def simulate(server: Server, load: Load, seed: int = 0) -> SimResult:
     e = _Engine(server, load, rng)
     s = server
     spec = lookup(s.gpu)
-    step = s.host_step_s + (s.weight_bytes + max(load.users, 1) * (load.prompt_median + load.output_median / 2)
-                            * s.kv_bytes_per_token) / (spec.hbm_bytes_per_s * s.mem_efficiency)
+    step = s.host_step_s + (s.weight_bytes + max(load.users, 1) * (load.prompt_median + load.output_median / 2) * s.kv_bytes_per_token) / (
+        spec.hbm_bytes_per_s * s.mem_efficiency
+    )
     ramp = load.output_median * step
     warm = min(2 * ramp, 10.0) if load.users else 2.0  # measured after the start-up wave, as a warmed-up benchmark is
     t_end = warm + load.duration_s
@@ -482,8 +547,7 @@ def _exposition(e: _Engine, s: Server) -> str:
     lines.append(f"vllm:num_requests_waiting{{{lab}}} {float(len(e.waiting))}")
     family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
     lines.append(f"vllm:kv_cache_usage_perc{{{lab}}} {e.kv_usage():.6f}")
-    for name, key in (("vllm:num_preemptions", "preemptions"), ("vllm:prompt_tokens", "prompt"),
-                      ("vllm:generation_tokens", "generation")):
+    for name, key in (("vllm:num_preemptions", "preemptions"), ("vllm:prompt_tokens", "prompt"), ("vllm:generation_tokens", "generation")):
         family(name, "counter", f"Cumulative {key}.")
         lines.append(f"{name}_total{{{lab}}} {e.counters[key]}")
     family("vllm:request_success", "counter", "Count of successfully processed requests.")
@@ -498,9 +562,11 @@ def _exposition(e: _Engine, s: Server) -> str:
         lines.append(f"{name}_sum{{{lab}}} {h.total}")
         lines.append(f"{name}_count{{{lab}}} {float(h.n)}")
     family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
-    lines.append(f'vllm:cache_config_info{{block_size="{s.block_size}",cache_dtype="auto",engine="0",'
-                 f'gpu_memory_utilization="{s.gpu_memory_utilization}",num_gpu_blocks="{e.total_blocks}",'
-                 f'prefix_caching_hash_algo="sha256"}} 1.0')
+    lines.append(
+        f'vllm:cache_config_info{{block_size="{s.block_size}",cache_dtype="auto",engine="0",'
+        f'gpu_memory_utilization="{s.gpu_memory_utilization}",num_gpu_blocks="{e.total_blocks}",'
+        f'prefix_caching_hash_algo="sha256"}} 1.0'
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -525,23 +591,37 @@ def bench_result(res: SimResult, *, detailed: bool = True, percentiles: tuple[fl
     order = np.lexsort((res.token_t[keep], remap[res.token_req[keep]]))
     rq, tt = remap[res.token_req[keep]][order], res.token_t[keep][order]
     bounds = np.searchsorted(rq, np.arange(len(send) + 1))
-    itls = [np.diff(tt[bounds[i]:bounds[i + 1]]) for i in range(len(send))]
+    itls = [np.diff(tt[bounds[i] : bounds[i + 1]]) for i in range(len(send))]
     out = R["out"]
     ok = np.flatnonzero(done)
     tpots = np.array([(lat[i] - ttft[i]) / (out[i] - 1) for i in ok if out[i] > 1])
     all_itl = np.concatenate([itls[i] for i in ok]) if ok.size else np.zeros(0)
     duration = float(np.nanmax(R["finish"][done]) + net - np.nanmin(send)) if ok.size else 0.0
     doc: dict[str, Any] = {
-        "date": "20250615-120000", "endpoint_type": "vllm", "backend": "vllm", "label": None, "model_id": s.model,
-        "tokenizer_id": s.model, "num_prompts": int(len(send)), "gpu": s.gpu, "num_gpus": "1",
+        "date": "20250615-120000",
+        "endpoint_type": "vllm",
+        "backend": "vllm",
+        "label": None,
+        "model_id": s.model,
+        "tokenizer_id": s.model,
+        "num_prompts": int(len(send)),
+        "gpu": s.gpu,
+        "num_gpus": "1",
         "max_num_seqs": str(s.max_num_seqs),
-        "request_rate": "inf" if load.users else load.rate_rps, "burstiness": 1.0,
-        "max_concurrency": load.users or None, "duration": duration, "completed": int(ok.size),
-        "failed": int(len(send) - ok.size), "total_input_tokens": int(R["prompt"][ok].sum()),
-        "total_output_tokens": int(out[ok].sum()), "request_throughput": ok.size / duration if duration else 0.0,
-        "request_goodput": None, "output_throughput": float(out[ok].sum()) / duration if duration else 0.0,
+        "request_rate": "inf" if load.users else load.rate_rps,
+        "burstiness": 1.0,
+        "max_concurrency": load.users or None,
+        "duration": duration,
+        "completed": int(ok.size),
+        "failed": int(len(send) - ok.size),
+        "total_input_tokens": int(R["prompt"][ok].sum()),
+        "total_output_tokens": int(out[ok].sum()),
+        "request_throughput": ok.size / duration if duration else 0.0,
+        "request_goodput": None,
+        "output_throughput": float(out[ok].sum()) / duration if duration else 0.0,
         "total_token_throughput": float(R["prompt"][ok].sum() + out[ok].sum()) / duration if duration else 0.0,
-        "max_output_tokens_per_s": 0.0, "max_concurrent_requests": int(load.users or 0),
+        "max_output_tokens_per_s": 0.0,
+        "max_concurrent_requests": int(load.users or 0),
     }
     for name, vals in (("ttft", ttft[ok]), ("tpot", tpots), ("itl", all_itl), ("e2el", lat[ok])):
         doc[f"mean_{name}_ms"] = float(vals.mean() * 1e3) if vals.size else 0.0
@@ -550,23 +630,36 @@ def bench_result(res: SimResult, *, detailed: bool = True, percentiles: tuple[fl
         for q in percentiles:
             doc[f"p{q:g}_{name}_ms"] = _pct(vals, q) * 1e3
     if detailed:
-        doc.update({
-            "input_lens": [int(x) for x in R["prompt"]], "output_lens": [int(out[i]) if done[i] else 0 for i in range(len(send))],
-            "ttfts": [float(ttft[i]) if done[i] else 0.0 for i in range(len(send))],
-            "itls": [[round(float(x), 6) for x in itls[i]] if done[i] else [] for i in range(len(send))],
-            "start_times": [float(x) for x in send], "errors": ["" if done[i] else "timeout" for i in range(len(send))],
-        })
+        doc.update(
+            {
+                "input_lens": [int(x) for x in R["prompt"]],
+                "output_lens": [int(out[i]) if done[i] else 0 for i in range(len(send))],
+                "ttfts": [float(ttft[i]) if done[i] else 0.0 for i in range(len(send))],
+                "itls": [[round(float(x), 6) for x in itls[i]] if done[i] else [] for i in range(len(send))],
+                "start_times": [float(x) for x in send],
+                "errors": ["" if done[i] else "timeout" for i in range(len(send))],
+            }
+        )
     return doc
 
 
 def sglang_result(res: SimResult) -> dict[str, Any]:
     """The same run as one SGLang ``bench_serving`` JSONL line (summary keys only)."""
     v = bench_result(res, detailed=False, percentiles=(95, 99))
-    out = {"backend": "sglang", "dataset_name": "random", "request_rate": v["request_rate"],
-           "max_concurrency": v["max_concurrency"], "duration": v["duration"], "completed": v["completed"],
-           "total_input_tokens": v["total_input_tokens"], "total_output_tokens": v["total_output_tokens"],
-           "request_throughput": v["request_throughput"], "input_throughput": v["total_input_tokens"] / v["duration"],
-           "output_throughput": v["output_throughput"], "concurrency": v["mean_e2el_ms"] / 1e3 * v["request_throughput"]}
+    out = {
+        "backend": "sglang",
+        "dataset_name": "random",
+        "request_rate": v["request_rate"],
+        "max_concurrency": v["max_concurrency"],
+        "duration": v["duration"],
+        "completed": v["completed"],
+        "total_input_tokens": v["total_input_tokens"],
+        "total_output_tokens": v["total_output_tokens"],
+        "request_throughput": v["request_throughput"],
+        "input_throughput": v["total_input_tokens"] / v["duration"],
+        "output_throughput": v["output_throughput"],
+        "concurrency": v["mean_e2el_ms"] / 1e3 * v["request_throughput"],
+    }
     for m in ("ttft", "tpot", "itl"):
         for st in ("mean", "median", "std", "p99"):
             out[f"{st}_{m}_ms"] = v[f"{st}_{m}_ms"]
@@ -597,12 +690,23 @@ def _healthy(rng: np.random.Generator) -> tuple[Server, Load]:
     model, params, kv = MODELS[int(rng.integers(len(MODELS)))]
     gpu = GPUS[int(rng.integers(len(GPUS)))]
     seqs = int(rng.choice([64, 128, 256]))
-    server = Server(gpu=gpu, model=model, params=params, kv_bytes_per_token=kv,
-                    max_num_seqs=seqs, max_num_batched_tokens=seqs + 128,
-                    mem_efficiency=float(rng.uniform(0.42, 0.58)), host_step_s=float(rng.uniform(0.0002, 0.0006)),
-                    tokenize_s=float(rng.uniform(0.001, 0.003)))
-    load = Load(prompt_median=float(rng.uniform(150, 500)), output_median=float(rng.uniform(150, 300)),
-                duration_s=float(rng.uniform(10, 15)), scrape_every_s=1.0)
+    server = Server(
+        gpu=gpu,
+        model=model,
+        params=params,
+        kv_bytes_per_token=kv,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=seqs + 128,
+        mem_efficiency=float(rng.uniform(0.42, 0.58)),
+        host_step_s=float(rng.uniform(0.0002, 0.0006)),
+        tokenize_s=float(rng.uniform(0.001, 0.003)),
+    )
+    load = Load(
+        prompt_median=float(rng.uniform(150, 500)),
+        output_median=float(rng.uniform(150, 300)),
+        duration_s=float(rng.uniform(10, 15)),
+        scrape_every_s=1.0,
+    )
     cap = min(server.max_num_seqs, server.kv_capacity_tokens() / (load.prompt_median + load.output_median))
     users = max(8, int(cap * rng.uniform(0.55, 0.9)))
     # no more clients than such a chunk can prefill for: prefill keeps up without stalling decodes
@@ -687,14 +791,21 @@ def make_case(out: str | Path, fault: str | None, seed: int, *, bench_format: st
     faults: tuple[CaseFault, ...] = tuple(  # what the run shows although it was not injected
         CaseFault(k, {"emergent": True}, round(float(res.truth[m]), 4), True)
         for k, (m, bar) in DETECTABLE.items()
-        if k != fault and k not in EXPLAINS.get(fault, ()) and res.truth[m] >= bar and _visible(k, bench_format, res))
+        if k != fault and k not in EXPLAINS.get(fault, ()) and res.truth[m] >= bar and _visible(k, bench_format, res)
+    )
     if fault is not None:
         measure, bar = DETECTABLE[fault]
         mag = float(res.truth[measure])
         faults = (CaseFault(fault, {}, round(mag, 4), bool(mag >= bar) and _visible(fault, bench_format, res)),) + faults
     config = {"server": asdict(server), "load": asdict(load), "seed": seed, "bench_format": bench_format}
-    case = Case(path, faults, "simulated", f"inference_sim: {fault or 'healthy'} server", DETECTABLE_RULE,
-                {"truth": {k: round(v, 6) for k, v in res.truth.items()}, "config": config})
+    case = Case(
+        path,
+        faults,
+        "simulated",
+        f"inference_sim: {fault or 'healthy'} server",
+        DETECTABLE_RULE,
+        {"truth": {k: round(v, 6) for k, v in res.truth.items()}, "config": config},
+    )
     write_case(case)
     return case
 
@@ -703,8 +814,7 @@ def _visible(fault: str, bench_format: str, res: SimResult) -> bool:
     """An SGLang result carries no --metadata: without the GPU model no decode-step floor can be placed."""
     if bench_format != "sglang":
         return True
-    return not (fault == "memory_bound_decode" or (
-        fault == "host_bound_serving" and res.truth["api_share_of_e2e"] < DETECTABLE[fault][1]))
+    return not (fault == "memory_bound_decode" or (fault == "host_bound_serving" and res.truth["api_share_of_e2e"] < DETECTABLE[fault][1]))
 
 
 def make_suite(out: str | Path, n: int = 100, seed: int = 0, healthy_share: float = 0.2) -> list[Case]:

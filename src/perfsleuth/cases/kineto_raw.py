@@ -112,8 +112,11 @@ def index_rank(doc: dict[str, Any]) -> RankIndex:
     name = np.array([str(e.get("name", "")) for e in ev], dtype=object)
     pid = np.array([e.get("pid") for e in ev], dtype=object)
     tid = np.array([e.get("tid") for e in ev], dtype=object)
-    corr = np.fromiter(((e.get("args") or {}).get("correlation", -1) if isinstance((e.get("args") or {}).get(
-        "correlation", -1), int) else -1 for e in ev), np.int64, n)
+    corr = np.fromiter(
+        ((e.get("args") or {}).get("correlation", -1) if isinstance((e.get("args") or {}).get("correlation", -1), int) else -1 for e in ev),
+        np.int64,
+        n,
+    )
     chain = np.isin(cat, list(GPU_CHAIN_CATS))
     gpu_ann = np.isin(cat, list(GPU_ANNOTATION_CATS))
     host = ~chain & ~gpu_ann & (cat != "cuda_sync") & (cat != "cuda_profiler_range")

@@ -57,62 +57,133 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
             if extra:
                 args.update(extra)
             idx += 1
-            add({"ph": "X", "cat": HOST_CATS[cat], "name": name, "pid": pid, "tid": tid,
-                 "ts": (a + off) / 1000, "dur": (z - a) / 1000, "args": args})
+            add(
+                {
+                    "ph": "X",
+                    "cat": HOST_CATS[cat],
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": (a + off) / 1000,
+                    "dur": (z - a) / 1000,
+                    "args": args,
+                }
+            )
     for rec in mem[m:]:
         idx = _memory_event(add, rec, off, pid, tid, dev, idx)
     for cat, name, a, z, ext, corr, cbid in host:
         if cat > H_ANNOTATION:
             ts = (a + off) / 1000
-            add({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid, "tid": tid, "ts": ts,
-                 "dur": (z - a) / 1000, "args": {"External id": ext, "cbid": cbid, "correlation": corr}})
+            add(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": ts,
+                    "dur": (z - a) / 1000,
+                    "args": {"External id": ext, "cbid": cbid, "correlation": corr},
+                }
+            )
             if cbid in _FLOW_FROM:
                 add({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g"})
     for g in sorted(tr.gpu, key=lambda g: g.start):
         ts, dur = (g.start + off) / 1000, (g.end - g.start) / 1000
         if g.kind == K_MEMCPY:
-            add({"ph": "X", "cat": "gpu_memcpy", "name": g.name, "pid": dev, "tid": g.stream, "ts": ts,
-                 "dur": dur, "args": {"External id": g.ext, "device": dev, "context": 1, "stream": g.stream,
-                                      "correlation": g.corr, "bytes": g.nbytes,
-                                      "memory bandwidth (GB/s)": g.nbytes / max(1, g.end - g.start)}})
+            add(
+                {
+                    "ph": "X",
+                    "cat": "gpu_memcpy",
+                    "name": g.name,
+                    "pid": dev,
+                    "tid": g.stream,
+                    "ts": ts,
+                    "dur": dur,
+                    "args": {
+                        "External id": g.ext,
+                        "device": dev,
+                        "context": 1,
+                        "stream": g.stream,
+                        "correlation": g.corr,
+                        "bytes": g.nbytes,
+                        "memory bandwidth (GB/s)": g.nbytes / max(1, g.end - g.start),
+                    },
+                }
+            )
         else:
-            args = {"External id": g.ext, "queued": 0, "device": dev, "context": 1, "stream": g.stream,
-                    "correlation": g.corr, **g.static}
+            args = {"External id": g.ext, "queued": 0, "device": dev, "context": 1, "stream": g.stream, "correlation": g.corr, **g.static}
             if g.cargs:
                 args.update(g.cargs)
-            add({"ph": "X", "cat": "kernel", "name": g.name, "pid": dev, "tid": g.stream, "ts": ts,
-                 "dur": dur, "args": args})
-        add({"ph": "f", "id": g.corr, "pid": dev, "tid": g.stream, "ts": ts, "cat": "ac2g", "name": "ac2g",
-             "bp": "e"})
+            add({"ph": "X", "cat": "kernel", "name": g.name, "pid": dev, "tid": g.stream, "ts": ts, "dur": dur, "args": args})
+        add({"ph": "f", "id": g.corr, "pid": dev, "tid": g.stream, "ts": ts, "cat": "ac2g", "name": "ac2g", "bp": "e"})
     for a, z, ext, corr, stream in tr.syncs:
-        add({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": dev, "tid": stream,
-             "ts": (a + off) / 1000, "dur": (z - a) / 1000,
-             "args": {"External id": ext, "cuda_sync_kind": "Stream Sync", "stream": stream,
-                      "correlation": corr, "device": dev, "context": 1}})
+        add(
+            {
+                "ph": "X",
+                "cat": "cuda_sync",
+                "name": "Stream Sync",
+                "pid": dev,
+                "tid": stream,
+                "ts": (a + off) / 1000,
+                "dur": (z - a) / 1000,
+                "args": {
+                    "External id": ext,
+                    "cuda_sync_kind": "Stream Sync",
+                    "stream": stream,
+                    "correlation": corr,
+                    "device": dev,
+                    "context": 1,
+                },
+            }
+        )
     for name, ext, stream, a, z in tr.gpu_annotations:
-        add({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": dev, "tid": stream,
-             "ts": (a + off) / 1000, "dur": (z - a) / 1000, "args": {"External id": ext}})
+        add(
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": name,
+                "pid": dev,
+                "tid": stream,
+                "ts": (a + off) / 1000,
+                "dur": (z - a) / 1000,
+                "args": {"External id": ext},
+            }
+        )
     t0 = min(host[0][2], min((g.start for g in tr.gpu), default=host[0][2])) - 30_000
     t1 = max(max(e[3] for e in host), max((g.end for g in tr.gpu), default=0)) + 50_000
     if tr.window_end is not None:  # the profiler was stopped while work was still running
         t1 = tr.window_end
     ts0, ts1 = (t0 + off) / 1000, (t1 + off) / 1000
     streams = sorted({g.stream for g in tr.gpu} | {s[4] for s in tr.syncs})
-    meta = [(pid, 0, "process_name", {"name": "python3"}), (pid, 0, "process_labels", {"labels": "CPU"}),
-            (pid, 0, "process_sort_index", {"sort_index": pid}),
-            (dev, 0, "process_name", {"name": "python3"}), (dev, 0, "process_labels", {"labels": f"GPU {dev}"}),
-            (dev, 0, "process_sort_index", {"sort_index": 16777216 + dev})]
+    meta = [
+        (pid, 0, "process_name", {"name": "python3"}),
+        (pid, 0, "process_labels", {"labels": "CPU"}),
+        (pid, 0, "process_sort_index", {"sort_index": pid}),
+        (dev, 0, "process_name", {"name": "python3"}),
+        (dev, 0, "process_labels", {"labels": f"GPU {dev}"}),
+        (dev, 0, "process_sort_index", {"sort_index": 16777216 + dev}),
+    ]
     for s in streams:
         meta += [(dev, s, "thread_name", {"name": f"stream {s} "}), (dev, s, "thread_sort_index", {"sort_index": s})]
-    meta += [(pid, tid, "thread_name", {"name": f"thread {tid} (pt_main_thread)"}),
-             (pid, tid, "thread_sort_index", {"sort_index": tid})]
+    meta += [(pid, tid, "thread_name", {"name": f"thread {tid} (pt_main_thread)"}), (pid, tid, "thread_sort_index", {"sort_index": tid})]
     out += [{"name": n, "ph": "M", "ts": ts0, "pid": p, "tid": t, "args": a} for p, t, n, a in meta]
-    out.append({"name": "process_sort_index", "ph": "M", "ts": ts0, "pid": "Spans", "tid": 0,
-                "args": {"sort_index": 536870912}})
-    out.append({"ph": "X", "cat": "Trace", "ts": ts0, "dur": (t1 - t0) / 1000, "pid": "Spans",
-                "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})
-    out.append({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
-                "tid": "Trace PyTorch Profiler", "ts": ts0})
+    out.append({"name": "process_sort_index", "ph": "M", "ts": ts0, "pid": "Spans", "tid": 0, "args": {"sort_index": 536870912}})
+    out.append(
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "ts": ts0,
+            "dur": (t1 - t0) / 1000,
+            "pid": "Spans",
+            "tid": "PyTorch Profiler",
+            "name": "PyTorch Profiler (0)",
+            "args": {"Op count": 0},
+        }
+    )
+    out.append(
+        {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": ts0}
+    )
     out.append({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": ts1})
     return out
 
@@ -120,10 +191,26 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
 def _memory_event(add, rec: tuple, off: int, pid: int, tid: int, dev: int, idx: int) -> int:
     """One ``[memory]`` instant event (a caching-allocator allocation, or a free with negative Bytes)."""
     t, addr, nbytes, allocated, reserved = rec
-    add({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid, "tid": tid,
-         "ts": (t + off) / 1000, "args": {"Ev Idx": idx, "Device Type": 1, "Device Id": dev, "Addr": addr,
-                                          "Bytes": nbytes, "Total Allocated": allocated,
-                                          "Total Reserved": reserved}})
+    add(
+        {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "name": "[memory]",
+            "pid": pid,
+            "tid": tid,
+            "ts": (t + off) / 1000,
+            "args": {
+                "Ev Idx": idx,
+                "Device Type": 1,
+                "Device Id": dev,
+                "Addr": addr,
+                "Bytes": nbytes,
+                "Total Allocated": allocated,
+                "Total Reserved": reserved,
+            },
+        }
+    )
     return idx + 1
 
 
@@ -133,9 +220,14 @@ def _header(job: SimulatedJob, tr: RankTrace) -> dict[str, Any]:
     return {
         "schemaVersion": 1,
         "deviceProperties": [device_properties(cfg.gpu_name, d) for d in range(n_dev)],
-        "distributedInfo": {"backend": "nccl", "rank": tr.rank, "world_size": cfg.world_size,
-                            "pg_count": len(tr.process_groups), "pg_config": tr.process_groups,
-                            "nccl_version": cfg.nccl_version},
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": tr.rank,
+            "world_size": cfg.world_size,
+            "pg_count": len(tr.process_groups),
+            "pg_config": tr.process_groups,
+            "nccl_version": cfg.nccl_version,
+        },
         "record_shapes": 0,
         **({"profile_memory": 1} if cfg.profile_memory else {}),
         "cupti_version": 24,

@@ -30,8 +30,12 @@ DIMS = ("tp", "cp", "dp", "pp")
 Framework = Literal["plain", "megatron", "torchtitan"]
 FRAMEWORKS: tuple[str, ...] = ("plain", "megatron", "torchtitan")
 
-_MEGATRON_DESC = {"dp": "DATA_PARALLEL_GROUP", "cp": "CONTEXT_PARALLEL_GROUP",
-                  "tp": "TENSOR_MODEL_PARALLEL_GROUP", "pp": "PIPELINE_MODEL_PARALLEL_GROUP"}
+_MEGATRON_DESC = {
+    "dp": "DATA_PARALLEL_GROUP",
+    "cp": "CONTEXT_PARALLEL_GROUP",
+    "tp": "TENSOR_MODEL_PARALLEL_GROUP",
+    "pp": "PIPELINE_MODEL_PARALLEL_GROUP",
+}
 _MEGATRON_CREATION = ("dp", "cp", "tp", "pp")  # the order parallel_state.initialize_model_parallel creates them
 _MESH_CREATION = ("pp", "dp", "cp", "tp")  # the mesh's dimensions, outermost first
 _PLAIN_DESC = {"dp": "dp_group", "cp": "cp_group", "tp": "tp_group", "pp": "pp_group"}
@@ -99,8 +103,7 @@ class ParallelLayout:
         pgs: list[dict[str, Any]] = []
 
         def add(desc: str, ranks: list[int]) -> None:
-            pgs.append({"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl",
-                        "pg_size": len(ranks), "ranks": ranks})
+            pgs.append({"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": len(ranks), "ranks": ranks})
 
         add("default_pg", list(range(self.world_size)))
         creation = _MEGATRON_CREATION if framework == "megatron" else _MESH_CREATION

@@ -67,8 +67,7 @@ def clean_points(idx: RankIndex) -> list[Point]:
         return []
     steps = idx.step_bounds()
     step_rows = {i for _, i in idx.steps}
-    blockers = np.array([idx.host[i] and i not in step_rows and idx.cat[i] not in _ALLOWED_AROUND
-                         for i in range(len(idx.ev))], dtype=bool)
+    blockers = np.array([idx.host[i] and i not in step_rows and idx.cat[i] not in _ALLOWED_AROUND for i in range(len(idx.ev))], dtype=bool)
     b = np.flatnonzero(blockers)
     b = b[np.argsort(idx.ts[b], kind="stable")]
     b_ts, b_max = idx.ts[b], np.maximum.accumulate(idx.end[b]) if len(b) else np.zeros(0, np.int64)
@@ -92,8 +91,9 @@ def clean_points(idx: RankIndex) -> list[Point]:
     return out
 
 
-def pick_points(points: list[Point], steps: list[int], rng: np.random.Generator, *, first: bool = False,
-                drained: bool = False) -> dict[int, Point]:
+def pick_points(
+    points: list[Point], steps: list[int], rng: np.random.Generator, *, first: bool = False, drained: bool = False
+) -> dict[int, Point]:
     """One point per step in ``steps`` (the step's earliest when ``first``), drained ones preferred."""
     out: dict[int, Point] = {}
     for s in steps:
@@ -119,8 +119,9 @@ def collective_groups(indices: list[RankIndex]) -> list[list[int]] | None:
     return per
 
 
-def replay(indices: list[RankIndex], gaps: dict[int, list[Gap]], stretch: dict[int, dict[int, int]],
-           comm_factor: float = 1.0) -> tuple[list[Retimed], list[str]]:
+def replay(
+    indices: list[RankIndex], gaps: dict[int, list[Gap]], stretch: dict[int, dict[int, int]], comm_factor: float = 1.0
+) -> tuple[list[Retimed], list[str]]:
     """Re-time every rank; collectives end with their last arrival (iterated until it settles)."""
     notes: list[str] = []
     groups = collective_groups(indices)
@@ -248,8 +249,16 @@ def span(idx: RankIndex, name: str, cat: str, lo_ns: int, hi_ns: int, ids: Ids, 
     base = {"External id": ids.next("ext")}
     if cat in ("user_annotation", "cpu_op"):
         base.update({"Record function id": 0, "Ev Idx": ids.next("ev")})
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": _us(lo_ns), "dur": _us(hi_ns - lo_ns),
-            "args": {**base, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(lo_ns),
+        "dur": _us(hi_ns - lo_ns),
+        "args": {**base, **args},
+    }
 
 
 def busiest_stream(idx: RankIndex) -> dict[str, Any] | None:

@@ -60,8 +60,7 @@ H100 = Machine()
 A100 = Machine("NVIDIA A100-SXM4-80GB", 8, 234.0, 25.0, 0.9, "2.18.3", "12.2")
 
 
-def model_time_us(collective: str, size: int, nranks: int, nnodes: int, algo: str, proto: str, m: Machine,
-                  net_scale: float = 1.0) -> float:
+def model_time_us(collective: str, size: int, nranks: int, nnodes: int, algo: str, proto: str, m: Machine, net_scale: float = 1.0) -> float:
     """Modelled time of one call: latency + bytes x factor / bandwidth (see the module docstring)."""
     local = max(nranks // max(nnodes, 1), 1)
     bw = m.nvlink_busbw_gbs if local > 1 else 1e9
@@ -98,6 +97,7 @@ def measure(t_us: float, rng: np.random.Generator, sigma: float = NOISE_SIGMA) -
 
 # --- nccl-tests output ----------------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class TestRun:
     """One nccl-tests run: what was measured, on which hosts, under which forced choice."""
@@ -118,10 +118,20 @@ class TestRun:
         return len(self.hosts) * self.gpus_per_node
 
 
-def simulate_run(collective: str, hosts: Sequence[str], m: Machine, rng: np.random.Generator, *,
-                 gpus_per_node: int | None = None, sizes: Sequence[int] = SIZES_FULL, label: tuple[str, str] | None = None,
-                 chosen: Sequence[tuple[str, str]] | None = None, net_scale: float = 1.0, run_scale: float = 1.0,
-                 noise: float = NOISE_SIGMA) -> TestRun:
+def simulate_run(
+    collective: str,
+    hosts: Sequence[str],
+    m: Machine,
+    rng: np.random.Generator,
+    *,
+    gpus_per_node: int | None = None,
+    sizes: Sequence[int] = SIZES_FULL,
+    label: tuple[str, str] | None = None,
+    chosen: Sequence[tuple[str, str]] | None = None,
+    net_scale: float = 1.0,
+    run_scale: float = 1.0,
+    noise: float = NOISE_SIGMA,
+) -> TestRun:
     """Measure a run: forced ``label``, or NCCL's ``chosen`` label per size (default: the model's best)."""
     g = gpus_per_node or m.gpus_per_node
     nranks, nnodes = len(hosts) * g, len(hosts)
@@ -130,8 +140,17 @@ def simulate_run(collective: str, hosts: Sequence[str], m: Machine, rng: np.rand
     for s, lp in zip(sizes, picks, strict=True):
         t = model_time_us(collective, s, nranks, nnodes, *lp, m, net_scale=net_scale) * run_scale
         times.append((measure(t, rng, noise), measure(t, rng, noise)))
-    return TestRun(collective, list(hosts), g, list(sizes), times, m, label[0] if label else None,
-                   label[1] if label else None, None if label else picks)
+    return TestRun(
+        collective,
+        list(hosts),
+        g,
+        list(sizes),
+        times,
+        m,
+        label[0] if label else None,
+        label[1] if label else None,
+        None if label else picks,
+    )
 
 
 def fmt_width(value: float, width: int) -> str:
@@ -144,10 +163,22 @@ def fmt_width(value: float, width: int) -> str:
 
 
 _DTYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
-_COLL_BINARY = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
-                "alltoall": "alltoall_perf", "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
-_NCCL_FUNC = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
-              "alltoall": "AllToAll", "broadcast": "Broadcast", "reduce": "Reduce"}
+_COLL_BINARY = {
+    "allreduce": "all_reduce_perf",
+    "allgather": "all_gather_perf",
+    "reducescatter": "reduce_scatter_perf",
+    "alltoall": "alltoall_perf",
+    "broadcast": "broadcast_perf",
+    "reduce": "reduce_perf",
+}
+_NCCL_FUNC = {
+    "allreduce": "AllReduce",
+    "allgather": "AllGather",
+    "reducescatter": "ReduceScatter",
+    "alltoall": "AllToAll",
+    "broadcast": "Broadcast",
+    "reduce": "Reduce",
+}
 
 
 def _version_code(v: str) -> int:
@@ -160,8 +191,10 @@ def _rank_lines(run: TestRun, pid0: int) -> list[str]:
     for i, h in enumerate(run.hosts):
         for d in range(run.gpus_per_node):
             r = i * run.gpus_per_node + d
-            out.append(f"#  Rank {r:2d} Group  0 Pid {pid0 + r:6d} on {h:>10s} device {d:2d} [0000:{0x18 + 0x10 * d:02x}:00] "
-                       f"{run.machine.gpu_model}")
+            out.append(
+                f"#  Rank {r:2d} Group  0 Pid {pid0 + r:6d} on {h:>10s} device {d:2d} [0000:{0x18 + 0x10 * d:02x}:00] "
+                f"{run.machine.gpu_model}"
+            )
     return out
 
 
@@ -181,22 +214,32 @@ def render_text(run: TestRun, *, layout: str = "new", tuning: bool = True, comma
         lines.append(f"$ {env + ' ' if env else ''}mpirun -np {n} ./build/{_COLL_BINARY[run.collective]} -b 8 -e 8G -f 2 -g 1")
     if layout == "new":
         code = _version_code(run.machine.nccl_version)
-        lines += [f"# nccl-tests version 2.13.9 nccl-headers={code} nccl-library={code}",
-                  f"# Collective test starting: {_COLL_BINARY[run.collective]}"]
-    lines += [f"# nThread 1 nGpus 1 minBytes {run.sizes[0]} maxBytes {run.sizes[-1]} step: 2(factor) warmup iters: 5 "
-              "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices", *_rank_lines(run, pid0)]
+        lines += [
+            f"# nccl-tests version 2.13.9 nccl-headers={code} nccl-library={code}",
+            f"# Collective test starting: {_COLL_BINARY[run.collective]}",
+        ]
+    lines += [
+        f"# nThread 1 nGpus 1 minBytes {run.sizes[0]} maxBytes {run.sizes[-1]} step: 2(factor) warmup iters: 5 "
+        "iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+        *_rank_lines(run, pid0),
+    ]
     lines += run.info
     if layout == "new":
-        lines += ["#", "#                                                              out-of-place                       "
-                  "in-place          ",
-                  "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
-                  "busbw #wrong",
-                  "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
-                  "(GB/s)       "]
+        lines += [
+            "#",
+            "#                                                              out-of-place                       in-place          ",
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+        ]
     else:
-        lines += ["#", "#                                                       out-of-place                       in-place",
-                  "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
-                  "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"]
+        lines += [
+            "#",
+            "#                                                       out-of-place                       in-place",
+            "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+            "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+        ]
     factor = busbw_factor(run.collective, n)
     host0 = run.hosts[0]
     bws = []
@@ -226,9 +269,19 @@ def render_json(run: TestRun, pid0: int = 4000) -> str:
     n = run.nranks
     factor = busbw_factor(run.collective, n)
     env = [f"NCCL_{k}={v}" for k, v in (("ALGO", run.algo_env), ("PROTO", run.proto_env)) if v] + ["NCCL_DEBUG=WARN"]
-    devices = [{"rank": i * run.gpus_per_node + d, "group": 0, "pid": pid0 + i * run.gpus_per_node + d, "hostname": h,
-                "device": d, "device_hex": f"0000:{0x18 + 0x10 * d:02x}:00", "device_info": run.machine.gpu_model}
-               for i, h in enumerate(run.hosts) for d in range(run.gpus_per_node)]
+    devices = [
+        {
+            "rank": i * run.gpus_per_node + d,
+            "group": 0,
+            "pid": pid0 + i * run.gpus_per_node + d,
+            "hostname": h,
+            "device": d,
+            "device_hex": f"0000:{0x18 + 0x10 * d:02x}:00",
+            "device_info": run.machine.gpu_model,
+        }
+        for i, h in enumerate(run.hosts)
+        for d in range(run.gpus_per_node)
+    ]
     results = []
     bws = []
     for size, (t_oop, t_ip) in zip(run.sizes, run.times_us, strict=True):
@@ -240,19 +293,38 @@ def render_json(run: TestRun, pid0: int = 4000) -> str:
             rec[key] = {"time": round(t, 6), "alg_bw": round(algbw, 6), "bus_bw": round(algbw * factor, 6), "nwrong": 0.0}
         rec |= {"actual_iterations": 20, "experiment_name": ""}
         results.append(rec)
-    doc = {"version": 3, "start_time": "2026-11-29 10:00:00", "args": [f"./build/{_COLL_BINARY[run.collective]}", "-b", "8",
-           "-e", "8G", "-f", "2", "-g", "1", "-J", "out.json"], "env": env,
-           "nccl_version": _version_code(run.machine.nccl_version),
-           "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": run.sizes[0], "maximum_bytes": run.sizes[-1],
-                      "step_factor": 2, "warmup_iters": 5, "iterations": 20, "aggregated_iterations": 1, "validation": 1,
-                      "graph": 0, "blocking_collectives": "false", "parallel_init": "false", "devices": devices},
-           "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
-           "average_bus_bandwidth": {"bandwidth": float(np.mean(bws)), "okay": "unchecked"}, "errors": [""],
-           "end_time": "2026-11-29 10:01:00"}
+    doc = {
+        "version": 3,
+        "start_time": "2026-11-29 10:00:00",
+        "args": [f"./build/{_COLL_BINARY[run.collective]}", "-b", "8", "-e", "8G", "-f", "2", "-g", "1", "-J", "out.json"],
+        "env": env,
+        "nccl_version": _version_code(run.machine.nccl_version),
+        "config": {
+            "nthreads": 1,
+            "ngpus": 1,
+            "minimum_bytes": run.sizes[0],
+            "maximum_bytes": run.sizes[-1],
+            "step_factor": 2,
+            "warmup_iters": 5,
+            "iterations": 20,
+            "aggregated_iterations": 1,
+            "validation": 1,
+            "graph": 0,
+            "blocking_collectives": "false",
+            "parallel_init": "false",
+            "devices": devices,
+        },
+        "results": results,
+        "out_of_bounds": {"count": 0, "okay": "true"},
+        "average_bus_bandwidth": {"bandwidth": float(np.mean(bws)), "okay": "unchecked"},
+        "errors": [""],
+        "end_time": "2026-11-29 10:01:00",
+    }
     return json.dumps(doc, separators=(",", ":"))
 
 
 # --- NCCL INFO logs -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class NodeSetup:
@@ -263,9 +335,18 @@ class NodeSetup:
     gdr_reason: str = "no module"
 
 
-def init_lines(hosts: Sequence[str], gpus_per_node: int, m: Machine, rng: np.random.Generator, *,
-               setups: dict[str, NodeSetup] | None = None, channels: int = 32, env: dict[str, str] | None = None,
-               pid0: int = 4000, verbose: bool = True) -> list[str]:
+def init_lines(
+    hosts: Sequence[str],
+    gpus_per_node: int,
+    m: Machine,
+    rng: np.random.Generator,
+    *,
+    setups: dict[str, NodeSetup] | None = None,
+    channels: int = 32,
+    env: dict[str, str] | None = None,
+    pid0: int = 4000,
+    verbose: bool = True,
+) -> list[str]:
     """INFO lines of one communicator's initialisation over ``hosts``, ranks interleaved."""
     setups = setups or {}
     n = len(hosts) * gpus_per_node
@@ -278,7 +359,7 @@ def init_lines(hosts: Sequence[str], gpus_per_node: int, m: Machine, rng: np.ran
             r = i * gpus_per_node + d
             pid = pid0 + r
             pre = f"{h}:{pid}:{pid + 200} [{d}] NCCL INFO "
-            ptr = f"0x{0x55d0a0000000 + r * 0x1000:x}"
+            ptr = f"0x{0x55D0A0000000 + r * 0x1000:x}"
             out = [f"{h}:{pid}:{pid} [{d}] NCCL INFO Bootstrap : Using ib0:10.0.{i}.{d + 1}<0>"]
             if r == 0:
                 out.append(f"{h}:{pid}:{pid} [{d}] NCCL INFO NCCL version {m.nccl_version}+cuda{m.cuda}")
@@ -288,14 +369,19 @@ def init_lines(hosts: Sequence[str], gpus_per_node: int, m: Machine, rng: np.ran
                 nics = " ".join(f"[{k}]mlx5_{k}:1/IB" for k in range(8))
                 out.append(pre + f"NET/IB : Using {nics} [RO]; OOB ib0:10.0.{i}.{d + 1}<0>")
                 out.append(pre + "Using network IB")
-                out.append(pre + f"NET/IB : GPU Direct RDMA {'Enabled' if st.gdr else 'Disabled'} for HCA {d} 'mlx5_{d}'"
-                           + ("" if st.gdr else f" ({st.gdr_reason})"))
+                out.append(
+                    pre
+                    + f"NET/IB : GPU Direct RDMA {'Enabled' if st.gdr else 'Disabled'} for HCA {d} 'mlx5_{d}'"
+                    + ("" if st.gdr else f" ({st.gdr_reason})")
+                )
             else:
                 out.append(pre + "NET/IB : No device found.")
                 out.append(pre + f"NET/Socket : Using [0]eth0:10.1.{i}.{d + 1}<0>")
                 out.append(pre + "Using network Socket")
-            out.append(pre + f"ncclCommInitRank comm {ptr} rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId {0x18 + 0x10 * d:x}000 "
-                       f"commId 0x6b1a2f0c{nnodes:02x} - Init START")
+            out.append(
+                pre + f"ncclCommInitRank comm {ptr} rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId {0x18 + 0x10 * d:x}000 "
+                f"commId 0x6b1a2f0c{nnodes:02x} - Init START"
+            )
             out.append(pre + f"comm {ptr} rank {r} nRanks {n} nNodes {nnodes} localRanks {gpus_per_node} localRank {d} MNNVL 0")
             if verbose and r == 0:
                 ring = " ".join(f"{k:3d}" for k in range(n))
@@ -312,10 +398,14 @@ def init_lines(hosts: Sequence[str], gpus_per_node: int, m: Machine, rng: np.ran
             gdr_flag = int(st.ib and st.gdr and not any_socket)
             out.append(pre + f"Connected all rings, use ring PXN 0 GDR {gdr_flag}")
             out.append(pre + "Connected all trees")
-            out.append(pre + f"{channels} coll channels, {channels} collnet channels, 0 nvls channels, {channels} p2p "
-                       f"channels, {channels} p2p channels per peer")
-            out.append(pre + f"ncclCommInitRank comm {ptr} rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId "
-                       f"{0x18 + 0x10 * d:x}000 commId 0x6b1a2f0c{nnodes:02x} - Init COMPLETE")
+            out.append(
+                pre + f"{channels} coll channels, {channels} collnet channels, 0 nvls channels, {channels} p2p "
+                f"channels, {channels} p2p channels per peer"
+            )
+            out.append(
+                pre + f"ncclCommInitRank comm {ptr} rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId "
+                f"{0x18 + 0x10 * d:x}000 commId 0x6b1a2f0c{nnodes:02x} - Init COMPLETE"
+            )
             per_rank.append(out)
     return interleave(per_rank, rng)
 
@@ -328,7 +418,7 @@ def interleave(streams: list[list[str]], rng: np.random.Generator) -> list[str]:
     while live:
         i = live[int(rng.integers(len(live)))]
         take = int(rng.integers(1, 4))
-        out += streams[i][pos[i]:pos[i] + take]
+        out += streams[i][pos[i] : pos[i] + take]
         pos[i] += take
         if pos[i] >= len(streams[i]):
             live.remove(i)
@@ -336,6 +426,7 @@ def interleave(streams: list[list[str]], rng: np.random.Generator) -> list[str]:
 
 
 # --- cases ----------------------------------------------------------------------------------------
+
 
 def _hosts(rng: np.random.Generator, k: int, prefix: str = "node") -> list[str]:
     start = int(rng.integers(1, 90))
@@ -356,8 +447,11 @@ def case_algorithm_selection(out: Path, rng: np.random.Generator, *, faulty: boo
     n = nnodes * m.gpus_per_node
     best = [best_label(coll, s, n, nnodes, m) for s in SIZES_FULL]
     chosen = list(best)
-    sweep = labels_for(coll) if rng.random() < 0.7 or coll != "allreduce" else [(a, "Simple") for a in ALGOS] + [
-        ("Ring", p) for p in PROTOS if p != "Simple"]
+    sweep = (
+        labels_for(coll)
+        if rng.random() < 0.7 or coll != "allreduce"
+        else [(a, "Simple") for a in ALGOS] + [("Ring", p) for p in PROTOS if p != "Simple"]
+    )
     faults: tuple[CaseFault, ...] = ()
     notes = "healthy sweep: NCCL's default picks the modelled best (algorithm, protocol) at every size"
     if faulty:
@@ -369,7 +463,7 @@ def case_algorithm_selection(out: Path, rng: np.random.Generator, *, faulty: boo
             width = int(rng.integers(3, 7))
             lo = int(rng.integers(0, len(SIZES_FULL) - width))
             j = int(rng.integers(len(labels)))
-            loss = 1 - tbest[lo:lo + width] / t[lo:lo + width, j]
+            loss = 1 - tbest[lo : lo + width] / t[lo : lo + width, j]
             if loss.min() >= 0.2 and loss.max() <= 0.8:
                 break
         else:  # pragma: no cover - the model always has such a band
@@ -377,8 +471,11 @@ def case_algorithm_selection(out: Path, rng: np.random.Generator, *, faulty: boo
         for k in range(lo, lo + width):
             chosen[k] = labels[j]
         band = [SIZES_FULL[k] for k in range(lo, lo + width)]
-        faults = (CaseFault("nccl_algorithm_selection", {"collective": coll, "sizes_bytes": band,
-                                                         "chosen": "/".join(labels[j])}, float(loss.mean())),)
+        faults = (
+            CaseFault(
+                "nccl_algorithm_selection", {"collective": coll, "sizes_bytes": band, "chosen": "/".join(labels[j])}, float(loss.mean())
+            ),
+        )
         notes = f"NCCL's default chooses {'/'.join(labels[j])} for {coll} at {band[0]}..{band[-1]} B, {loss.mean():.0%} slower"
     style = str(rng.choice(["text_tuning", "text_command", "json"]))
     noise = float(rng.uniform(0.01, 0.04))
@@ -391,8 +488,10 @@ def case_algorithm_selection(out: Path, rng: np.random.Generator, *, faulty: boo
             _write(out / f"{coll}_{name}.json", render_json(run))
         else:
             if style == "text_tuning" and run.algo_env:
-                run.info = [f"{hosts[0]}:4000:4000 [0] NCCL INFO NCCL_ALGO set by environment to {run.algo_env}",
-                            f"{hosts[0]}:4000:4000 [0] NCCL INFO NCCL_PROTO set by environment to {run.proto_env}"]
+                run.info = [
+                    f"{hosts[0]}:4000:4000 [0] NCCL INFO NCCL_ALGO set by environment to {run.algo_env}",
+                    f"{hosts[0]}:4000:4000 [0] NCCL INFO NCCL_PROTO set by environment to {run.proto_env}",
+                ]
             _write(out / f"{coll}_{name}.txt", render_text(run, tuning=style == "text_tuning", command=style != "text_tuning"))
     case = Case(out, faults, "simulated", notes, DETECTABLE_RULE)
     write_case(case)
@@ -445,13 +544,14 @@ def case_network(out: Path, rng: np.random.Generator, *, kind: str) -> Case:
             s = scale
         if kind == "single_slow":
             s = scale
-        run = simulate_run("allreduce", [a, b], m, rng, gpus_per_node=g, sizes=sizes, net_scale=s,
-                           run_scale=float(rng.uniform(0.97, 1.03)), noise=noise)
+        run = simulate_run(
+            "allreduce", [a, b], m, rng, gpus_per_node=g, sizes=sizes, net_scale=s, run_scale=float(rng.uniform(0.97, 1.03)), noise=noise
+        )
         if info:
-            run.info = init_lines([a, b], g, m, rng, setups=setups, channels=16 if g == 1 else 32, pid0=4000 + 100 * i,
-                                  verbose=False)
-        _write(out / f"pair_{a}_{b}.txt", render_text(run, tuning=False, layout="new" if rng.random() < 0.8 else "old",
-                                                      pid0=4000 + 100 * i))
+            run.info = init_lines([a, b], g, m, rng, setups=setups, channels=16 if g == 1 else 32, pid0=4000 + 100 * i, verbose=False)
+        _write(
+            out / f"pair_{a}_{b}.txt", render_text(run, tuning=False, layout="new" if rng.random() < 0.8 else "old", pid0=4000 + 100 * i)
+        )
     case = Case(out, faults, "simulated", notes, DETECTABLE_RULE)
     write_case(case)
     return case
@@ -510,9 +610,19 @@ def case_fallback_log(out: Path, rng: np.random.Generator, *, kind: str) -> Case
 
 
 SUITE_MIX = (
-    ("algo_healthy", 12), ("algo_fault", 16), ("net_healthy", 12), ("net_bad_node", 14), ("net_bad_link", 4),
-    ("net_single_slow", 4), ("net_gdr_off", 6), ("log_healthy", 10), ("log_socket_env", 5), ("log_socket_fleet", 5),
-    ("log_gdr_nodes", 6), ("log_channels_env", 4), ("log_channels_fleet", 4),
+    ("algo_healthy", 12),
+    ("algo_fault", 16),
+    ("net_healthy", 12),
+    ("net_bad_node", 14),
+    ("net_bad_link", 4),
+    ("net_single_slow", 4),
+    ("net_gdr_off", 6),
+    ("log_healthy", 10),
+    ("log_socket_env", 5),
+    ("log_socket_fleet", 5),
+    ("log_gdr_nodes", 6),
+    ("log_channels_env", 4),
+    ("log_channels_fleet", 4),
 )
 """~100 cases: healthy ones of every kind beside each fault's variants."""
 

@@ -32,13 +32,30 @@ import orjson
 from perfsleuth.cases.simulator import H_ANNOTATION, H_RUNTIME, K_COMM, K_MEMCPY, RankTrace, SimulatedJob, device_properties
 
 # nsys appends the API version to runtime call names (CUPTI's cbid names)
-RUNTIME_NAMES = {"cudaLaunchKernel": "cudaLaunchKernel_v7000", "cudaLaunchKernelExC": "cudaLaunchKernelExC_v11060",
-                 "cudaMemcpyAsync": "cudaMemcpyAsync_v3020", "cudaStreamSynchronize": "cudaStreamSynchronize_v3020",
-                 "cudaEventRecord": "cudaEventRecord_v3020", "cudaStreamWaitEvent": "cudaStreamWaitEvent_v3020",
-                 "cudaMalloc": "cudaMalloc_v3020", "cudaFree": "cudaFree_v3020"}
+RUNTIME_NAMES = {
+    "cudaLaunchKernel": "cudaLaunchKernel_v7000",
+    "cudaLaunchKernelExC": "cudaLaunchKernelExC_v11060",
+    "cudaMemcpyAsync": "cudaMemcpyAsync_v3020",
+    "cudaStreamSynchronize": "cudaStreamSynchronize_v3020",
+    "cudaEventRecord": "cudaEventRecord_v3020",
+    "cudaStreamWaitEvent": "cudaStreamWaitEvent_v3020",
+    "cudaMalloc": "cudaMalloc_v3020",
+    "cudaFree": "cudaFree_v3020",
+}
 COPY_KINDS = ["UNKNOWN", "HTOD", "DTOH", "HTOA", "ATOH", "ATOA", "ATOD", "DTOA", "DTOD", "HTOH", "PTOP"]
-COPY_LABELS = ["Unknown", "Host-to-Device", "Device-to-Host", "Host-to-Array", "Array-to-Host", "Array-to-Array",
-               "Array-to-Device", "Device-to-Array", "Device-to-Device", "Host-to-Host", "Peer-to-Peer"]
+COPY_LABELS = [
+    "Unknown",
+    "Host-to-Device",
+    "Device-to-Host",
+    "Host-to-Array",
+    "Array-to-Host",
+    "Array-to-Array",
+    "Array-to-Device",
+    "Device-to-Array",
+    "Device-to-Device",
+    "Host-to-Host",
+    "Peer-to-Peer",
+]
 MEM_KINDS = ["Pageable", "Pinned", "Device", "Array", "Managed", "Device Static", "Managed Static", "Unknown"]
 SYNC_TYPES = ["Unknown", "Event sync", "Stream wait sync", "Stream sync", "Context sync"]
 EVENT_TYPES = {34: "NvtxMark", 39: "NvtxThread", 59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 75: "NvtxDomainCreate"}
@@ -141,19 +158,66 @@ def _write(conn: sqlite3.Connection, job: SimulatedJob, tr: RankTrace, style: Ns
     for g in sorted(tr.gpu, key=lambda g: g.start):
         if g.kind == K_MEMCPY:
             m = _COPY_NAME.match(g.name)
-            copy_kind, src, dst = (COPY_KINDS.index(m.group(1).upper()), MEM_KINDS.index(m.group(2)),
-                                   MEM_KINDS.index(m.group(3))) if m else (0, 7, 7)
-            copies.append((at(g.start), at(g.end), dev, 1, *([None] if new else []), g.stream, g.corr, gpid, g.nbytes,
-                           copy_kind, None, src, dst, dev, 1, dev, 1, None, None, None))
+            copy_kind, src, dst = (
+                (COPY_KINDS.index(m.group(1).upper()), MEM_KINDS.index(m.group(2)), MEM_KINDS.index(m.group(3))) if m else (0, 7, 7)
+            )
+            copies.append(
+                (
+                    at(g.start),
+                    at(g.end),
+                    dev,
+                    1,
+                    *([None] if new else []),
+                    g.stream,
+                    g.corr,
+                    gpid,
+                    g.nbytes,
+                    copy_kind,
+                    None,
+                    src,
+                    dst,
+                    dev,
+                    1,
+                    dev,
+                    1,
+                    None,
+                    None,
+                    None,
+                )
+            )
             continue
         st = g.static or {}
         grid, block = st.get("grid", [1, 1, 1]), st.get("block", [1, 1, 1])
         short = re.sub(r"^void |\(.*$|<.*$", "", g.name)
-        kernels.append((at(g.start), at(g.end), dev, 1, *([None] if new else []), g.stream, g.corr, gpid, s(g.name),
-                        *([s(short)] if style.short_name else []), None, 0, 0, st.get("registers per thread", 32),
-                        *grid, *block, st.get("shared memory", 0), 0, 0, 0, len(kernels) + 1, 0, None, 0))
-    syncs = [(at(a), at(z), dev, 1, *([None] if new else []), stream, corr, gpid, 3, 0)
-             for a, z, _ext, corr, stream in tr.syncs]
+        kernels.append(
+            (
+                at(g.start),
+                at(g.end),
+                dev,
+                1,
+                *([None] if new else []),
+                g.stream,
+                g.corr,
+                gpid,
+                s(g.name),
+                *([s(short)] if style.short_name else []),
+                None,
+                0,
+                0,
+                st.get("registers per thread", 32),
+                *grid,
+                *block,
+                st.get("shared memory", 0),
+                0,
+                0,
+                0,
+                len(kernels) + 1,
+                0,
+                None,
+                0,
+            )
+        )
+    syncs = [(at(a), at(z), dev, 1, *([None] if new else []), stream, corr, gpid, 3, 0) for a, z, _ext, corr, stream in tr.syncs]
     # --- host: runtime calls and NVTX ranges
     runtime, nvtx, by_corr = [], [], {}
     op_ids = 0
@@ -186,20 +250,63 @@ def _step_text(name: str, style: NsysStyle) -> str:
 
 def _range(a: int, z: int, text: str, gtid: int, domain: int, style: NsysStyle, s: _Strings, blob: bytes | None = None) -> tuple:
     inline = style.nvtx_text == "inline"
-    return (a, z, PUSH_POP, None, None, None, text if inline else None, gtid, None, None if inline else s(text), domain,
-            None, None, None, None, None, None, None, None, blob)
+    return (
+        a,
+        z,
+        PUSH_POP,
+        None,
+        None,
+        None,
+        text if inline else None,
+        gtid,
+        None,
+        None if inline else s(text),
+        domain,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        blob,
+    )
 
 
-def _nccl(job: SimulatedJob, tr: RankTrace, style: NsysStyle, at, gtid: int, by_corr: dict[int, tuple[int, int]],
-          s: _Strings) -> list[tuple]:
+def _nccl(
+    job: SimulatedJob, tr: RankTrace, style: NsysStyle, at, gtid: int, by_corr: dict[int, tuple[int, int]], s: _Strings
+) -> list[tuple]:
     """NCCL's NVTX domain: its creation, one ncclCommInitRankConfig per communicator this rank uses
     (at capture start), and one range per collective call around the kernel's launch."""
     if not style.nccl_nvtx:
         return []
     blobs = style.nccl_payloads and style.schema == "3"
     first = min(a for _, _, a, *_ in tr.host)
-    out = [(at(first - 20_000), None, DOMAIN_CREATE, None, None, None, "NCCL", gtid, None, None, NCCL_DOMAIN,
-            None, None, None, None, None, None, None, None, None)]
+    out = [
+        (
+            at(first - 20_000),
+            None,
+            DOMAIN_CREATE,
+            None,
+            None,
+            None,
+            "NCCL",
+            gtid,
+            None,
+            None,
+            NCCL_DOMAIN,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+    ]
     comms: dict[str, tuple[int, int, int]] = {}
     for g in tr.gpu:
         if g.kind == K_COMM and g.cargs:
@@ -208,8 +315,18 @@ def _nccl(job: SimulatedJob, tr: RankTrace, style: NsysStyle, at, gtid: int, by_
             comms.setdefault(pg, (_comm_id(job.config.seed, pg), len(ranks), ranks.index(tr.rank)))
     for i, (comm, n, r) in enumerate(comms.values()):
         a = first - 15_000 + 1_000 * i
-        out.append(_range(at(a), at(a + 800), "ncclCommInitRankConfig", gtid, NCCL_DOMAIN, style, s,
-                          _blob("init", comm, n, r, tr.device) if blobs else None))
+        out.append(
+            _range(
+                at(a),
+                at(a + 800),
+                "ncclCommInitRankConfig",
+                gtid,
+                NCCL_DOMAIN,
+                style,
+                s,
+                _blob("init", comm, n, r, tr.device) if blobs else None,
+            )
+        )
     for g in tr.gpu:
         if g.kind != K_COMM or not g.cargs or g.corr not in by_corr:
             continue
@@ -230,93 +347,183 @@ def _schema(conn: sqlite3.Connection, style: NsysStyle) -> None:
     new = style.schema == "3"
     g = "greenContextId INTEGER, " if new else ""
     _create(conn, style.strings_table, "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL")
-    _create(conn, "CUPTI_ACTIVITY_KIND_KERNEL",
-            f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
-            "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, "
-            + ("shortName INTEGER NOT NULL, " if style.short_name else "")
-            + "mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, "
-            "gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, "
-            "blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL, "
-            "dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL, "
-            "gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER")
-    _create(conn, "CUPTI_ACTIVITY_KIND_MEMCPY",
-            f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
-            "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, "
-            "copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, srcDeviceId INTEGER, "
-            "srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, graphNodeId INTEGER, "
-            "virtualAddress INTEGER")
-    _create(conn, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-            f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
-            "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL, "
-            "eventId INTEGER NOT NULL")
-    _create(conn, "CUPTI_ACTIVITY_KIND_RUNTIME",
-            "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, "
-            "correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER")
-    _create(conn, "NVTX_EVENTS",
-            "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
-            "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
-            "uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
-            "floatValue REAL, jsonTextId INTEGER, jsonText TEXT" + (", binaryData BLOB" if new else ""))
+    _create(
+        conn,
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
+        "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, "
+        + ("shortName INTEGER NOT NULL, " if style.short_name else "")
+        + "mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, "
+        "gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, "
+        "blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL, "
+        "dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL, "
+        "gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER",
+    )
+    _create(
+        conn,
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
+        "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, "
+        "copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, srcDeviceId INTEGER, "
+        "srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, graphNodeId INTEGER, "
+        "virtualAddress INTEGER",
+    )
+    _create(
+        conn,
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        f"start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, {g}"
+        "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL, "
+        "eventId INTEGER NOT NULL",
+    )
+    _create(
+        conn,
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, "
+        "correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER",
+    )
+    _create(
+        conn,
+        "NVTX_EVENTS",
+        "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
+        "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
+        "uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
+        "floatValue REAL, jsonTextId INTEGER, jsonText TEXT" + (", binaryData BLOB" if new else ""),
+    )
     if new:
-        _create(conn, "NVTX_PAYLOAD_SCHEMAS", "domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER, flags INTEGER, "
-                "numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER")
-        _create(conn, "NVTX_PAYLOAD_SCHEMA_ENTRIES", "domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, "
-                "idx INTEGER NOT NULL, flags INTEGER, type INTEGER, name TEXT, description TEXT, "
-                "arrayOrUnionDetail INTEGER, offset INTEGER")
+        _create(
+            conn,
+            "NVTX_PAYLOAD_SCHEMAS",
+            "domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER, flags INTEGER, "
+            "numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER",
+        )
+        _create(
+            conn,
+            "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+            "domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, "
+            "idx INTEGER NOT NULL, flags INTEGER, type INTEGER, name TEXT, description TEXT, "
+            "arrayOrUnionDetail INTEGER, offset INTEGER",
+        )
         for schema, entries, size in _SCHEMAS.values():
             _insert(conn, "NVTX_PAYLOAD_SCHEMAS", 8, [(NCCL_DOMAIN, schema, None, 1, None, len(entries), size, None)])
-            _insert(conn, "NVTX_PAYLOAD_SCHEMA_ENTRIES", 9,
-                    [(NCCL_DOMAIN, schema, i, None, typ, label, None, None, off if i else None)
-                     for i, (typ, label, off) in enumerate(entries)])
-    for table, names, labels in (("ENUM_CUDA_MEMCPY_OPER", [f"CUDA_MEMCPY_KIND_{k}" for k in COPY_KINDS], COPY_LABELS),
-                                 ("ENUM_CUDA_MEM_KIND", [f"CUDA_MEMOPR_MEMORY_KIND_{k.upper().replace(' ', '_')}"
-                                                         for k in MEM_KINDS], MEM_KINDS),
-                                 ("ENUM_CUPTI_SYNC_TYPE", [f"SYNC_{i}" for i in range(len(SYNC_TYPES))], SYNC_TYPES)):
+            _insert(
+                conn,
+                "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+                9,
+                [(NCCL_DOMAIN, schema, i, None, typ, label, None, None, off if i else None) for i, (typ, label, off) in enumerate(entries)],
+            )
+    for table, names, labels in (
+        ("ENUM_CUDA_MEMCPY_OPER", [f"CUDA_MEMCPY_KIND_{k}" for k in COPY_KINDS], COPY_LABELS),
+        ("ENUM_CUDA_MEM_KIND", [f"CUDA_MEMOPR_MEMORY_KIND_{k.upper().replace(' ', '_')}" for k in MEM_KINDS], MEM_KINDS),
+        ("ENUM_CUPTI_SYNC_TYPE", [f"SYNC_{i}" for i in range(len(SYNC_TYPES))], SYNC_TYPES),
+    ):
         _create(conn, table, "id INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, label TEXT")
         _insert(conn, table, 3, [(i, n, lab) for i, (n, lab) in enumerate(zip(names, labels, strict=True))])
     _create(conn, "ENUM_NSYS_EVENT_TYPE", "id INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, label TEXT")
     _insert(conn, "ENUM_NSYS_EVENT_TYPE", 3, [(i, n, n) for i, n in EVENT_TYPES.items()])
 
 
-def _metadata(conn: sqlite3.Connection, job: SimulatedJob, tr: RankTrace, style: NsysStyle, utc0: int, sys0: int, at,
-              s: _Strings) -> None:
+def _metadata(conn: sqlite3.Connection, job: SimulatedJob, tr: RankTrace, style: NsysStyle, utc0: int, sys0: int, at, s: _Strings) -> None:
     cfg = job.config
     new = style.schema == "3"
     export_table = "META_DATA_EXPORT" if new else "EXPORT_META_DATA"
     version, schema = ("2025.3.1.90", "3.21.0") if new else ("2022.2.1.31", "2.9.1")
     _create(conn, export_table, "name TEXT NOT NULL, value TEXT")
-    _insert(conn, export_table, 2, [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", version),
-                                    ("EXPORT_SCHEMA_VERSION", schema), ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
-                                    ("EXPORT_PARAM_INCLUDE_BLOBS", "true" if style.nccl_payloads else "false")])
+    _insert(
+        conn,
+        export_table,
+        2,
+        [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_PRODUCT_VERSION", version),
+            ("EXPORT_SCHEMA_VERSION", schema),
+            ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
+            ("EXPORT_PARAM_INCLUDE_BLOBS", "true" if style.nccl_payloads else "false"),
+        ],
+    )
     env = [("LOCAL_RANK", tr.device)]
     if style.rank_env:
         env.append(("RANK", tr.rank))
     if style.world_env:
         env.append(("WORLD_SIZE", cfg.world_size))
     _create(conn, "META_DATA_CAPTURE", "name TEXT NOT NULL, value TEXT")
-    _insert(conn, "META_DATA_CAPTURE", 2, [("CAPTURE_EVENT_TYPE", "Cuda"), ("CAPTURE_EVENT_TYPE", "NvtxEvents"),
-                                           ("PROCESS_0:COMMAND", "python3"), ("PROCESS_0:ARGUMENT_0", "train.py"),
-                                           *(("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in env)])
-    _create(conn, "TARGET_INFO_SESSION_START_TIME",
-            "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT" + (", systemClockNs INTEGER" if new else ""))
-    _insert(conn, "TARGET_INFO_SESSION_START_TIME", 4 if new else 3,
-            [(utc0, "1970-01-01T00:00:00", "1970-01-01T00:00:00", *([sys0] if new else []))])
+    _insert(
+        conn,
+        "META_DATA_CAPTURE",
+        2,
+        [
+            ("CAPTURE_EVENT_TYPE", "Cuda"),
+            ("CAPTURE_EVENT_TYPE", "NvtxEvents"),
+            ("PROCESS_0:COMMAND", "python3"),
+            ("PROCESS_0:ARGUMENT_0", "train.py"),
+            *(("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in env),
+        ],
+    )
+    _create(
+        conn,
+        "TARGET_INFO_SESSION_START_TIME",
+        "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT" + (", systemClockNs INTEGER" if new else ""),
+    )
+    _insert(
+        conn,
+        "TARGET_INFO_SESSION_START_TIME",
+        4 if new else 3,
+        [(utc0, "1970-01-01T00:00:00", "1970-01-01T00:00:00", *([sys0] if new else []))],
+    )
     last = max(max(e[3] for e in tr.host), max((g.end for g in tr.gpu), default=0)) + 50_000
-    _create(conn, "ANALYSIS_DETAILS", "globalVid INTEGER NOT NULL, duration INTEGER NOT NULL, startTime INTEGER NOT NULL, "
-            "stopTime INTEGER NOT NULL")
+    _create(
+        conn,
+        "ANALYSIS_DETAILS",
+        "globalVid INTEGER NOT NULL, duration INTEGER NOT NULL, startTime INTEGER NOT NULL, stopTime INTEGER NOT NULL",
+    )
     _insert(conn, "ANALYSIS_DETAILS", 4, [(1 << 48, at(last) - sys0, sys0, at(last))])
     props = device_properties(cfg.gpu_name, tr.device)
-    _create(conn, "TARGET_INFO_GPU", "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, "
-            "totalMemory INTEGER, smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER, uuid TEXT, cuDevice INTEGER")
-    _insert(conn, "TARGET_INFO_GPU", 10, [(1 << 48, tr.device, cfg.gpu_name, f"0000:{0x18 + tr.device:02x}:00.0",
-                                          props["totalGlobalMem"], props["numSms"], props["computeMajor"],
-                                          props["computeMinor"], f"GPU-{cfg.seed:08x}-{tr.rank:04x}", tr.device)])
-    _create(conn, "TARGET_INFO_SYSTEM_ENV", "globalVid INTEGER NOT NULL, devStateName TEXT NOT NULL, name TEXT NOT NULL, "
-            "nameEnum INTEGER NOT NULL, value TEXT NOT NULL")
+    _create(
+        conn,
+        "TARGET_INFO_GPU",
+        "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, "
+        "totalMemory INTEGER, smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER, uuid TEXT, cuDevice INTEGER",
+    )
+    _insert(
+        conn,
+        "TARGET_INFO_GPU",
+        10,
+        [
+            (
+                1 << 48,
+                tr.device,
+                cfg.gpu_name,
+                f"0000:{0x18 + tr.device:02x}:00.0",
+                props["totalGlobalMem"],
+                props["numSms"],
+                props["computeMajor"],
+                props["computeMinor"],
+                f"GPU-{cfg.seed:08x}-{tr.rank:04x}",
+                tr.device,
+            )
+        ],
+    )
+    _create(
+        conn,
+        "TARGET_INFO_SYSTEM_ENV",
+        "globalVid INTEGER NOT NULL, devStateName TEXT NOT NULL, name TEXT NOT NULL, nameEnum INTEGER NOT NULL, value TEXT NOT NULL",
+    )
     node = tr.rank // 8
-    _insert(conn, "TARGET_INFO_SYSTEM_ENV", 5, [(1 << 48, "Local (CLI)", k, i, v) for i, (k, v) in enumerate(
-        [("Hostname", f"node{node:03d}"), ("CudaDriverVersion", "12040"), ("NvDriverVersion", "550.54.15"),
-         ("OsDescription", "Ubuntu 22.04.4 LTS")])])
+    _insert(
+        conn,
+        "TARGET_INFO_SYSTEM_ENV",
+        5,
+        [
+            (1 << 48, "Local (CLI)", k, i, v)
+            for i, (k, v) in enumerate(
+                [
+                    ("Hostname", f"node{node:03d}"),
+                    ("CudaDriverVersion", "12040"),
+                    ("NvDriverVersion", "550.54.15"),
+                    ("OsDescription", "Ubuntu 22.04.4 LTS"),
+                ]
+            )
+        ],
+    )
     gpid = (1 << 48) | (tr.pid << 24)
     _create(conn, "PROCESSES", "globalPid INTEGER, pid INTEGER, name TEXT")
     _insert(conn, "PROCESSES", 3, [(gpid, tr.pid, "python3")])

@@ -29,14 +29,25 @@ from perfsleuth.trace.job import RankView
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 
 
-def scale_config(world_size: int, *, tp: int = 8, pp: int = 2, straggler: int | None = None,
-                 framework: str = "megatron", seed: int = 0, steps: int = 3) -> SimConfig:
+def scale_config(
+    world_size: int, *, tp: int = 8, pp: int = 2, straggler: int | None = None, framework: str = "megatron", seed: int = 0, steps: int = 3
+) -> SimConfig:
     """A tiny TP × DP × PP job: 2 layers per stage, 2 microbatches, ``steps`` steps, and optionally
     one rank whose compute runs 60% slower."""
     faults = [StragglerRank(rank=straggler, slowdown=0.6)] if straggler is not None else []
-    return SimConfig(seed=seed, world_size=world_size, tp=tp, parallelism="pp" if pp > 1 else "dp",
-                     pp_stages=max(pp, 2), layers=2 * max(pp, 1), steps=steps, microbatches=2,
-                     framework=framework, faults=faults, measure_impact=False)  # type: ignore[arg-type]
+    return SimConfig(
+        seed=seed,
+        world_size=world_size,
+        tp=tp,
+        parallelism="pp" if pp > 1 else "dp",
+        pp_stages=max(pp, 2),
+        layers=2 * max(pp, 1),
+        steps=steps,
+        microbatches=2,
+        framework=framework,
+        faults=faults,
+        measure_impact=False,
+    )  # type: ignore[arg-type]
 
 
 @dataclass

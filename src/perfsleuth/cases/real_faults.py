@@ -49,8 +49,7 @@ ALLOC_CALL_NS = 400_000
 CBID = {"cudaMalloc": 20, "cudaFree": 27, "cudaMemcpyAsync": 41}
 
 
-def _points_for(indices: list[RankIndex], steps: list[int], u: float, *, first: bool,
-                need_drained: bool) -> dict[int, dict[int, Point]]:
+def _points_for(indices: list[RankIndex], steps: list[int], u: float, *, first: bool, need_drained: bool) -> dict[int, dict[int, Point]]:
     """Per rank, per step: the point at quantile ``u`` of the step's clean points (drained ones
     preferred), so copies of one rank get the same point."""
     out: dict[int, dict[int, Point]] = {}
@@ -71,13 +70,13 @@ def common_steps(indices: list[RankIndex]) -> list[int]:
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def host_stall(docs: list[dict[str, Any]], kind: str, stall_ns: dict[int, int], rng: np.random.Generator,
-               calls_per_step: int = 8) -> Outcome:
+def host_stall(
+    docs: list[dict[str, Any]], kind: str, stall_ns: dict[int, int], rng: np.random.Generator, calls_per_step: int = 8
+) -> Outcome:
     """Insert ``stall_ns[step]`` of host time of ``kind`` (``HOST_STALL_KINDS``) into those steps of every rank."""
     indices = reindex(docs)
     steps = sorted(stall_ns)
-    pts = _points_for(indices, steps, float(rng.random()), first=kind == "dataloader",
-                      need_drained=kind == "checkpoint")
+    pts = _points_for(indices, steps, float(rng.random()), first=kind == "dataloader", need_drained=kind == "checkpoint")
     used = sorted(set.intersection(*[set(p) for p in pts.values()])) if pts else []
     out = Outcome(params={"kind": kind, "steps": used}, ranks=[idx.rank for idx in indices], steps=used)
     if not used:
@@ -130,8 +129,9 @@ def host_stall(docs: list[dict[str, Any]], kind: str, stall_ns: dict[int, int], 
     return out
 
 
-def _save(idx: RankIndex, name: str, lo: int, hi: int, ids: Ids, rng: np.random.Generator | None,
-          nbytes: int | None) -> tuple[list[dict[str, Any]], int]:
+def _save(
+    idx: RankIndex, name: str, lo: int, hi: int, ids: Ids, rng: np.random.Generator | None, nbytes: int | None
+) -> tuple[list[dict[str, Any]], int]:
     """A save span as a training loop records it: the state copied to host memory (aten::to ->
     cudaMemcpyAsync -> a DtoH memcpy on the GPU), then host time writing it, all inside the span."""
     d = hi - lo
@@ -153,20 +153,33 @@ def _save(idx: RankIndex, name: str, lo: int, hi: int, ids: Ids, rng: np.random.
     a0, c0, g0 = lo + 10_000, lo + 20_000, lo + 25_000
     evs.append(span(idx, "aten::to", "cpu_op", a0, c0 + copy + 30_000, ids))
     evs.append(span(idx, "aten::copy_", "cpu_op", a0 + 5_000, c0 + copy + 25_000, ids))
-    evs.append(span(idx, "cudaMemcpyAsync", "cuda_runtime", c0, c0 + copy + 20_000, ids, cbid=CBID["cudaMemcpyAsync"],
-                    correlation=corr))
+    evs.append(span(idx, "cudaMemcpyAsync", "cuda_runtime", c0, c0 + copy + 20_000, ids, cbid=CBID["cudaMemcpyAsync"], correlation=corr))
     dev = ref.get("args") or {}
-    gpu = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": ref["pid"], "tid": ref["tid"],
-           "ts": g0 / 1000.0, "dur": copy / 1000.0,
-           "args": {"External id": evs[-1]["args"]["External id"], "device": dev.get("device", 0),
-                    "context": dev.get("context", 1), "stream": dev.get("stream", ref["tid"]), "correlation": corr,
-                    "bytes": nbytes, "memory bandwidth (GB/s)": nbytes / copy}}
+    gpu = {
+        "ph": "X",
+        "cat": "gpu_memcpy",
+        "name": "Memcpy DtoH (Device -> Pageable)",
+        "pid": ref["pid"],
+        "tid": ref["tid"],
+        "ts": g0 / 1000.0,
+        "dur": copy / 1000.0,
+        "args": {
+            "External id": evs[-1]["args"]["External id"],
+            "device": dev.get("device", 0),
+            "context": dev.get("context", 1),
+            "stream": dev.get("stream", ref["tid"]),
+            "correlation": corr,
+            "bytes": nbytes,
+            "memory bandwidth (GB/s)": nbytes / copy,
+        },
+    }
     evs.append(gpu)
     if has_launch_flows(idx):
         pid, tid = idx.main
         evs.append({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": c0 / 1000.0, "cat": "ac2g", "name": "ac2g"})
-        evs.append({"ph": "f", "id": corr, "pid": ref["pid"], "tid": ref["tid"], "ts": g0 / 1000.0, "cat": "ac2g",
-                    "name": "ac2g", "bp": "e"})
+        evs.append(
+            {"ph": "f", "id": corr, "pid": ref["pid"], "tid": ref["tid"], "ts": g0 / 1000.0, "cat": "ac2g", "name": "ac2g", "bp": "e"}
+        )
     return evs, nbytes
 
 
@@ -181,8 +194,11 @@ def launch_bound(docs: list[dict[str, Any]], extra_ns: int) -> Outcome:
         calls = calls[(idx.ts[calls] >= first) & (idx.ts[calls] <= last)]
         gaps[r] = [Gap(int(idx.ts[i] + max(1, (idx.end[i] - idx.ts[i]) // 4)), extra_ns) for i in calls]
         n = max(n, len(calls))
-    out = Outcome(params={"extra_per_launch_us": extra_ns / 1000, "launch_calls": n},
-                  ranks=[i.rank for i in indices], steps=sorted({s for i in indices for s, _ in i.steps}))
+    out = Outcome(
+        params={"extra_per_launch_us": extra_ns / 1000, "launch_calls": n},
+        ranks=[i.rank for i in indices],
+        steps=sorted({s for i in indices for s, _ in i.steps}),
+    )
     before = job_time(indices)
     rts, notes = replay(indices, gaps, {})
     out.before_ns, out.after_ns, out.notes = before, job_time(indices, rts), notes
@@ -201,8 +217,11 @@ def slow_collectives(docs: list[dict[str, Any]], factor: float) -> Outcome:
     """Stretch the transfer time of every collective kernel by ``factor`` on every rank."""
     indices = reindex(docs)
     n = int(max(comm_mask(i).sum() for i in indices))
-    out = Outcome(params={"factor": factor, "collective_kernels": n}, ranks=[i.rank for i in indices],
-                  steps=sorted({s for i in indices for s, _ in i.steps}))
+    out = Outcome(
+        params={"factor": factor, "collective_kernels": n},
+        ranks=[i.rank for i in indices],
+        steps=sorted({s for i in indices for s, _ in i.steps}),
+    )
     before = job_time(indices)
     exposed0 = [exposed_comm_ns(i, i.ts, i.end) for i in indices]
     rts, notes = replay(indices, {}, {}, comm_factor=factor)
@@ -233,8 +252,9 @@ def straggler(docs: list[dict[str, Any]], rank_pos: int, factor: float) -> Outco
     idx = indices[rank_pos]
     comp = compute_kernels(idx)
     stretch = {rank_pos: {int(i): int(round((idx.end[i] - idx.ts[i]) * factor)) for i in comp}}
-    out = Outcome(params={"factor": factor, "rank": idx.rank, "compute_kernels": len(comp)}, ranks=[idx.rank],
-                  steps=sorted({s for s, _ in idx.steps}))
+    out = Outcome(
+        params={"factor": factor, "rank": idx.rank, "compute_kernels": len(comp)}, ranks=[idx.rank], steps=sorted({s for s, _ in idx.steps})
+    )
     before = job_time(indices)
     rts, notes = replay(indices, {}, stretch)
     out.before_ns, out.after_ns, out.notes = before, job_time(indices, rts), notes

@@ -149,8 +149,9 @@ def _cross_stream_pred(idx: RankIndex, ref: np.ndarray, pred: np.ndarray, lat0: 
     return out
 
 
-def retime(idx: RankIndex, gaps: list[Gap] = (), stretch: dict[int, int] | None = None,
-           coll_floor: dict[int, int] | None = None) -> Retimed:
+def retime(
+    idx: RankIndex, gaps: list[Gap] = (), stretch: dict[int, int] | None = None, coll_floor: dict[int, int] | None = None
+) -> Retimed:
     """Replay the rank with ``gaps`` inserted, chain events ``stretch``-ed to new durations (ns) and
     collective kernels ending no earlier than ``end + coll_floor[i]`` (see the module docstring)."""
     stretch = stretch or {}
@@ -172,8 +173,11 @@ def retime(idx: RankIndex, gaps: list[Gap] = (), stretch: dict[int, int] | None 
     lat0 = _launch_latency(idx, ref, order, pred[order])
     xpred = _cross_stream_pred(idx, ref, pred, lat0)
 
-    waits = [int(i) for i in np.flatnonzero(idx.host & np.isin(idx.cat, ["cuda_runtime", "cuda_driver", "Runtime"]))
-             if WAITING_RE.search(idx.name[i])]
+    waits = [
+        int(i)
+        for i in np.flatnonzero(idx.host & np.isin(idx.cat, ["cuda_runtime", "cuda_driver", "Runtime"]))
+        if WAITING_RE.search(idx.name[i])
+    ]
     by_end = chain[np.argsort(idx.end[chain], kind="stable")]
     end_sorted = idx.end[by_end]
 
@@ -252,7 +256,7 @@ def _gpu_annotations(idx: RankIndex, new_s: np.ndarray, new_e: np.ndarray) -> No
         members = by_dev[idx.pid[i]]
         lo, hi = idx.ts[i], idx.end[i]
         starts = idx.ts[members]
-        sl = members[np.searchsorted(starts, lo, side="left"):np.searchsorted(starts, hi, side="right")]
+        sl = members[np.searchsorted(starts, lo, side="left") : np.searchsorted(starts, hi, side="right")]
         sl = sl[idx.end[sl] <= hi + 1]
         if len(sl):
             first = sl[0]

@@ -41,9 +41,14 @@ class CollectionCost:
         return max(self.overhead_gpu_bound, self.overhead_launch_bound)
 
     def to_json(self) -> dict[str, object]:
-        return {"overhead_gpu_bound": self.overhead_gpu_bound, "overhead_launch_bound": self.overhead_launch_bound,
-                "gz_bytes_per_step_gpu_bound": self.bytes_gpu_bound,
-                "gz_bytes_per_step_launch_bound": self.bytes_launch_bound, "how": self.how, "note": self.note}
+        return {
+            "overhead_gpu_bound": self.overhead_gpu_bound,
+            "overhead_launch_bound": self.overhead_launch_bound,
+            "gz_bytes_per_step_gpu_bound": self.bytes_gpu_bound,
+            "gz_bytes_per_step_launch_bound": self.bytes_launch_bound,
+            "how": self.how,
+            "note": self.note,
+        }
 
 
 MEASURED = Path(__file__).with_name("profiler_overhead_h200.json")
@@ -61,15 +66,17 @@ def marginal_cost(with_config: str, without_config: str, how: str, note: str = "
     m = _measured()
     over = [max(0.0, m[loop][with_config]["step_ms"] / m[loop][without_config]["step_ms"] - 1) for loop in LOOPS]
     size = [max(0, m[loop][with_config]["gz_bytes_per_step"] - m[loop][without_config]["gz_bytes_per_step"]) for loop in LOOPS]
-    return CollectionCost(round(over[0], 4), round(over[1], 4), size[0], size[1], how,
-                          note or f"measured: {with_config} against {without_config}")
+    return CollectionCost(
+        round(over[0], 4), round(over[1], 4), size[0], size[1], how, note or f"measured: {with_config} against {without_config}"
+    )
 
 
 def whole_trace_cost(how: str, note: str) -> CollectionCost:
     """One more rank's full trace: no overhead on the ranks already traced, its bytes on top."""
     m = _measured()
-    return CollectionCost(0.0, 0.0, m[LOOPS[0]]["cpu_and_gpu"]["gz_bytes_per_step"],
-                          m[LOOPS[1]]["cpu_and_gpu"]["gz_bytes_per_step"], how, note)
+    return CollectionCost(
+        0.0, 0.0, m[LOOPS[0]]["cpu_and_gpu"]["gz_bytes_per_step"], m[LOOPS[1]]["cpu_and_gpu"]["gz_bytes_per_step"], how, note
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +88,7 @@ class SignalGroup:
 
 
 CUDA_ACTIVITY_KINDS = ("kernel", "collective", "memcpy", "memset", "sync", "gpu_annotation", "runtime", "driver")
-COLLECTIVE_ARGS = ("coll_group", "coll_group_ranks", "coll_group_size", "coll_seq", "coll_in_nelems", "coll_out_nelems",
-                   "coll_dtype")
+COLLECTIVE_ARGS = ("coll_group", "coll_group_ranks", "coll_group_size", "coll_seq", "coll_in_nelems", "coll_out_nelems", "coll_dtype")
 
 
 def _without_kinds(events: pa.Table, kinds: tuple[str, ...]) -> pa.Table:
@@ -138,29 +144,66 @@ def keep_first_rank(events: pa.Table) -> pa.Table:
 
 def _groups() -> tuple[SignalGroup, ...]:
     return (
-        SignalGroup("cuda_activity", "GPU kernels, copies, syncs and the CUDA runtime calls that launched them",
-                    marginal_cost("cpu_and_gpu", "cpu_ops", "torch.profiler activities=[ProfilerActivity.CUDA]"),
-                    drop_cuda_activity),
-        SignalGroup("cpu_ops", "aten operators on the host (and python frames when with_stack is on)",
-                    marginal_cost("cpu_and_gpu", "gpu_activity", "torch.profiler activities=[ProfilerActivity.CPU]",
-                                  "measured: cpu_and_gpu against gpu_activity; a launch-bound loop pays per op"),
-                    drop_cpu_ops),
-        SignalGroup("annotations", "record_function ranges: data loader, optimizer, checkpoint, compile spans",
-                    CollectionCost(0.0, 0.0, 0, 0, "record_function in the code (recorded with the CPU activity)",
-                                   "a few ranges per step: below what the measurement resolves"), drop_annotations),
-        SignalGroup("profiler_steps", "ProfilerStep#N markers that cut the trace into iterations",
-                    CollectionCost(0.0, 0.0, 0, 0, "prof.step() once per iteration", "one range per step: negligible"),
-                    drop_profiler_steps),
-        SignalGroup("collective_args", "collective metadata: op, sizes, dtype, process group and its ranks",
-                    CollectionCost(0.0, 0.0, 0, 0, "recorded for NCCL collectives with the CPU activity",
-                                   "arguments on events already there: negligible"), drop_collective_args),
-        SignalGroup("memory_events", "caching-allocator instants: bytes allocated and reserved",
-                    marginal_cost("cpu_and_gpu+profile_memory", "cpu_and_gpu", "torch.profiler profile_memory=True"),
-                    drop_memory_events),
-        SignalGroup("other_ranks", "every rank's trace, not only the lowest rank's",
-                    whole_trace_cost("profile every rank, not one", "no overhead on the traced ranks; the bytes are "
-                                     "per extra rank (a full CPU+CUDA trace), so volume grows with the world size"),
-                    keep_first_rank),
+        SignalGroup(
+            "cuda_activity",
+            "GPU kernels, copies, syncs and the CUDA runtime calls that launched them",
+            marginal_cost("cpu_and_gpu", "cpu_ops", "torch.profiler activities=[ProfilerActivity.CUDA]"),
+            drop_cuda_activity,
+        ),
+        SignalGroup(
+            "cpu_ops",
+            "aten operators on the host (and python frames when with_stack is on)",
+            marginal_cost(
+                "cpu_and_gpu",
+                "gpu_activity",
+                "torch.profiler activities=[ProfilerActivity.CPU]",
+                "measured: cpu_and_gpu against gpu_activity; a launch-bound loop pays per op",
+            ),
+            drop_cpu_ops,
+        ),
+        SignalGroup(
+            "annotations",
+            "record_function ranges: data loader, optimizer, checkpoint, compile spans",
+            CollectionCost(
+                0.0,
+                0.0,
+                0,
+                0,
+                "record_function in the code (recorded with the CPU activity)",
+                "a few ranges per step: below what the measurement resolves",
+            ),
+            drop_annotations,
+        ),
+        SignalGroup(
+            "profiler_steps",
+            "ProfilerStep#N markers that cut the trace into iterations",
+            CollectionCost(0.0, 0.0, 0, 0, "prof.step() once per iteration", "one range per step: negligible"),
+            drop_profiler_steps,
+        ),
+        SignalGroup(
+            "collective_args",
+            "collective metadata: op, sizes, dtype, process group and its ranks",
+            CollectionCost(
+                0.0, 0.0, 0, 0, "recorded for NCCL collectives with the CPU activity", "arguments on events already there: negligible"
+            ),
+            drop_collective_args,
+        ),
+        SignalGroup(
+            "memory_events",
+            "caching-allocator instants: bytes allocated and reserved",
+            marginal_cost("cpu_and_gpu+profile_memory", "cpu_and_gpu", "torch.profiler profile_memory=True"),
+            drop_memory_events,
+        ),
+        SignalGroup(
+            "other_ranks",
+            "every rank's trace, not only the lowest rank's",
+            whole_trace_cost(
+                "profile every rank, not one",
+                "no overhead on the traced ranks; the bytes are "
+                "per extra rank (a full CPU+CUDA trace), so volume grows with the world size",
+            ),
+            keep_first_rank,
+        ),
     )
 
 

@@ -50,19 +50,41 @@ NCCL_VARIANTS: dict[str | None, tuple[tuple[str, int], ...]] = {
     None: (("algo_healthy", 12), ("net_healthy", 12), ("log_healthy", 10)),
     "nccl_algorithm_selection": (("algo_fault", 1),),
     "degraded_network": (("net_bad_node", 14), ("net_bad_link", 4), ("net_single_slow", 4)),
-    "nccl_transport_fallback": (("net_gdr_off", 6), ("log_socket_env", 5), ("log_socket_fleet", 5), ("log_gdr_nodes", 6),
-                                ("log_channels_env", 4), ("log_channels_fleet", 4)),
+    "nccl_transport_fallback": (
+        ("net_gdr_off", 6),
+        ("log_socket_env", 5),
+        ("log_socket_fleet", 5),
+        ("log_gdr_nodes", 6),
+        ("log_channels_env", 4),
+        ("log_channels_fleet", 4),
+    ),
 }
 """The ways ``nccl_sim`` makes each class (and a healthy job), weighted as its own suite mixes them."""
 NCCL_CLASSES = tuple(k for k in NCCL_VARIANTS if k is not None)
 INFERENCE_FORMATS = ("vllm_detailed", "vllm_detailed", "vllm_detailed", "vllm_summary", "sglang")
 
-CLASSES: dict[str, tuple[str, ...]] = {"trace": suite.CLASSES, "telemetry": telemetry_sim.FAULTS, "nccl": NCCL_CLASSES,
-                                       "steplog": steplog_sim.FAULTS, "inference": inference_sim.CLASSES}
+CLASSES: dict[str, tuple[str, ...]] = {
+    "trace": suite.CLASSES,
+    "telemetry": telemetry_sim.FAULTS,
+    "nccl": NCCL_CLASSES,
+    "steplog": steplog_sim.FAULTS,
+    "inference": inference_sim.CLASSES,
+}
 TRACE_DETECTABLE = {
-    "exposed_communication": 0.90, "poor_overlap": 0.43, "pipeline_bubble": 0.81, "sequence_imbalance": 0.66,
-    "dataloader_stall": 0.47, "checkpoint_stall": 0.98, "host_launch_bound": 0.59, "small_kernels": 0.53, "gc_pause": 0.44,
-    "recompilation": 0.56, "allocator_churn": 0.66, "memory_fragmentation": 0.76, "straggler_rank": 0.52, "collective_hang": 1.0,
+    "exposed_communication": 0.90,
+    "poor_overlap": 0.43,
+    "pipeline_bubble": 0.81,
+    "sequence_imbalance": 0.66,
+    "dataloader_stall": 0.47,
+    "checkpoint_stall": 0.98,
+    "host_launch_bound": 0.59,
+    "small_kernels": 0.53,
+    "gc_pause": 0.44,
+    "recompilation": 0.56,
+    "allocator_churn": 0.66,
+    "memory_fragmentation": 0.76,
+    "straggler_rank": 0.52,
+    "collective_hang": 1.0,
     "unattributed_host_stall": 0.44,  # the gc_pause generator's draws, written as silence: gc_pause's share
 }
 """Share of the trace suite's single-fault cases of each class that it labels detectable (its magnitudes are drawn
@@ -71,7 +93,11 @@ _SINGLE = 1 - suite.HEALTHY_SHARE - suite.PAIR_SHARE
 DETECTABLE_PER_CASE = {
     "trace": _SINGLE * len(suite.CLASSES) / sum(1 / p for p in TRACE_DETECTABLE.values())
     + 2 * suite.PAIR_SHARE * float(np.mean([TRACE_DETECTABLE[c] for c in suite.PAIRABLE])),
-    "telemetry": 0.58, "nccl": 0.75, "steplog": 0.63, "inference": 0.72}
+    "telemetry": 0.58,
+    "nccl": 0.75,
+    "steplog": 0.63,
+    "inference": 0.72,
+}
 """Faults labeled detectable per case of each source, healthy jobs, pairs and faults drawn below the bar included:
 for traces from ``TRACE_DETECTABLE`` and the plan (``trace_plan``), for the others measured on the development
 suites (seeds 11 and 12; the simulators' labels, not perfsleuth's answers)."""
@@ -158,8 +184,7 @@ def plan(root: Path, n: int, seed: int, sources: Sequence[str]) -> tuple[list[Jo
             else:
                 jobs.append(("trace", name("trace", i), i, seed, (classes, None)))
     if counts.get("telemetry"):
-        cfgs = telemetry_sim.suite_configs(counts["telemetry"], _sub_seed(seed, "telemetry"),
-                                           healthy_share=HEALTHY_SHARE["telemetry"])
+        cfgs = telemetry_sim.suite_configs(counts["telemetry"], _sub_seed(seed, "telemetry"), healthy_share=HEALTHY_SHARE["telemetry"])
         jobs += [("telemetry", name("telemetry", i), i, seed, cfg) for i, cfg in enumerate(cfgs)]
     if counts.get("nccl"):
         rng = _rng(seed, "nccl")
@@ -174,8 +199,7 @@ def plan(root: Path, n: int, seed: int, sources: Sequence[str]) -> tuple[list[Jo
             jobs.append(("inference", name("inference", i), i, seed, (cls, _sub_seed(seed, "inference", i), fmt)))
     logs: list[steplog_sim.SimLog] = []
     if counts.get("steplog"):
-        logs = steplog_sim.suite(counts["steplog"], _sub_seed(seed, "steplog") % 1_000_000,
-                                 healthy_share=HEALTHY_SHARE["steplog"])
+        logs = steplog_sim.suite(counts["steplog"], _sub_seed(seed, "steplog") % 1_000_000, healthy_share=HEALTHY_SHARE["steplog"])
     return jobs, logs
 
 
@@ -193,15 +217,28 @@ def _with_telemetry(path: Path, index: int, seed: int, fault: str | None) -> Non
     truth = json.loads((path / "truth.json").read_text())
     world = int(truth["config"]["world_size"])
     rng = _rng(seed, "mixed", index)
-    cfg = telemetry_sim.TelemetryConfig(nodes=max(1, math.ceil(world / telemetry_sim.GPUS_PER_NODE)),
-                                        minutes=float(rng.choice([20.0, 30.0])), interval_s=float(rng.choice([5.0, 10.0])),
-                                        seed=int(rng.integers(1 << 31)), fault=fault, run_id=path.name)
+    cfg = telemetry_sim.TelemetryConfig(
+        nodes=max(1, math.ceil(world / telemetry_sim.GPUS_PER_NODE)),
+        minutes=float(rng.choice([20.0, 30.0])),
+        interval_s=float(rng.choice([5.0, 10.0])),
+        seed=int(rng.integers(1 << 31)),
+        fault=fault,
+        run_id=path.name,
+    )
     job = telemetry_sim.simulate(cfg)
     telemetry_sim.write_exporter_text(job, path / "dcgm", compress=True)
     case = read_case(path)
     rules = [case.detectable_rule] + [f"{t['fault']}: {t['rule']}" for t in job.truth]
-    write_case(Case(path, case.faults + telemetry_sim.case_faults(job), case.source,
-                    f"{case.notes}; with its nodes' {telemetry_sim.describe(job)}", "; ".join(r for r in rules if r), case.extra))
+    write_case(
+        Case(
+            path,
+            case.faults + telemetry_sim.case_faults(job),
+            case.source,
+            f"{case.notes}; with its nodes' {telemetry_sim.describe(job)}",
+            "; ".join(r for r in rules if r),
+            case.extra,
+        )
+    )
 
 
 def make_one(job: Job) -> str:
@@ -228,8 +265,9 @@ def make_one(job: Job) -> str:
     return out
 
 
-def make_signal_suite(out: str | Path, n: int, seed: int, sources: Sequence[str] = DEFAULT_SOURCES,
-                      workers: int | None = None) -> list[Path]:
+def make_signal_suite(
+    out: str | Path, n: int, seed: int, sources: Sequence[str] = DEFAULT_SOURCES, workers: int | None = None
+) -> list[Path]:
     """Write ``n`` labeled cases over ``sources`` under ``out`` (see the module docstring); their directories."""
     if n < 1:
         raise ValueError("n must be >= 1")
@@ -252,4 +290,3 @@ def make_signal_suite(out: str | Path, n: int, seed: int, sources: Sequence[str]
             done = list(pool.map(make_one, [jobs[k] for k in heavy_first], chunksize=1))
     by_job = dict(zip(heavy_first, done, strict=True))
     return [Path(by_job[k]) for k in range(len(jobs))]
-

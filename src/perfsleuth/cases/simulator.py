@@ -118,19 +118,28 @@ SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD = 24, 28, 32, 36
 K_COMPUTE, K_COMM, K_MEMCPY = 0, 1, 2
 # host event categories (index into kineto_writer.HOST_CATS)
 H_CPU_OP, H_ANNOTATION, H_RUNTIME = 0, 1, 2
-CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 41,
-        "cudaStreamSynchronize": 131, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
-        "cudaMalloc": 20, "cudaFree": 22}
+CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaLaunchKernelExC": 430,
+    "cudaMemcpyAsync": 41,
+    "cudaStreamSynchronize": 131,
+    "cudaEventRecord": 135,
+    "cudaStreamWaitEvent": 147,
+    "cudaMalloc": 20,
+    "cudaFree": 22,
+}
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 _MIB = 1 << 20
 DTOH = "Memcpy DtoH (Device -> Pageable)"
 LOOKUP_NS = 30_000
 # the nested torch._dynamo.utils.dynamo_timed ranges of one recompilation, (name, share of compile_ns
 # spent before the next level opens, share after it closes)
-DYNAMO_TIMED = (("_compile.compile_inner (dynamo_timed)", 0.12, 0.04),
-                ("OutputGraph.call_user_compiler (dynamo_timed)", 0.04, 0.02),
-                ("compile_fx_inner (dynamo_timed)", 0.08, 0.05),
-                ("GraphLowering.compile_to_module (dynamo_timed)", 0.65, 0.0))
+DYNAMO_TIMED = (
+    ("_compile.compile_inner (dynamo_timed)", 0.12, 0.04),
+    ("OutputGraph.call_user_compiler (dynamo_timed)", 0.04, 0.02),
+    ("compile_fx_inner (dynamo_timed)", 0.08, 0.05),
+    ("GraphLowering.compile_to_module (dynamo_timed)", 0.65, 0.0),
+)
 
 
 @dataclass
@@ -239,24 +248,55 @@ class SimConfig:
 # Hardware and kernel catalog
 
 _GPU_PROPS: dict[str, dict[str, Any]] = {
-    "H100": {"arch": "sm90", "totalGlobalMem": 85045870592, "computeMajor": 9, "computeMinor": 0,
-             "numSms": 132, "sharedMemPerMultiprocessor": 233472, "sharedMemPerBlockOptin": 232448},
-    "A100": {"arch": "sm80", "totalGlobalMem": 85198045184, "computeMajor": 8, "computeMinor": 0,
-             "numSms": 108, "sharedMemPerMultiprocessor": 167936, "sharedMemPerBlockOptin": 166912},
-    "B200": {"arch": "sm100", "totalGlobalMem": 191503138816, "computeMajor": 10, "computeMinor": 0,
-             "numSms": 148, "sharedMemPerMultiprocessor": 233472, "sharedMemPerBlockOptin": 232448},
+    "H100": {
+        "arch": "sm90",
+        "totalGlobalMem": 85045870592,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 132,
+        "sharedMemPerMultiprocessor": 233472,
+        "sharedMemPerBlockOptin": 232448,
+    },
+    "A100": {
+        "arch": "sm80",
+        "totalGlobalMem": 85198045184,
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "numSms": 108,
+        "sharedMemPerMultiprocessor": 167936,
+        "sharedMemPerBlockOptin": 166912,
+    },
+    "B200": {
+        "arch": "sm100",
+        "totalGlobalMem": 191503138816,
+        "computeMajor": 10,
+        "computeMinor": 0,
+        "numSms": 148,
+        "sharedMemPerMultiprocessor": 233472,
+        "sharedMemPerBlockOptin": 232448,
+    },
 }
 
 
 def device_properties(gpu_name: str, device: int) -> dict[str, Any]:
     """One ``deviceProperties`` entry in Kineto's key order (unknown GPUs get H100 numbers)."""
     p = next((v for k, v in _GPU_PROPS.items() if k in gpu_name), _GPU_PROPS["H100"])
-    return {"id": device, "name": gpu_name, "totalGlobalMem": p["totalGlobalMem"],
-            "computeMajor": p["computeMajor"], "computeMinor": p["computeMinor"],
-            "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
-            "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
-            "sharedMemPerMultiprocessor": p["sharedMemPerMultiprocessor"], "numSms": p["numSms"],
-            "sharedMemPerBlockOptin": p["sharedMemPerBlockOptin"]}
+    return {
+        "id": device,
+        "name": gpu_name,
+        "totalGlobalMem": p["totalGlobalMem"],
+        "computeMajor": p["computeMajor"],
+        "computeMinor": p["computeMinor"],
+        "maxThreadsPerBlock": 1024,
+        "maxThreadsPerMultiprocessor": 2048,
+        "regsPerBlock": 65536,
+        "regsPerMultiprocessor": 65536,
+        "warpSize": 32,
+        "sharedMemPerBlock": 49152,
+        "sharedMemPerMultiprocessor": p["sharedMemPerMultiprocessor"],
+        "numSms": p["numSms"],
+        "sharedMemPerBlockOptin": p["sharedMemPerBlockOptin"],
+    }
 
 
 def _arch(gpu_name: str) -> str:
@@ -267,33 +307,44 @@ def _kernel_static(regs: int, smem: int, grid: int, block: int, num_sms: int) ->
     """The launch-shape args of a kernel event, computed once per kernel kind."""
     bps = grid / num_sms
     wps = bps * -(-block // 32)
-    return {"registers per thread": regs, "shared memory": smem, "blocks per SM": round(bps, 6),
-            "warps per SM": round(wps, 6), "grid": [grid, 1, 1], "block": [block, 1, 1],
-            "est. achieved occupancy %": min(100, int(wps / 64 * 100))}
+    return {
+        "registers per thread": regs,
+        "shared memory": smem,
+        "blocks per SM": round(bps, 6),
+        "warps per SM": round(wps, 6),
+        "grid": [grid, 1, 1],
+        "block": [block, 1, 1],
+        "est. achieved occupancy %": min(100, int(wps / 64 * 100)),
+    }
 
 
 def _gemm_name(arch: str, layout: str, tile: str, wg: str) -> str:
     if arch == "sm80":
         return f"ampere_bf16_s16816gemm_bf16_{tile.replace('x64', '')}_ldg8_f2f_stages_64x3_{layout}"
-    return (f"{arch}_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize{wg}"
-            "_execute_segment_k_off_kernel__5x_cublas")
+    return f"{arch}_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize{wg}_execute_segment_k_off_kernel__5x_cublas"
 
 
 def _mta(functor: str, n: int) -> str:
     meta = f"at::native::(anonymous namespace)::TensorListMetadata<{n}>"
-    return (f"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<{meta}, "
-            f"at::native::(anonymous namespace)::{functor}>({meta}, at::native::(anonymous namespace)::"
-            f"{functor})")
+    return (
+        f"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<{meta}, "
+        f"at::native::(anonymous namespace)::{functor}>({meta}, at::native::(anonymous namespace)::"
+        f"{functor})"
+    )
 
 
 _BF = "c10::BFloat16"
-_ADD = (f"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<{_BF}>, "
-        f"at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<{_BF}>, at::detail::Array<char*, 3>)")
-_SUM = (f"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<{_BF}, at::native::func_wrapper_t<"
-        f"{_BF}, at::native::sum_functor<{_BF}, float, {_BF}>::operator()(at::TensorIterator&)::"
-        f"{{lambda(float, float)#1}}>, unsigned int, {_BF}, 4> >(at::native::ReduceOp<{_BF}, "
-        f"at::native::func_wrapper_t<{_BF}, at::native::sum_functor<{_BF}, float, {_BF}>::operator()"
-        f"(at::TensorIterator&)::{{lambda(float, float)#1}}>, unsigned int, {_BF}, 4>)")
+_ADD = (
+    f"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<{_BF}>, "
+    f"at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<{_BF}>, at::detail::Array<char*, 3>)"
+)
+_SUM = (
+    f"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<{_BF}, at::native::func_wrapper_t<"
+    f"{_BF}, at::native::sum_functor<{_BF}, float, {_BF}>::operator()(at::TensorIterator&)::"
+    f"{{lambda(float, float)#1}}>, unsigned int, {_BF}, 4> >(at::native::ReduceOp<{_BF}, "
+    f"at::native::func_wrapper_t<{_BF}, at::native::sum_functor<{_BF}, float, {_BF}>::operator()"
+    f"(at::TensorIterator&)::{{lambda(float, float)#1}}>, unsigned int, {_BF}, 4>)"
+)
 
 
 def _kernel_catalog(gpu_name: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -305,50 +356,91 @@ def _kernel_catalog(gpu_name: str) -> dict[str, tuple[str, dict[str, Any]]]:
         "gemm_fwd_big": (_gemm_name(arch, "tn", "128x256x64", "2x1x1"), 168, 213120, 528, 384),
         "gemm_dgrad": (_gemm_name(arch, "nn", "128x256x64", "2x1x1"), 168, 213120, 528, 384),
         "gemm_wgrad": (_gemm_name(arch, "nt", "128x128x64", "1x1x1"), 168, 197632, 264, 384),
-        "flash_fwd": ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
-                      "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, "
-                      "false, true, false, false, true, true, false, false>(Flash_fwd_params)",
-                      255, 49152, 512, 128),
-        "flash_bwd": ("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, "
-                      "128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, "
-                      "128, 8, cutlass::bfloat16_t> >, true, false, false, false, false, true, false, false>"
-                      "(Flash_bwd_params)", 255, 147456, 256, 256),
+        "flash_fwd": (
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+            "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, "
+            "false, true, false, false, true, true, false, false>(Flash_fwd_params)",
+            255,
+            49152,
+            512,
+            128,
+        ),
+        "flash_bwd": (
+            "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, "
+            "128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, "
+            "128, 8, cutlass::bfloat16_t> >, true, false, false, false, false, true, false, false>"
+            "(Flash_bwd_params)",
+            255,
+            147456,
+            256,
+            256,
+        ),
         "add": (_ADD, 28, 0, 6144, 128),
-        "layernorm_fwd": (f"void {ns}vectorized_layer_norm_kernel<{_BF}, float>(int, float, {_BF} const*, "
-                          f"{_BF} const*, {_BF} const*, float*, float*, {_BF}*)", 40, 0, 4096, 256),
-        "layernorm_bwd": (f"void {ns}layer_norm_grad_input_kernel_vectorized<{_BF}, float>({_BF} const*, "
-                          f"{_BF} const*, float const*, float const*, {_BF} const*, {_BF}*, int)",
-                          48, 1024, 4096, 256),
+        "layernorm_fwd": (
+            f"void {ns}vectorized_layer_norm_kernel<{_BF}, float>(int, float, {_BF} const*, "
+            f"{_BF} const*, {_BF} const*, float*, float*, {_BF}*)",
+            40,
+            0,
+            4096,
+            256,
+        ),
+        "layernorm_bwd": (
+            f"void {ns}layer_norm_grad_input_kernel_vectorized<{_BF}, float>({_BF} const*, "
+            f"{_BF} const*, float const*, float const*, {_BF} const*, {_BF}*, int)",
+            48,
+            1024,
+            4096,
+            256,
+        ),
         "reduce_sum": (_SUM, 32, 16, 1056, 512),
         "gelu_fwd": ("triton_poi_fused_gelu_0", 24, 0, 8192, 256),
         "gelu_bwd": ("triton_poi_fused_add_mul_0", 32, 0, 8192, 256),
-        "softmax_fwd": (f"void {ns}cunn_SoftMaxForward<4, {_BF}, float, {_BF}, {ns}LogSoftMaxForwardEpilogue>"
-                        f"({_BF}*, {_BF} const*, int)", 40, 0, 2048, 1024),
-        "nll_fwd": (f"void {ns}nll_loss_forward_reduce_cuda_kernel_2d<{_BF}, float, long>({_BF}*, {_BF}*, "
-                    f"{_BF} const*, long const*, {_BF} const*, bool, long, long, long, long)", 30, 8192, 1, 1024),
-        "softmax_bwd": (f"void {ns}cunn_SoftMaxBackward<4, {_BF}, float, {_BF}, {ns}LogSoftMaxBackwardEpilogue>"
-                        f"({_BF}*, {_BF} const*, {_BF} const*, long)", 38, 0, 2048, 1024),
+        "softmax_fwd": (
+            f"void {ns}cunn_SoftMaxForward<4, {_BF}, float, {_BF}, {ns}LogSoftMaxForwardEpilogue>({_BF}*, {_BF} const*, int)",
+            40,
+            0,
+            2048,
+            1024,
+        ),
+        "nll_fwd": (
+            f"void {ns}nll_loss_forward_reduce_cuda_kernel_2d<{_BF}, float, long>({_BF}*, {_BF}*, "
+            f"{_BF} const*, long const*, {_BF} const*, bool, long, long, long, long)",
+            30,
+            8192,
+            1,
+            1024,
+        ),
+        "softmax_bwd": (
+            f"void {ns}cunn_SoftMaxBackward<4, {_BF}, float, {_BF}, {ns}LogSoftMaxBackwardEpilogue>"
+            f"({_BF}*, {_BF} const*, {_BF} const*, long)",
+            38,
+            0,
+            2048,
+            1024,
+        ),
         "nccl": ("nccl", 96, 87568, 16, 512),
-        "opt_mul": (_mta(f"BinaryOpScalarFunctor<{_BF}, 1, 1, 0>, std::multiplies<float>, float", 1),
-                    26, 0, 1320, 512),
-        "opt_lerp": (_mta(f"TernaryOpScalarFunctor<{_BF}, 2, 2, 0>, {ns}LerpFunctor<float>, float", 2),
-                     32, 0, 1320, 512),
-        "opt_addcmul": (_mta(f"PointwiseOpScalarFunctor<{_BF}, 3, 3, 0>, std::multiplies<float>, float", 3),
-                        32, 0, 1320, 512),
+        "opt_mul": (_mta(f"BinaryOpScalarFunctor<{_BF}, 1, 1, 0>, std::multiplies<float>, float", 1), 26, 0, 1320, 512),
+        "opt_lerp": (_mta(f"TernaryOpScalarFunctor<{_BF}, 2, 2, 0>, {ns}LerpFunctor<float>, float", 2), 32, 0, 1320, 512),
+        "opt_addcmul": (_mta(f"PointwiseOpScalarFunctor<{_BF}, 3, 3, 0>, std::multiplies<float>, float", 3), 32, 0, 1320, 512),
         "opt_sqrt": (_mta(f"UnaryOpFunctor<{_BF}, 2, 1, 1>, {ns}Sqrt<float>", 2), 24, 0, 1320, 512),
-        "opt_addcdiv": (_mta(f"PointwiseOpScalarFunctor<{_BF}, 3, 3, 0>, std::divides<float>, float", 3),
-                        32, 0, 1320, 512),
+        "opt_addcdiv": (_mta(f"PointwiseOpScalarFunctor<{_BF}, 3, 3, 0>, std::divides<float>, float", 3), 32, 0, 1320, 512),
     }
     return {k: (n, _kernel_static(r, s, g, b, sms)) for k, (n, r, s, g, b) in raw.items()}
 
 
 # Inductor's kernels (and the cpu_op its launcher records under the same name) for the kinds it
 # generates in a compiled job; GEMMs and flash attention stay extern kernels.
-_TRITON = {"layernorm_fwd": "triton_per_fused_native_layer_norm_1", "add": "triton_poi_fused_add_2",
-           "gelu_fwd": "triton_poi_fused_gelu_0", "layernorm_bwd": "triton_per_fused_native_layer_norm_backward_3",
-           "reduce_sum": "triton_red_fused_sum_4", "gelu_bwd": "triton_poi_fused_add_mul_0",
-           "softmax_fwd": "triton_red_fused__log_softmax_5", "nll_fwd": "triton_red_fused_nll_loss_forward_6",
-           "softmax_bwd": "triton_poi_fused__log_softmax_backward_data_7"}
+_TRITON = {
+    "layernorm_fwd": "triton_per_fused_native_layer_norm_1",
+    "add": "triton_poi_fused_add_2",
+    "gelu_fwd": "triton_poi_fused_gelu_0",
+    "layernorm_bwd": "triton_per_fused_native_layer_norm_backward_3",
+    "reduce_sum": "triton_red_fused_sum_4",
+    "gelu_bwd": "triton_poi_fused_add_mul_0",
+    "softmax_fwd": "triton_red_fused__log_softmax_5",
+    "nll_fwd": "triton_red_fused_nll_loss_forward_6",
+    "softmax_bwd": "triton_poi_fused__log_softmax_backward_data_7",
+}
 
 
 def _eltwise(functor: str, n: int) -> str:
@@ -358,19 +450,34 @@ def _eltwise(functor: str, n: int) -> str:
 
 _OPQ = "at::native::(anonymous namespace)::OpaqueType<2u>"
 # an eager (unfused) rotary-embedding-like chain: (cpu op, kernel name), cycled
-_CHAIN = (("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, "
-                                 "at::native::binary_internal::MulFunctor<float> >", 3)),
-          ("aten::neg", _eltwise("at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() "
-                                 f"const::{{lambda()#9}}::operator()() const::{{lambda({_BF})#1}}", 2)),
-          ("aten::cat", f"void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<{_OPQ}, "
-                        f"unsigned int, 4, 128, 1>({_OPQ}*, at::native::(anonymous namespace)::CatArrInputTensorMetadata"
-                        f"<{_OPQ}, unsigned int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned "
-                        "int, 4u>, int, unsigned int)"),
-          ("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, "
-                                 "at::native::binary_internal::MulFunctor<float> >", 3)),
-          ("aten::add", _eltwise(f"at::native::CUDAFunctorOnSelf_add<{_BF}>", 2)),
-          ("aten::clone", _eltwise("at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::"
-                                   f"operator()() const::{{lambda()#7}}::operator()() const::{{lambda({_BF})#1}}", 2)))
+_CHAIN = (
+    ("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, at::native::binary_internal::MulFunctor<float> >", 3)),
+    (
+        "aten::neg",
+        _eltwise(
+            "at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() "
+            f"const::{{lambda()#9}}::operator()() const::{{lambda({_BF})#1}}",
+            2,
+        ),
+    ),
+    (
+        "aten::cat",
+        f"void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<{_OPQ}, "
+        f"unsigned int, 4, 128, 1>({_OPQ}*, at::native::(anonymous namespace)::CatArrInputTensorMetadata"
+        f"<{_OPQ}, unsigned int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned "
+        "int, 4u>, int, unsigned int)",
+    ),
+    ("aten::mul", _eltwise(f"at::native::BinaryFunctor<{_BF}, {_BF}, {_BF}, at::native::binary_internal::MulFunctor<float> >", 3)),
+    ("aten::add", _eltwise(f"at::native::CUDAFunctorOnSelf_add<{_BF}>", 2)),
+    (
+        "aten::clone",
+        _eltwise(
+            "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::"
+            f"operator()() const::{{lambda()#7}}::operator()() const::{{lambda({_BF})#1}}",
+            2,
+        ),
+    ),
+)
 _CHAIN_FUSED = "triton_poi_fused_add_cat_clone_mul_neg_8"
 
 
@@ -388,41 +495,47 @@ def _small_kernel_catalog(gpu_name: str, grid: int, block: int) -> list[tuple[st
 _FWD_OUT = (1, 3, 1, 1, 1, 1, 4, 4, 1, 1)
 
 # (cpu op, kernel kind, duration field, multiplier) of one transformer layer.
-_FWD = [("aten::native_layer_norm", "layernorm_fwd", "reduction_ns", 1.0),
-        ("aten::mm", "gemm_fwd", "gemm_ns", 0.75),
-        ("aten::_flash_attention_forward", "flash_fwd", "attention_ns", 1.0),
-        ("aten::mm", "gemm_fwd", "gemm_ns", 0.25),
-        ("aten::add", "add", "elementwise_ns", 1.0),
-        ("aten::native_layer_norm", "layernorm_fwd", "reduction_ns", 1.0),
-        ("aten::mm", "gemm_fwd_big", "gemm_ns", 1.0),
-        ("triton_poi_fused_gelu_0", "gelu_fwd", "elementwise_ns", 1.5),
-        ("aten::mm", "gemm_fwd_big", "gemm_ns", 1.0),
-        ("aten::add", "add", "elementwise_ns", 1.0)]
-_BWD = [("aten::mm", "gemm_dgrad", "gemm_ns", 1.0),
-        ("aten::mm", "gemm_wgrad", "gemm_ns", 1.0),
-        ("triton_poi_fused_add_mul_0", "gelu_bwd", "elementwise_ns", 1.5),
-        ("aten::mm", "gemm_dgrad", "gemm_ns", 1.0),
-        ("aten::mm", "gemm_wgrad", "gemm_ns", 1.0),
-        ("aten::native_layer_norm_backward", "layernorm_bwd", "reduction_ns", 2.0),
-        ("aten::sum", "reduce_sum", "reduction_ns", 1.0),
-        ("aten::add", "add", "elementwise_ns", 1.0),
-        ("aten::mm", "gemm_dgrad", "gemm_ns", 0.25),
-        ("aten::mm", "gemm_wgrad", "gemm_ns", 0.25),
-        ("aten::_flash_attention_backward", "flash_bwd", "attention_ns", 2.5),
-        ("aten::mm", "gemm_dgrad", "gemm_ns", 0.75),
-        ("aten::mm", "gemm_wgrad", "gemm_ns", 0.75),
-        ("aten::native_layer_norm_backward", "layernorm_bwd", "reduction_ns", 2.0),
-        ("aten::add", "add", "elementwise_ns", 1.0)]
-_LOSS_FWD = [("aten::_log_softmax", "softmax_fwd", "reduction_ns", 2.0),
-             ("aten::nll_loss_forward", "nll_fwd", "reduction_ns", 0.5)]
+_FWD = [
+    ("aten::native_layer_norm", "layernorm_fwd", "reduction_ns", 1.0),
+    ("aten::mm", "gemm_fwd", "gemm_ns", 0.75),
+    ("aten::_flash_attention_forward", "flash_fwd", "attention_ns", 1.0),
+    ("aten::mm", "gemm_fwd", "gemm_ns", 0.25),
+    ("aten::add", "add", "elementwise_ns", 1.0),
+    ("aten::native_layer_norm", "layernorm_fwd", "reduction_ns", 1.0),
+    ("aten::mm", "gemm_fwd_big", "gemm_ns", 1.0),
+    ("triton_poi_fused_gelu_0", "gelu_fwd", "elementwise_ns", 1.5),
+    ("aten::mm", "gemm_fwd_big", "gemm_ns", 1.0),
+    ("aten::add", "add", "elementwise_ns", 1.0),
+]
+_BWD = [
+    ("aten::mm", "gemm_dgrad", "gemm_ns", 1.0),
+    ("aten::mm", "gemm_wgrad", "gemm_ns", 1.0),
+    ("triton_poi_fused_add_mul_0", "gelu_bwd", "elementwise_ns", 1.5),
+    ("aten::mm", "gemm_dgrad", "gemm_ns", 1.0),
+    ("aten::mm", "gemm_wgrad", "gemm_ns", 1.0),
+    ("aten::native_layer_norm_backward", "layernorm_bwd", "reduction_ns", 2.0),
+    ("aten::sum", "reduce_sum", "reduction_ns", 1.0),
+    ("aten::add", "add", "elementwise_ns", 1.0),
+    ("aten::mm", "gemm_dgrad", "gemm_ns", 0.25),
+    ("aten::mm", "gemm_wgrad", "gemm_ns", 0.25),
+    ("aten::_flash_attention_backward", "flash_bwd", "attention_ns", 2.5),
+    ("aten::mm", "gemm_dgrad", "gemm_ns", 0.75),
+    ("aten::mm", "gemm_wgrad", "gemm_ns", 0.75),
+    ("aten::native_layer_norm_backward", "layernorm_bwd", "reduction_ns", 2.0),
+    ("aten::add", "add", "elementwise_ns", 1.0),
+]
+_LOSS_FWD = [("aten::_log_softmax", "softmax_fwd", "reduction_ns", 2.0), ("aten::nll_loss_forward", "nll_fwd", "reduction_ns", 0.5)]
 _LOSS_BWD = [("aten::_log_softmax_backward_data", "softmax_bwd", "elementwise_ns", 2.0)]
-_OPT = [("aten::_foreach_lerp_", "opt_lerp", 1.0), ("aten::_foreach_mul_", "opt_mul", 0.6),
-        ("aten::_foreach_addcmul_", "opt_addcmul", 1.0), ("aten::_foreach_sqrt", "opt_sqrt", 0.8),
-        ("aten::_foreach_addcdiv_", "opt_addcdiv", 1.2)]
+_OPT = [
+    ("aten::_foreach_lerp_", "opt_lerp", 1.0),
+    ("aten::_foreach_mul_", "opt_mul", 0.6),
+    ("aten::_foreach_addcmul_", "opt_addcmul", 1.0),
+    ("aten::_foreach_sqrt", "opt_sqrt", 0.8),
+    ("aten::_foreach_addcdiv_", "opt_addcdiv", 1.2),
+]
 
 _DTYPES = {"bf16": ("bf16", "BFloat16", 2), "float": ("f32", "Float", 4)}
-_COLL_OP = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce"), "send": ("c10d::send", "nccl:send"),
-            "recv": ("c10d::recv_", "nccl:recv")}
+_COLL_OP = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce"), "send": ("c10d::send", "nccl:send"), "recv": ("c10d::recv_", "nccl:recv")}
 
 
 def nccl_kernel_name(coll: str, style: str, dtype: str, nbytes: int) -> str:
@@ -446,8 +559,7 @@ def nccl_kernel_name(coll: str, style: str, dtype: str, nbytes: int) -> str:
 class Collective:
     """One collective instance (a process group's ``Seq``), shared by its participants' kernels."""
 
-    __slots__ = ("pg", "seq", "name", "ranks", "nbytes", "transfer_ns", "arrivals", "ops", "end",
-                 "last_arrival")
+    __slots__ = ("pg", "seq", "name", "ranks", "nbytes", "transfer_ns", "arrivals", "ops", "end", "last_arrival")
 
     def __init__(self, pg: str, seq: int, name: str, ranks: tuple[int, ...], nbytes: int, transfer_ns: int):
         self.pg, self.seq, self.name, self.ranks = pg, seq, name, ranks
@@ -470,11 +582,28 @@ class Collective:
 class GpuOp:
     """One GPU activity (kernel or memcpy) on one rank; ``start``/``end`` are -1 until simulated."""
 
-    __slots__ = ("kind", "name", "stream", "ready", "dur", "deps", "start", "end", "ext", "corr", "step",
-                 "static", "cargs", "coll", "extra", "nbytes")
+    __slots__ = (
+        "kind",
+        "name",
+        "stream",
+        "ready",
+        "dur",
+        "deps",
+        "start",
+        "end",
+        "ext",
+        "corr",
+        "step",
+        "static",
+        "cargs",
+        "coll",
+        "extra",
+        "nbytes",
+    )
 
-    def __init__(self, kind: int, name: str, stream: int, ready: int, dur: int, ext: int, corr: int,
-                 step: int, static: dict[str, Any] | None):
+    def __init__(
+        self, kind: int, name: str, stream: int, ready: int, dur: int, ext: int, corr: int, step: int, static: dict[str, Any] | None
+    ):
         self.kind, self.name, self.stream, self.ready, self.dur = kind, name, stream, ready, dur
         self.ext, self.corr, self.step, self.static = ext, corr, step, static
         self.deps: tuple[GpuOp, ...] | list[GpuOp] = ()
@@ -525,12 +654,29 @@ class SimulatedJob:
     def truth(self) -> dict[str, Any]:
         """The truth.json document (see the module docstring for every field)."""
         s0 = self.trace_start_ns
-        colls = [{"pg": c.pg, "seq": c.seq, "name": c.name, "ranks": list(c.ranks), "bytes": c.nbytes,
-                  "transfer_ns": c.transfer_ns, "arrival_ns": {r: s0 + t for r, t in sorted(c.arrivals.items())},
-                  "end_ns": s0 + c.end if c.end >= 0 else None} for c in self.collectives]
-        out = {"schema": SCHEMA, "config": self.config.to_dict(), "trace_start_ns": s0,
-               "clock_offset_ns": dict(self.clock_offset_ns), "parallel": self.parallel,
-               "faults": self.fault_truth, "steps": self.step_truth, "collectives": colls}
+        colls = [
+            {
+                "pg": c.pg,
+                "seq": c.seq,
+                "name": c.name,
+                "ranks": list(c.ranks),
+                "bytes": c.nbytes,
+                "transfer_ns": c.transfer_ns,
+                "arrival_ns": {r: s0 + t for r, t in sorted(c.arrivals.items())},
+                "end_ns": s0 + c.end if c.end >= 0 else None,
+            }
+            for c in self.collectives
+        ]
+        out = {
+            "schema": SCHEMA,
+            "config": self.config.to_dict(),
+            "trace_start_ns": s0,
+            "clock_offset_ns": dict(self.clock_offset_ns),
+            "parallel": self.parallel,
+            "faults": self.fault_truth,
+            "steps": self.step_truth,
+            "collectives": colls,
+        }
         if self.config.profile_memory:
             out["memory"] = {tr.rank: tr.info["memory"] for tr in self.ranks}
         return out
@@ -541,8 +687,7 @@ class SimulatedJob:
         A step still running when the profiling window was cut short (a hang) counts as lasting
         until the window's end."""
         d = [s["host_end_ns"] - s["host_start_ns"] for s in self.step_truth]
-        d += [tr.window_end - tr.open_step[1] for tr in self.ranks
-              if tr.open_step is not None and tr.window_end is not None]
+        d += [tr.window_end - tr.open_step[1] for tr in self.ranks if tr.open_step is not None and tr.window_end is not None]
         return float(np.mean(d))
 
 
@@ -667,8 +812,7 @@ class _Builder:
         if self.chain is not None:
             ks = _small_kernel_catalog(cfg.gpu_name, self.chain.grid_blocks, self.chain.block_threads)
             self.chain_ops, self.chain_fused = ks[:-1], ks[-1]
-            self.info["small_kernel_names"] = sorted({self.chain_fused[1][0]} if self.chain.fused
-                                                     else {k[0] for _, k in self.chain_ops})
+            self.info["small_kernel_names"] = sorted({self.chain_fused[1][0]} if self.chain.fused else {k[0] for _, k in self.chain_ops})
         self.frag = next((m for f in faults if (m := f.fragmentation(rank)) is not None), None)
         self.flush_now, self.regrow_left, self.flush_lows = False, 0, []
         self.mem = _Memory(cfg, rank, cfg.profile_memory) if cfg.profile_memory or self.frag else None
@@ -688,8 +832,9 @@ class _Builder:
         gap = int(self.cfg.op_gap_ns * (0.5 + d.uniform()))
         return cpu, launch, lat, gap
 
-    def kernel(self, op: str, kind: str, base_ns: float, work: float = 0.0, d: _Draws | None = None,
-               ks: tuple[str, dict[str, Any]] | None = None) -> None:
+    def kernel(
+        self, op: str, kind: str, base_ns: float, work: float = 0.0, d: _Draws | None = None, ks: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
         d = self.d if d is None else d
         clean = max(1_000, int(base_ns * self.kscale * math.exp(self.cfg.noise * d.normal())))
         dur = int(clean * (1.0 + self.slow + work))
@@ -796,8 +941,9 @@ class _Builder:
         """Before forward op ``i`` (-1: a backward op): the allocator's flush-and-retry, or a regrowth."""
         if self.flush_now and i == 6:
             f, mem = self.frag, self.mem
-            self.flush_lows.append(_round_up((mem.allocated + _FWD_OUT[6] * self.cfg.activation_memory_bytes
-                                              * self.mb_scale) * 1.03, 2 * _MIB))
+            self.flush_lows.append(
+                _round_up((mem.allocated + _FWD_OUT[6] * self.cfg.activation_memory_bytes * self.mb_scale) * 1.03, 2 * _MIB)
+            )
             self.prog.append((I_MARK, "flush", 0, f.segments_freed))
             self.prog.append((I_ALLOC, f.malloc_ns, f.free_ns, f.segments_freed, True))
             self.prog.append((I_MARK, "flush", 1, f.segments_freed))
@@ -849,15 +995,15 @@ class _Builder:
         if ck is not None:
             self.checkpoint(ck)
         if self.hang is not None and self.step == self.hang.step_index and not self.hung:
-            raise ValueError(f"collective_hang: rank {self.rank} has fewer than {self.hang.collective_index + 1} "
-                             f"collectives in step index {self.step}")
+            raise ValueError(
+                f"collective_hang: rank {self.rank} has fewer than {self.hang.collective_index + 1} collectives in step index {self.step}"
+            )
         self.prog.append((I_STEP_END,))
 
     def checkpoint(self, ck: Any) -> None:
         """A blocking save: D2H copies to pageable memory, then host-only serialization and write."""
         cfg, prog = self.cfg, self.prog
-        total = ck.bytes_per_rank if ck.bytes_per_rank is not None \
-            else 3 * len(self.local_layers()) * cfg.layer_param_bytes
+        total = ck.bytes_per_rank if ck.bytes_per_rank is not None else 3 * len(self.local_layers()) * cfg.layer_param_bytes
         chunk = ck.chunk_bytes or cfg.layer_param_bytes
         prog.append((I_MARK, "checkpoint", 0, total))
         if ck.annotation:
@@ -911,8 +1057,11 @@ class _Builder:
         if self.frag is not None:
             dev = device_properties(self.cfg.gpu_name, 0)["totalGlobalMem"]
             high = max(healthy, int(self.frag.reserved_fraction * dev) // (2 * _MIB) * 2 * _MIB)
-        self.info["memory"] = {"peak_allocated_bytes": mem.peak, "total_reserved_bytes_max": high,
-                               "total_reserved_bytes_min": min([high, *self.flush_lows])}
+        self.info["memory"] = {
+            "peak_allocated_bytes": mem.peak,
+            "total_reserved_bytes_max": high,
+            "total_reserved_bytes_min": min([high, *self.flush_lows]),
+        }
         if not mem.emit:
             return
         prog, lows = self.prog, list(self.flush_lows)
@@ -947,17 +1096,24 @@ class _Builder:
         self.coll_in_step += 1
         self.seq[pg["pg_name"]] = seq + 1
         nel = nbytes // self.dtype_size
-        cargs = {"Collective name": name, "In msg nelems": nel, "Out msg nelems": nel,
-                 "Group size": pg["pg_size"], "dtype": self.dtype_name, "In split size": "[]",
-                 "Out split size": "[]", "Process Group Name": pg["pg_name"],
-                 "Process Group Description": pg["pg_desc"], "Process Group Ranks": str(pg["ranks"]),
-                 "Seq": seq}
+        cargs = {
+            "Collective name": name,
+            "In msg nelems": nel,
+            "Out msg nelems": nel,
+            "Group size": pg["pg_size"],
+            "dtype": self.dtype_name,
+            "In split size": "[]",
+            "Out split size": "[]",
+            "Process Group Name": pg["pg_name"],
+            "Process Group Description": pg["pg_desc"],
+            "Process Group Ranks": str(pg["ranks"]),
+            "Seq": seq,
+        }
         kname = nccl_kernel_name(name, self.cfg.nccl_kernel_style, self.cfg.grad_dtype, nbytes)
         anno = _COLL_OP[name][1]
         if peer is not None:
             anno += f" {self.rank}->{peer}" if name == "send" else f" {self.rank}<-{peer}"
-        self.prog.append((I_COLL, name, anno, kname, self.cat["nccl"][1], stream, pg, seq, nbytes, cargs,
-                          *self._host_costs(4.0)))
+        self.prog.append((I_COLL, name, anno, kname, self.cat["nccl"][1], stream, pg, seq, nbytes, cargs, *self._host_costs(4.0)))
 
     def wait_stream(self, waiter: int, on: int) -> None:
         self.prog.append((I_SYNC_EV, waiter, on))
@@ -994,10 +1150,9 @@ def _build_dp(b: _Builder) -> list[tuple]:
     buckets = b.allreduce_buckets(layers)
     # poor_overlap: the last-closing buckets wait for the end of backward
     n_def = min(len(buckets), math.ceil(b.plan.defer * len(buckets) - 1e-9)) if b.plan.defer > 0 else 0
-    deferred = buckets[len(buckets) - n_def:]
-    closing = {bk[-1]: bk for bk in buckets[:len(buckets) - n_def]}
-    b.info.update(buckets=len(buckets), deferred_buckets=n_def,
-                  deferred_bytes=sum(len(bk) for bk in deferred) * cfg.layer_param_bytes)
+    deferred = buckets[len(buckets) - n_def :]
+    closing = {bk[-1]: bk for bk in buckets[: len(buckets) - n_def]}
+    b.info.update(buckets=len(buckets), deferred_buckets=n_def, deferred_bytes=sum(len(bk) for bk in deferred) * cfg.layer_param_bytes)
     for k in range(cfg.steps):
         b.begin_step(k)
         slots = b.alloc_slots(2 * L)
@@ -1087,8 +1242,7 @@ def _process_groups(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[tuple, d
     pgs: list[dict[str, Any]] = []
 
     def add(desc: str, ranks: list[int]) -> dict[str, Any]:
-        pg = {"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl",
-              "pg_size": len(ranks), "ranks": ranks}
+        pg = {"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": len(ranks), "ranks": ranks}
         pgs.append(pg)
         return pg
 
@@ -1125,8 +1279,7 @@ def _layout_groups(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[tuple, di
     stride = cfg.dp * cfg.tp
     for lo in range(cfg.world_size - stride if cfg.stages > 1 else 0):
         for role, desc in (("fwd", "pp_activations"), ("bwd", "pp_gradients")):
-            pg = {"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": 2,
-                  "ranks": [lo, lo + stride]}
+            pg = {"pg_name": str(len(pgs)), "pg_desc": desc, "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [lo, lo + stride]}
             pgs.append(pg)
             by_role[(role, lo)] = pg
     if cfg.dp == 1:
@@ -1239,8 +1392,9 @@ class _RankSim:
                 self.hs["dataloader_stall_ns"] = ins[2]
             elif op == I_STEP:
                 self.k = ins[1]
-                self.hs = dict.fromkeys(("launches", "host_launch_ns", "alloc_calls", "alloc_ns",
-                                         "sync_wait_ns", "dataloader_ns", "dataloader_stall_ns"), 0)
+                self.hs = dict.fromkeys(
+                    ("launches", "host_launch_ns", "alloc_calls", "alloc_ns", "sync_wait_ns", "dataloader_ns", "dataloader_stall_ns"), 0
+                )
                 self.hs["host_start_ns"] = self.t
                 self._begin(ins[2])
             elif op == I_STEP_END:
@@ -1291,8 +1445,7 @@ class _RankSim:
         rt0 = t0 + (cpu - launch) // 2
         self.tr.host.append((H_CPU_OP, "aten::copy_", t0, t0 + cpu, ext, 0, None))
         corr = self._runtime("cudaMemcpyAsync", rt0, rt0 + launch, ext)
-        g = GpuOp(K_MEMCPY, "Memcpy HtoD (Pinned -> Device)", COMPUTE_STREAM, rt0 + launch + lat, dur, ext,
-                  corr, self.k, None)
+        g = GpuOp(K_MEMCPY, "Memcpy HtoD (Pinned -> Device)", COMPUTE_STREAM, rt0 + launch + lat, dur, ext, corr, self.k, None)
         g.nbytes = nbytes
         self._enqueue(g)
         self.t = t0 + cpu + gap
@@ -1529,11 +1682,24 @@ def _run(cfg: SimConfig) -> SimulatedJob:
     for tr in ranks:
         _project_annotations(tr)
     # a collective nobody started (queued behind a hung one) leaves no trace
-    collectives = sorted((c for c in colls.values() if c.arrivals),
-                         key=lambda c: (c.end if c.end >= 0 else math.inf, int(c.pg), c.seq))
-    job = SimulatedJob(cfg, ranks, collectives, dict(enumerate(offsets)), trace_start_ns,
-                       {"dp": cfg.dp, "tp": cfg.tp, "pp_stages": cfg.stages, "microbatches": plan.microbatches,
-                        "overlap": plan.overlap, "fabric_bandwidth_gbps": plan.bandwidth_gbps}, [], [])
+    collectives = sorted((c for c in colls.values() if c.arrivals), key=lambda c: (c.end if c.end >= 0 else math.inf, int(c.pg), c.seq))
+    job = SimulatedJob(
+        cfg,
+        ranks,
+        collectives,
+        dict(enumerate(offsets)),
+        trace_start_ns,
+        {
+            "dp": cfg.dp,
+            "tp": cfg.tp,
+            "pp_stages": cfg.stages,
+            "microbatches": plan.microbatches,
+            "overlap": plan.overlap,
+            "fabric_bandwidth_gbps": plan.bandwidth_gbps,
+        },
+        [],
+        [],
+    )
     job.step_truth = _step_truth(job)
     job.fault_truth = _fault_truth(job)
     return job
@@ -1572,8 +1738,7 @@ def _project_annotations(tr: RankTrace) -> None:
             cur[0] = min(cur[0], g.start)
             cur[1] = max(cur[1], g.end)
     names = tr.annotation_names
-    tr.gpu_annotations = sorted(((names[e], e, s, a, z) for (e, s), (a, z) in span.items() if e in names),
-                                key=lambda x: x[3])
+    tr.gpu_annotations = sorted(((names[e], e, s, a, z) for (e, s), (a, z) in span.items() if e in names), key=lambda x: x[3])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1621,23 +1786,34 @@ def _step_truth(job: SimulatedJob) -> list[dict[str, Any]]:
             h0, h1 = hs["host_start_ns"], hs["host_end_ns"]
             all_iv = [(max(a, h0), min(z, h1)) for a, z in _union([(g.start, g.end) for g in ops])]
             gpu_busy = sum(z - a for a, z in all_iv if z > a)
-            rows.append({
-                "rank": tr.rank, "step": first + k, "step_index": k,
-                "host_start_ns": s0 + h0, "host_end_ns": s0 + h1,
-                "gpu_start_ns": s0 + min((g.start for g in ops), default=h0),
-                "gpu_end_ns": s0 + max((g.end for g in ops), default=h0),
-                "compute_busy_ns": sum(g.end - g.start for g in comp), "compute_kernels": len(comp),
-                "compute_extra_ns": sum(g.extra for g in comp),
-                "comm_ns": sum(g.end - g.start for g in comm),
-                "comm_wait_ns": sum(g.coll.last_arrival - g.start for g in comm if g.coll),
-                "comm_transfer_ns": sum(g.end - g.coll.last_arrival for g in comm if g.coll),
-                "exposed_comm_ns": sum(z - a for a, z in comm_iv) - _overlap_ns(comm_iv, busy_iv),
-                "memcpy_ns": sum(g.end - g.start for g in mem),
-                "gpu_busy_ns": gpu_busy, "gpu_idle_ns": (h1 - h0) - gpu_busy,
-                "dataloader_ns": hs["dataloader_ns"], "dataloader_stall_ns": hs["dataloader_stall_ns"],
-                "launches": hs["launches"], "host_launch_ns": hs["host_launch_ns"],
-                "alloc_calls": hs["alloc_calls"], "alloc_ns": hs["alloc_ns"], "sync_wait_ns": hs["sync_wait_ns"],
-            })
+            rows.append(
+                {
+                    "rank": tr.rank,
+                    "step": first + k,
+                    "step_index": k,
+                    "host_start_ns": s0 + h0,
+                    "host_end_ns": s0 + h1,
+                    "gpu_start_ns": s0 + min((g.start for g in ops), default=h0),
+                    "gpu_end_ns": s0 + max((g.end for g in ops), default=h0),
+                    "compute_busy_ns": sum(g.end - g.start for g in comp),
+                    "compute_kernels": len(comp),
+                    "compute_extra_ns": sum(g.extra for g in comp),
+                    "comm_ns": sum(g.end - g.start for g in comm),
+                    "comm_wait_ns": sum(g.coll.last_arrival - g.start for g in comm if g.coll),
+                    "comm_transfer_ns": sum(g.end - g.coll.last_arrival for g in comm if g.coll),
+                    "exposed_comm_ns": sum(z - a for a, z in comm_iv) - _overlap_ns(comm_iv, busy_iv),
+                    "memcpy_ns": sum(g.end - g.start for g in mem),
+                    "gpu_busy_ns": gpu_busy,
+                    "gpu_idle_ns": (h1 - h0) - gpu_busy,
+                    "dataloader_ns": hs["dataloader_ns"],
+                    "dataloader_stall_ns": hs["dataloader_stall_ns"],
+                    "launches": hs["launches"],
+                    "host_launch_ns": hs["host_launch_ns"],
+                    "alloc_calls": hs["alloc_calls"],
+                    "alloc_ns": hs["alloc_ns"],
+                    "sync_wait_ns": hs["sync_wait_ns"],
+                }
+            )
     return rows
 
 
@@ -1672,65 +1848,82 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
         others = [r for r in rows if r["rank"] not in ranks and r["step_index"] in steps]
         effect: dict[str, Any]
         if f.fault == "straggler_rank":
-            effect = {"extra_compute_ns_by_step": {r["step"]: r["compute_extra_ns"] for r in hit},
-                      "peer_comm_wait_ns_per_step": _mean(others, "comm_wait_ns"),
-                      "straggler_comm_wait_ns_per_step": _mean(hit, "comm_wait_ns")}
+            effect = {
+                "extra_compute_ns_by_step": {r["step"]: r["compute_extra_ns"] for r in hit},
+                "peer_comm_wait_ns_per_step": _mean(others, "comm_wait_ns"),
+                "straggler_comm_wait_ns_per_step": _mean(hit, "comm_wait_ns"),
+            }
         elif f.fault == "exposed_communication":
-            effect = {"exposed_comm_ns_per_step": _mean(rows, "exposed_comm_ns"),
-                      "comm_transfer_ns_per_step": _mean(rows, "comm_transfer_ns"),
-                      "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
-                      "overlap": job.parallel["overlap"]}
+            effect = {
+                "exposed_comm_ns_per_step": _mean(rows, "exposed_comm_ns"),
+                "comm_transfer_ns_per_step": _mean(rows, "comm_transfer_ns"),
+                "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
+                "overlap": job.parallel["overlap"],
+            }
         elif f.fault == "dataloader_stall":
             stall: dict[int, dict[int, int]] = {}
             for r in hit:
                 stall.setdefault(r["rank"], {})[r["step"]] = r["dataloader_stall_ns"]
             effect = {"stall_ns_by_rank_step": stall, "dataloader_ns_per_step": _mean(hit, "dataloader_ns")}
         elif f.fault == "host_launch_bound":
-            effect = {"host_launch_ns_per_launch": sum(r["host_launch_ns"] for r in hit)
-                      / max(1, sum(r["launches"] for r in hit)),
-                      "kernel_ns_per_kernel": sum(r["compute_busy_ns"] for r in hit)
-                      / max(1, sum(r["compute_kernels"] for r in hit)),
-                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
+            effect = {
+                "host_launch_ns_per_launch": sum(r["host_launch_ns"] for r in hit) / max(1, sum(r["launches"] for r in hit)),
+                "kernel_ns_per_kernel": sum(r["compute_busy_ns"] for r in hit) / max(1, sum(r["compute_kernels"] for r in hit)),
+                "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns"),
+            }
         elif f.fault == "pipeline_bubble":
             P, M = cfg.stages, job.parallel["microbatches"]
-            effect = {"microbatches": M, "pp_stages": P, "ideal_bubble_fraction": (P - 1) / (M + P - 1),
-                      "compute_idle_fraction_by_rank": {
-                          r: 1 - sum(x["compute_busy_ns"] for x in rows if x["rank"] == r)
-                          / sum(x["host_end_ns"] - x["host_start_ns"] for x in rows if x["rank"] == r)
-                          for r in range(cfg.world_size)},
-                      "extra_compute_ns_per_step": _mean(hit, "compute_extra_ns")}
+            effect = {
+                "microbatches": M,
+                "pp_stages": P,
+                "ideal_bubble_fraction": (P - 1) / (M + P - 1),
+                "compute_idle_fraction_by_rank": {
+                    r: 1
+                    - sum(x["compute_busy_ns"] for x in rows if x["rank"] == r)
+                    / sum(x["host_end_ns"] - x["host_start_ns"] for x in rows if x["rank"] == r)
+                    for r in range(cfg.world_size)
+                },
+                "extra_compute_ns_per_step": _mean(hit, "compute_extra_ns"),
+            }
         elif f.fault == "poor_overlap":
             info = job.ranks[0].info
-            effect = {"buckets": info.get("buckets", 0), "deferred_buckets": info.get("deferred_buckets", 0),
-                      "deferred_bytes": info.get("deferred_bytes", 0),
-                      "exposed_comm_ns_per_step": _mean(rows, "exposed_comm_ns"),
-                      "comm_transfer_ns_per_step": _mean(rows, "comm_transfer_ns"),
-                      "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
-                      "overlap": job.parallel["overlap"]}
+            effect = {
+                "buckets": info.get("buckets", 0),
+                "deferred_buckets": info.get("deferred_buckets", 0),
+                "deferred_bytes": info.get("deferred_bytes", 0),
+                "exposed_comm_ns_per_step": _mean(rows, "exposed_comm_ns"),
+                "comm_transfer_ns_per_step": _mean(rows, "comm_transfer_ns"),
+                "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
+                "overlap": job.parallel["overlap"],
+            }
         elif f.fault == "sequence_imbalance":
             dp = cfg.dp
             heavy = {first + k: [r for r in range(cfg.world_size) if cfg.dp_index(r) == f.heavy_index(dp, k)] for k in steps}
             heavy_rows = [r for r in rows if r["rank"] in heavy.get(r["step"], ())]
             light_rows = [r for r in rows if r["step"] in heavy and r["rank"] not in heavy[r["step"]]]
-            effect = {"work_multiplier_by_rank_step": {
-                          r: {first + k: f.multipliers(dp, k)[cfg.dp_index(r)] for k in steps} for r in range(cfg.world_size)},
-                      "heavy_ranks_by_step": heavy,
-                      "extra_compute_ns_by_rank_step": {
-                          r: {x["step"]: x["compute_extra_ns"] for x in hit if x["rank"] == r} for r in ranks},
-                      "heavy_comm_wait_ns_per_step": _mean(heavy_rows, "comm_wait_ns"),
-                      "peer_comm_wait_ns_per_step": _mean(light_rows, "comm_wait_ns")}
+            effect = {
+                "work_multiplier_by_rank_step": {
+                    r: {first + k: f.multipliers(dp, k)[cfg.dp_index(r)] for k in steps} for r in range(cfg.world_size)
+                },
+                "heavy_ranks_by_step": heavy,
+                "extra_compute_ns_by_rank_step": {r: {x["step"]: x["compute_extra_ns"] for x in hit if x["rank"] == r} for r in ranks},
+                "heavy_comm_wait_ns_per_step": _mean(heavy_rows, "comm_wait_ns"),
+                "peer_comm_wait_ns_per_step": _mean(light_rows, "comm_wait_ns"),
+            }
         elif f.fault == "checkpoint_stall":
             saves = _by_rank_step(job, "checkpoint")
             for r, per in saves.items():
                 for step, sv in per.items():
                     copies = [g for g in job.ranks[r].gpu if g.name == DTOH and g.step == step - first]
                     sv.pop("info")
-                    sv.update(d2h_copies=len(copies), d2h_bytes=sum(g.nbytes for g in copies),
-                              d2h_ns=sum(g.end - g.start for g in copies))
-            effect = {"saves": saves, "write_ns": f.write_ns, "annotation": f.annotation,
-                      "save_ns_per_save": float(np.mean([v["duration_ns"] for p in saves.values() for v in p.values()]
-                                                        or [0])),
-                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
+                    sv.update(d2h_copies=len(copies), d2h_bytes=sum(g.nbytes for g in copies), d2h_ns=sum(g.end - g.start for g in copies))
+            effect = {
+                "saves": saves,
+                "write_ns": f.write_ns,
+                "annotation": f.annotation,
+                "save_ns_per_save": float(np.mean([v["duration_ns"] for p in saves.values() for v in p.values()] or [0])),
+                "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns"),
+            }
         elif f.fault == "small_kernels":
             n_k = ns = 0
             for r in ranks:
@@ -1741,44 +1934,55 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                         ns += g.end - g.start
             n_rs = max(1, len(hit))
             tr0 = job.ranks[ranks[0]] if ranks else None
-            st = next((g.static for g in tr0.gpu if g.name in set(tr0.info.get("small_kernel_names", ()))), {}) \
-                if tr0 is not None else {}
-            effect = {"small_kernels_per_step": n_k / n_rs, "small_kernel_ns_per_step": ns / n_rs,
-                      "ns_per_small_kernel": ns / max(1, n_k), "grid_blocks": st.get("grid", [0])[0],
-                      "block_threads": st.get("block", [0])[0],
-                      "num_sms": device_properties(cfg.gpu_name, 0)["numSms"],
-                      "blocks_per_sm": st.get("blocks per SM", 0.0),
-                      "est_achieved_occupancy_pct": st.get("est. achieved occupancy %", 0),
-                      "gpu_busy_fraction": float(np.mean([r["gpu_busy_ns"] / (r["host_end_ns"] - r["host_start_ns"])
-                                                          for r in hit] or [0.0]))}
+            st = next((g.static for g in tr0.gpu if g.name in set(tr0.info.get("small_kernel_names", ()))), {}) if tr0 is not None else {}
+            effect = {
+                "small_kernels_per_step": n_k / n_rs,
+                "small_kernel_ns_per_step": ns / n_rs,
+                "ns_per_small_kernel": ns / max(1, n_k),
+                "grid_blocks": st.get("grid", [0])[0],
+                "block_threads": st.get("block", [0])[0],
+                "num_sms": device_properties(cfg.gpu_name, 0)["numSms"],
+                "blocks_per_sm": st.get("blocks per SM", 0.0),
+                "est_achieved_occupancy_pct": st.get("est. achieved occupancy %", 0),
+                "gpu_busy_fraction": float(np.mean([r["gpu_busy_ns"] / (r["host_end_ns"] - r["host_start_ns"]) for r in hit] or [0.0])),
+            }
         elif f.fault in ("gc_pause", "unattributed_host_stall"):
             pauses = _by_rank_step(job, "gc")
-            flat = sorted(({"rank": r, "step": step, "start_ns": v["start_ns"], "duration_ns": v["duration_ns"]}
-                           for r, per in pauses.items() for step, v in per.items()), key=lambda x: x["start_ns"])
+            flat = sorted(
+                (
+                    {"rank": r, "step": step, "start_ns": v["start_ns"], "duration_ns": v["duration_ns"]}
+                    for r, per in pauses.items()
+                    for step, v in per.items()
+                ),
+                key=lambda x: x["start_ns"],
+            )
             paused = {(p["rank"], p["step"]) for p in flat}
             peers = [r for r in rows if r["step"] in {p["step"] for p in flat} and (r["rank"], r["step"]) not in paused]
-            effect = {"pauses": flat,
-                      "pause_ns_by_rank_step": {r: {s: v["duration_ns"] for s, v in per.items()}
-                                                for r, per in pauses.items()},
-                      "peer_comm_wait_ns_per_step": _mean(peers, "comm_wait_ns"),
-                      "gpu_idle_ns_per_step": _mean([r for r in rows if (r["rank"], r["step"]) in paused],
-                                                    "gpu_idle_ns")}
+            effect = {
+                "pauses": flat,
+                "pause_ns_by_rank_step": {r: {s: v["duration_ns"] for s, v in per.items()} for r, per in pauses.items()},
+                "peer_comm_wait_ns_per_step": _mean(peers, "comm_wait_ns"),
+                "gpu_idle_ns_per_step": _mean([r for r in rows if (r["rank"], r["step"]) in paused], "gpu_idle_ns"),
+            }
         elif f.fault == "recompilation":
             comp = _by_rank_step(job, "compile")
             for per in comp.values():
                 for v in per.values():
                     v["compile_id"] = v.pop("info")
-            effect = {"recompiles": comp, "compile_ns": f.compile_ns,
-                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
+            effect = {"recompiles": comp, "compile_ns": f.compile_ns, "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
         elif f.fault == "memory_fragmentation":
             flushes = _by_rank_step(job, "flush")
             for per in flushes.values():
                 for v in per.values():
                     v["cuda_free_calls"] = v.pop("info")
-            effect = {"device_memory_bytes": device_properties(cfg.gpu_name, 0)["totalGlobalMem"],
-                      "memory_by_rank": {r: job.ranks[r].info["memory"] for r in ranks},
-                      "flushes": flushes, "regrow_mallocs": f.regrow_mallocs,
-                      "alloc_ns_per_step": _mean(hit, "alloc_ns"), "profile_memory": cfg.profile_memory}
+            effect = {
+                "device_memory_bytes": device_properties(cfg.gpu_name, 0)["totalGlobalMem"],
+                "memory_by_rank": {r: job.ranks[r].info["memory"] for r in ranks},
+                "flushes": flushes,
+                "regrow_mallocs": f.regrow_mallocs,
+                "alloc_ns_per_step": _mean(hit, "alloc_ns"),
+                "profile_memory": cfg.profile_memory,
+            }
         elif f.fault == "collective_hang":
             mark = next((m for m in job.ranks[f.rank].log if m[0] == "hang"), None)
             effect = {"triggered": mark is not None}
@@ -1786,17 +1990,35 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                 pg, seq, name = mark[4]
                 c = next((c for c in job.collectives if c.pg == pg and c.seq == seq), None)
                 waiting = dict(sorted(c.arrivals.items())) if c is not None else {}
-                effect.update(rank=f.rank, step=first + mark[1], step_index=mark[1], pg=pg, seq=seq,
-                              collective=name, hang_start_ns=s0 + mark[3],
-                              window_end_ns=s0 + job.ranks[f.rank].window_end,
-                              waiting_ranks=sorted(waiting), waiting_since_ns={r: s0 + t for r, t in waiting.items()},
-                              open_steps={tr.rank: first + tr.open_step[0] for tr in job.ranks
-                                          if tr.open_step is not None})
+                effect.update(
+                    rank=f.rank,
+                    step=first + mark[1],
+                    step_index=mark[1],
+                    pg=pg,
+                    seq=seq,
+                    collective=name,
+                    hang_start_ns=s0 + mark[3],
+                    window_end_ns=s0 + job.ranks[f.rank].window_end,
+                    waiting_ranks=sorted(waiting),
+                    waiting_since_ns={r: s0 + t for r, t in waiting.items()},
+                    open_steps={tr.rank: first + tr.open_step[0] for tr in job.ranks if tr.open_step is not None},
+                )
         else:  # allocator_churn and future faults: the allocator's own host time
-            effect = {"alloc_calls_per_step": _mean(hit, "alloc_calls"), "alloc_ns_per_step": _mean(hit, "alloc_ns"),
-                      "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
-        out.append({"fault": f.fault, "ranks": ranks, "steps": [first + k for k in steps],
-                    "step_indices": steps, "params": f.params(), "effect": effect})
+            effect = {
+                "alloc_calls_per_step": _mean(hit, "alloc_calls"),
+                "alloc_ns_per_step": _mean(hit, "alloc_ns"),
+                "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns"),
+            }
+        out.append(
+            {
+                "fault": f.fault,
+                "ranks": ranks,
+                "steps": [first + k for k in steps],
+                "step_indices": steps,
+                "params": f.params(),
+                "effect": effect,
+            }
+        )
     return out
 
 
@@ -1827,6 +2049,5 @@ def _simulate(config: SimConfig) -> SimulatedJob:
             base = config.faults[i].baseline()
             rest += [base] if base is not None else []
             without = _run(replace(config, faults=rest, measure_impact=False)).step_time_ns()
-            entry["impact"] = {"step_time_ns": with_fault, "step_time_without_ns": without,
-                               "delta_ns": with_fault - without}
+            entry["impact"] = {"step_time_ns": with_fault, "step_time_without_ns": without, "delta_ns": with_fault - without}
     return job

@@ -29,11 +29,13 @@ FORMATS = ("megatron", "megatron_old", "deepspeed", "jsonl")
 FAULTS = ("checkpoint_stall", "numeric_anomaly", "restart_overhead")
 SUFFIX = {"megatron": ".log", "megatron_old": ".log", "deepspeed": ".log", "jsonl": ".jsonl"}
 DETECTABLE_MIN_IMPACT = 0.03
-DETECTABLE_RULE = ("checkpoint_stall / restart_overhead: detectable when the share of wall time the log can show (saves; "
-                   "downtime + re-initialisation + recomputation; without timestamps, the recomputation of the logged "
-                   "iterations only) is at least 3% "
-                   "and, for checkpoints, the log names the saves or the save interval; numeric_anomaly: detectable when "
-                   "the format logs the signal (loss for spikes, NaN counts, skipped counts)")
+DETECTABLE_RULE = (
+    "checkpoint_stall / restart_overhead: detectable when the share of wall time the log can show (saves; "
+    "downtime + re-initialisation + recomputation; without timestamps, the recomputation of the logged "
+    "iterations only) is at least 3% "
+    "and, for checkpoints, the log names the saves or the save interval; numeric_anomaly: detectable when "
+    "the format logs the signal (loss for spikes, NaN counts, skipped counts)"
+)
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 FIRST_INIT_S = 90.0
 LOSS_OUTLIER_RATE = 1 / 2000
@@ -189,7 +191,7 @@ def simulate(job: Job, faults: tuple[Fault, ...]) -> _Run:
     scale, clean = (2.0**32 if fp16 else 1.0), 0
     sigma = math.sqrt(math.log(1 + job.noise_cv**2))
     draws = 2 * job.iterations + 16  # restarts recompute at most one run's worth
-    durs = job.step_s * rng.lognormal(-sigma**2 / 2, sigma, draws)
+    durs = job.step_s * rng.lognormal(-(sigma**2) / 2, sigma, draws)
     durs *= np.where(rng.random(draws) < job.hiccup_rate, rng.uniform(1.5, job.hiccup_max, draws), 1.0)  # GC, slow batch
     noises = 0.015 * rng.standard_normal(draws)
     noises += np.where(rng.random(draws) < LOSS_OUTLIER_RATE, rng.choice([-0.04, 0.04], draws), 0.0)  # a harder batch
@@ -230,8 +232,7 @@ def simulate(job: Job, faults: tuple[Fault, ...]) -> _Run:
             r = restarts.pop(0)
             recompute = sum(x.dur_s for x in run.iters if x.session == session and x.step > last_saved)
             logged = it // job.log_interval * job.log_interval  # iterations after the last logged row leave no trace
-            run.restart_recompute_logged_s += sum(x.dur_s for x in run.iters
-                                                  if x.session == session and last_saved < x.step <= logged)
+            run.restart_recompute_logged_s += sum(x.dur_s for x in run.iters if x.session == session and last_saved < x.step <= logged)
             t += r.downtime_s
             session += 1
             run.events.append(_Event(session, "start", t))
@@ -271,13 +272,26 @@ def _truth(job: Job, faults: tuple[Fault, ...], run: _Run) -> tuple[Truth, ...]:
         if isinstance(f, CheckpointStall):
             mag = run.save_total_s / wall
             named = job.save_lines or (job.print_args and job.format.startswith("megatron"))  # only Megatron prints it
-            out.append(Truth("checkpoint_stall", {"steps": list(run.save_steps)}, mag, mag >= DETECTABLE_MIN_IMPACT and named,
-                             "" if named else "neither save lines nor the save interval in the log"))
+            out.append(
+                Truth(
+                    "checkpoint_stall",
+                    {"steps": list(run.save_steps)},
+                    mag,
+                    mag >= DETECTABLE_MIN_IMPACT and named,
+                    "" if named else "neither save lines nor the save interval in the log",
+                )
+            )
         elif isinstance(f, Restart):
             visible = run.restart_lost_s if timed else run.restart_recompute_logged_s
-            out.append(Truth("restart_overhead", {"steps": list(run.restart_steps)}, run.restart_lost_s / wall,
-                             visible / wall >= DETECTABLE_MIN_IMPACT,
-                             "" if timed else "no timestamps: only the recomputation of logged iterations shows"))
+            out.append(
+                Truth(
+                    "restart_overhead",
+                    {"steps": list(run.restart_steps)},
+                    run.restart_lost_s / wall,
+                    visible / wall >= DETECTABLE_MIN_IMPACT,
+                    "" if timed else "no timestamps: only the recomputation of logged iterations shows",
+                )
+            )
     numeric = [f for f in faults if isinstance(f, LossSpike | NanIterations | SkipCascade)]
     if numeric:
         steps: list[int] = []
@@ -307,8 +321,10 @@ def _row_bump(spike: LossSpike, interval: int, fp16: bool) -> float:
     best = 0.0
     for start in range(first, spike.at + spike.length, interval):
         kept = [i for i in range(start, start + interval) if not (fp16 and i == spike.at)]
-        bumps = [spike.size * math.exp(-(i - spike.at) / max(spike.length / 3, 1)) if spike.at <= i < spike.at + spike.length
-                 else 0.0 for i in kept]
+        bumps = [
+            spike.size * math.exp(-(i - spike.at) / max(spike.length / 3, 1)) if spike.at <= i < spike.at + spike.length else 0.0
+            for i in kept
+        ]
         best = max(best, float(np.mean(bumps)) if bumps else 0.0)
     return best
 
@@ -363,13 +379,20 @@ def _megatron(job: Job, run: _Run, rng: np.random.Generator, old: bool) -> str:
     tflop = 6 * 7e9 * job.seq_length * job.global_batch / 1e12 / job.world_size
 
     def header(session: int) -> None:
-        out.append(f"using world size: {job.world_size}, data-parallel size: {job.world_size // 8}, "
-                   "tensor-model-parallel size: 8, pipeline-model-parallel size: 1")
+        out.append(
+            f"using world size: {job.world_size}, data-parallel size: {job.world_size // 8}, "
+            "tensor-model-parallel size: 8, pipeline-model-parallel size: 1"
+        )
         if job.print_args:
             out.append("------------------------ arguments ------------------------")
-            for k, v in (("global_batch_size", job.global_batch), ("log_interval", job.log_interval),
-                         ("save_interval", job.save_interval), ("seq_length", job.seq_length),
-                         ("train_iters", job.iterations), ("world_size", job.world_size)):
+            for k, v in (
+                ("global_batch_size", job.global_batch),
+                ("log_interval", job.log_interval),
+                ("save_interval", job.save_interval),
+                ("seq_length", job.seq_length),
+                ("train_iters", job.iterations),
+                ("world_size", job.world_size),
+            ):
                 out.append(f"  {k} {'.' * (48 - len(k))} {v}")
             out.append("-------------------- end of arguments ---------------------")
         out.append("> building GPT2BPETokenizer tokenizer ...")
@@ -401,8 +424,10 @@ def _megatron(job: Job, run: _Run, rng: np.random.Generator, old: bool) -> str:
             elif e.kind == "eval":
                 loss = _loss(e.step or 1) * 1.02
                 out.append("-" * 100)
-                out.append(f" validation loss at iteration {e.step} on validation set | lm loss value: {loss:.6E} | "
-                           f"lm loss PPL: {math.exp(loss):.6E} | ")
+                out.append(
+                    f" validation loss at iteration {e.step} on validation set | lm loss value: {loss:.6E} | "
+                    f"lm loss PPL: {math.exp(loss):.6E} | "
+                )
                 out.append("-" * 100)
             continue
         r: _Row = item
@@ -411,9 +436,11 @@ def _megatron(job: Job, run: _Run, rng: np.random.Generator, old: bool) -> str:
         good = [x for x in r.its if not x.skipped and not x.nan]
         loss = float(np.mean([x.loss for x in good])) if good else None
         last = r.its[-1]
-        parts = [(" " if old else f" [{_ts(r.end_s)}]") + f" iteration {r.step:8d}/{job.iterations:8d}",
-                 f" consumed samples: {r.step * job.global_batch:12d}",
-                 f" elapsed time per iteration (ms): {ms:.1f}"]
+        parts = [
+            (" " if old else f" [{_ts(r.end_s)}]") + f" iteration {r.step:8d}/{job.iterations:8d}",
+            f" consumed samples: {r.step * job.global_batch:12d}",
+            f" elapsed time per iteration (ms): {ms:.1f}",
+        ]
         if not old:
             parts.append(f" throughput per GPU (TFLOP/s/GPU): {tflop / (ms / 1e3):.1f}")
         parts.append(f" learning rate: {last.lr:.3E}" if old else f" learning rate: {last.lr:.6E}")
@@ -427,12 +454,17 @@ def _megatron(job: Job, run: _Run, rng: np.random.Generator, old: bool) -> str:
         out.append("|".join(parts) + " |")
         fb = r.mean_s * 1e3 * 0.93
         if old:
-            out.append(f"time (ms) | forward-compute: {fb * 0.33:.2f} | backward-compute: {fb * 0.67:.2f} | "
-                       f"optimizer: {r.mean_s * 1e3 * 0.05:.2f} | batch-generator: {float(rng.uniform(0.5, 2)):.2f}")
+            out.append(
+                f"time (ms) | forward-compute: {fb * 0.33:.2f} | backward-compute: {fb * 0.67:.2f} | "
+                f"optimizer: {r.mean_s * 1e3 * 0.05:.2f} | batch-generator: {float(rng.uniform(0.5, 2)):.2f}"
+            )
         else:
             out.append("(min, max) time across ranks (ms):")
-            for name, v in (("forward-backward", fb), ("optimizer", r.mean_s * 1e3 * 0.05),
-                            ("batch-generator", float(rng.uniform(0.5, 2)))):
+            for name, v in (
+                ("forward-backward", fb),
+                ("optimizer", r.mean_s * 1e3 * 0.05),
+                ("batch-generator", float(rng.uniform(0.5, 2))),
+            ):
                 out.append(f"    {(name + ' ').ljust(48, '.')}: ({v * 0.99:.2f}, {v:.2f})")
     out.append("[after training is done]" + ("" if old else f" datetime: {_ts(run.end_s, '%Y-%m-%d %H:%M:%S')} "))
     return "\n".join(out) + "\n"
@@ -448,8 +480,12 @@ def _deepspeed(job: Job, run: _Run, rng: np.random.Generator) -> str:
     def header(t: float) -> None:
         log(t, "logging.py:107:log_dist", "[Rank 0] DeepSpeed info: version=0.14.0, git-hash=unknown, git-branch=unknown")
         log(t, "config.py:996:print", "DeepSpeedEngine configuration:")
-        for k, v in (("steps_per_print", job.log_interval), ("train_batch_size", job.global_batch),
-                     ("world_size", job.world_size), ("wall_clock_breakdown", True)):
+        for k, v in (
+            ("steps_per_print", job.log_interval),
+            ("train_batch_size", job.global_batch),
+            ("world_size", job.world_size),
+            ("wall_clock_breakdown", True),
+        ):
             log(t, "config.py:1000:print", f"  {k} {'.' * max(2, 30 - len(k))} {v}")
 
     prev_skipped: dict[int, int] = {}
@@ -459,26 +495,40 @@ def _deepspeed(job: Job, run: _Run, rng: np.random.Generator) -> str:
             if e.kind == "start":
                 header(e.t_s)
             elif e.kind == "checkpoint_load":
-                log(e.t_s, "torch_checkpoint_engine.py:27:load",
-                    f"[Torch] Begin Load checkpoint from /ckpt/global_step{e.step}/mp_rank_00_model_states.pt...")
+                log(
+                    e.t_s,
+                    "torch_checkpoint_engine.py:27:load",
+                    f"[Torch] Begin Load checkpoint from /ckpt/global_step{e.step}/mp_rank_00_model_states.pt...",
+                )
             elif e.kind == "checkpoint_save" and job.save_lines:
-                log(e.t_s, "logging.py:107:log_dist",
-                    f"[Rank 0] Saving model checkpoint: /ckpt/global_step{e.step}/mp_rank_00_model_states.pt")
+                log(
+                    e.t_s,
+                    "logging.py:107:log_dist",
+                    f"[Rank 0] Saving model checkpoint: /ckpt/global_step{e.step}/mp_rank_00_model_states.pt",
+                )
             elif e.kind == "checkpoint_saved" and job.save_lines:
                 log(e.t_s, "torch_checkpoint_engine.py:33:commit", f"[Torch] Checkpoint global_step{e.step} is ready now!")
             continue
         r: _Row = item
         for x in r.its:
             if x.skipped:
-                log(x.end_s, "loss_scaler.py:183:update_scale", f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss "
-                    f"scale: {int(x.loss_scale * 2)}, reducing to {int(x.loss_scale)}")
+                log(
+                    x.end_s,
+                    "loss_scaler.py:183:update_scale",
+                    f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss "
+                    f"scale: {int(x.loss_scale * 2)}, reducing to {int(x.loss_scale)}",
+                )
         total = prev_skipped.get(r.session, 0) + sum(x.skipped for x in r.its)
         prev_skipped[r.session] = total
         last = r.its[-1]
         log(r.end_s, "logging.py:107:log_dist", f"[Rank 0] step={r.step}, skipped={total}, lr=[{last.lr}], mom=[(0.9, 0.95)]")
-        log(r.end_s, "timer.py:264:stop", f"epoch=0/micro_step={r.step}/global_step={r.step}, RunningAvgSamplesPerSec="
+        log(
+            r.end_s,
+            "timer.py:264:stop",
+            f"epoch=0/micro_step={r.step}/global_step={r.step}, RunningAvgSamplesPerSec="
             f"{job.global_batch / r.mean_s:.6f}, CurrSamplesPerSec={job.global_batch / last.dur_s:.6f}, MemAllocated=21.4GB, "
-            f"MaxMemAllocated=61.2GB")
+            f"MaxMemAllocated=61.2GB",
+        )
         ms = last.dur_s * 1e3
         out.append(f"[Rank 0] time (ms) | fwd: {ms * 0.3:.2f} | bwd: {ms * 0.6:.2f} | step: {ms * 0.1:.2f}")
     return "\n".join(out) + "\n"
@@ -495,8 +545,11 @@ def _jsonl(job: Job, run: _Run) -> str:
                 continue  # one JSONL event per save, written when it ends, with its duration
             if e.kind == "checkpoint_saved":
                 if job.save_lines:
-                    out.append(json.dumps({"event": "checkpoint_save", "step": e.step, "time": round(e.t_s, 3),
-                                           "duration_s": round(e.duration_s or 0, 3)}))
+                    out.append(
+                        json.dumps(
+                            {"event": "checkpoint_save", "step": e.step, "time": round(e.t_s, 3), "duration_s": round(e.duration_s or 0, 3)}
+                        )
+                    )
                 continue
             doc: dict[str, Any] = {"event": e.kind, "time": round(e.t_s, 3)}
             if e.step is not None:
@@ -506,10 +559,20 @@ def _jsonl(job: Job, run: _Run) -> str:
         r: _Row = item
         n = len(r.its)
         good = [x for x in r.its if not x.skipped and not x.nan]
-        doc = {"step": r.step, "step_time_s": round(r.mean_s, 5), "time": round(r.end_s, 3), "tokens": tokens,
-               "samples": job.global_batch, "loss": round(float(np.mean([x.loss for x in good])), 5) if good else None,
-               "grad_norm": round(r.its[-1].grad_norm, 4), "loss_scale": r.its[-1].loss_scale, "lr": r.its[-1].lr,
-               "skipped": sum(x.skipped for x in r.its), "nan": sum(x.nan for x in r.its), "gpus": job.world_size}
+        doc = {
+            "step": r.step,
+            "step_time_s": round(r.mean_s, 5),
+            "time": round(r.end_s, 3),
+            "tokens": tokens,
+            "samples": job.global_batch,
+            "loss": round(float(np.mean([x.loss for x in good])), 5) if good else None,
+            "grad_norm": round(r.its[-1].grad_norm, 4),
+            "loss_scale": r.its[-1].loss_scale,
+            "lr": r.its[-1].lr,
+            "skipped": sum(x.skipped for x in r.its),
+            "nan": sum(x.nan for x in r.its),
+            "gpus": job.world_size,
+        }
         if n != 1:
             doc["iterations"] = n
         out.append(json.dumps(doc))
@@ -538,13 +601,23 @@ def _random_job(rng: np.random.Generator, seed: int) -> Job:
     fmt = str(rng.choice(FORMATS, p=[0.4, 0.2, 0.2, 0.2]))
     interval = int(rng.choice([5, 10, 20])) if fmt != "jsonl" else int(rng.choice([1, 5, 10]))
     save_interval = int(rng.choice([250, 500, 1000]))
-    return Job(format=fmt, iterations=int(rng.integers(1000, 2501)) // 100 * 100, log_interval=interval,
-               step_s=float(rng.uniform(0.4, 6.0)), noise_cv=float(rng.uniform(0.01, 0.08)),
-               hiccup_rate=float(np.exp(rng.uniform(np.log(1 / 3000), np.log(1 / 50)))),
-               hiccup_max=float(rng.uniform(2.0, 8.0)), drift=float(rng.uniform(-0.05, 0.15)),
-               save_interval=save_interval, save_s=float(rng.uniform(0.2, 0.004 * save_interval)),
-               precision="fp16" if rng.random() < 0.35 else "bf16", eval_interval=int(rng.choice([0, 1000, 2000])),
-               eval_s=float(rng.uniform(2, 15)), world_size=int(rng.choice([8, 64, 512])), seed=seed)
+    return Job(
+        format=fmt,
+        iterations=int(rng.integers(1000, 2501)) // 100 * 100,
+        log_interval=interval,
+        step_s=float(rng.uniform(0.4, 6.0)),
+        noise_cv=float(rng.uniform(0.01, 0.08)),
+        hiccup_rate=float(np.exp(rng.uniform(np.log(1 / 3000), np.log(1 / 50)))),
+        hiccup_max=float(rng.uniform(2.0, 8.0)),
+        drift=float(rng.uniform(-0.05, 0.15)),
+        save_interval=save_interval,
+        save_s=float(rng.uniform(0.2, 0.004 * save_interval)),
+        precision="fp16" if rng.random() < 0.35 else "bf16",
+        eval_interval=int(rng.choice([0, 1000, 2000])),
+        eval_s=float(rng.uniform(2, 15)),
+        world_size=int(rng.choice([8, 64, 512])),
+        seed=seed,
+    )
 
 
 def _random_fault(rng: np.random.Generator, fault: str, job: Job) -> tuple[Job, tuple[Fault, ...]]:
@@ -598,7 +671,9 @@ def write_case(sim: SimLog, directory: str | Path, name: str = "train") -> Path:
     log = d / f"{name}{sim.suffix}"
     log.write_text(sim.text)
     faults = tuple(CaseFault(t.fault, t.scope, round(t.magnitude, 4), t.detectable) for t in sim.truth)
-    notes = "; ".join([f"simulated {sim.job.format} step log: {', '.join(map(repr, sim.faults)) or 'healthy'}"]
-                      + [f"{t.fault}: {t.note}" for t in sim.truth if t.note])
+    notes = "; ".join(
+        [f"simulated {sim.job.format} step log: {', '.join(map(repr, sim.faults)) or 'healthy'}"]
+        + [f"{t.fault}: {t.note}" for t in sim.truth if t.note]
+    )
     write(Case(d, faults, "simulated", notes, DETECTABLE_RULE if faults else ""))
     return log

@@ -40,9 +40,21 @@ from perfsleuth.cases.kineto_writer import write_job
 from perfsleuth.cases.simulator import SimConfig, simulate
 
 CLASSES = (
-    "exposed_communication", "poor_overlap", "pipeline_bubble", "sequence_imbalance", "dataloader_stall",
-    "checkpoint_stall", "host_launch_bound", "small_kernels", "gc_pause", "recompilation", "allocator_churn",
-    "memory_fragmentation", "straggler_rank", "collective_hang", "unattributed_host_stall",
+    "exposed_communication",
+    "poor_overlap",
+    "pipeline_bubble",
+    "sequence_imbalance",
+    "dataloader_stall",
+    "checkpoint_stall",
+    "host_launch_bound",
+    "small_kernels",
+    "gc_pause",
+    "recompilation",
+    "allocator_churn",
+    "memory_fragmentation",
+    "straggler_rank",
+    "collective_hang",
+    "unattributed_host_stall",
 )
 HEALTHY_SHARE = 0.15
 PAIR_SHARE = 0.22
@@ -74,20 +86,33 @@ def _logu(rng: np.random.Generator, lo: float, hi: float) -> float:
 def _shape(rng: np.random.Generator, parallelism: str, seed: int, compiled: bool, profile_memory: bool) -> SimConfig:
     scale = float(rng.uniform(0.7, 1.4))
     common = dict(
-        seed=seed, steps=int(rng.integers(5, 9)), noise=float(rng.uniform(0.02, 0.045)),
-        fabric_bandwidth_gbps=float(rng.uniform(100, 180)), bucket_bytes=int(rng.choice([12, 25, 50])) << 20,
-        nccl_kernel_style=str(rng.choice(["dev", "legacy"])), grad_dtype="bf16" if rng.random() < 0.7 else "float",
-        max_clock_offset_ns=int(rng.uniform(2e5, 5e6)), compiled=compiled, profile_memory=profile_memory,
-        gemm_ns=int(150_000 * scale), attention_ns=int(120_000 * scale), dataloader_jitter_ns=20_000,
+        seed=seed,
+        steps=int(rng.integers(5, 9)),
+        noise=float(rng.uniform(0.02, 0.045)),
+        fabric_bandwidth_gbps=float(rng.uniform(100, 180)),
+        bucket_bytes=int(rng.choice([12, 25, 50])) << 20,
+        nccl_kernel_style=str(rng.choice(["dev", "legacy"])),
+        grad_dtype="bf16" if rng.random() < 0.7 else "float",
+        max_clock_offset_ns=int(rng.uniform(2e5, 5e6)),
+        compiled=compiled,
+        profile_memory=profile_memory,
+        gemm_ns=int(150_000 * scale),
+        attention_ns=int(120_000 * scale),
+        dataloader_jitter_ns=20_000,
         gpu_name=str(rng.choice(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])),
         measure_impact=True,
     )
     if parallelism == "pp":
         stages = int(rng.choice([2, 4]))
         dp = int(rng.choice([1, 2], p=[0.6, 0.4])) if stages == 4 else int(rng.choice([1, 2, 4]))
-        return SimConfig(parallelism="pp", pp_stages=stages, world_size=stages * dp,
-                         layers=stages * int(rng.integers(2, 5)), microbatches=stages * int(rng.choice([2, 3, 4])),
-                         **common)
+        return SimConfig(
+            parallelism="pp",
+            pp_stages=stages,
+            world_size=stages * dp,
+            layers=stages * int(rng.integers(2, 5)),
+            microbatches=stages * int(rng.choice([2, 3, 4])),
+            **common,
+        )
     world = int(rng.choice([2, 4, 8, 16], p=[0.2, 0.35, 0.3, 0.15]))
     layers = int(rng.integers(3, 9))
     # DDP buckets small enough that at least three close during backward, as a tuned job has
@@ -122,13 +147,16 @@ def _g_straggler(rng, s, t):
 def _g_exposed(rng, s, t):
     # a slow fabric: the collectives' bus bandwidth drops to 8-65 GB/s, well below a healthy one
     target = _logu(rng, 8.0, 65.0)
-    return F.ExposedCommunication(bandwidth_divisor=max(1.0, s.config.fabric_bandwidth_gbps / target),
-                                  disable_overlap=bool(rng.random() < 0.5)), {}
+    return F.ExposedCommunication(
+        bandwidth_divisor=max(1.0, s.config.fabric_bandwidth_gbps / target), disable_overlap=bool(rng.random() < 0.5)
+    ), {}
 
 
 def _g_poor_overlap(rng, s, t):
     return F.PoorOverlap(deferred_fraction=float(rng.uniform(0.15, 1.0))), {
-        "bucket_bytes": int(rng.choice([12, 25])) << 20, "fabric_bandwidth_gbps": float(rng.uniform(100, 130))}
+        "bucket_bytes": int(rng.choice([12, 25])) << 20,
+        "fabric_bandwidth_gbps": float(rng.uniform(100, 130)),
+    }
 
 
 def _g_pipeline(rng, s, t):
@@ -162,19 +190,24 @@ def _moving_seed(rng: np.random.Generator, dp: int, steps: int) -> int:
 def _g_dataloader(rng, s, t):
     steps = s.config.steps
     idx = None if rng.random() < 0.7 else tuple(sorted(int(k) for k in rng.choice(steps, size=max(2, steps // 2), replace=False)))
-    return F.DataloaderStall(rank_ids=_ranks_subset(rng, s.config.world_size, 0.4) or tuple(range(s.config.world_size)),
-                             stall_ns=max(1_000, int(t * s.step_ns)), step_indices=idx), {}
+    return F.DataloaderStall(
+        rank_ids=_ranks_subset(rng, s.config.world_size, 0.4) or tuple(range(s.config.world_size)),
+        stall_ns=max(1_000, int(t * s.step_ns)),
+        step_indices=idx,
+    ), {}
 
 
 def _g_checkpoint(rng, s, t, annotated: bool = False):
     steps = s.config.steps
     names = ["checkpoint/save", "save_checkpoint", "Checkpointer.save", "dcp.save"]
     bare = not annotated and s.config.parallelism == "dp" and rng.random() < 0.15
-    return F.CheckpointStall(step_indices=(int(rng.integers(1, steps - 1)),),
-                             rank_ids=None if rng.random() < 0.6 else (0,),
-                             write_ns=max(100_000, int(t * steps * s.step_ns)),
-                             annotation="" if bare else str(rng.choice(names)),
-                             write_annotation="" if bare else str(rng.choice(["checkpoint/write", "torch.save", ""]))), {}
+    return F.CheckpointStall(
+        step_indices=(int(rng.integers(1, steps - 1)),),
+        rank_ids=None if rng.random() < 0.6 else (0,),
+        write_ns=max(100_000, int(t * steps * s.step_ns)),
+        annotation="" if bare else str(rng.choice(names)),
+        write_annotation="" if bare else str(rng.choice(["checkpoint/write", "torch.save", ""])),
+    ), {}
 
 
 def _g_launch(rng, s, t):
@@ -183,14 +216,16 @@ def _g_launch(rng, s, t):
 
 def _g_small(rng, s, t):
     k = int(rng.uniform(2_000, 8_000))
-    return F.SmallKernels(chain_length=int(rng.integers(4, 26)), kernel_ns=k, grid_blocks=int(rng.integers(4, 41)),
-                          fused_ns=int(k * rng.uniform(2, 5))), {}
+    return F.SmallKernels(
+        chain_length=int(rng.integers(4, 26)), kernel_ns=k, grid_blocks=int(rng.integers(4, 41)), fused_ns=int(k * rng.uniform(2, 5))
+    ), {}
 
 
 def _g_gc(rng, s, t, cls: type[F.GcPause] = F.GcPause):
     hi = max(2_000_000, int(4 * t * s.step_ns))
-    return cls(rate=float(rng.uniform(0.05, 0.35)), pause_ns=(max(1_000_000, int(hi * rng.uniform(0.2, 0.8))), hi),
-               seed=int(rng.integers(1 << 30))), {}
+    return cls(
+        rate=float(rng.uniform(0.05, 0.35)), pause_ns=(max(1_000_000, int(hi * rng.uniform(0.2, 0.8))), hi), seed=int(rng.integers(1 << 30))
+    ), {}
 
 
 def _g_stall(rng, s, t):
@@ -208,8 +243,9 @@ def _g_churn(rng, s, t):
     calls = int(rng.integers(1, 13))
     per = max(20_000, int(t * s.step_ns / calls))
     m = float(rng.uniform(0.4, 0.7))
-    return F.AllocatorChurn(rank_ids=_ranks_subset(rng, s.config.world_size, 0.7), calls_per_step=calls,
-                            malloc_ns=int(per * m), free_ns=int(per * (1 - m))), {}
+    return F.AllocatorChurn(
+        rank_ids=_ranks_subset(rng, s.config.world_size, 0.7), calls_per_step=calls, malloc_ns=int(per * m), free_ns=int(per * (1 - m))
+    ), {}
 
 
 def _g_fragmentation(rng, s, t):
@@ -218,22 +254,41 @@ def _g_fragmentation(rng, s, t):
     flush = tuple(sorted({int(k) for k in rng.integers(0, steps, size=n)})) if n else ()
     seg = int(rng.integers(4, 41))
     free = max(20_000, int(0.7 * t * steps * s.step_ns / (max(1, len(flush)) * seg)))
-    return F.MemoryFragmentation(reserved_fraction=float(rng.uniform(0.85, 0.98)), flush_step_indices=flush,
-                                 segments_freed=seg, free_ns=free, malloc_ns=int(rng.uniform(100_000, 1_000_000)),
-                                 regrow_mallocs=int(rng.integers(0, 9))), {"profile_memory": bool(rng.random() < 0.7)}
+    return F.MemoryFragmentation(
+        reserved_fraction=float(rng.uniform(0.85, 0.98)),
+        flush_step_indices=flush,
+        segments_freed=seg,
+        free_ns=free,
+        malloc_ns=int(rng.uniform(100_000, 1_000_000)),
+        regrow_mallocs=int(rng.integers(0, 9)),
+    ), {"profile_memory": bool(rng.random() < 0.7)}
 
 
 def _g_hang(rng, s, t):
-    return F.CollectiveHang(rank=int(rng.integers(s.config.world_size)), step_index=int(rng.integers(1, s.config.steps)),
-                            collective_index=0, window_ns=int(_logu(rng, 3e8, 3e9))), {}
+    return F.CollectiveHang(
+        rank=int(rng.integers(s.config.world_size)),
+        step_index=int(rng.integers(1, s.config.steps)),
+        collective_index=0,
+        window_ns=int(_logu(rng, 3e8, 3e9)),
+    ), {}
 
 
 GENERATORS: dict[str, Gen] = {
-    "straggler_rank": _g_straggler, "exposed_communication": _g_exposed, "poor_overlap": _g_poor_overlap,
-    "pipeline_bubble": _g_pipeline, "sequence_imbalance": _g_sequence, "dataloader_stall": _g_dataloader,
-    "checkpoint_stall": _g_checkpoint, "host_launch_bound": _g_launch, "small_kernels": _g_small, "gc_pause": _g_gc,
-    "recompilation": _g_recompile, "allocator_churn": _g_churn, "memory_fragmentation": _g_fragmentation,
-    "collective_hang": _g_hang, "unattributed_host_stall": _g_stall,
+    "straggler_rank": _g_straggler,
+    "exposed_communication": _g_exposed,
+    "poor_overlap": _g_poor_overlap,
+    "pipeline_bubble": _g_pipeline,
+    "sequence_imbalance": _g_sequence,
+    "dataloader_stall": _g_dataloader,
+    "checkpoint_stall": _g_checkpoint,
+    "host_launch_bound": _g_launch,
+    "small_kernels": _g_small,
+    "gc_pause": _g_gc,
+    "recompilation": _g_recompile,
+    "allocator_churn": _g_churn,
+    "memory_fragmentation": _g_fragmentation,
+    "collective_hang": _g_hang,
+    "unattributed_host_stall": _g_stall,
 }
 
 
@@ -277,8 +332,13 @@ def _case_config(index: int, seed: int, classes: tuple[str, ...]) -> tuple[SimCo
         # launch-bound jobs are small models: kernels, parameters and buckets shrink together
         f, _ = _g_launch(np.random.default_rng([seed, 13, index]), Shape(cfg, 1.0), 0.0)
         k = f.kernel_scale_factor
-        cfg = replace(cfg, layer_param_bytes=int(cfg.layer_param_bytes * k), bucket_bytes=int(cfg.bucket_bytes * k),
-                      activation_bytes=int(cfg.activation_bytes * k), batch_bytes=int(cfg.batch_bytes * k))
+        cfg = replace(
+            cfg,
+            layer_param_bytes=int(cfg.layer_param_bytes * k),
+            bucket_bytes=int(cfg.bucket_bytes * k),
+            activation_bytes=int(cfg.activation_bytes * k),
+            batch_bytes=int(cfg.batch_bytes * k),
+        )
         probe = replace(cfg, faults=[f])
     step = _step_ns(probe)
     loader = int(step * rng.uniform(0.005, 0.025))
@@ -300,8 +360,9 @@ def _case_config(index: int, seed: int, classes: tuple[str, ...]) -> tuple[SimCo
             f, ch = GENERATORS[c](rng, shape, t)
         # keep the straggler and a per-rank host stall on different ranks (else the stall is its cause)
         if c in ("dataloader_stall", "allocator_churn") and "straggler_rank" in cls:
-            strag = next(x for x in faults if isinstance(x, F.StragglerRank)) if any(
-                isinstance(x, F.StragglerRank) for x in faults) else None
+            strag = (
+                next(x for x in faults if isinstance(x, F.StragglerRank)) if any(isinstance(x, F.StragglerRank) for x in faults) else None
+            )
             if strag is not None and f.rank_ids is not None and strag.rank in f.rank_ids:
                 f = replace(f, rank_ids=tuple(r for r in range(cfg.world_size) if r != strag.rank)[:1])
         faults.append(f)
@@ -321,9 +382,11 @@ def _impact_fraction(entry: dict[str, Any]) -> float:
 
 IDENTIFY_ALPHA = 0.05
 """Significance level at which a class that is told apart by a count over steps counts as identifiable."""
-STRAGGLER_RULE = (f"straggler_rank is undetectable, whatever its impact, when the trace is too short to tell it from "
-                  f"shifting work: even slowest on every step, the chance that work moving at random lands on one of the "
-                  f"r data-parallel ranks on all n steps, r^(1-n), is at least {IDENTIFY_ALPHA}")
+STRAGGLER_RULE = (
+    f"straggler_rank is undetectable, whatever its impact, when the trace is too short to tell it from "
+    f"shifting work: even slowest on every step, the chance that work moving at random lands on one of the "
+    f"r data-parallel ranks on all n steps, r^(1-n), is at least {IDENTIFY_ALPHA}"
+)
 
 
 def _straggler_identifiable(cfg: SimConfig) -> bool:
@@ -351,12 +414,20 @@ def make_case(out: Path, index: int, seed: int, classes: tuple[str, ...]) -> Pat
         if detectable and entry["fault"] == "straggler_rank" and not _straggler_identifiable(cfg):
             detectable = False
             rules.append(STRAGGLER_RULE)
-        labeled.append(CaseFault(entry["fault"], {"ranks": entry.get("ranks", []), "steps": entry.get("steps", [])},
-                                 round(mag, 5), detectable))
+        labeled.append(
+            CaseFault(entry["fault"], {"ranks": entry.get("ranks", []), "steps": entry.get("steps", [])}, round(mag, 5), detectable)
+        )
     shape = f"{cfg.parallelism} world {cfg.world_size}" + (f" pp {cfg.pp_stages}" if cfg.parallelism == "pp" else "")
-    write_case(Case(out, tuple(labeled), "simulated",
-                    f"simulated ({shape}, {cfg.layers} layers, {cfg.steps} steps, seed {cfg.seed}); {notes or 'healthy'}",
-                    "; ".join(rules), {"suite": {"seed": seed, "index": index}}))
+    write_case(
+        Case(
+            out,
+            tuple(labeled),
+            "simulated",
+            f"simulated ({shape}, {cfg.layers} layers, {cfg.steps} steps, seed {cfg.seed}); {notes or 'healthy'}",
+            "; ".join(rules),
+            {"suite": {"seed": seed, "index": index}},
+        )
+    )
     return out
 
 

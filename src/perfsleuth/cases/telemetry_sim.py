@@ -37,8 +37,15 @@ PCIE_GEN, PCIE_WIDTH = 5, 16
 NVLINK_BYTES_PER_S = 1.2e11
 T0_NS = 1_764_000_000 * 1_000_000_000
 
-FAULTS = ("thermal_throttling", "power_capping", "clock_capping", "pcie_downtraining", "degraded_nvlink",
-          "gpu_hardware_errors", "slow_node")
+FAULTS = (
+    "thermal_throttling",
+    "power_capping",
+    "clock_capping",
+    "pcie_downtraining",
+    "degraded_nvlink",
+    "gpu_hardware_errors",
+    "slow_node",
+)
 
 DETECTABLE_RULES = {
     "thermal_throttling": "clock deficit x share of loaded time throttled >= 3% on some GPU, throttled >= 6 samples",
@@ -96,7 +103,7 @@ def _healthy(cfg: TelemetryConfig, rng: np.random.Generator) -> tuple[dict[str, 
     load[:warm] = 0.0
     period, pause = max(30, int(600 / cfg.interval_s)), max(2, int(30 / cfg.interval_s))
     for start in range(warm + period, bins, period):
-        load[start:start + pause] = 0.15  # job-wide checkpoint / eval pause
+        load[start : start + pause] = 0.15  # job-wide checkpoint / eval pause
     L = np.broadcast_to(load, shape)
     busy = L > 0.5
     host_sm = rng.normal(0, 0.006, (n, 1, 1))
@@ -167,7 +174,7 @@ def _lost_scrapes(data: dict[str, np.ndarray], rng: np.random.Generator, interva
     gap_len = max(2, int(120 / interval_s))
     start = rng.integers(bins // 3, max(bins // 3 + 1, bins - gap_len))
     lost = np.broadcast_to(lost, (n, g, bins)).copy()
-    lost[gap_host, :, start:start + gap_len] = True  # exporter restart
+    lost[gap_host, :, start : start + gap_len] = True  # exporter restart
     for v in data.values():
         v[lost] = np.nan
 
@@ -191,8 +198,9 @@ def _scope(hosts: list[str], gpus: list[tuple[int, int]]) -> dict[str, Any]:
     return {"hosts": sorted({hosts[h] for h, _ in gpus}), "gpus": sorted(f"{hosts[h]}:{g}" for h, g in gpus)}
 
 
-def _clock_fault(d: dict[str, np.ndarray], busy: np.ndarray, gpus, t0: int, t1: int, deficit: float, duty: float,
-                 bits: int, rng: _Rng) -> int:
+def _clock_fault(
+    d: dict[str, np.ndarray], busy: np.ndarray, gpus, t0: int, t1: int, deficit: float, duty: float, bits: int, rng: _Rng
+) -> int:
     """Clocks down by ``deficit`` with ``bits`` set on a ``duty`` share of the window; returns throttled samples."""
     n_thr = 0
     for h, g in gpus:
@@ -210,7 +218,7 @@ def _loss(d: dict[str, np.ndarray], busy: np.ndarray, gpus, mask_bits: int) -> f
     worst = 0.0
     for h, g in gpus:
         b = busy[h, g]
-        held = (d["clocks_event_reasons"][h, g] .astype(int) & mask_bits) > 0
+        held = (d["clocks_event_reasons"][h, g].astype(int) & mask_bits) > 0
         deficit = np.clip(1 - d["sm_clock_mhz"][h, g] / MAX_CLOCK_MHZ, 0, 1)
         worst = max(worst, float(np.sum(deficit * (held & b)) / max(1, b.sum())))
     return worst
@@ -230,8 +238,12 @@ def _f_thermal(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
         d["gpu_temp_c"][h, g, on] = np.maximum(d["gpu_temp_c"][h, g, on], 86 + rng.g.normal(0, 1, on.sum()))
         d["thermal_violation_ns"][h, g] = np.cumsum(on * 0.8 * 1e10)
     mag = _loss(d, busy, gpus, bits)
-    return {"scope": _scope(hosts, gpus), "magnitude": mag, "detectable": mag >= 0.03 and n_thr >= 6,
-            "params": {"deficit": deficit, "duty": duty, "window": [t0, t1], "bits": bits}}
+    return {
+        "scope": _scope(hosts, gpus),
+        "magnitude": mag,
+        "detectable": mag >= 0.03 and n_thr >= 6,
+        "params": {"deficit": deficit, "duty": duty, "window": [t0, t1], "bits": bits},
+    }
 
 
 def _f_power(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
@@ -250,8 +262,12 @@ def _f_power(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
             d["power_w"][h, g, on] = limit - rng.g.uniform(0, 4, on.sum())
         d["power_violation_ns"][h, g] = d["power_violation_ns"][h, g] + np.cumsum(on * 0.9 * 1e10)
     mag = _loss(d, busy, gpus, bits)
-    return {"scope": _scope(hosts, gpus), "magnitude": mag, "detectable": mag >= 0.03 and n_thr >= 6,
-            "params": {"deficit": deficit, "duty": duty, "window": [t0, t1], "bits": bits, "brake": brake}}
+    return {
+        "scope": _scope(hosts, gpus),
+        "magnitude": mag,
+        "detectable": mag >= 0.03 and n_thr >= 6,
+        "params": {"deficit": deficit, "duty": duty, "window": [t0, t1], "bits": bits, "brake": brake},
+    }
 
 
 def _f_clock(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
@@ -266,8 +282,12 @@ def _f_clock(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
         d["sm_clock_mhz"][h, g, on] = np.round(MAX_CLOCK_MHZ * (1 - deficit) / 15) * 15
         d["gpu_temp_c"][h, g, on] -= 4 * deficit / 0.1
     mag = _loss(d, busy, gpus, bits)
-    return {"scope": _scope(hosts, gpus), "magnitude": mag, "detectable": mag >= 0.03 and n_thr >= 6,
-            "params": {"deficit": deficit, "window": [t0, t1], "bits": bits}}
+    return {
+        "scope": _scope(hosts, gpus),
+        "magnitude": mag,
+        "detectable": mag >= 0.03 and n_thr >= 6,
+        "params": {"deficit": deficit, "window": [t0, t1], "bits": bits},
+    }
 
 
 def _f_pcie(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
@@ -284,8 +304,12 @@ def _f_pcie(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
     lane = {3: 0.985, 4: 1.969, 5: 3.938}
     lost = 1 - lane[gen] * width / (lane[PCIE_GEN] * PCIE_WIDTH)
     share = min(1.0, float(busy[0, 0, t0:t1].sum()) / max(1, busy[0, 0].sum()))
-    return {"scope": _scope(hosts, gpus), "magnitude": lost, "detectable": share >= 0.6 and (t1 - t0) >= 6,
-            "params": {"gen": gen, "width": width, "window": [t0, t1]}}
+    return {
+        "scope": _scope(hosts, gpus),
+        "magnitude": lost,
+        "detectable": share >= 0.6 and (t1 - t0) >= 6,
+        "params": {"gen": gen, "width": width, "window": [t0, t1]},
+    }
 
 
 def _f_nvlink(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +328,12 @@ def _f_nvlink(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
             d["nvlink_replay_errors"][h, g] += np.cumsum(steps)
             d["nvlink_crc_flit_errors"][h, g] += np.cumsum(steps * 0.5).round()
     detectable = errors >= 20 or deficit >= 0.12
-    return {"scope": _scope(hosts, gpus), "magnitude": deficit, "detectable": detectable,
-            "params": {"deficit": deficit, "errors": errors, "from": t0}}
+    return {
+        "scope": _scope(hosts, gpus),
+        "magnitude": deficit,
+        "detectable": detectable,
+        "params": {"deficit": deficit, "errors": errors, "from": t0},
+    }
 
 
 XID_HARDWARE = (48, 63, 64, 74, 79, 92, 94, 95, 119)
@@ -313,7 +341,7 @@ XID_HARDWARE = (48, 63, 64, 74, 79, 92, 94, 95, 119)
 
 def _f_hw(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
     n = busy.shape[0]
-    (h, g), = _pick_gpus(rng, n, whole_host=False)[:1]
+    ((h, g),) = _pick_gpus(rng, n, whole_host=False)[:1]
     kind = p.get("kind", str(rng.g.choice(["xid", "dbe", "remap_pending", "remap_failure", "sbe_only"])))
     bins = busy.shape[2]
     t = int(rng.g.integers(6, bins - 2))
@@ -346,19 +374,27 @@ def _f_slow(d, busy, hosts, rng: _Rng, p: dict[str, Any]) -> dict[str, Any]:
     for g in range(GPUS_PER_NODE):
         f = 1 - deficit * rng.g.uniform(0.85, 1.15)
         for m in ("sm_active", "tensor_active"):
-            d[m][h, g, t0:t0 + length] *= f
-        d["gpu_util_pct"][h, g, t0:t0 + length] = np.minimum(d["gpu_util_pct"][h, g, t0:t0 + length], 100 * (1 - deficit / 2))
-        d["power_w"][h, g, t0:t0 + length] *= 1 - deficit / 2
+            d[m][h, g, t0 : t0 + length] *= f
+        d["gpu_util_pct"][h, g, t0 : t0 + length] = np.minimum(d["gpu_util_pct"][h, g, t0 : t0 + length], 100 * (1 - deficit / 2))
+        d["power_w"][h, g, t0 : t0 + length] *= 1 - deficit / 2
     share = length / max(1, busy[h, 0].sum())
     real_minutes = length * dt / 60
-    return {"scope": {"hosts": [hosts[h]], "gpus": sorted(f"{hosts[h]}:{g}" for g in range(GPUS_PER_NODE))},
-            "magnitude": deficit * share, "detectable": deficit >= 0.06 and real_minutes >= 5,
-            "params": {"deficit": deficit, "minutes": real_minutes, "from": t0}}
+    return {
+        "scope": {"hosts": [hosts[h]], "gpus": sorted(f"{hosts[h]}:{g}" for g in range(GPUS_PER_NODE))},
+        "magnitude": deficit * share,
+        "detectable": deficit >= 0.06 and real_minutes >= 5,
+        "params": {"deficit": deficit, "minutes": real_minutes, "from": t0},
+    }
 
 
 _INJECT: dict[str, Callable[..., dict[str, Any]]] = {
-    "thermal_throttling": _f_thermal, "power_capping": _f_power, "clock_capping": _f_clock, "pcie_downtraining": _f_pcie,
-    "degraded_nvlink": _f_nvlink, "gpu_hardware_errors": _f_hw, "slow_node": _f_slow,
+    "thermal_throttling": _f_thermal,
+    "power_capping": _f_power,
+    "clock_capping": _f_clock,
+    "pcie_downtraining": _f_pcie,
+    "degraded_nvlink": _f_nvlink,
+    "gpu_hardware_errors": _f_hw,
+    "slow_node": _f_slow,
 }
 
 
@@ -395,28 +431,42 @@ def samples_table(job: TelemetryJob) -> pa.Table:
         metrics.append(np.full(int(keep.sum()), metric, dtype=object))
         tss.append(ts[t_idx[keep]])
         vals.append(flat[keep])
-    table, _ = build_samples(job.config.run_id, pa.array(np.concatenate(hosts), pa.string()),
-                             pa.array(np.concatenate(gpus), pa.int32()), pa.array(np.concatenate(metrics), pa.string()),
-                             np.concatenate(tss), np.concatenate(vals), "simulated")
+    table, _ = build_samples(
+        job.config.run_id,
+        pa.array(np.concatenate(hosts), pa.string()),
+        pa.array(np.concatenate(gpus), pa.int32()),
+        pa.array(np.concatenate(metrics), pa.string()),
+        np.concatenate(tss),
+        np.concatenate(vals),
+        "simulated",
+    )
     return table
 
 
 def source_data(job: TelemetryJob) -> SourceData:
-    return SourceData("dcgm_exporter", f"simulated:{job.config.run_id}", {"samples": samples_table(job)},
-                      meta={"truth": job.truth})
+    return SourceData("dcgm_exporter", f"simulated:{job.config.run_id}", {"samples": samples_table(job)}, meta={"truth": job.truth})
 
 
 def _host_text(job: TelemetryJob, h: int, names: dict[str, str]) -> str:
     """One host's scrape lines, time-major (each scrape's metrics, each metric's GPUs), lost samples left out."""
     host = job.hosts[h]
-    heads = np.array([f'{exp}{{gpu="{g}",UUID="GPU-{h:04x}{g:04x}-0000-0000-0000-000000000000",'
-                      f'pci_bus_id="00000000:{0x18 + g:02X}:00.0",device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
-                      f'Hostname="{host}"}} ' for exp in names.values() for g in range(GPUS_PER_NODE)], dtype=object)
+    heads = np.array(
+        [
+            f'{exp}{{gpu="{g}",UUID="GPU-{h:04x}{g:04x}-0000-0000-0000-000000000000",'
+            f'pci_bus_id="00000000:{0x18 + g:02X}:00.0",device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
+            f'Hostname="{host}"}} '
+            for exp in names.values()
+            for g in range(GPUS_PER_NODE)
+        ],
+        dtype=object,
+    )
     values = np.stack([job.data[m][h].T for m in names], axis=1).reshape(job.bins, -1)  # (scrape, metric x gpu)
     stamps = np.array([f" {t}\n" for t in (job.ts_ns() // 1_000_000).tolist()], dtype=object)
     t_idx, k_idx = np.nonzero(~np.isnan(values))
-    return "".join(f"{head}{v:g}{stamp}" for head, v, stamp in
-                   zip(heads[k_idx].tolist(), values[t_idx, k_idx].tolist(), stamps[t_idx].tolist(), strict=True))
+    return "".join(
+        f"{head}{v:g}{stamp}"
+        for head, v, stamp in zip(heads[k_idx].tolist(), values[t_idx, k_idx].tolist(), stamps[t_idx].tolist(), strict=True)
+    )
 
 
 def write_exporter_text(job: TelemetryJob, out_dir: Path, *, compress: bool = False) -> list[Path]:
@@ -448,15 +498,21 @@ def _plain(x: Any) -> Any:
 
 def case_faults(job: TelemetryJob) -> tuple[CaseFault, ...]:
     """The job's ground truth as case labels (the simulator's own ``detectable`` rule decides each)."""
-    return tuple(CaseFault(t["fault"], _plain(t["scope"]), None if t["magnitude"] is None else round(float(t["magnitude"]), 5),
-                           bool(t["detectable"])) for t in job.truth)
+    return tuple(
+        CaseFault(
+            t["fault"], _plain(t["scope"]), None if t["magnitude"] is None else round(float(t["magnitude"]), 5), bool(t["detectable"])
+        )
+        for t in job.truth
+    )
 
 
 def describe(job: TelemetryJob) -> str:
     c = job.config
     what = "healthy" if not job.truth else "; ".join(f"{t['fault']} {_plain(t['params'])}" for t in job.truth)
-    return (f"simulated dcgm-exporter telemetry: {c.nodes} node(s) x {GPUS_PER_NODE} GPUs, {c.minutes:g} min every "
-            f"{c.interval_s:g} s, seed {c.seed}; {what}")
+    return (
+        f"simulated dcgm-exporter telemetry: {c.nodes} node(s) x {GPUS_PER_NODE} GPUs, {c.minutes:g} min every "
+        f"{c.interval_s:g} s, seed {c.seed}; {what}"
+    )
 
 
 def write_case(config_or_job: TelemetryConfig | TelemetryJob, out_dir: str | Path) -> Path:
@@ -466,8 +522,16 @@ def write_case(config_or_job: TelemetryConfig | TelemetryJob, out_dir: str | Pat
     write_exporter_text(job, d / "dcgm", compress=True)
     rule = "; ".join(f"{t['fault']}: {t['rule']}" for t in job.truth)
     c = job.config
-    write(Case(d, case_faults(job), "simulated", describe(job), rule,
-               {"telemetry": {"nodes": c.nodes, "minutes": c.minutes, "interval_s": c.interval_s, "seed": c.seed}}))
+    write(
+        Case(
+            d,
+            case_faults(job),
+            "simulated",
+            describe(job),
+            rule,
+            {"telemetry": {"nodes": c.nodes, "minutes": c.minutes, "interval_s": c.interval_s, "seed": c.seed}},
+        )
+    )
     return d
 
 
@@ -480,9 +544,16 @@ def suite_configs(n: int, seed: int, *, healthy_share: float = 0.2) -> list[Tele
     out = []
     for i in range(n):
         fault = None if rng.random() < healthy_share else FAULTS[i % len(FAULTS)]
-        out.append(TelemetryConfig(nodes=int(rng.integers(3, 9)), minutes=float(rng.choice([20.0, 30.0, 45.0])),
-                                   interval_s=float(rng.choice([5.0, 10.0])), seed=int(rng.integers(1 << 31)), fault=fault,
-                                   run_id=f"tsim-{seed}-{i:03d}"))
+        out.append(
+            TelemetryConfig(
+                nodes=int(rng.integers(3, 9)),
+                minutes=float(rng.choice([20.0, 30.0, 45.0])),
+                interval_s=float(rng.choice([5.0, 10.0])),
+                seed=int(rng.integers(1 << 31)),
+                fault=fault,
+                run_id=f"tsim-{seed}-{i:03d}",
+            )
+        )
     return out
 
 
@@ -541,11 +612,14 @@ def grade(configs: Sequence[TelemetryConfig], diagnose: Callable[[SourceData], l
 
 
 def report(scores: Sequence[ClassScore], healthy: int, alarms: int) -> str:
-    lines = [f"{'class':22s} {'TP':>4s} {'FP':>4s} {'FN':>4s} {'prec':>6s} {'recall':>6s} {'F1':>6s} {'scope ok':>8s} "
-             f"{'undetect. found':>15s}"]
+    lines = [
+        f"{'class':22s} {'TP':>4s} {'FP':>4s} {'FN':>4s} {'prec':>6s} {'recall':>6s} {'F1':>6s} {'scope ok':>8s} {'undetect. found':>15s}"
+    ]
     for s in scores:
-        lines.append(f"{s.fault:22s} {s.tp:4d} {s.fp:4d} {s.fn:4d} {s.precision:6.2f} {s.recall:6.2f} {s.f1:6.2f} "
-                     f"{s.scope_right:>4d}/{s.tp:<3d} {s.undetectable_found:15d}")
+        lines.append(
+            f"{s.fault:22s} {s.tp:4d} {s.fp:4d} {s.fn:4d} {s.precision:6.2f} {s.recall:6.2f} {s.f1:6.2f} "
+            f"{s.scope_right:>4d}/{s.tp:<3d} {s.undetectable_found:15d}"
+        )
     lines.append(f"healthy jobs: {healthy}, with any finding: {alarms}")
     return "\n".join(lines)
 

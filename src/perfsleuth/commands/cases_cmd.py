@@ -37,8 +37,11 @@ def parse_sources(text: str | None) -> tuple[str, ...]:
         return SOURCES
     unknown = [x for x in names if x not in SOURCES]
     if unknown or not names:
-        raise InputError(None, f"--sources {', '.join(unknown) or '(empty)'}: not a signal source",
-                         hint=f"one or more of {', '.join(SOURCES)}, comma-separated, or 'all'")
+        raise InputError(
+            None,
+            f"--sources {', '.join(unknown) or '(empty)'}: not a signal source",
+            hint=f"one or more of {', '.join(SOURCES)}, comma-separated, or 'all'",
+        )
     return tuple(s for s in SOURCES if s in names)
 
 
@@ -70,8 +73,10 @@ def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources
         found = sorted(f["fault"] + ("" if f.get("detectable", True) else " (undetectable)") for f in doc["faults"])
         for k in found or ["healthy"]:
             counts[k] = counts.get(k, 0) + 1
-    print(f"wrote {len(paths)} cases to {out} (seed {seed}, sources {','.join(kinds)}): "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(
+        f"wrote {len(paths)} cases to {out} (seed {seed}, sources {','.join(kinds)}): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
     return 0
 
 
@@ -98,8 +103,10 @@ def cases_make_real(src: Path, out: Path, seed: int) -> int:
         for k in keys or [doc.get("role", "control")]:
             counts[k] = counts.get(k, 0) + 1
     jobs = len({json.loads((p / "case.json").read_text()).get("job") for p in paths})
-    print(f"wrote {len(paths)} cases from {jobs} real job(s) to {out} (seed {seed}): "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(
+        f"wrote {len(paths)} cases from {jobs} real job(s) to {out} (seed {seed}): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
     for job, why in skipped:
         print(f"  skipped {job}: {why}")
     return 0
@@ -116,7 +123,7 @@ def parse_scope(text: str | None) -> dict[str, Any]:
         except json.JSONDecodeError as e:
             raise InputError(None, f"--scope is not valid JSON ({e.msg})") from None
         if not isinstance(doc, dict):
-            raise InputError(None, "--scope JSON must be an object, e.g. {\"ranks\": [3]}")
+            raise InputError(None, '--scope JSON must be an object, e.g. {"ranks": [3]}')
         return doc
     out: dict[str, Any] = {}
     for part in re.split(r"[;\s]+", text):
@@ -138,8 +145,7 @@ def parse_scope(text: str | None) -> dict[str, Any]:
     return out
 
 
-def cases_add(trace_dir: Path, out: Path, fault: str, scope: str | None = None, notes: str = "",
-              magnitude: float | None = None) -> int:
+def cases_add(trace_dir: Path, out: Path, fault: str, scope: str | None = None, notes: str = "", magnitude: float | None = None) -> int:
     """Copy an investigated job's trace files into ``out`` with the engineer's verdict; exit status."""
     ids = [f.strip() for f in (fault or "").split(",") if f.strip()]
     if not ids:
@@ -150,14 +156,12 @@ def cases_add(trace_dir: Path, out: Path, fault: str, scope: str | None = None, 
         ids = []
     unknown = [i for i in ids if i not in TAXONOMY_IDS]
     if unknown:
-        return fail(f"--fault {', '.join(unknown)}: not a taxonomy id (see TAXONOMY.md: "
-                     f"{', '.join(sorted(TAXONOMY_IDS)[:6])}, ...)")
+        return fail(f"--fault {', '.join(unknown)}: not a taxonomy id (see TAXONOMY.md: {', '.join(sorted(TAXONOMY_IDS)[:6])}, ...)")
     if magnitude is not None and not 0 <= magnitude <= 1:
         return fail(f"--magnitude is a share of step time in [0, 1], not {magnitude}")
     try:
         sc = parse_scope(scope)
-        case = add_real_case(Path(trace_dir), Path(out),
-                             [CaseFault(i, sc, magnitude, True) for i in ids], notes)
+        case = add_real_case(Path(trace_dir), Path(out), [CaseFault(i, sc, magnitude, True) for i in ids], notes)
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:

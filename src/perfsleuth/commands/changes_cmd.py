@@ -26,8 +26,9 @@ FORMATS = ("text", "json", "md", "html")
 QUIET_SERIES_SHOWN = 0  # in text, series without a change are counted, not listed, when there are several
 
 
-def changes_command(file: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str,
-                    out: Path | None, alpha: float) -> int:
+def changes_command(
+    file: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, out: Path | None, alpha: float
+) -> int:
     """Run the verb; returns the exit status (0 done, 2 bad input or options)."""
     try:
         doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha)
@@ -36,8 +37,9 @@ def changes_command(file: Path, metric: str | None, time_col: str | None, series
     return deliver_doc(doc, text, format, out, title=f"perfsleuth changes · {doc['metric']} · {Path(file).name}")
 
 
-def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str,
-         alpha: float) -> tuple[dict[str, Any], str]:
+def _run(
+    path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, alpha: float
+) -> tuple[dict[str, Any], str]:
     if format not in FORMATS:
         raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")
     if not 0 < alpha < 1:
@@ -53,8 +55,7 @@ def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[s
         time_col = _only_time_column(table, exclude=series_by)
     if metric is None:
         others = [c for c in table.column_names if c in numeric_columns(table) and c not in (time_col, *series_by)]
-        metric = pick_metric(table.select(others) if others else table.select([]), None, path) if others else \
-            pick_metric(table, None, path)
+        metric = pick_metric(table.select(others) if others else table.select([]), None, path) if others else pick_metric(table, None, path)
     else:
         metric = pick_metric(table, metric, path)
     if metric == time_col or metric in series_by:
@@ -67,16 +68,22 @@ def _run(path: Path, metric: str | None, time_col: str | None, series_by: list[s
     for key, rows in groups:
         label = metric if not key else f"{metric} [{', '.join(f'{k}={v}' for k, v in key.items())}]"
         try:
-            report = changes(values[rows], times=None if times is None else times[rows], alpha=alpha, unit=unit,
-                             name=label)
+            report = changes(values[rows], times=None if times is None else times[rows], alpha=alpha, unit=unit, name=label)
         except InputError as exc:
             if not series_by:
                 raise InputError(path, exc.cause, place=f"column {metric}", hint=exc.hint) from None
             report = ChangeReport((), len(rows), (Caveat("unusable", exc.cause),), "not analysed", alpha)
         entries.append({"key": key, **report.to_json()})
         reports.append((label, report))
-    doc = {"schema": SCHEMA, "file": str(path), "metric": metric, "time": time_col, "series_by": series_by,
-           "alpha": alpha, "series": entries}
+    doc = {
+        "schema": SCHEMA,
+        "file": str(path),
+        "metric": metric,
+        "time": time_col,
+        "series_by": series_by,
+        "alpha": alpha,
+        "series": entries,
+    }
     return doc, render_text(path, metric, time_col, alpha, reports)
 
 
@@ -93,8 +100,13 @@ def _step_log_history(path: Path) -> pa.Table | None:
         return None
     log = adapter.read(path).tables["step_log"]
     log = log.filter(pc.is_valid(log["step_time_ns"])).sort_by("line")
-    cols = {"run_id": log["run_id"], "stream": log["stream"], "rank": log["rank"], "step": log["step"],
-            "step_time_s": pc.divide(pc.cast(log["step_time_ns"], pa.float64()), 1e9)}
+    cols = {
+        "run_id": log["run_id"],
+        "stream": log["stream"],
+        "rank": log["rank"],
+        "step": log["step"],
+        "step_time_s": pc.divide(pc.cast(log["step_time_ns"], pa.float64()), 1e9),
+    }
     if log.num_rows and pc.all(pc.is_valid(log["time_ns"])).as_py():
         cols = {"time": pc.cast(pc.cast(log["time_ns"], pa.int64()), pa.timestamp("ns", tz="UTC")), **cols}
     table = pa.table(cols)
@@ -104,8 +116,7 @@ def _step_log_history(path: Path) -> pa.Table | None:
 
 def _only_time_column(table: pa.Table, exclude: list[str]) -> str | None:
     """A single timestamp/date column is taken as the time without being named."""
-    cands = [f.name for f in table.schema if f.name not in exclude
-             and (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type))]
+    cands = [f.name for f in table.schema if f.name not in exclude and (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type))]
     return cands[0] if len(cands) == 1 else None
 
 
@@ -117,16 +128,19 @@ def _times(table: pa.Table, col: str, path: Path) -> np.ndarray:
             arr = pc.cast(arr, pa.timestamp("ns", tz=getattr(typ, "tz", None))) if pa.types.is_date(typ) else arr
             ns = pc.cast(pc.cast(arr, pa.timestamp("ns", tz=getattr(arr.type, "tz", None))), pa.int64())
             out = ns.to_numpy(zero_copy_only=False)
-            return np.where(pc.is_null(ns).to_numpy(zero_copy_only=False), np.datetime64("NaT"),
-                            out.astype("datetime64[ns]"))
+            return np.where(pc.is_null(ns).to_numpy(zero_copy_only=False), np.datetime64("NaT"), out.astype("datetime64[ns]"))
         if pa.types.is_integer(typ) or pa.types.is_floating(typ):
             return pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
         if pa.types.is_string(typ) or pa.types.is_large_string(typ):
             ts = pc.cast(arr, pa.timestamp("ns"))
             return _times(pa.table({col: ts}), col, path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InputError(path, f"column {col!r} does not hold times: {str(exc).splitlines()[0]}", place=f"column {col}",
-                         hint="use ISO 8601 timestamps or numbers") from None
+        raise InputError(
+            path,
+            f"column {col!r} does not hold times: {str(exc).splitlines()[0]}",
+            place=f"column {col}",
+            hint="use ISO 8601 timestamps or numbers",
+        ) from None
     raise InputError(path, f"column {col!r} does not hold times (it holds {typ})", place=f"column {col}")
 
 
@@ -161,7 +175,7 @@ def _groups(table: pa.Table, series_by: list[str]) -> list[tuple[dict[str, Any],
     out = []
     for g in np.argsort(first, kind="stable"):
         key = {col: (None if uniq[g][j] < 0 else values[j][uniq[g][j]]) for j, col in enumerate(series_by)}
-        out.append(({k: _plain(v) for k, v in key.items()}, order[bounds[g]:bounds[g + 1]]))
+        out.append(({k: _plain(v) for k, v in key.items()}, order[bounds[g] : bounds[g + 1]]))
     return out
 
 
@@ -189,12 +203,15 @@ def _change_line(cp, unit: str) -> str:
     where = f"#{cp.index}" + (f" ({_time_text(cp.time)})" if cp.time is not None else "")
     rel = f"{abs(cp.relative_change):.1%}" if cp.relative_change is not None else "from zero"
     b, a = cp.before, cp.after
-    kind = ("level shift" if cp.kind == "level" else
-            f"slope change ({_num(cp.slope_before, unit)} -> {_num(cp.slope_after, unit)} per point)")
+    kind = (
+        "level shift" if cp.kind == "level" else f"slope change ({_num(cp.slope_before, unit)} -> {_num(cp.slope_after, unit)} per point)"
+    )
     how = _p(cp.p_value) if cp.evidence == "scan_test" else "found by the piecewise-linear fit, not the test"
-    return (f"  {where}: {kind}, {cp.direction} {rel}, median {_num(b.value)} [{_num(b.low)}, {_num(b.high)}] -> "
-            f"{_num(a.value, unit)} [{_num(a.low)}, {_num(a.high)}] ({abs(cp.effect_sd):.1f} noise SD, "
-            f"{cp.n_before} points before, {cp.n_after} after; {how})")
+    return (
+        f"  {where}: {kind}, {cp.direction} {rel}, median {_num(b.value)} [{_num(b.low)}, {_num(b.high)}] -> "
+        f"{_num(a.value, unit)} [{_num(a.low)}, {_num(a.high)}] ({abs(cp.effect_sd):.1f} noise SD, "
+        f"{cp.n_before} points before, {cp.n_after} after; {how})"
+    )
 
 
 def _time_text(t: Any) -> str:
@@ -204,24 +221,26 @@ def _time_text(t: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def render_text(path: Path, metric: str, time_col: str | None, alpha: float,
-                reports: list[tuple[str, ChangeReport]]) -> str:
+def render_text(path: Path, metric: str, time_col: str | None, alpha: float, reports: list[tuple[str, ChangeReport]]) -> str:
     """The change points of every series as plain text; labels and notes quote the file's column names
     and series keys, so the whole text goes through ``terminal_block``."""
     lines = []
     order = f"ordered by {time_col}" if time_col else "in file order"
     if len(reports) == 1:
         label, r = reports[0]
-        lines.append(f"{label} in {path.name}: {r.n:,} points {order}, "
-                     + (f"{len(r.change_points)} change{'s' if len(r.change_points) != 1 else ''}"
-                        if r.change_points else "no change")
-                     + f" (false-alarm rate {alpha:g} per series)")
+        lines.append(
+            f"{label} in {path.name}: {r.n:,} points {order}, "
+            + (f"{len(r.change_points)} change{'s' if len(r.change_points) != 1 else ''}" if r.change_points else "no change")
+            + f" (false-alarm rate {alpha:g} per series)"
+        )
         lines += _series_body(r)
     else:
         changed = [(label, r) for label, r in reports if r.change_points]
-        lines.append(f"{metric} in {path.name}: {len(reports):,} series {order}; {len(changed):,} changed "
-                     f"(false-alarm rate {alpha:g} per series, so about {alpha * len(reports):.3g} of the "
-                     f"{len(reports):,} could be false alarms)")
+        lines.append(
+            f"{metric} in {path.name}: {len(reports):,} series {order}; {len(changed):,} changed "
+            f"(false-alarm rate {alpha:g} per series, so about {alpha * len(reports):.3g} of the "
+            f"{len(reports):,} could be false alarms)"
+        )
         for label, r in changed:
             lines.append(f"{label}: {r.n:,} points, {len(r.change_points)} change{'s' if len(r.change_points) != 1 else ''}")
             lines += _series_body(r)

@@ -22,8 +22,9 @@ from perfsleuth.stats.changes import ChangeReport, changes
 SCHEMA = "perfsleuth.changes/1"
 
 
-def changes_store_command(store: Path, metric: str | None, series_by: list[str], format: str, out: Path | None,
-                          alpha: float, engine: str = "duckdb") -> int:
+def changes_store_command(
+    store: Path, metric: str | None, series_by: list[str], format: str, out: Path | None, alpha: float, engine: str = "duckdb"
+) -> int:
     """Run the store form; returns the exit status (0 done, 2 bad input or options)."""
     try:
         doc, text = store_changes(Path(store), metric, list(series_by or []), format, alpha, engine)
@@ -40,8 +41,9 @@ def default_series_dims(dimensions: tuple[str, ...]) -> list[str]:
     return [*work, *(["cluster"] if "cluster" in dimensions else [])]
 
 
-def store_changes(root: Path, metric: str | None, series_by: list[str], format: str, alpha: float,
-                  engine: str = "duckdb") -> tuple[dict[str, Any], str]:
+def store_changes(
+    root: Path, metric: str | None, series_by: list[str], format: str, alpha: float, engine: str = "duckdb"
+) -> tuple[dict[str, Any], str]:
     from perfsleuth import engine as engines
     from perfsleuth.commands import changes_cmd
     from perfsleuth.commands.changes_cmd import render_text
@@ -55,8 +57,7 @@ def store_changes(root: Path, metric: str | None, series_by: list[str], format: 
     if not 0 < alpha < 1:
         raise InputError(None, f"--alpha must be between 0 and 1, got {alpha}")
     if not metric:
-        raise InputError(root, "--store needs --metric", place="--metric",
-                         hint="for example tokens_per_s_per_gpu, step_time_ns or mfu")
+        raise InputError(root, "--store needs --metric", place="--metric", hint="for example tokens_per_s_per_gpu, step_time_ns or mfu")
     opened = Store(root)
     con = engines.connect(engine)
     records = opened.records(con)
@@ -65,18 +66,22 @@ def store_changes(root: Path, metric: str | None, series_by: list[str], format: 
     dims = series_by or default_series_dims(known)
     unknown = [d for d in dims if d not in known]
     if unknown:
-        raise InputError(root, f"unknown dimension(s): {', '.join(unknown)}", place="--series-by",
-                         hint=f"dimensions in this store: {', '.join(known)}")
+        raise InputError(
+            root, f"unknown dimension(s): {', '.join(unknown)}", place="--series-by", hint=f"dimensions in this store: {', '.join(known)}"
+        )
     num, den = m.numerator(records).cast("float64"), m.denominator(records).cast("float64")
-    rows = to_arrow(records.select(*dims, run_id=records.run_id, time_ns=records.time_ns, date=records.date,
-                                   num=num, den=den)).to_pydict()
+    rows = to_arrow(records.select(*dims, run_id=records.run_id, time_ns=records.time_ns, date=records.date, num=num, den=den)).to_pydict()
     if not rows["run_id"]:
         raise InputError(root, "the store holds no runs", hint="add some with: perfsleuth ingest JOB... --store DIR")
-    value = np.array([np.nan if (a is None or b is None or not b > 0) else a / b
-                      for a, b in zip(rows["num"], rows["den"], strict=True)], dtype=float)
+    value = np.array(
+        [np.nan if (a is None or b is None or not b > 0) else a / b for a, b in zip(rows["num"], rows["den"], strict=True)], dtype=float
+    )
     if not np.isfinite(value).any():
-        raise InputError(root, f"metric {metric!r} is missing in all {len(value)} runs: {m.method} needs "
-                               f"{' and '.join(m.columns)} on each run", place="--metric")
+        raise InputError(
+            root,
+            f"metric {metric!r} is missing in all {len(value)} runs: {m.method} needs {' and '.join(m.columns)} on each run",
+            place="--metric",
+        )
     times = _run_times(rows["time_ns"], rows["date"])
     keys = list(zip(*(rows[d] for d in dims), strict=True)) if dims else [()] * len(value)
     groups: dict[tuple, list[int]] = {}
@@ -92,12 +97,19 @@ def store_changes(root: Path, metric: str | None, series_by: list[str], format: 
             report = changes(value[order], times=times[order], alpha=alpha, unit=_unit(metric), name=label)
         except InputError as exc:
             report = ChangeReport((), len(order), (Caveat("unusable", exc.cause),), "not analysed", alpha)
-        entry = {"key": key, **report.to_json(), "metric_method": m.method,
-                 "run_ids": [rows["run_id"][i] for i in order.tolist()]}
+        entry = {"key": key, **report.to_json(), "metric_method": m.method, "run_ids": [rows["run_id"][i] for i in order.tolist()]}
         entries.append(entry)
         reports.append((label, report))
-    doc = {"schema": SCHEMA, "store": str(root), "file": None, "metric": metric, "time": "time_ns",
-           "series_by": dims, "alpha": alpha, "series": entries}
+    doc = {
+        "schema": SCHEMA,
+        "store": str(root),
+        "file": None,
+        "metric": metric,
+        "time": "time_ns",
+        "series_by": dims,
+        "alpha": alpha,
+        "series": entries,
+    }
     head = f"{metric} per run ({m.method}), one series per {' x '.join(dims) or 'store'}\n"
     return doc, head + render_text(root, metric, "time_ns", alpha, reports)
 

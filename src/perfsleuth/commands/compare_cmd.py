@@ -34,8 +34,7 @@ SCHEMA = "perfsleuth.compare/1"
 FORMATS = ("text", "json", "md", "html")
 _ORDER = {"regression": 0, "improvement": 1, "inconclusive": 2, "no_change": 3}
 _STYLE = {"regression": "bold red", "improvement": "bold green", "inconclusive": "bold yellow", "no_change": "bold"}
-_WORD = {"regression": "REGRESSION", "improvement": "IMPROVEMENT", "inconclusive": "INCONCLUSIVE",
-         "no_change": "NO CHANGE"}
+_WORD = {"regression": "REGRESSION", "improvement": "IMPROVEMENT", "inconclusive": "INCONCLUSIVE", "no_change": "NO CHANGE"}
 
 
 def _metrics(metric: str | None, tables: Sequence[Any], paths: Sequence[Path], skip: Sequence[str]) -> list[str]:
@@ -49,9 +48,15 @@ def _metrics(metric: str | None, tables: Sequence[Any], paths: Sequence[Path], s
     return names
 
 
-def run_compare(baseline: Path, candidate: Path, metric: str | None, group_by: Sequence[str] = (),
-                cluster_by: Sequence[str] = (), threshold: float = 0.02, higher_is_better: bool | None = None,
-                ) -> tuple[list[Comparison], dict[str, Any]]:
+def run_compare(
+    baseline: Path,
+    candidate: Path,
+    metric: str | None,
+    group_by: Sequence[str] = (),
+    cluster_by: Sequence[str] = (),
+    threshold: float = 0.02,
+    higher_is_better: bool | None = None,
+) -> tuple[list[Comparison], dict[str, Any]]:
     """Read both files and compare; returns the comparisons and the context the renderers show."""
     tb, tc = read_table(baseline), read_table(candidate)
     for table, path in ((tb, baseline), (tc, candidate)):
@@ -60,13 +65,22 @@ def run_compare(baseline: Path, candidate: Path, metric: str | None, group_by: S
     labels = (str(baseline), str(candidate))
     many = bool(group_by) or len(metrics) > 1
     if many:
-        results = compare_groups(tb, tc, metrics, group_by, cluster_by=cluster_by, higher_is_better=higher_is_better,
-                                 threshold=threshold, labels=labels)
+        results = compare_groups(
+            tb, tc, metrics, group_by, cluster_by=cluster_by, higher_is_better=higher_is_better, threshold=threshold, labels=labels
+        )
     else:
-        results = [compare(tb, tc, metrics[0], cluster_by=cluster_by, higher_is_better=higher_is_better,
-                           threshold=threshold, labels=labels)]
-    context = {"baseline": str(baseline), "candidate": str(candidate), "metrics": metrics, "group_by": list(group_by),
-               "cluster_by": list(cluster_by), "threshold": threshold, "fdr": "benjamini-hochberg" if many else None}
+        results = [
+            compare(tb, tc, metrics[0], cluster_by=cluster_by, higher_is_better=higher_is_better, threshold=threshold, labels=labels)
+        ]
+    context = {
+        "baseline": str(baseline),
+        "candidate": str(candidate),
+        "metrics": metrics,
+        "group_by": list(group_by),
+        "cluster_by": list(cluster_by),
+        "threshold": threshold,
+        "fdr": "benjamini-hochberg" if many else None,
+    }
     return results, context
 
 
@@ -147,8 +161,7 @@ def _headline(r: Comparison) -> Text:
     elif effect == 0:
         what = f"{where} is the same in the candidate ({conf} CI {ci})"
     else:
-        what = (f"{where} is {_pct(abs(effect), signed=False)} {'higher' if effect > 0 else 'lower'} in the candidate "
-                f"({conf} CI {ci})")
+        what = f"{where} is {_pct(abs(effect), signed=False)} {'higher' if effect > 0 else 'lower'} in the candidate ({conf} CI {ci})"
     if r.verdict == "regression":
         why = f", beyond the {thr} threshold in the direction that is worse ({'lower' if r.higher_is_better else 'higher'})."
     elif r.verdict == "improvement":
@@ -161,17 +174,19 @@ def _headline(r: Comparison) -> Text:
         excludes_one = r.ratio.low > 1 or r.ratio.high < 1
         beyond = abs(effect) > r.threshold
         if excludes_one and beyond and r.p_adjusted is not None:
-            why = (f": significant alone (p={_p(r.p_value)}) but not after false-discovery control over the "
-                   f"comparisons made (adjusted p={_p(r.p_adjusted)}).")
+            why = (
+                f": significant alone (p={_p(r.p_value)}) but not after false-discovery control over the "
+                f"comparisons made (adjusted p={_p(r.p_adjusted)})."
+            )
         elif excludes_one:
-            why = (f": a real change, smaller than the {thr} threshold by its estimate, but the interval reaches beyond "
-                   "the threshold.")
+            why = f": a real change, smaller than the {thr} threshold by its estimate, but the interval reaches beyond the threshold."
         else:
-            why = (f": the interval holds both no change and a change beyond {thr}." if r.threshold else
-                   ": the interval includes no change.")
+            why = f": the interval holds both no change and a change beyond {thr}." if r.threshold else ": the interval includes no change."
         if r.extra_units_needed:
-            why += (f" About {r.extra_units_needed:,} more {r.unit_of_independence}s per arm would likely decide it "
-                    f"({r.power:.0%} power, if the effect is what was seen).")
+            why += (
+                f" About {r.extra_units_needed:,} more {r.unit_of_independence}s per arm would likely decide it "
+                f"({r.power:.0%} power, if the effect is what was seen)."
+            )
     head = Text(_WORD[r.verdict], style=_STYLE[r.verdict])
     if r.verdict_trust == "caveated":
         head.append(" (caveated)", style="yellow")
@@ -180,10 +195,18 @@ def _headline(r: Comparison) -> Text:
 
 
 def _render_one(r: Comparison, ctx: dict[str, Any], console: Console) -> None:
-    console.print(Text.assemble(("perfsleuth compare", "bold"), " · ", safe(r.metric),
-                                f" ({'higher' if r.higher_is_better else 'lower'} is better: {r.direction_reason})"))
-    for name, path, n, units in (("baseline ", ctx["baseline"], r.n_baseline, r.units_baseline),
-                                 ("candidate", ctx["candidate"], r.n_candidate, r.units_candidate)):
+    console.print(
+        Text.assemble(
+            ("perfsleuth compare", "bold"),
+            " · ",
+            safe(r.metric),
+            f" ({'higher' if r.higher_is_better else 'lower'} is better: {r.direction_reason})",
+        )
+    )
+    for name, path, n, units in (
+        ("baseline ", ctx["baseline"], r.n_baseline, r.units_baseline),
+        ("candidate", ctx["candidate"], r.n_candidate, r.units_candidate),
+    ):
         console.print(Text(f"{name} ") + safe(path, 200) + Text(f": {n:,} samples in {units:,} {r.unit_of_independence}s"))
     console.print()
     console.print(_headline(r))
@@ -198,12 +221,30 @@ def _render_one(r: Comparison, ctx: dict[str, Any], console: Console) -> None:
         return num(x)
 
     in_unit = f" ({unit})" if unit and unit not in ("ratio", "fraction") else ""
-    t = FitTable([Col("", left=True), *(Col(terminal_text(col, 60)) for col in (
-        f"mean{in_unit}", f"{r.confidence:.0%} CI", f"median{in_unit}", f"{r.confidence:.0%} CI",
-        f"{r.unit_of_independence} CV"))])
+    t = FitTable(
+        [
+            Col("", left=True),
+            *(
+                Col(terminal_text(col, 60))
+                for col in (
+                    f"mean{in_unit}",
+                    f"{r.confidence:.0%} CI",
+                    f"median{in_unit}",
+                    f"{r.confidence:.0%} CI",
+                    f"{r.unit_of_independence} CV",
+                )
+            ),
+        ]
+    )
     for name, arm in (("baseline", r.baseline), ("candidate", r.candidate)):
-        t.add_row(name, plain(arm.mean.value), _ci(arm.mean.low, arm.mean.high, plain), plain(arm.median.value),
-                  _ci(arm.median.low, arm.median.high, plain), _pct(arm.unit_cv, signed=False))
+        t.add_row(
+            name,
+            plain(arm.mean.value),
+            _ci(arm.mean.low, arm.mean.high, plain),
+            plain(arm.median.value),
+            _ci(arm.median.low, arm.median.high, plain),
+            _pct(arm.unit_cv, signed=False),
+        )
     console.print(t)
     hl = r.hodges_lehmann
     lines = [
@@ -211,7 +252,8 @@ def _render_one(r: Comparison, ctx: dict[str, Any], console: Console) -> None:
         f"Hodges-Lehmann shift  {signed(hl.value)} ({_ci(hl.low, hl.high, signed)}), of {r.unit_of_independence} medians",
         f"p-value               {_p(r.p_value)}",
         f"detectable change     {_pct(r.mde_relative, signed=False)} or more, at {r.power:.0%} power with this noise"
-        if r.mde_relative is not None else "detectable change     — (no noise estimate)",
+        if r.mde_relative is not None
+        else "detectable change     — (no noise estimate)",
         f"method                {r.ratio.method}",
     ]
     for line in lines:
@@ -221,29 +263,60 @@ def _render_one(r: Comparison, ctx: dict[str, Any], console: Console) -> None:
 
 def _render_many(results: Sequence[Comparison], ctx: dict[str, Any], console: Console) -> None:
     counts = Counter(r.verdict for r in results)
-    console.print(Text.assemble(("perfsleuth compare", "bold"), f" · {len(results):,} comparisons · ",
-                                safe(ctx["baseline"], 200), " vs ", safe(ctx["candidate"], 200)))
-    console.print(Text(f"{counts['regression']} regression(s), {counts['improvement']} improvement(s), "
-                       f"{counts['no_change']} no change, {counts['inconclusive']} inconclusive; threshold "
-                       f"±{ctx['threshold']:.0%}; verdicts use Benjamini-Hochberg adjusted p-values (false discoveries "
-                       f"≤ {1 - results[0].confidence:.0%} of the effects reported)." if results else "nothing compared"))
+    console.print(
+        Text.assemble(
+            ("perfsleuth compare", "bold"),
+            f" · {len(results):,} comparisons · ",
+            safe(ctx["baseline"], 200),
+            " vs ",
+            safe(ctx["candidate"], 200),
+        )
+    )
+    console.print(
+        Text(
+            f"{counts['regression']} regression(s), {counts['improvement']} improvement(s), "
+            f"{counts['no_change']} no change, {counts['inconclusive']} inconclusive; threshold "
+            f"±{ctx['threshold']:.0%}; verdicts use Benjamini-Hochberg adjusted p-values (false discoveries "
+            f"≤ {1 - results[0].confidence:.0%} of the effects reported)."
+            if results
+            else "nothing compared"
+        )
+    )
     group_cols = list(ctx["group_by"])
     names = {*group_cols, "metric", "caveats"}
-    t = FitTable([Col(terminal_text(col, 60), numeric=col not in names, left=col == "verdict")
-                  for col in (*group_cols, "metric", "verdict", "effect",
-                              f"{results[0].confidence:.0%} CI" if results else "CI", "p", "p adj", "units b/c",
-                              "more units", "caveats")])
+    t = FitTable(
+        [
+            Col(terminal_text(col, 60), numeric=col not in names, left=col == "verdict")
+            for col in (
+                *group_cols,
+                "metric",
+                "verdict",
+                "effect",
+                f"{results[0].confidence:.0%} CI" if results else "CI",
+                "p",
+                "p adj",
+                "units b/c",
+                "more units",
+                "caveats",
+            )
+        ]
+    )
     ordered = sorted(results, key=lambda r: (_ORDER[r.verdict], r.p_adjusted if r.p_adjusted is not None else 2.0))
     for r in ordered:
         group = dict(r.group)
-        ci = _ci(None if r.ratio.low is None else r.ratio.low - 1, None if r.ratio.high is None else r.ratio.high - 1,
-                 _pct)
-        t.add_row(*[safe(group.get(g), 200) for g in group_cols], safe(r.metric, 200),
-                  Text(r.verdict + (" *" if r.verdict_trust == "caveated" else ""), style=_STYLE[r.verdict]),
-                  _pct(r.relative_effect), ci, _p(r.p_value), _p(r.p_adjusted),
-                  f"{r.units_baseline}/{r.units_candidate}",
-                  f"{r.extra_units_needed:,}" if r.extra_units_needed else "",
-                  safe(", ".join(sorted({c.code for c in r.caveats})), 400))
+        ci = _ci(None if r.ratio.low is None else r.ratio.low - 1, None if r.ratio.high is None else r.ratio.high - 1, _pct)
+        t.add_row(
+            *[safe(group.get(g), 200) for g in group_cols],
+            safe(r.metric, 200),
+            Text(r.verdict + (" *" if r.verdict_trust == "caveated" else ""), style=_STYLE[r.verdict]),
+            _pct(r.relative_effect),
+            ci,
+            _p(r.p_value),
+            _p(r.p_adjusted),
+            f"{r.units_baseline}/{r.units_candidate}",
+            f"{r.extra_units_needed:,}" if r.extra_units_needed else "",
+            safe(", ".join(sorted({c.code for c in r.caveats})), 400),
+        )
     console.print(t)
     if any(r.verdict_trust == "caveated" for r in results):
         console.print(Text("* caveated: the samples failed a quality check or were degenerate; see below."))
@@ -281,8 +354,17 @@ def _columns(names: Sequence[str] | None) -> list[str]:
     return [part.strip() for name in names or () for part in str(name).split(",") if part.strip()]
 
 
-def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list[str], cluster_by: list[str],
-                    threshold: float, higher_is_better: bool | None, format: str, out: Path | None) -> int:
+def compare_command(
+    baseline: Path,
+    candidate: Path,
+    metric: str,
+    group_by: list[str],
+    cluster_by: list[str],
+    threshold: float,
+    higher_is_better: bool | None,
+    format: str,
+    out: Path | None,
+) -> int:
     """Run ``perfsleuth compare`` and return the exit status (0 no regression, 1 regression, 2 user error).
 
     ``metric`` may name several columns separated by commas; ``group_by``/``cluster_by`` entries may
@@ -292,8 +374,9 @@ def compare_command(baseline: Path, candidate: Path, metric: str, group_by: list
     try:
         if format not in FORMATS:
             raise InputError(None, f"unknown format {format!r}", place="--format", hint=f"one of {', '.join(FORMATS)}")
-        results, ctx = run_compare(Path(baseline), Path(candidate), metric, _columns(group_by), _columns(cluster_by),
-                                   threshold, higher_is_better)
+        results, ctx = run_compare(
+            Path(baseline), Path(candidate), metric, _columns(group_by), _columns(cluster_by), threshold, higher_is_better
+        )
         if format == "json":
             write_output(STDOUT if is_stdout(out) else out, json_document(to_json(results, ctx), allow_nan=False) + "\n")
         elif format == "text" and is_stdout(out):

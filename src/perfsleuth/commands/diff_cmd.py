@@ -21,8 +21,16 @@ from perfsleuth.trace.diff import diff_traces
 FORMATS = ("text", "json", "md", "html")
 
 
-def diff_command(baseline: Path, candidate: Path, format: str = "text", out: Path | None = None, top: int = 15,
-                 threshold: float = 0.02, method: str = "auto", workers: int | None = None) -> int:
+def diff_command(
+    baseline: Path,
+    candidate: Path,
+    format: str = "text",
+    out: Path | None = None,
+    top: int = 15,
+    threshold: float = 0.02,
+    method: str = "auto",
+    workers: int | None = None,
+) -> int:
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: one of {', '.join(FORMATS)}")
     if top < 1:

@@ -21,25 +21,47 @@ from perfsleuth.segment.localize import check_bootstrap
 RUNS_DIR = "runs"
 
 
-def fleet_report_command(out: Path, *, store: Path | None = None, records: Path | None = None,
-                         baseline: str | None = None, current: str | None = None,
-                         price_per_gpu_hour: float | None = None, currency: str = "USD", engine: str = "duckdb",
-                         master: str | None = None, bootstrap: int = 20, seed: int = 0) -> int:
+def fleet_report_command(
+    out: Path,
+    *,
+    store: Path | None = None,
+    records: Path | None = None,
+    baseline: str | None = None,
+    current: str | None = None,
+    price_per_gpu_hour: float | None = None,
+    currency: str = "USD",
+    engine: str = "duckdb",
+    master: str | None = None,
+    bootstrap: int = 20,
+    seed: int = 0,
+) -> int:
     """Write the fleet page to ``out``; returns the exit status (0 done, 2 bad input or options)."""
     try:
-        page = _build(Path(out), store, records, baseline, current, price_per_gpu_hour, currency, engine, master,
-                      bootstrap, seed)
+        page = _build(Path(out), store, records, baseline, current, price_per_gpu_hour, currency, engine, master, bootstrap, seed)
     except PerfsleuthError as exc:
         return fail(str(exc))
     status = deliver(render_fleet_html(page), Path(out))
     if status == 0:
-        print(f"perfsleuth: fleet report written to {out} ({page.current.runs:,} runs in the current window, "
-              f"{len(page.causes)} culprit(s))", file=sys.stderr)
+        print(
+            f"perfsleuth: fleet report written to {out} ({page.current.runs:,} runs in the current window, {len(page.causes)} culprit(s))",
+            file=sys.stderr,
+        )
     return status
 
 
-def _build(out: Path, store: Path | None, records: Path | None, baseline: str | None, current: str | None,
-           price: float | None, currency: str, engine: str, master: str | None, bootstrap: int, seed: int):
+def _build(
+    out: Path,
+    store: Path | None,
+    records: Path | None,
+    baseline: str | None,
+    current: str | None,
+    price: float | None,
+    currency: str,
+    engine: str,
+    master: str | None,
+    bootstrap: int,
+    seed: int,
+):
     if (store is None) == (records is None):
         raise InputError(None, "give exactly one of --store DIR and --records FILE")
     engines.require(engine)
@@ -56,8 +78,17 @@ def _build(out: Path, store: Path | None, records: Path | None, baseline: str | 
         table, source = opened.records(con), str(store)
     else:
         table, source = engines.table(con, Path(records)), str(records)
-    page = build_fleet_page(table, source=source, baseline=windows[0], current=windows[1], price_per_gpu_hour=price,
-                            currency=currency, runs_dir=out.parent / RUNS_DIR, bootstrap=bootstrap, seed=seed)
+    page = build_fleet_page(
+        table,
+        source=source,
+        baseline=windows[0],
+        current=windows[1],
+        price_per_gpu_hour=price,
+        currency=currency,
+        runs_dir=out.parent / RUNS_DIR,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     if opened is None:
         return page
     from dataclasses import replace

@@ -30,16 +30,17 @@ def fleet_demo(out: Path | None, html: Path, seed: int = 0) -> int:
         try:
             history = fleet_history(h)
             write_history_store(history, root, h)
-            page = build_fleet_page(Store(root).records(engines.connect("duckdb")), source=str(root), bootstrap=8,
-                                    seed=seed)
+            page = build_fleet_page(Store(root).records(engines.connect("duckdb")), source=str(root), bootstrap=8, seed=seed)
         except PerfsleuthError as exc:
             return fail(str(exc))
         status = deliver(render_fleet_html(page), html)
     if status:
         return status
     changed = h.start + dt.timedelta(days=h.change_day)
-    print(f"Simulated {history.num_rows:,} runs of {len(set(history['node'].to_pylist()))} nodes over {h.days} days into a fleet store"
-          f"{f' at {root}' if out else ''}. Injected: rack {h.bad_rack} runs {h.slowdown:.0%} slower from {changed}.")
+    print(
+        f"Simulated {history.num_rows:,} runs of {len(set(history['node'].to_pylist()))} nodes over {h.days} days into a fleet store"
+        f"{f' at {root}' if out else ''}. Injected: rack {h.bad_rack} runs {h.slowdown:.0%} slower from {changed}."
+    )
     points = page.trend.change_points if page.trend is not None else ()
     found_day = ", ".join(str(day_to_date(page.daily[p.index].day)) for p in points) or "none"
     print(f"Found: change point(s) on {found_day}; compared {page.baseline.window.label()} with {page.current.window.label()}.")

@@ -17,8 +17,11 @@ class WholeSummaryGroup(TyperGroup):
     """A Typer group whose command list shows each verb's full first sentence."""
 
     def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
-        rows = [(name, cmd.get_short_help_str(SUMMARY_CHARS)) for name in self.list_commands(ctx)
-                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        rows = [
+            (name, cmd.get_short_help_str(SUMMARY_CHARS))
+            for name in self.list_commands(ctx)
+            if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden
+        ]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -25,8 +25,9 @@ from perfsleuth.store.write import StoreWriter, find_damage
 SCHEMA = "perfsleuth.ingest/1"
 
 
-def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (), run_id: str | None = None,
-                   format: str = "text", out: Path | None = None) -> int:
+def ingest_command(
+    paths: Sequence[Path], store: Path, dims: Sequence[str] = (), run_id: str | None = None, format: str = "text", out: Path | None = None
+) -> int:
     """Run the verb; returns the exit status (0 all stored or skipped, 2 a PATH or an option was bad)."""
     root = Path(store)
     try:
@@ -47,8 +48,12 @@ def ingest_command(paths: Sequence[Path], store: Path, dims: Sequence[str] = (),
         for path in map(Path, paths):
             outcomes.append(_ingest_one(root, path, flag_dims, run_id))
             advance(1)
-    doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes,
-           "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}}
+    doc = {
+        "schema": SCHEMA,
+        "store": str(root),
+        "jobs": outcomes,
+        "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")},
+    }
     status = deliver_doc(doc, _text(doc), format, out)
     return 2 if doc["summary"]["failed"] else status
 
@@ -59,6 +64,7 @@ def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str |
         known = manifests.load(root).by_hash(sha)  # a peek without the lock: skip known content unread
         if known is not None and not find_damage(root, known.parts, deep=True):
             return _outcome(path, "skipped", known, _dims_note(known, path, flag_dims))
+
         def taken(rid: str) -> bool:  # a run id another job's content already holds
             owner = manifests.load(root).owner_of_run(rid)
             return owner is not None and owner.sha256 != sha
@@ -81,17 +87,27 @@ def _dims_note(known: JobEntry, path: Path, flag_dims: dict[str, str]) -> list[s
     differ = {k: v for k, v in wanted.items() if known.dims.get(k) != v}
     if not differ:
         return []
-    return ["the same content is stored with other dimensions ("
-            + ", ".join(f"{k}={known.dims.get(k)!r}, asked {v!r}" for k, v in sorted(differ.items()))
-            + "); they were not changed"]
+    return [
+        "the same content is stored with other dimensions ("
+        + ", ".join(f"{k}={known.dims.get(k)!r}, asked {v!r}" for k, v in sorted(differ.items()))
+        + "); they were not changed"
+    ]
 
 
 def _outcome(path: Path, status: str, entry: JobEntry, notes: list[str]) -> dict[str, Any]:
     rows: dict[str, int] = {}
     for p in entry.parts:
         rows[p.table] = rows.get(p.table, 0) + p.rows
-    return {"path": str(path), "status": status, "run_ids": list(entry.run_ids), "sha256": entry.sha256,
-            "parts": len(entry.parts), "rows": rows, "dims": entry.dims, "notes": notes}
+    return {
+        "path": str(path),
+        "status": status,
+        "run_ids": list(entry.run_ids),
+        "sha256": entry.sha256,
+        "parts": len(entry.parts),
+        "rows": rows,
+        "dims": entry.dims,
+        "notes": notes,
+    }
 
 
 def _text(doc: dict[str, Any]) -> str:

@@ -77,8 +77,12 @@ def _write_existing(path: Path, target: Path, data: bytes, st: os.stat_result) -
     elif stat.S_ISDIR(mode):
         raise OutputError(path, "is a directory", place="--out", hint=f"name a file inside it, e.g. {path}/report.html")
     elif stat.S_ISBLK(mode):
-        raise OutputError(path, "is a block device (a disk); perfsleuth writes reports to files, pipes and "
-                                "character devices only", place="--out", hint="name a file")
+        raise OutputError(
+            path,
+            "is a block device (a disk); perfsleuth writes reports to files, pipes and character devices only",
+            place="--out",
+            hint="name a file",
+        )
     else:
         raise OutputError(path, "is not a file, a pipe, a socket or a character device", place="--out", hint="name a file")
 
@@ -99,7 +103,7 @@ def _write_in_place(path: Path, target: Path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError as exc:
         raise _cannot(path, exc) from exc
     finally:
@@ -159,8 +163,9 @@ def _copy_mode(fd: int, old: os.stat_result | None) -> None:
 
 def _cannot(path: Path, exc: OSError) -> OutputError:
     """The one-line error for an ``--out`` the system would not let us write."""
-    return OutputError(path, f"cannot write: {exc.strerror or exc}", place="--out",
-                       hint="check the path, its permissions and the free space")
+    return OutputError(
+        path, f"cannot write: {exc.strerror or exc}", place="--out", hint="check the path, its permissions and the free space"
+    )
 
 
 def deliver(text: str, out: Path | str | None) -> int:

@@ -41,10 +41,22 @@ def _kb(b: int) -> str:
 
 def render_text(report: AblationReport, console: Console) -> None:
     base = report.baseline.macro_f1
-    console.print(f"[bold]Which signals to collect first[/] — leave-one-out over {len(report.baseline.cases)} cases; "
-                  f"macro F1 with every signal: {base:.3f}" if base is not None else "no scored class in these cases")
-    t = FitTable(["#", Col("signal group", numeric=False), "macro F1\nlost", "overhead GPU-\n/launch-bound",
-                  "trace KB/\nstep", Col(f"classes it decides (F1 lost >= {MATTERS})", numeric=False)])
+    console.print(
+        f"[bold]Which signals to collect first[/] — leave-one-out over {len(report.baseline.cases)} cases; "
+        f"macro F1 with every signal: {base:.3f}"
+        if base is not None
+        else "no scored class in these cases"
+    )
+    t = FitTable(
+        [
+            "#",
+            Col("signal group", numeric=False),
+            "macro F1\nlost",
+            "overhead GPU-\n/launch-bound",
+            "trace KB/\nstep",
+            Col(f"classes it decides (F1 lost >= {MATTERS})", numeric=False),
+        ]
+    )
     ranked = report.ranking()
     for i, v in enumerate(ranked, 1):
         losses = list(v.class_losses.items())
@@ -55,12 +67,21 @@ def render_text(report: AblationReport, console: Console) -> None:
         if extra:
             decides += f" ({', '.join(extra)})"
         c = v.group.cost
-        t.add_row(str(i), safe(v.group.name), f"{v.macro_f1_loss:+.3f}", f"{_pct(c.overhead_gpu_bound)} / {_pct(c.overhead_launch_bound)}",
-                  f"{_kb(c.bytes_gpu_bound)} / {_kb(c.bytes_launch_bound)}", safe(decides))
+        t.add_row(
+            str(i),
+            safe(v.group.name),
+            f"{v.macro_f1_loss:+.3f}",
+            f"{_pct(c.overhead_gpu_bound)} / {_pct(c.overhead_launch_bound)}",
+            f"{_kb(c.bytes_gpu_bound)} / {_kb(c.bytes_launch_bound)}",
+            safe(decides),
+        )
     console.print(t)
     console.print("[bold]How to collect each[/]")
     for i, v in enumerate(ranked, 1):
         console.print(f"  {i}. {safe(v.group.name)}: {safe(v.group.what)} — {safe(v.group.cost.how)}")
-    console.print("Costs: measured on one H200 (torch 2.11) for a GPU-bound and a launch-bound loop; each group's cost is "
-                  "what it adds over the profiler configuration without it. Quality: the same grading as `perfsleuth "
-                  "evaluate`, so a group is only as valuable as these cases say.", style="dim")
+    console.print(
+        "Costs: measured on one H200 (torch 2.11) for a GPU-bound and a launch-bound loop; each group's cost is "
+        "what it adds over the profiler configuration without it. Quality: the same grading as `perfsleuth "
+        "evaluate`, so a group is only as valuable as these cases say.",
+        style="dim",
+    )

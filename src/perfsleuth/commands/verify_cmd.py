@@ -21,17 +21,28 @@ from perfsleuth.report.escape import terminal_block
 FORMATS = ("text", "json")
 
 
-def verify_command(before: str, after: str, *, finding: str | None = None, store: Path | None = None,
-                   tolerance: float = 0.25, threshold: float = 0.02, diff: bool = True, format: str = "text",
-                   out: Path | None = None, workers: int | None = None) -> int:
+def verify_command(
+    before: str,
+    after: str,
+    *,
+    finding: str | None = None,
+    store: Path | None = None,
+    tolerance: float = 0.25,
+    threshold: float = 0.02,
+    diff: bool = True,
+    format: str = "text",
+    out: Path | None = None,
+    workers: int | None = None,
+) -> int:
     """Run the verb; returns the exit status."""
     from perfsleuth.api import verify
 
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: verify writes {' or '.join(FORMATS)}")
     try:
-        v, stored = verify(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold,
-                           diff=diff, workers=workers)
+        v, stored = verify(
+            before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers
+        )
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:

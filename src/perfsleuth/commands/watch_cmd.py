@@ -21,8 +21,7 @@ from perfsleuth.report.escape import json_document, terminal_block
 FORMATS = ("jsonl", "json", "openmetrics", "text")
 
 
-def watch_command(store: Path, *, format: str = "jsonl", out: Path | None = None, openmetrics: Path | None = None,
-                  **options) -> int:
+def watch_command(store: Path, *, format: str = "jsonl", out: Path | None = None, openmetrics: Path | None = None, **options) -> int:
     """Run the verb; returns the exit status."""
     from perfsleuth.api import watch
 
@@ -50,14 +49,18 @@ def watch_command(store: Path, *, format: str = "jsonl", out: Path | None = None
 
 def render_text(result) -> str:
     buf = io.StringIO()
-    buf.write(f"{terminal_block(result.store)}: {result.series_checked} series checked up to {result.data_until or '-'}, "
-              f"{len(result.alerts)} new regression(s), {result.already_raised} already raised\n")
+    buf.write(
+        f"{terminal_block(result.store)}: {result.series_checked} series checked up to {result.data_until or '-'}, "
+        f"{len(result.alerts)} new regression(s), {result.already_raised} already raised\n"
+    )
     for a in result.alerts:
         rc = a.relative_change
         interval = "" if rc.low is None else f" [{rc.low:+.1%}, {rc.high:+.1%}]"
         culprits = ", ".join(c.label for c in a.culprits) or "no culprit among the recorded dimensions"
-        buf.write(f"  REGRESSION {terminal_block(a.series_key)}: {a.metric} {rc.value:+.1%}{interval} from {a.change_day} "
-                  f"(p {a.p_value:.2g}); culprit: {terminal_block(culprits)}\n")
+        buf.write(
+            f"  REGRESSION {terminal_block(a.series_key)}: {a.metric} {rc.value:+.1%}{interval} from {a.change_day} "
+            f"(p {a.p_value:.2g}); culprit: {terminal_block(culprits)}\n"
+        )
     for c in result.caveats:
         buf.write(f"  caveat {c.code}: {terminal_block(c.message)}\n")
     return buf.getvalue()

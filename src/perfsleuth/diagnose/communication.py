@@ -53,8 +53,19 @@ def _comm_frame(ctx: JobContext) -> pd.DataFrame | None:
     rs = ctx.rs
     if rs.empty or "exposed_collective_ns" not in rs or not (rs["collective_ns"] > 0).any():
         return None
-    df = rs[["rank", "step", "step_time_ns", "collective_ns", "exposed_collective_ns", "exposed_collective_blocking_ns",
-             "collectives", "wait_ns", "transfer_ns"]].copy()
+    df = rs[
+        [
+            "rank",
+            "step",
+            "step_time_ns",
+            "collective_ns",
+            "exposed_collective_ns",
+            "exposed_collective_blocking_ns",
+            "collectives",
+            "wait_ns",
+            "transfer_ns",
+        ]
+    ].copy()
     # exposed transfer on the critical path: not waiting for a late rank, not overlapping time the
     # compute stream would have idled anyway waiting for the host to launch work
     df["exposed_net_ns"] = (df["exposed_collective_blocking_ns"] - df["wait_ns"]).clip(lower=0)
@@ -120,8 +131,11 @@ def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
     """The bus bandwidth the job's collectives should reach: measured when the job's evidence holds
     nccl-tests all-reduce output (median busbw of rows within ``NCCL_TESTS_SIZE_BAND`` of the job's
     mean collective size, else of the nearest size), else ``REFERENCE_BUSBW_GBPS``."""
-    default = Interval(REFERENCE_BUSBW_GBPS, unit="GB/s",
-                       method="reference for H100-class fabrics at bucket sizes (no nccl-tests output among the job's files)")
+    default = Interval(
+        REFERENCE_BUSBW_GBPS,
+        unit="GB/s",
+        method="reference for H100-class fabrics at bucket sizes (no nccl-tests output among the job's files)",
+    )
     a, sig = ctx.a, ctx.signals
     table = sig.table("nccl_tests") if sig is not None else None
     if table is None or table.num_rows == 0:
@@ -136,10 +150,13 @@ def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
     near = nt[ratio <= np.log(NCCL_TESTS_SIZE_BAND)]
     if near.empty:
         near = nt[ratio == ratio.min()]
-    return Interval(float(near["busbw_gbs"].median()), unit="GB/s",
-                    method=f"nccl-tests all_reduce in the job's files: median busbw of {len(near)} rows at "
-                           f"{near['size_bytes'].min() / 2**20:.0f}-{near['size_bytes'].max() / 2**20:.0f} MiB "
-                           f"(the job's collectives average {size / 2**20:.0f} MiB)")
+    return Interval(
+        float(near["busbw_gbs"].median()),
+        unit="GB/s",
+        method=f"nccl-tests all_reduce in the job's files: median busbw of {len(near)} rows at "
+        f"{near['size_bytes'].min() / 2**20:.0f}-{near['size_bytes'].max() / 2**20:.0f} MiB "
+        f"(the job's collectives average {size / 2**20:.0f} MiB)",
+    )
 
 
 def _bus_bytes(ctx: JobContext) -> float:
@@ -156,9 +173,11 @@ def _busbw_evidence(v: _CommView) -> Evidence:
     base = v.reference
     if v.busbw is None:
         return Evidence("collective_bus_bandwidth_gbps", Interval(float("nan"), unit="GB/s", method="not measurable"), base)
-    return Evidence("collective_bus_bandwidth_gbps",
-                    Interval(v.busbw, unit="GB/s", method="bytes x bus factor / time after the last rank arrived, all collectives"),
-                    base)
+    return Evidence(
+        "collective_bus_bandwidth_gbps",
+        Interval(v.busbw, unit="GB/s", method="bytes x bus factor / time after the last rank arrived, all collectives"),
+        base,
+    )
 
 
 def _straggler_alternative(a: JobAnalysis, v: _CommView) -> Alternative:
@@ -166,9 +185,12 @@ def _straggler_alternative(a: JobAnalysis, v: _CommView) -> Alternative:
     strag = a.stragglers.straggler
     if waited >= MIN_IMPACT:
         who = f" (mostly for rank {strag})" if strag is not None else ""
-        return Alternative("straggler_rank", "supports" if strag is not None else "cannot_rule_out",
-                           f"{waited:.0%} of the ranks' time is collectives waiting for a late rank{who}: that part is "
-                           "charged to the late rank's cause, not counted here")
+        return Alternative(
+            "straggler_rank",
+            "supports" if strag is not None else "cannot_rule_out",
+            f"{waited:.0%} of the ranks' time is collectives waiting for a late rank{who}: that part is "
+            "charged to the late rank's cause, not counted here",
+        )
     return Alternative("straggler_rank", "ruled_out", "collectives wait little for late ranks: the time is transfer")
 
 
@@ -185,9 +207,12 @@ def _untraced_ranks(a: JobAnalysis) -> int:
     return max(0, int(world) - int(present))
 
 
-@detector("exposed_communication", needs=("kineto trace with communication kernels",
-                                          "collectives matched across ranks (for bus bandwidth)"),
-          evidence=("collective_kernels",), requires=(REAL_SIZE,))
+@detector(
+    "exposed_communication",
+    needs=("kineto trace with communication kernels", "collectives matched across ranks (for bus bandwidth)"),
+    evidence=("collective_kernels",),
+    requires=(REAL_SIZE,),
+)
 def exposed_communication(job: Job) -> Finding | NotAssessed | None:
     a, ctx = job.trace, job.ctx
     v = _view(ctx)
@@ -197,40 +222,60 @@ def exposed_communication(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed("exposed_communication", "GPU kernels in the trace")
     imp = v.impact
     poor = _poor_overlap_fires(v)
-    fires = (imp.value >= EXPOSED_COMM_MIN and (v.bandwidth_low or v.busbw is None)) or \
-            (imp.value >= EXPOSED_COMM_HIGH and not poor)
+    fires = (imp.value >= EXPOSED_COMM_MIN and (v.bandwidth_low or v.busbw is None)) or (imp.value >= EXPOSED_COMM_HIGH and not poor)
     if fires and (untraced := _untraced_ranks(a)):
-        return insufficient("exposed_communication", f"traces of every rank: {untraced} of the job's ranks are not traced, "
-                            "so time inside collectives cannot be split into transfer and waiting for a late untraced rank "
-                            "(a stall elsewhere looks exactly like exposed communication here)", imp)
+        return insufficient(
+            "exposed_communication",
+            f"traces of every rank: {untraced} of the job's ranks are not traced, "
+            "so time inside collectives cannot be split into transfer and waiting for a late untraced rank "
+            "(a stall elsewhere looks exactly like exposed communication here)",
+            imp,
+        )
     if not fires:
         if imp.value >= EXPOSED_COMM_MIN - INSUFFICIENT_FLOOR and not poor and v.bandwidth_low:
-            return insufficient("exposed_communication", "a larger effect or a measured nccl-tests baseline: "
-                                f"{imp.value:.1%} of the step is exposed transfer, under the {EXPOSED_COMM_MIN:.0%} bar", imp)
+            return insufficient(
+                "exposed_communication",
+                "a larger effect or a measured nccl-tests baseline: "
+                f"{imp.value:.1%} of the step is exposed transfer, under the {EXPOSED_COMM_MIN:.0%} bar",
+                imp,
+            )
         return None
     ctx = v.ctx
     worst = v.df.groupby("rank")["exposed_net_ns"].median().sort_values(ascending=False)
     evidence = [
-        Evidence("exposed_communication_fraction", imp,
-                 Interval(EXPOSED_COMM_MIN if v.bandwidth_low else EXPOSED_COMM_HIGH, unit="fraction",
-                          method="threshold (catalog T1)"),
-                 "transfer time no compute hides, net of waiting for late ranks"),
+        Evidence(
+            "exposed_communication_fraction",
+            imp,
+            Interval(EXPOSED_COMM_MIN if v.bandwidth_low else EXPOSED_COMM_HIGH, unit="fraction", method="threshold (catalog T1)"),
+            "transfer time no compute hides, net of waiting for late ranks",
+        ),
         Evidence("exposed_communication_fraction_gross", v.impact_gross, note="including waits for late ranks"),
         _busbw_evidence(v),
         Evidence("comm_comp_overlap", Interval(v.overlap, unit="fraction", method="1 - exposed / transfer time, all steps")),
     ]
     alternatives = []
     if v.bandwidth_low:
-        alternatives.append(Alternative("poor_overlap", "cannot_rule_out" if v.overlap < 0.3 else "ruled_out",
-                                        f"only {v.overlap:.0%} of the transfer runs under compute; overlapping it would hide "
-                                        "part, but at this bandwidth the transfer itself is the larger problem" if v.overlap < 0.3
-                                        else f"{v.overlap:.0%} of the transfer already runs under compute"))
+        alternatives.append(
+            Alternative(
+                "poor_overlap",
+                "cannot_rule_out" if v.overlap < 0.3 else "ruled_out",
+                f"only {v.overlap:.0%} of the transfer runs under compute; overlapping it would hide "
+                "part, but at this bandwidth the transfer itself is the larger problem"
+                if v.overlap < 0.3
+                else f"{v.overlap:.0%} of the transfer already runs under compute",
+            )
+        )
     else:
-        alternatives.append(Alternative("poor_overlap", "ruled_out",
-                                        "the exposed time is the last collectives of the step, which no schedule can hide"))
-    alternatives.append(Alternative("degraded_network", "cannot_rule_out",
-                                    "a fabric slower than it should be looks the same; link counters and nccl-tests "
-                                    "on the same nodes decide it"))
+        alternatives.append(
+            Alternative("poor_overlap", "ruled_out", "the exposed time is the last collectives of the step, which no schedule can hide")
+        )
+    alternatives.append(
+        Alternative(
+            "degraded_network",
+            "cannot_rule_out",
+            "a fabric slower than it should be looks the same; link counters and nccl-tests on the same nodes decide it",
+        )
+    )
     alternatives.append(_straggler_alternative(a, v))
     bar = EXPOSED_COMM_MIN if v.bandwidth_low or v.busbw is None else EXPOSED_COMM_HIGH
     confidence = ctx.confidence(imp.value, bar, specificity=1.0 if v.bandwidth_low else 0.85 if v.busbw is None else 0.9)
@@ -243,9 +288,11 @@ def exposed_communication(job: Job) -> Finding | NotAssessed | None:
         symptom=f"{imp.value:.0%} of each step is collective transfer that no compute hides ({bw}, overlap {v.overlap:.0%})",
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
-        action=("Check the collective's bus bandwidth with nccl-tests on the same nodes and the NCCL transport in use; "
-                "reduce bytes (bf16 gradients, larger buckets) and make sure gradient all-reduce overlaps backward. "
-                "To confirm: a nccl-tests baseline for this fabric and message size."),
+        action=(
+            "Check the collective's bus bandwidth with nccl-tests on the same nodes and the NCCL transport in use; "
+            "reduce bytes (bf16 gradients, larger buckets) and make sure gradient all-reduce overlaps backward. "
+            "To confirm: a nccl-tests baseline for this fabric and message size."
+        ),
     )
 
 
@@ -253,35 +300,52 @@ def _poor_overlap_fires(v: _CommView) -> bool:
     return v.df is not None and not v.bandwidth_low and v.busbw is not None and v.impact_avoidable.value >= MIN_IMPACT
 
 
-@detector("poor_overlap", needs=("kineto trace with communication kernels", "collectives matched across ranks"),
-          evidence=("matched_collectives",), requires=(REAL_SIZE, STEPS))
+@detector(
+    "poor_overlap",
+    needs=("kineto trace with communication kernels", "collectives matched across ranks"),
+    evidence=("matched_collectives",),
+    requires=(REAL_SIZE, STEPS),
+)
 def poor_overlap(job: Job) -> Finding | NotAssessed | None:
     a, ctx = job.trace, job.ctx
     v = _view(ctx)
     if v.df is None:
         return None if a.ranks_with_gpu else NotAssessed("poor_overlap", "GPU kernels in the trace")
     if v.busbw is None:
-        return NotAssessed("poor_overlap", "traces of two or more ranks whose collectives match (to separate "
-                           "transfer from waiting and measure bandwidth)")
+        return NotAssessed(
+            "poor_overlap", "traces of two or more ranks whose collectives match (to separate transfer from waiting and measure bandwidth)"
+        )
     imp = v.impact_avoidable
     if not _poor_overlap_fires(v):
         if not v.bandwidth_low and imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("poor_overlap", f"a larger effect: {imp.value:.1%} of the step is collective time that "
-                                "overlap could hide, under the 3% bar", imp)
+            return insufficient(
+                "poor_overlap",
+                f"a larger effect: {imp.value:.1%} of the step is collective time that overlap could hide, under the 3% bar",
+                imp,
+            )
         return None
     ctx = v.ctx
     evidence = (
-        Evidence("avoidable_exposed_communication_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="threshold"),
-                 "exposed transfer beyond the step's last collective, which could have run under backward"),
+        Evidence(
+            "avoidable_exposed_communication_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="threshold"),
+            "exposed transfer beyond the step's last collective, which could have run under backward",
+        ),
         Evidence("exposed_communication_fraction", v.impact, note="net of waiting for late ranks"),
-        Evidence("comm_comp_overlap", Interval(v.overlap, unit="fraction", method="1 - exposed / transfer time, all steps"),
-                 Interval(v.achievable_overlap, unit="fraction",
-                          method="achievable: all but the last collective of a step hidden")),
+        Evidence(
+            "comm_comp_overlap",
+            Interval(v.overlap, unit="fraction", method="1 - exposed / transfer time, all steps"),
+            Interval(v.achievable_overlap, unit="fraction", method="achievable: all but the last collective of a step hidden"),
+        ),
         _busbw_evidence(v),
     )
     alternatives = (
-        Alternative("exposed_communication", "ruled_out",
-                    f"the bus bandwidth ({v.busbw:.0f} GB/s) is healthy: the transfers are not slow, they are serialized"),
+        Alternative(
+            "exposed_communication",
+            "ruled_out",
+            f"the bus bandwidth ({v.busbw:.0f} GB/s) is healthy: the transfers are not slow, they are serialized",
+        ),
         _straggler_alternative(a, v),
         Alternative("pipeline_bubble", "ruled_out", "these are data-parallel collectives, not pipeline transfers"),
     )
@@ -291,18 +355,26 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
         confidence=confidence,
         impact=imp,
         scope={"ranks": [int(r) for r in ctx.ranks[:8]], "steps": [int(s) for s in ctx.step_time.index]},
-        symptom=(f"collectives run after compute instead of under it: overlap {v.overlap:.0%} where about "
-                 f"{v.achievable_overlap:.0%} is achievable; {imp.value:.0%} of each step could be hidden"),
+        symptom=(
+            f"collectives run after compute instead of under it: overlap {v.overlap:.0%} where about "
+            f"{v.achievable_overlap:.0%} is achievable; {imp.value:.0%} of each step could be hidden"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Let DDP/FSDP launch each gradient bucket as soon as it is ready: check no_sync/gradient-accumulation "
-                "use, bucket_cap_mb, hooks that hold gradients back and CUDA_DEVICE_MAX_CONNECTIONS. To confirm: the "
-                "time each bucket's gradients were ready (autograd hooks) against its all-reduce start."),
+        action=(
+            "Let DDP/FSDP launch each gradient bucket as soon as it is ready: check no_sync/gradient-accumulation "
+            "use, bucket_cap_mb, hooks that hold gradients back and CUDA_DEVICE_MAX_CONNECTIONS. To confirm: the "
+            "time each bucket's gradients were ready (autograd hooks) against its all-reduce start."
+        ),
     )
 
 
-@detector("collective_hang", needs=("kineto traces of every rank of a process group", "collective sequence numbers"),
-          evidence=("collective_kernels",), requires=(REAL_SIZE,))
+@detector(
+    "collective_hang",
+    needs=("kineto traces of every rank of a process group", "collective sequence numbers"),
+    evidence=("collective_kernels",),
+    requires=(REAL_SIZE,),
+)
 def collective_hang(job: Job) -> Finding | NotAssessed | None:
     a = job.trace
     coll = a.collectives
@@ -324,8 +396,7 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
         members = sorted(int(r) for r in g["rank"].unique())
         size = int(g["group_size"].max()) if g["group_size"].notna().any() else len(members)
         last = g.sort_values("seq").groupby("rank").tail(1).set_index("rank")
-        open_ = last[(last["end_ns"] >= last["trace_end"] - 1_000) &
-                     (last["dur"] >= max(HANG_MIN_NS, HANG_FACTOR * max(med, 1)))]
+        open_ = last[(last["end_ns"] >= last["trace_end"] - 1_000) & (last["dur"] >= max(HANG_MIN_NS, HANG_FACTOR * max(med, 1)))]
         if open_.empty:
             continue
         seq = open_["seq"].max()
@@ -345,34 +416,58 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
     hung_ns = float(np.median(ends - since))
     window = float(np.median(ends.to_numpy() - starts.reindex(rows.index).to_numpy()))
     frac = hung_ns / window if window > 0 else 1.0
-    impact = Interval(frac, frac, frac, "fraction", "share of the traced window the waiting ranks spent inside the hung "
-                      "collective (the job made no progress; the true cost lasts until the watchdog fires)")
+    impact = Interval(
+        frac,
+        frac,
+        frac,
+        "fraction",
+        "share of the traced window the waiting ranks spent inside the hung "
+        "collective (the job made no progress; the true cost lasts until the watchdog fires)",
+    )
     culprits = absent or [f"{missing} rank(s) not in the trace"]
     evidence = (
-        Evidence("hung_collective_duration_ns", Interval(hung_ns, unit="ns", method=f"median over {len(waiting)} waiting ranks"),
-                 Interval(med, unit="ns", method=f"median duration of group {group}'s collectives")),
+        Evidence(
+            "hung_collective_duration_ns",
+            Interval(hung_ns, unit="ns", method=f"median over {len(waiting)} waiting ranks"),
+            Interval(med, unit="ns", method=f"median duration of group {group}'s collectives"),
+        ),
         Evidence("ranks_waiting", Interval(float(len(waiting)), unit="ranks", method=f"group {group}, seq {seq}")),
-        Evidence("ranks_never_arrived", Interval(float(len(absent) + missing), unit="ranks",
-                                                 method="their last collective in the group has a lower sequence number")),
+        Evidence(
+            "ranks_never_arrived",
+            Interval(float(len(absent) + missing), unit="ranks", method="their last collective in the group has a lower sequence number"),
+        ),
     )
     alternatives = (
-        Alternative("straggler_rank", "ruled_out", "a straggler arrives late; these ranks never issued the collective "
-                    "before the trace ended"),
-        Alternative("degraded_network", "ruled_out" if absent else "cannot_rule_out",
-                    "the collective was never issued by every rank, so no transfer could start" if absent
-                    else "the absent ranks are not in the trace: a transport stall cannot be excluded"),
-        Alternative("slow_node", "cannot_rule_out", f"what stopped rank(s) {culprits} (a crash, a Python exception, a "
-                    "deadlock in host code, a failing GPU) needs their stack (py-spy, NCCL flight recorder)"),
+        Alternative(
+            "straggler_rank", "ruled_out", "a straggler arrives late; these ranks never issued the collective before the trace ended"
+        ),
+        Alternative(
+            "degraded_network",
+            "ruled_out" if absent else "cannot_rule_out",
+            "the collective was never issued by every rank, so no transfer could start"
+            if absent
+            else "the absent ranks are not in the trace: a transport stall cannot be excluded",
+        ),
+        Alternative(
+            "slow_node",
+            "cannot_rule_out",
+            f"what stopped rank(s) {culprits} (a crash, a Python exception, a "
+            "deadlock in host code, a failing GPU) needs their stack (py-spy, NCCL flight recorder)",
+        ),
     )
     return Finding(
         fault="collective_hang",
         confidence=0.97 if absent else 0.85,
         impact=impact,
         scope={"ranks": absent or waiting, "waiting_ranks": waiting, "group": str(group), "seq": int(seq), "op": op},
-        symptom=(f"ranks {waiting} wait {hung_ns / 1e9:.2f} s inside {op} #{seq} of group {group} until the trace ends; "
-                 f"rank(s) {culprits} never issued it"),
+        symptom=(
+            f"ranks {waiting} wait {hung_ns / 1e9:.2f} s inside {op} #{seq} of group {group} until the trace ends; "
+            f"rank(s) {culprits} never issued it"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=(f"Dump the stacks of rank(s) {culprits} (py-spy dump, NCCL flight recorder / TORCH_NCCL_TRACE_BUFFER_SIZE) "
-                "to see where they stopped; set a watchdog timeout that fails fast. To confirm: their stacks and logs."),
+        action=(
+            f"Dump the stacks of rank(s) {culprits} (py-spy dump, NCCL flight recorder / TORCH_NCCL_TRACE_BUFFER_SIZE) "
+            "to see where they stopped; set a watchdog timeout that fails fast. To confirm: their stacks and logs."
+        ),
     )

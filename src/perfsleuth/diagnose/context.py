@@ -64,8 +64,9 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, *, what: str = "steps", con
     ratios = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-9)
     a = (1 - confidence) / 2
     lo, hi = np.quantile(ratios, [a, 1 - a])
-    return Interval(value, float(lo), float(hi), "fraction",
-                    f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}")
+    return Interval(
+        value, float(lo), float(hi), "fraction", f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}"
+    )
 
 
 def fraction_interval(x: np.ndarray, *, what: str = "steps") -> Interval:
@@ -191,8 +192,14 @@ class JobContext:
         """Per (rank, step): time its collectives waited for the last arrival, and transfer time."""
         df = self.instances
         if df.empty:
-            return pd.DataFrame({"rank": pd.Series(dtype="int32"), "step": pd.Series(dtype="int32"),
-                                 "wait_ns": pd.Series(dtype=float), "transfer_ns": pd.Series(dtype=float)})
+            return pd.DataFrame(
+                {
+                    "rank": pd.Series(dtype="int32"),
+                    "step": pd.Series(dtype="int32"),
+                    "wait_ns": pd.Series(dtype=float),
+                    "transfer_ns": pd.Series(dtype=float),
+                }
+            )
         last = df.groupby("instance")["arrival_ns"].transform("max")
         end = df.groupby("instance")["aligned_end_ns"].transform("median")
         df = df.assign(transfer_ns=(end - last).clip(lower=0))
@@ -290,5 +297,3 @@ def require_host_and_gpu(ctx: JobContext, fault: str, *, host_events: str, gpu_c
     if not ctx.a.ranks_with_gpu:
         return NotAssessed(fault, f"GPU events in the trace ({gpu_cost})")
     return None
-
-

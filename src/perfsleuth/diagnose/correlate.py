@@ -104,28 +104,48 @@ def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Ta
         return None, []
     rows = placement.to_pylist()
     if not any(r["host"] for r in rows):
-        return None, [Caveat("placement_unknown", "GPU telemetry was not joined to the traced ranks: no rank's host is known "
-                             "(no nsys host, no --placement or placement file, no host in the trace file names)")]
+        return None, [
+            Caveat(
+                "placement_unknown",
+                "GPU telemetry was not joined to the traced ranks: no rank's host is known "
+                "(no nsys host, no --placement or placement file, no host in the trace file names)",
+            )
+        ]
     timed = [r for r in rows if r["window_start_ns"] is not None]
     if not timed:
-        return None, [Caveat("trace_no_epoch", "GPU telemetry was not joined to the traced ranks: the traces carry no "
-                             "wall-clock time (no baseTimeNanoseconds, not epoch timestamps)")]
+        return None, [
+            Caveat(
+                "trace_no_epoch",
+                "GPU telemetry was not joined to the traced ranks: the traces carry no "
+                "wall-clock time (no baseTimeNanoseconds, not epoch timestamps)",
+            )
+        ]
     tel_hosts = _telemetry_hosts(samples)
     hosts = _host_matches(placement, samples)
     placed = [r for r in timed if r["host"] in hosts and r["gpu"] is not None]
     if not placed:
-        return None, [Caveat("placement_not_in_telemetry", "GPU telemetry was not joined to the traced ranks: their hosts "
-                             f"({', '.join(sorted({str(r['host']) for r in rows if r['host']}))}) or GPUs are not in it "
-                             f"(telemetry hosts: {', '.join(sorted(tel_hosts)[:8])})")]
+        return None, [
+            Caveat(
+                "placement_not_in_telemetry",
+                "GPU telemetry was not joined to the traced ranks: their hosts "
+                f"({', '.join(sorted({str(r['host']) for r in rows if r['host']}))}) or GPUs are not in it "
+                f"(telemetry hosts: {', '.join(sorted(tel_hosts)[:8])})",
+            )
+        ]
     w0, w1 = min(r["window_start_ns"] for r in placed), max(r["window_end_ns"] for r in placed)
     pad = max(SKEW_TOLERANCE_NS, sampling_interval_ns(samples) or 0)
     ts = samples["ts_ns"]
     inside = samples.filter(pc.and_(pc.greater_equal(ts, w0 - pad), pc.less_equal(ts, w1 + pad)))
     if inside.num_rows == 0:
         t_lo, t_hi = pc.min(ts).as_py(), pc.max(ts).as_py()
-        return None, [Caveat("telemetry_outside_trace_window", f"GPU telemetry was not joined to the traced ranks: it spans "
-                             f"{_iso(t_lo)} .. {_iso(t_hi)}, the traces {_iso(w0)} .. {_iso(w1)} (tolerance {pad / 1e9:g} s): "
-                             "another run, or a clock that is off")]
+        return None, [
+            Caveat(
+                "telemetry_outside_trace_window",
+                f"GPU telemetry was not joined to the traced ranks: it spans "
+                f"{_iso(t_lo)} .. {_iso(t_hi)}, the traces {_iso(w0)} .. {_iso(w1)} (tolerance {pad / 1e9:g} s): "
+                "another run, or a clock that is off",
+            )
+        ]
     keys = {(hosts[r["host"]], int(r["gpu"])) for r in placed}
     host_col = pc.fill_null(inside["host"], "")
     key_col = pc.binary_join_element_wise(host_col, pc.cast(inside["gpu"], pa.string()), "\x1f")
@@ -139,8 +159,7 @@ def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Ta
         index = {k: i for i, k in enumerate(g.keys)} if g is not None else {}
         for r in placed:
             key = (hosts[r["host"]], int(r["gpu"]))
-            row = {"rank": r["rank"], "host": key[0], "gpu": key[1], "samples": 0, "window_start_ns": w0 - pad,
-                   "window_end_ns": w1 + pad}
+            row = {"rank": r["rank"], "host": key[0], "gpu": key[1], "samples": 0, "window_start_ns": w0 - pad, "window_end_ns": w1 + pad}
             i = index.get(key)
             clk = g.get("sm_clock_mhz") if g is not None else None
             if i is not None and clk is not None and np.isfinite(clk[i]).any():
@@ -150,15 +169,23 @@ def rank_telemetry(placement: pa.Table, samples: pa.Table | None) -> tuple[pa.Ta
                     row.update(_cause_of(cc, i))
             out.append(row)
     missing = sorted(o["rank"] for o in out if not o["samples"])  # one row per placed rank
-    caveats = [Caveat("telemetry_joined", f"GPU telemetry joined to {len(placed) - len(missing)} traced rank(s) by host and "
-                      f"GPU ({_how(placed)}) and time: samples within the trace window ±{pad / 1e9:g} s "
-                      f"({_iso(w0 - pad)} .. {_iso(w1 + pad)})" + (f"; no SM-clock sample there for rank(s) {missing}" if missing else ""))]
+    caveats = [
+        Caveat(
+            "telemetry_joined",
+            f"GPU telemetry joined to {len(placed) - len(missing)} traced rank(s) by host and "
+            f"GPU ({_how(placed)}) and time: samples within the trace window ±{pad / 1e9:g} s "
+            f"({_iso(w0 - pad)} .. {_iso(w1 + pad)})" + (f"; no SM-clock sample there for rank(s) {missing}" if missing else ""),
+        )
+    ]
     return pa.Table.from_pylist(out, schema=RANK_TELEMETRY), caveats
 
 
 def _how(placed: list[dict]) -> str:
-    return "; ".join(f"host from {k}" for k in sorted({str(r["host_from"]) for r in placed})) + \
-        "; " + "; ".join(f"GPU from {k}" for k in sorted({str(r["gpu_from"]) for r in placed}))
+    return (
+        "; ".join(f"host from {k}" for k in sorted({str(r["host_from"]) for r in placed}))
+        + "; "
+        + "; ".join(f"GPU from {k}" for k in sorted({str(r["gpu_from"]) for r in placed}))
+    )
 
 
 def _cause_of(cc, i: int) -> dict:
@@ -201,29 +228,54 @@ def _straggler(f: Finding, tel: dict[int, dict], signals: JobSignals) -> Finding
             continue
         where = f"{row['host']} GPU {row['gpu']}"
         peers = [o["sm_clock_mhz"] for k, o in tel.items() if k != r and o.get("sm_clock_mhz") is not None]
-        peer = Interval(float(np.median(peers)), unit="MHz", method=f"median SM clock of the {len(peers)} other traced GPUs, "
-                        "same window") if peers else Interval(row["max_sm_clock_mhz"] or float("nan"), unit="MHz",
-                                                               method="the GPU's maximum SM clock")
-        clock = Interval(row["sm_clock_mhz"], unit="MHz", method=f"median of {row['samples']} telemetry samples within the "
-                         f"trace window ±tolerance on {where}")
+        peer = (
+            Interval(float(np.median(peers)), unit="MHz", method=f"median SM clock of the {len(peers)} other traced GPUs, same window")
+            if peers
+            else Interval(row["max_sm_clock_mhz"] or float("nan"), unit="MHz", method="the GPU's maximum SM clock")
+        )
+        clock = Interval(
+            row["sm_clock_mhz"],
+            unit="MHz",
+            method=f"median of {row['samples']} telemetry samples within the trace window ±tolerance on {where}",
+        )
         cause = row.get("limit_cause")
         if cause:
             d = row["deficit_while_limited"]
             excess = _compute_excess(signals, int(r))
             explains = f"; a {d:.0%} slower clock makes compute-bound kernels up to {1 / (1 - d) - 1:.0%} longer" + (
-                f" (rank {r}'s compute is {excess:.0%} longer than its peers')" if excess is not None else "")
-            evidence.append(Evidence("joined_gpu_sm_clock_mhz", clock, peer,
-                                     f"rank {r} runs on {where}, which telemetry shows {CAUSE_WORDS[cause]} during the trace "
-                                     f"({row['limited_share']:.0%} of the samples, clock {d:.0%} below its maximum){explains}"))
-            alternatives.append(Alternative(CAUSE_FAULT[cause], "supports", f"telemetry of {where} during the trace: "
-                                            f"{cause} clock-event reasons with the SM clock {d:.0%} below maximum"))
+                f" (rank {r}'s compute is {excess:.0%} longer than its peers')" if excess is not None else ""
+            )
+            evidence.append(
+                Evidence(
+                    "joined_gpu_sm_clock_mhz",
+                    clock,
+                    peer,
+                    f"rank {r} runs on {where}, which telemetry shows {CAUSE_WORDS[cause]} during the trace "
+                    f"({row['limited_share']:.0%} of the samples, clock {d:.0%} below its maximum){explains}",
+                )
+            )
+            alternatives.append(
+                Alternative(
+                    CAUSE_FAULT[cause],
+                    "supports",
+                    f"telemetry of {where} during the trace: {cause} clock-event reasons with the SM clock {d:.0%} below maximum",
+                )
+            )
             notes.append(f"its GPU ({where}) was {CAUSE_WORDS[cause]} during the trace (telemetry)")
         else:
-            evidence.append(Evidence("joined_gpu_sm_clock_mhz", clock, peer,
-                                     f"rank {r} runs on {where}; telemetry shows no thermal, power or clock-setting limit "
-                                     f"during the trace (median deficit {row.get('clock_deficit') or 0:.1%})"))
-            alternatives.extend(Alternative(fault, "ruled_out", f"{where} ran without {cause_name} clock limits during the trace")
-                                for cause_name, fault in CAUSE_FAULT.items())
+            evidence.append(
+                Evidence(
+                    "joined_gpu_sm_clock_mhz",
+                    clock,
+                    peer,
+                    f"rank {r} runs on {where}; telemetry shows no thermal, power or clock-setting limit "
+                    f"during the trace (median deficit {row.get('clock_deficit') or 0:.1%})",
+                )
+            )
+            alternatives.extend(
+                Alternative(fault, "ruled_out", f"{where} ran without {cause_name} clock limits during the trace")
+                for cause_name, fault in CAUSE_FAULT.items()
+            )
     if len(evidence) == len(f.evidence):
         return f
     symptom = f.symptom + ("; " + "; ".join(notes) if notes else "")
@@ -236,29 +288,41 @@ def _ranks_on(f: Finding, tel: dict[int, dict], placement: pa.Table, hosts: dict
     if gpus and f.fault != "slow_node":
         return [(r, row) for r, row in sorted(tel.items()) if f"{row['host']}:{row['gpu']}" in gpus]
     on_hosts = set(f.scope.get("hosts", []))
-    return [(int(p["rank"]), tel.get(int(p["rank"]))) for p in placement.to_pylist()
-            if p["host"] is not None and hosts.get(p["host"]) in on_hosts]
+    return [
+        (int(p["rank"]), tel.get(int(p["rank"])))
+        for p in placement.to_pylist()
+        if p["host"] is not None and hosts.get(p["host"]) in on_hosts
+    ]
 
 
-def _telemetry_side(f: Finding, tel: dict[int, dict], placement: pa.Table, hosts: dict[str, str],
-                    straggler: Finding | None) -> Finding:
+def _telemetry_side(f: Finding, tel: dict[int, dict], placement: pa.Table, hosts: dict[str, str], straggler: Finding | None) -> Finding:
     ranks = _ranks_on(f, tel, placement, hosts)
     if not ranks:
         return f
     listed = [r for r, _ in ranks]
     evidence = list(f.evidence)
     where = ", ".join(f"rank {r} on {row['host']}:{row['gpu']}" if row else f"rank {r}" for r, row in ranks)
-    evidence.append(Evidence("joined_trace_ranks", Interval(float(len(listed)), unit="ranks", method="placement of the traced ranks"),
-                             note=f"traced {where}"))
+    evidence.append(
+        Evidence(
+            "joined_trace_ranks", Interval(float(len(listed)), unit="ranks", method="placement of the traced ranks"), note=f"traced {where}"
+        )
+    )
     symptom = f.symptom + f"; traced rank(s) {', '.join(map(str, listed))} run there"
     s_ranks = set(straggler.scope.get("ranks", [])) if straggler is not None else set()
     hit = [r for r in listed if r in s_ranks]
     if hit and straggler is not None:
         during = [r for r in hit if (tel.get(r) or {}).get("limit_cause") or f.fault == "slow_node"]
         if during:
-            evidence.append(Evidence("joined_trace_step_cost", straggler.impact, note=(
-                f"in the trace, rank {during[0]} is the straggler: the job loses {straggler.impact.value:.1%} of its step time "
-                "waiting for it (step time had it run at the median rank's speed)")))
+            evidence.append(
+                Evidence(
+                    "joined_trace_step_cost",
+                    straggler.impact,
+                    note=(
+                        f"in the trace, rank {during[0]} is the straggler: the job loses {straggler.impact.value:.1%} of its step time "
+                        "waiting for it (step time had it run at the median rank's speed)"
+                    ),
+                )
+            )
             symptom += f"; in the trace rank {during[0]} is the straggler, costing {straggler.impact.value:.1%} of step time"
     scope = {**f.scope, "ranks": listed}
     return replace(f, evidence=tuple(evidence), scope=scope, symptom=symptom)
@@ -276,6 +340,5 @@ def join_telemetry(diagnosis: Diagnosis, signals: JobSignals, placement: pa.Tabl
     hosts = _host_matches(placement, samples)
     findings = [(_straggler(f, tel, signals) if f.fault == "straggler_rank" else f) for f in diagnosis.findings]
     straggler = next((f for f in findings if f.fault == "straggler_rank"), None)
-    findings = [_telemetry_side(f, tel, placement, hosts, straggler) if f.fault in CLOCK_FAULTS | {"slow_node"} else f
-                for f in findings]
+    findings = [_telemetry_side(f, tel, placement, hosts, straggler) if f.fault in CLOCK_FAULTS | {"slow_node"} else f for f in findings]
     return Joined(Diagnosis(tuple(findings), diagnosis.not_assessed), table, caveats)

@@ -25,9 +25,22 @@ from perfsleuth.diagnose import (  # noqa: F401  (registration)
 from perfsleuth.diagnose.registry import DETECTORS
 
 TRACE_FAULTS = (
-    "exposed_communication", "poor_overlap", "pipeline_bubble", "sequence_imbalance", "dataloader_stall",
-    "checkpoint_stall", "host_launch_bound", "small_kernels", "gc_pause", "recompilation", "allocator_churn",
-    "memory_fragmentation", "straggler_rank", "collective_hang", "unattributed_host_stall", "unattributed_idle",
+    "exposed_communication",
+    "poor_overlap",
+    "pipeline_bubble",
+    "sequence_imbalance",
+    "dataloader_stall",
+    "checkpoint_stall",
+    "host_launch_bound",
+    "small_kernels",
+    "gc_pause",
+    "recompilation",
+    "allocator_churn",
+    "memory_fragmentation",
+    "straggler_rank",
+    "collective_hang",
+    "unattributed_host_stall",
+    "unattributed_idle",
 )
 """Every fault class a PyTorch-profiler trace can reveal, each with a registered detector."""
 

@@ -91,39 +91,54 @@ def _steps_on_ranks(signals: JobSignals) -> bool:
 
 
 _PROOFS = (
-    Proof("gc_events", "'Python GC' events (torch.profiler on PyTorch >= 2.9 with with_stack=True and "
-          "experimental_config=torch._C._profiler._ExperimentalConfig(record_python_gc_info=True)) or gc.collect "
-          "annotations around planned collections", _fact("gc_events")),
-    Proof("dataloader_spans", "the DataLoader op torch.profiler records (enumerate(DataLoader)#..."
-          "__next__) or a record_function annotation around fetching the batch", _fact("dataloader_spans")),
-    Proof("checkpoint_spans", "a checkpoint save op or annotation (torch.save / dcp.save inside "
-          "record_function('checkpoint')), or save lines in the step log", _fact("checkpoint_spans")),
-    Proof("bulk_d2h", "bulk device-to-host copies of model state (>= 32 MiB in a step), as torch.save of GPU tensors "
-          "makes", _bulk_d2h),
+    Proof(
+        "gc_events",
+        "'Python GC' events (torch.profiler on PyTorch >= 2.9 with with_stack=True and "
+        "experimental_config=torch._C._profiler._ExperimentalConfig(record_python_gc_info=True)) or gc.collect "
+        "annotations around planned collections",
+        _fact("gc_events"),
+    ),
+    Proof(
+        "dataloader_spans",
+        "the DataLoader op torch.profiler records (enumerate(DataLoader)#..."
+        "__next__) or a record_function annotation around fetching the batch",
+        _fact("dataloader_spans"),
+    ),
+    Proof(
+        "checkpoint_spans",
+        "a checkpoint save op or annotation (torch.save / dcp.save inside record_function('checkpoint')), or save lines in the step log",
+        _fact("checkpoint_spans"),
+    ),
+    Proof("bulk_d2h", "bulk device-to-host copies of model state (>= 32 MiB in a step), as torch.save of GPU tensors makes", _bulk_d2h),
     Proof("steplog_saves", "checkpoint-save lines in the training log", _table("step_log_events")),
-    Proof("compile_spans", "Dynamo/Inductor compile spans (torch.compile jobs traced during a recompilation)",
-          _fact("compile_spans")),
-    Proof("allocator_calls", "cudaMalloc/cudaFree (hipMalloc/hipFree) runtime events in the trace (ProfilerActivity.CUDA)",
-          _fact("allocator_calls")),
+    Proof("compile_spans", "Dynamo/Inductor compile spans (torch.compile jobs traced during a recompilation)", _fact("compile_spans")),
+    Proof(
+        "allocator_calls",
+        "cudaMalloc/cudaFree (hipMalloc/hipFree) runtime events in the trace (ProfilerActivity.CUDA)",
+        _fact("allocator_calls"),
+    ),
     Proof("memory_events", "allocator memory events (torch.profiler profile_memory=True)", _fact("memory_events")),
-    Proof("host_gaps", "host operator events around the GPU work (ProfilerActivity.CPU and CUDA), against which a gap "
-          "with no event is a measured stall", _host_gaps),
+    Proof(
+        "host_gaps",
+        "host operator events around the GPU work (ProfilerActivity.CPU and CUDA), against which a gap with no event is a measured stall",
+        _host_gaps,
+    ),
     Proof("launch_links", "CUDA runtime launch calls joined to their kernels by correlation id", _launches),
     Proof("gpu_kernels", "GPU kernel events (ProfilerActivity.CUDA)", _fact("gpu_events")),
     Proof("collective_kernels", "NCCL/RCCL collective kernels in the trace", _collectives),
-    Proof("matched_collectives", "the same collectives traced on two or more ranks (trace every rank of a group)",
-          _matched_collectives),
-    Proof("p2p_pairs", "point-to-point send/recv kernels between pairs of ranks (pipeline stages), traced on each stage",
-          _p2p_pairs),
+    Proof("matched_collectives", "the same collectives traced on two or more ranks (trace every rank of a group)", _matched_collectives),
+    Proof("p2p_pairs", "point-to-point send/recv kernels between pairs of ranks (pipeline stages), traced on each stage", _p2p_pairs),
     Proof("rank_steps", "per-step compute on two or more ranks' traces", _steps_on_ranks),
     Proof("gpu_samples", "GPU telemetry samples (dcgm-exporter, dcgmi dmon, nvidia-smi)", _table("samples")),
     Proof("ncu_kernels", "Nsight Compute kernel metrics (ncu --csv)", _table("kernel_metrics")),
     Proof("nccl_tests", "nccl-tests results (all_reduce_perf and friends)", _table("nccl_tests")),
     Proof("nccl_log", "an NCCL_DEBUG=INFO log of the job", _table("nccl_log")),
     Proof("step_log", "a training step log (Megatron-LM, DeepSpeed, JSON Lines)", _table("step_log")),
-    Proof("serving_metrics", "vLLM/SGLang /metrics scrapes or a serving benchmark's results",
-          lambda s: s.has("samples") or s.has("inference_records") or s.has("inference_requests")
-          or s.has("inference_intervals")),
+    Proof(
+        "serving_metrics",
+        "vLLM/SGLang /metrics scrapes or a serving benchmark's results",
+        lambda s: s.has("samples") or s.has("inference_records") or s.has("inference_requests") or s.has("inference_intervals"),
+    ),
 )
 
 PROOFS: dict[str, Proof] = {p.key: p for p in _PROOFS}

@@ -45,8 +45,7 @@ engine's ``bulk_d2h`` evidence probe uses."""
 
 
 def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
-    return require_host_and_gpu(ctx, fault, host_events="host events",
-                                gpu_cost="GPU idle time is what these stalls cost")
+    return require_host_and_gpu(ctx, fault, host_events="host events", gpu_cost="GPU idle time is what these stalls cost")
 
 
 def _scope(ctx: JobContext, col: str, loss: pd.Series, frame: pd.DataFrame | None = None) -> dict:
@@ -59,8 +58,7 @@ def _scope(ctx: JobContext, col: str, loss: pd.Series, frame: pd.DataFrame | Non
 
 
 def _threshold_result(fault: str, imp: Interval, what: str) -> NotAssessed | None:
-    return below_bar(fault, imp, f"a larger effect or a longer trace: {what} cost {imp.value:.1%} of step time, "
-                                 "under the 3% bar")
+    return below_bar(fault, imp, f"a larger effect or a longer trace: {what} cost {imp.value:.1%} of step time, under the 3% bar")
 
 
 def _impact_evidence(name: str, imp: Interval, note: str) -> Evidence:
@@ -100,24 +98,34 @@ def scattered_worst_rank(ctx: JobContext, col: str, frame: pd.DataFrame | None =
     return float(np.mean(repeats)) < 0.5 and typical < MIN_IMPACT
 
 
-@detector("dataloader_stall", needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",),
-          evidence=("dataloader_spans",), requires=(REAL_SIZE, STEPS))
+@detector(
+    "dataloader_stall",
+    needs=("kineto trace with the data-loader annotation (enumerate(DataLoader)#...)",),
+    evidence=("dataloader_spans",),
+    requires=(REAL_SIZE, STEPS),
+)
 def dataloader_stall(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if (na := _needs_signals(ctx, "dataloader_stall")) is not None:
         return na
     rs = ctx.rs
     if not (rs["dataloader_span_ns"] > 0).any():
-        return NotAssessed("dataloader_stall", "the data-loader annotation (iterate the DataLoader inside the profiled "
-                           "steps, or a record_function around batch fetching)")
+        return NotAssessed(
+            "dataloader_stall",
+            "the data-loader annotation (iterate the DataLoader inside the profiled steps, or a record_function around batch fetching)",
+        )
     routine = routine_loader_wait(rs)
     total = ctx.impact(ctx.per_step("lost_dataloader_ns"))
     rs = rs.assign(dataloader_excess_ns=(rs["lost_dataloader_ns"] - routine * rs["step_time_ns"]).clip(lower=0))
     loss = ctx.per_step("dataloader_excess_ns", frame=rs)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        return below_bar("dataloader_stall", imp, f"a larger effect: the GPU waits for the data loader {total.value:.1%} of "
-                         f"step time, {imp.value:.1%} beyond a routine hand-off of {routine:.1%}, under the 3% bar")
+        return below_bar(
+            "dataloader_stall",
+            imp,
+            f"a larger effect: the GPU waits for the data loader {total.value:.1%} of "
+            f"step time, {imp.value:.1%} beyond a routine hand-off of {routine:.1%}, under the 3% bar",
+        )
     scope = _scope(ctx, "dataloader_excess_ns", loss, rs)
     share = ctx.per_rank_share("lost_dataloader_ns")
     span = ctx.per_rank_share("dataloader_span_ns")
@@ -126,43 +134,81 @@ def dataloader_stall(job: Job) -> Finding | NotAssessed | None:
     launch = ctx.impact(ctx.per_step("lost_launch_ns"))
     scattered = scattered_worst_rank(ctx, "dataloader_excess_ns", rs)
     evidence = [
-        Evidence("dataloader_stall_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 "GPU idle while the host fetched the batch beyond the routine hand-off (worst rank per step)"),
-        Evidence("dataloader_wait_fraction", total, Interval(routine, unit="fraction", method="routine hand-off: lower quartile "
-                 f"of the rank-steps' wait, at most {HANDOFF_ALLOWANCE:.0%}"), "all GPU idle time in the data loader"),
-        Evidence("dataloader_span_fraction", Interval(float(span.max()), unit="fraction", method="host time in the "
-                 "data-loader annotation, worst rank"), Interval(float(span.median()), unit="fraction", method="median rank")),
+        Evidence(
+            "dataloader_stall_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "GPU idle while the host fetched the batch beyond the routine hand-off (worst rank per step)",
+        ),
+        Evidence(
+            "dataloader_wait_fraction",
+            total,
+            Interval(
+                routine,
+                unit="fraction",
+                method=f"routine hand-off: lower quartile of the rank-steps' wait, at most {HANDOFF_ALLOWANCE:.0%}",
+            ),
+            "all GPU idle time in the data loader",
+        ),
+        Evidence(
+            "dataloader_span_fraction",
+            Interval(float(span.max()), unit="fraction", method="host time in the data-loader annotation, worst rank"),
+            Interval(float(span.median()), unit="fraction", method="median rank"),
+        ),
     ]
     if subset:
-        evidence.append(Evidence("dataloader_wait_fraction_by_rank",
-                                 Interval(float(share[scope["ranks"]].median()), unit="fraction", method=f"ranks {scope['ranks']}"),
-                                 Interval(float(others.median()), unit="fraction", method="the other ranks")))
+        evidence.append(
+            Evidence(
+                "dataloader_wait_fraction_by_rank",
+                Interval(float(share[scope["ranks"]].median()), unit="fraction", method=f"ranks {scope['ranks']}"),
+                Interval(float(others.median()), unit="fraction", method="the other ranks"),
+            )
+        )
     alternatives = [
-        Alternative("host_launch_bound", "ruled_out" if launch.value < MIN_IMPACT else "supports",
-                    f"outside the data loader the GPU waits for launches only {launch.value:.1%} of the step"),
-        Alternative("straggler_rank", "ruled_out" if subset else "ruled_out",
-                    f"rank(s) {scope['ranks']} are late because their data loader is; their compute is as fast"
-                    if subset else "every rank waits for its data loader alike"),
-        Alternative("cpu_contention", "cannot_rule_out",
-                    "the loader shares the host's CPUs; host CPU usage decides whether it is starved or just slow"),
+        Alternative(
+            "host_launch_bound",
+            "ruled_out" if launch.value < MIN_IMPACT else "supports",
+            f"outside the data loader the GPU waits for launches only {launch.value:.1%} of the step",
+        ),
+        Alternative(
+            "straggler_rank",
+            "ruled_out" if subset else "ruled_out",
+            f"rank(s) {scope['ranks']} are late because their data loader is; their compute is as fast"
+            if subset
+            else "every rank waits for its data loader alike",
+        ),
+        Alternative(
+            "cpu_contention",
+            "cannot_rule_out",
+            "the loader shares the host's CPUs; host CPU usage decides whether it is starved or just slow",
+        ),
     ]
     if scattered:
-        alternatives.append(Alternative("loader_jitter", "cannot_rule_out", "the worst rank changes from step to step and "
-                                        "the typical rank waits little: many ranks' ordinary loader jitter, paid at "
-                                        "the slowest of them every step, looks the same"))
+        alternatives.append(
+            Alternative(
+                "loader_jitter",
+                "cannot_rule_out",
+                "the worst rank changes from step to step and "
+                "the typical rank waits little: many ranks' ordinary loader jitter, paid at "
+                "the slowest of them every step, looks the same",
+            )
+        )
     return Finding(
         fault="dataloader_stall",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=SCATTERED_SPECIFICITY if scattered else 1.0),
         impact=imp,
         scope=scope,
-        symptom=(f"the GPU idles {total.value:.0%} of each step while the host fetches the next batch, {imp.value:.0%} beyond "
-                 "a routine hand-off"
-                 + (f" on rank(s) {scope['ranks']}; their peers wait for them" if subset else "")),
+        symptom=(
+            f"the GPU idles {total.value:.0%} of each step while the host fetches the next batch, {imp.value:.0%} beyond "
+            "a routine hand-off" + (f" on rank(s) {scope['ranks']}; their peers wait for them" if subset else "")
+        ),
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
-        action=("Prefetch batches: DataLoader(num_workers>0, pin_memory=True, prefetch_factor>=2, persistent_workers=True); "
-                "move decoding/augmentation off the training process. To confirm: the loader's per-batch time and "
-                "the host's CPU usage."),
+        action=(
+            "Prefetch batches: DataLoader(num_workers>0, pin_memory=True, prefetch_factor>=2, persistent_workers=True); "
+            "move decoding/augmentation off the training process. To confirm: the loader's per-batch time and "
+            "the host's CPU usage."
+        ),
         attached=straggler_symptom(ctx, "lost_dataloader_ns"),
     )
 
@@ -178,13 +224,18 @@ def _not_a_periodic_save(job: Job, rs: pd.DataFrame) -> str | None:
         return job.provenance.limits[SEVERAL_STEPS]
     copying = rs.groupby("step")["d2h_bytes"].max() >= CHECKPOINT_D2H_BYTES
     if copying.mean() > 0.5:
-        return (f"bulk device-to-host copies on {copying.mean():.0%} of steps are the job's own traffic (outputs, "
-                "metrics), not periodic saves")
+        return (
+            f"bulk device-to-host copies on {copying.mean():.0%} of steps are the job's own traffic (outputs, metrics), not periodic saves"
+        )
     return None
 
 
-@detector("checkpoint_stall", needs=("kineto trace with checkpoint annotations or device-to-host copies",),
-          evidence=("checkpoint_spans", "bulk_d2h"), requires=(REAL_SIZE, STEPS))
+@detector(
+    "checkpoint_stall",
+    needs=("kineto trace with checkpoint annotations or device-to-host copies",),
+    evidence=("checkpoint_spans", "bulk_d2h"),
+    requires=(REAL_SIZE, STEPS),
+)
 def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if (na := _needs_signals(ctx, "checkpoint_stall")) is not None:
@@ -206,13 +257,21 @@ def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
     evidence = (
         _impact_evidence("checkpoint_blocked_fraction", imp, "training blocked in checkpoint saves, summed over steps"),
         Evidence("worst_step_blocked_fraction", Interval(worst, unit="fraction", method="step with the longest save")),
-        Evidence("d2h_bytes_per_saving_rank", Interval(float(d2h[d2h > 0].median()) if (d2h > 0).any() else 0.0, unit="bytes",
-                 method="median over (rank, step) that copied"), note="state copied to host memory before writing"),
+        Evidence(
+            "d2h_bytes_per_saving_rank",
+            Interval(float(d2h[d2h > 0].median()) if (d2h > 0).any() else 0.0, unit="bytes", method="median over (rank, step) that copied"),
+            note="state copied to host memory before writing",
+        ),
         Evidence("saves", Interval(float(saves), unit="rank-steps", method="rank-steps blocked > 1% of a step")),
     )
     alternatives = (
-        Alternative("gc_pause", "ruled_out", "the stall sits inside a checkpoint annotation" if annotated else
-                    "the stall follows a bulk device-to-host copy of model state, as a save does"),
+        Alternative(
+            "gc_pause",
+            "ruled_out",
+            "the stall sits inside a checkpoint annotation"
+            if annotated
+            else "the stall follows a bulk device-to-host copy of model state, as a save does",
+        ),
         Alternative("dataloader_stall", "ruled_out", "it is not inside the data-loader annotation"),
         Alternative("collective_hang", "ruled_out", "the job resumes after the save"),
     )
@@ -221,19 +280,27 @@ def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if annotated else 0.85),
         impact=imp,
         scope=scope,
-        symptom=(f"checkpoint saves block training on step(s) {scope['steps']}: {worst:.0%} of the worst step, "
-                 f"{imp.value:.0%} of the traced steps' time"),
+        symptom=(
+            f"checkpoint saves block training on step(s) {scope['steps']}: {worst:.0%} of the worst step, "
+            f"{imp.value:.0%} of the traced steps' time"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Save asynchronously: copy to pinned host memory and write from a background thread/process "
-                "(torch.distributed.checkpoint async_save), shard the save across ranks, checkpoint less often. "
-                "To confirm: save duration and checkpoint interval from the training log."),
+        action=(
+            "Save asynchronously: copy to pinned host memory and write from a background thread/process "
+            "(torch.distributed.checkpoint async_save), shard the save across ranks, checkpoint less often. "
+            "To confirm: save duration and checkpoint interval from the training log."
+        ),
         attached=straggler_symptom(ctx, "lost_checkpoint_ns"),
     )
 
 
-@detector("recompilation", needs=("kineto trace of a torch.compile job (Dynamo/Inductor compile spans)",),
-          evidence=("compile_spans",), requires=(REAL_SIZE, STEPS))
+@detector(
+    "recompilation",
+    needs=("kineto trace of a torch.compile job (Dynamo/Inductor compile spans)",),
+    evidence=("compile_spans",),
+    requires=(REAL_SIZE, STEPS),
+)
 def recompilation(job: Job) -> Finding | NotAssessed | None:
     a, ctx = job.trace, job.ctx
     if (na := _needs_signals(ctx, "recompilation")) is not None:
@@ -252,8 +319,10 @@ def recompilation(job: Job) -> Finding | NotAssessed | None:
     evidence = (
         _impact_evidence("compile_blocked_fraction", imp, "GPU idle while Dynamo/Inductor compiled"),
         Evidence("compile_span_ns", Interval(float(rs["compile_span_ns"].max()), unit="ns", method="longest per rank-step")),
-        Evidence("compiled_region_calls", Interval(float(compiled), unit="count", method="Torch-Compiled Region / "
-                 "CompiledFunction spans, all ranks")),
+        Evidence(
+            "compiled_region_calls",
+            Interval(float(compiled), unit="count", method="Torch-Compiled Region / CompiledFunction spans, all ranks"),
+        ),
     )
     alternatives = (
         Alternative("checkpoint_stall", "ruled_out", "the stall is inside Dynamo/Inductor compile spans"),
@@ -264,14 +333,17 @@ def recompilation(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.85 if only_first else 1.0),
         impact=imp,
         scope=scope,
-        symptom=(f"torch.compile (re)compiles during training on step(s) {scope['steps']}; the GPU idles "
-                 f"{imp.value:.0%} of the traced steps' time" + (" (the first traced step: it may be the warm-up compile)"
-                                                                 if only_first else "")),
+        symptom=(
+            f"torch.compile (re)compiles during training on step(s) {scope['steps']}; the GPU idles "
+            f"{imp.value:.0%} of the traced steps' time" + (" (the first traced step: it may be the warm-up compile)" if only_first else "")
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Find what triggers the recompile (TORCH_LOGS=recompiles): changing shapes (mark_dynamic, pad to "
-                "buckets), Python values in guards, new dtypes; raise cache_size_limit only after that. To confirm: "
-                "the recompile reasons in TORCH_LOGS."),
+        action=(
+            "Find what triggers the recompile (TORCH_LOGS=recompiles): changing shapes (mark_dynamic, pad to "
+            "buckets), Python values in guards, new dtypes; raise cache_size_limit only after that. To confirm: "
+            "the recompile reasons in TORCH_LOGS."
+        ),
         attached=straggler_symptom(ctx, "lost_compile_ns"),
     )
 
@@ -299,8 +371,7 @@ def _regular_silence(rs: pd.DataFrame) -> float | None:
     return None
 
 
-@detector("gc_pause", needs=("kineto trace with Python GC events",), evidence=("gc_events",),
-          requires=_HOST_STALL_REQUIRES)
+@detector("gc_pause", needs=("kineto trace with Python GC events",), evidence=("gc_events",), requires=_HOST_STALL_REQUIRES)
 def gc_pause(job: Job) -> Finding | NotAssessed | None:
     """Garbage collection the profiler recorded (``Python GC`` events, gc.collect annotations) while the
     GPU waited. A silent gap is not one: it is ``unattributed_host_stall`` until such an event names it."""
@@ -316,8 +387,9 @@ def gc_pause(job: Job) -> Finding | NotAssessed | None:
     hit = rs[rs["lost_gc_ns"] >= 0.01 * rs["step_time_ns"]]
     n_ranks, n_steps = hit["rank"].nunique(), hit["step"].nunique()
     evidence = (
-        _impact_evidence("gc_blocked_fraction", imp, "GPU idle while the host ran Python garbage collection (recorded GC "
-                         "events, worst rank per step)"),
+        _impact_evidence(
+            "gc_blocked_fraction", imp, "GPU idle while the host ran Python garbage collection (recorded GC events, worst rank per step)"
+        ),
         Evidence("gc_span_ns", Interval(float(rs["gc_span_ns"].max()), unit="ns", method="longest per rank-step")),
         Evidence("collections", Interval(float(len(hit)), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
     )
@@ -331,18 +403,26 @@ def gc_pause(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT),
         impact=imp,
         scope=scope,
-        symptom=(f"Python garbage collection runs while the GPU waits on {len(hit)} rank-step(s): {imp.value:.0%} of step time"
-                 + ("; the other ranks wait for the collecting ones at the next collective" if peers else "")),
+        symptom=(
+            f"Python garbage collection runs while the GPU waits on {len(hit)} rank-step(s): {imp.value:.0%} of step time"
+            + ("; the other ranks wait for the collecting ones at the next collective" if peers else "")
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Take GC off the critical path: gc.freeze() after model setup, gc.disable() and a planned gc.collect() "
-                "on all ranks every N steps. To confirm: the GC events' generation and duration per step."),
+        action=(
+            "Take GC off the critical path: gc.freeze() after model setup, gc.disable() and a planned gc.collect() "
+            "on all ranks every N steps. To confirm: the GC events' generation and duration per step."
+        ),
         attached=straggler_symptom(ctx, "lost_gc_ns"),
     )
 
 
-@detector("unattributed_host_stall", needs=("kineto trace with host events (a silent host gap is a measured stall)",),
-          evidence=("host_gaps",), requires=_HOST_STALL_REQUIRES)
+@detector(
+    "unattributed_host_stall",
+    needs=("kineto trace with host events (a silent host gap is a measured stall)",),
+    evidence=("host_gaps",),
+    requires=_HOST_STALL_REQUIRES,
+)
 def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     """The host wrote no event on any thread while the GPU drained: a stall that is measured, but whose
     cause the trace does not show (GC, blocking I/O, a lock, Python work outside any op). It is reported
@@ -363,23 +443,33 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     gap = float(hit["silent_max_gap_ns"].median()) if len(hit) else 0.0
     regular = _regular_silence(rs) if job.provenance.supports(SEVERAL_STEPS) else None
     if regular is not None:
-        return insufficient("unattributed_host_stall", f"irregular stalls: the host goes silent for ~{regular / 1e6:.1f} ms "
-                            "on every step alike, which is the program's own un-annotated host work (Python between "
-                            "ops) rather than a stall; with_stack=True or py-spy would show what runs there", imp)
+        return insufficient(
+            "unattributed_host_stall",
+            f"irregular stalls: the host goes silent for ~{regular / 1e6:.1f} ms "
+            "on every step alike, which is the program's own un-annotated host work (Python between "
+            "ops) rather than a stall; with_stack=True or py-spy would show what runs there",
+            imp,
+        )
     if not job.provenance.supports(SEVERAL_STEPS):
         pattern = f"on {n_steps} of {ctx.n_steps} traced step(s) (too few steps to tell a pattern)"
     else:
         pattern = f"on {n_steps} of {ctx.n_steps} steps, {n_ranks} of {len(ctx.ranks)} rank(s), irregular"
     evidence = (
-        _impact_evidence("silent_stall_fraction", imp, "GPU idle while the host wrote no event on any thread (worst rank "
-                         "per step)"),
+        _impact_evidence("silent_stall_fraction", imp, "GPU idle while the host wrote no event on any thread (worst rank per step)"),
         Evidence("stalls", Interval(float(len(hit)), unit="rank-steps", method=f"on {n_ranks} rank(s), {n_steps} step(s)")),
-        Evidence("stall_ns", Interval(gap, unit="ns", method="median longest silent host gap of a stalled rank-step"),
-                 Interval(1e6, unit="ns", method="gaps under 1 ms are interpreter overhead")),
+        Evidence(
+            "stall_ns",
+            Interval(gap, unit="ns", method="median longest silent host gap of a stalled rank-step"),
+            Interval(1e6, unit="ns", method="gaps under 1 ms are interpreter overhead"),
+        ),
     )
     alternatives = (
-        Alternative("gc_pause", "cannot_rule_out", "no GC event was recorded; with PyTorch >= 2.9 "
-                    "_ExperimentalConfig(record_python_gc_info=True) records them, or gc.callbacks timing shows them"),
+        Alternative(
+            "gc_pause",
+            "cannot_rule_out",
+            "no GC event was recorded; with PyTorch >= 2.9 "
+            "_ExperimentalConfig(record_python_gc_info=True) records them, or gc.callbacks timing shows them",
+        ),
         Alternative("dataloader_stall", "ruled_out", "the gaps are outside any data-loader op"),
         Alternative("checkpoint_stall", "ruled_out", "no checkpoint annotation or bulk device-to-host copy near the gaps"),
     )
@@ -388,13 +478,17 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT),  # a measured stall; its cause is explicitly left open
         impact=imp,
         scope=scope,
-        symptom=(f"the host goes silent (no event on any thread) for ~{gap / 1e6:.1f} ms while the GPU drains, {pattern}: "
-                 f"{imp.value:.0%} of step time, for a reason the trace does not show"),
+        symptom=(
+            f"the host goes silent (no event on any thread) for ~{gap / 1e6:.1f} ms while the GPU drains, {pattern}: "
+            f"{imp.value:.0%} of step time, for a reason the trace does not show"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Name the stall before fixing it: record Python GC events (PyTorch >= 2.9, with_stack=True and "
-                "_ExperimentalConfig(record_python_gc_info=True)), profile with with_stack=True, or sample the host "
-                "with py-spy during the slow steps; blocking I/O, locks and logging show there."),
+        action=(
+            "Name the stall before fixing it: record Python GC events (PyTorch >= 2.9, with_stack=True and "
+            "_ExperimentalConfig(record_python_gc_info=True)), profile with with_stack=True, or sample the host "
+            "with py-spy during the slow steps; blocking I/O, locks and logging show there."
+        ),
         attached=straggler_symptom(ctx, "lost_silent_ns"),
     )
 
@@ -406,8 +500,16 @@ REFILL_SHORT_KERNEL_SHARE = 0.5
 """A launch-bound program issues mostly kernels shorter than their launch call; when most kernels are
 longer, the host can stay ahead, and launch waits are the queue refilling after some other stall."""
 
-_STALL_CAUSES = ("lost_alloc_ns", "lost_checkpoint_ns", "lost_gc_ns", "lost_silent_ns", "lost_dataloader_ns", "lost_compile_ns",
-                 "lost_sync_ns", "lost_d2h_ns")
+_STALL_CAUSES = (
+    "lost_alloc_ns",
+    "lost_checkpoint_ns",
+    "lost_gc_ns",
+    "lost_silent_ns",
+    "lost_dataloader_ns",
+    "lost_compile_ns",
+    "lost_sync_ns",
+    "lost_d2h_ns",
+)
 
 
 def _refill_after_stall(ctx: JobContext, launch: pd.DataFrame, imp: Interval) -> NotAssessed | None:
@@ -425,22 +527,34 @@ def _refill_after_stall(ctx: JobContext, launch: pd.DataFrame, imp: Interval) ->
         # their aftermath (the queue refilling), whatever the kernels' length
         share = float(rs.loc[clean, "lost_launch_ns"].sum() / max(float(rs.loc[clean, "step_time_ns"].sum()), 1.0))
         if share < INSUFFICIENT_SHARE:
-            return insufficient("host_launch_bound", f"launch waits away from other stalls: the {int(clean.sum())} steps "
-                                f"without another stall wait for launches {share:.1%} of the time; the waits sit in the "
-                                "stalled steps (the GPU queue refilling after them)", imp)
+            return insufficient(
+                "host_launch_bound",
+                f"launch waits away from other stalls: the {int(clean.sum())} steps "
+                f"without another stall wait for launches {share:.1%} of the time; the waits sit in the "
+                "stalled steps (the GPU queue refilling after them)",
+                imp,
+            )
     if launch.empty or float(launch["gpu_shorter_than_launch_share"].median()) >= REFILL_SHORT_KERNEL_SHARE:
         return None
     waiting = rs["lost_launch_ns"] > 0.005 * rs["step_time_ns"]
     if not waiting.any() or not (other[waiting] >= rs.loc[waiting, "lost_launch_ns"]).all():
         return None
     cause = max(_STALL_CAUSES, key=lambda c: float(rs.loc[waiting, c].sum()))
-    return insufficient("host_launch_bound", "launch waits away from other stalls: here they only follow "
-                        f"{cause.removeprefix('lost_').removesuffix('_ns')} stalls (the GPU queue refilling), and most kernels "
-                        "run longer than their launch, so the program itself is not launch-bound", imp)
+    return insufficient(
+        "host_launch_bound",
+        "launch waits away from other stalls: here they only follow "
+        f"{cause.removeprefix('lost_').removesuffix('_ns')} stalls (the GPU queue refilling), and most kernels "
+        "run longer than their launch, so the program itself is not launch-bound",
+        imp,
+    )
 
 
-@detector("host_launch_bound", needs=("kineto trace with CUDA runtime launches joined to their kernels",),
-          evidence=("launch_links",), requires=(REAL_SIZE,))
+@detector(
+    "host_launch_bound",
+    needs=("kineto trace with CUDA runtime launches joined to their kernels",),
+    evidence=("launch_links",),
+    requires=(REAL_SIZE,),
+)
 def host_launch_bound(job: Job) -> Finding | NotAssessed | None:
     a, ctx = job.trace, job.ctx
     if (na := _needs_signals(ctx, "host_launch_bound")) is not None:
@@ -454,36 +568,54 @@ def host_launch_bound(job: Job) -> Finding | NotAssessed | None:
     launch = launch[launch["rank"].isin(scope["ranks"])] if not launch.empty else launch
     if (refill := _refill_after_stall(ctx, launch, imp)) is not None:
         return refill
-    evidence = [_impact_evidence("launch_wait_fraction", imp, "GPU idle before work the host had not launched yet, "
-                                 "with no data loader, allocator, checkpoint or silent stall to blame")]
+    evidence = [
+        _impact_evidence(
+            "launch_wait_fraction",
+            imp,
+            "GPU idle before work the host had not launched yet, with no data loader, allocator, checkpoint or silent stall to blame",
+        )
+    ]
     if not launch.empty:
         evidence += [
-            Evidence("gpu_kernel_p50_ns", Interval(float(launch["gpu_p50_ns"].median()), unit="ns", method="median kernel"),
-                     Interval(float(launch["cpu_launch_p50_ns"].median()), unit="ns", method="median launch call")),
-            Evidence("kernels_shorter_than_their_launch", Interval(float(launch["gpu_shorter_than_launch_share"].median()),
-                     unit="fraction", method="share of launched kernels")),
+            Evidence(
+                "gpu_kernel_p50_ns",
+                Interval(float(launch["gpu_p50_ns"].median()), unit="ns", method="median kernel"),
+                Interval(float(launch["cpu_launch_p50_ns"].median()), unit="ns", method="median launch call"),
+            ),
+            Evidence(
+                "kernels_shorter_than_their_launch",
+                Interval(float(launch["gpu_shorter_than_launch_share"].median()), unit="fraction", method="share of launched kernels"),
+            ),
         ]
     busy = ctx.rs["busy_ns"].sum() / max(ctx.rs["step_time_ns"].sum(), 1)
     evidence.append(Evidence("gpu_busy_fraction", Interval(float(busy), unit="fraction", method="all ranks and steps")))
     alternatives = (
         Alternative("small_kernels", "ruled_out", "the GPU is idle between kernels, not busy with many tiny ones"),
         Alternative("dataloader_stall", "ruled_out", "time in the data loader is counted separately"),
-        Alternative("cpu_contention", "cannot_rule_out" if len(scope["ranks"]) < len(ctx.ranks) else "ruled_out",
-                    "only some ranks are launch-bound: their host may be contended" if len(scope["ranks"]) < len(ctx.ranks)
-                    else "every rank is launch-bound alike: the program issues too many small ops"),
+        Alternative(
+            "cpu_contention",
+            "cannot_rule_out" if len(scope["ranks"]) < len(ctx.ranks) else "ruled_out",
+            "only some ranks are launch-bound: their host may be contended"
+            if len(scope["ranks"]) < len(ctx.ranks)
+            else "every rank is launch-bound alike: the program issues too many small ops",
+        ),
     )
     return Finding(
         fault="host_launch_bound",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if len(scope["ranks"]) == len(ctx.ranks) else 0.9),
         impact=imp,
         scope=scope,
-        symptom=(f"the GPU waits for the CPU to launch work {imp.value:.0%} of "
-                 + ("each step" if job.provenance.supports(STEPS) else "the traced window (no ProfilerStep: one window)")
-                 + "; kernels finish faster than they are issued"),
+        symptom=(
+            f"the GPU waits for the CPU to launch work {imp.value:.0%} of "
+            + ("each step" if job.provenance.supports(STEPS) else "the traced window (no ProfilerStep: one window)")
+            + "; kernels finish faster than they are issued"
+        ),
         evidence=tuple(evidence),
         alternatives=alternatives,
-        action=("Issue fewer, larger ops: CUDA graphs (torch.compile mode='reduce-overhead'), fused optimizers "
-                "(foreach/fused=True), larger batches per launch; keep the Python loop lean. To confirm: the host "
-                "thread's CPU usage (100% on the launching thread)."),
+        action=(
+            "Issue fewer, larger ops: CUDA graphs (torch.compile mode='reduce-overhead'), fused optimizers "
+            "(foreach/fused=True), larger batches per launch; keep the Python loop lean. To confirm: the host "
+            "thread's CPU usage (100% on the launching thread)."
+        ),
         attached=straggler_symptom(ctx, "lost_launch_ns"),
     )

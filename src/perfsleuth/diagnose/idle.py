@@ -24,8 +24,12 @@ slack of a real program (short waits between phases) and naming it would be nois
 _EXPLAINED = (*[f"lost_{c}_ns" for c in CAUSES], "lost_launch_ns")
 
 
-@detector("unattributed_idle", needs=("kineto trace with GPU kernels and ProfilerStep annotations",),
-          evidence=("gpu_kernels",), requires=(REAL_SIZE, STEPS))
+@detector(
+    "unattributed_idle",
+    needs=("kineto trace with GPU kernels and ProfilerStep annotations",),
+    evidence=("gpu_kernels",),
+    requires=(REAL_SIZE, STEPS),
+)
 def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if ctx is None or ctx.rs.empty or not ctx.has_signals or not ctx.a.ranks_with_gpu:
@@ -38,31 +42,50 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
     imp = ctx.impact(loss)
     if imp.value < UNEXPLAINED_IDLE_MIN:
         if imp.value >= UNEXPLAINED_IDLE_MIN / 2:
-            return insufficient("unattributed_idle", f"a larger share: the GPU idles {imp.value:.0%} of the step for no "
-                                f"cause the trace shows, under the {UNEXPLAINED_IDLE_MIN:.0%} bar", imp)
+            return insufficient(
+                "unattributed_idle",
+                f"a larger share: the GPU idles {imp.value:.0%} of the step for no "
+                f"cause the trace shows, under the {UNEXPLAINED_IDLE_MIN:.0%} bar",
+                imp,
+            )
         return None
     total = float(rs["step_time_ns"].sum())
     idle = float(rs["idle_ns"].sum()) / total
     split = {k: float(rs[f"idle_{k}_ns"].sum()) / total for k in ("host_launch", "sync", "other")}
     typical_rank = rs.groupby("rank")["unexplained_idle_ns"].sum() / rs.groupby("rank")["step_time_ns"].sum().clip(lower=1)
     evidence = (
-        Evidence("unattributed_idle_fraction", imp, Interval(UNEXPLAINED_IDLE_MIN, unit="fraction", method="reporting bar"),
-                 "GPU idle that no data-loader, checkpoint, compile, GC, allocator, copy, silent-host or launch cause "
-                 "covers, nor the queue refilling after a sync (median rank per step)"),
-        Evidence("gpu_idle_fraction", Interval(idle, unit="fraction", method="all ranks and steps"),
-                 note="idle split: " + ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in split.items())),
-        Evidence("unattributed_idle_by_rank", Interval(float(typical_rank.max()), unit="fraction", method="worst rank"),
-                 Interval(float(typical_rank.median()), unit="fraction", method="median rank")),
+        Evidence(
+            "unattributed_idle_fraction",
+            imp,
+            Interval(UNEXPLAINED_IDLE_MIN, unit="fraction", method="reporting bar"),
+            "GPU idle that no data-loader, checkpoint, compile, GC, allocator, copy, silent-host or launch cause "
+            "covers, nor the queue refilling after a sync (median rank per step)",
+        ),
+        Evidence(
+            "gpu_idle_fraction",
+            Interval(idle, unit="fraction", method="all ranks and steps"),
+            note="idle split: " + ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in split.items()),
+        ),
+        Evidence(
+            "unattributed_idle_by_rank",
+            Interval(float(typical_rank.max()), unit="fraction", method="worst rank"),
+            Interval(float(typical_rank.median()), unit="fraction", method="median rank"),
+        ),
     )
     alternatives = (
         Alternative("host_launch_bound", "ruled_out", "waits for kernels the host had not launched are counted apart"),
         Alternative("unattributed_host_stall", "ruled_out", "the host was writing events meanwhile: it was not silent"),
-        Alternative("host_sync", "cannot_rule_out" if split["sync"] > 0.05 else "ruled_out",
-                    "the host waited in synchronize calls while the GPU idled too: both waited for something outside "
-                    "this trace (another process, a peer rank, an untraced stream)" if split["sync"] > 0.05
-                    else "the host was not blocked in synchronize calls meanwhile"),
-        Alternative("dataloader_stall", "cannot_rule_out", "a custom input pipeline without a DataLoader op or an "
-                    "annotation would look like this"),
+        Alternative(
+            "host_sync",
+            "cannot_rule_out" if split["sync"] > 0.05 else "ruled_out",
+            "the host waited in synchronize calls while the GPU idled too: both waited for something outside "
+            "this trace (another process, a peer rank, an untraced stream)"
+            if split["sync"] > 0.05
+            else "the host was not blocked in synchronize calls meanwhile",
+        ),
+        Alternative(
+            "dataloader_stall", "cannot_rule_out", "a custom input pipeline without a DataLoader op or an annotation would look like this"
+        ),
     )
     worst = [int(r) for r in typical_rank.sort_values(ascending=False).index[:8]]
     return Finding(
@@ -70,12 +93,16 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, UNEXPLAINED_IDLE_MIN, specificity=0.9),
         impact=imp,
         scope={"ranks": worst, "steps": [int(s) for s in ctx.step_time.index]},
-        symptom=(f"the GPU is idle {imp.value:.0%} of the step for a reason the trace does not show (all idle "
-                 f"{idle:.0%}: waiting for launches {split['host_launch']:.0%}, in synchronize {split['sync']:.0%}, "
-                 f"other {split['other']:.0%})"),
+        symptom=(
+            f"the GPU is idle {imp.value:.0%} of the step for a reason the trace does not show (all idle "
+            f"{idle:.0%}: waiting for launches {split['host_launch']:.0%}, in synchronize {split['sync']:.0%}, "
+            f"other {split['other']:.0%})"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Find what the host does meanwhile: annotate the loop's phases with record_function (input, forward, "
-                "optimizer, logging), profile with with_stack=True, or sample the host with py-spy; waits on other "
-                "streams or processes show in Nsight Systems. To confirm: the annotated phase that covers the idle time."),
+        action=(
+            "Find what the host does meanwhile: annotate the loop's phases with record_function (input, forward, "
+            "optimizer, logging), profile with with_stack=True, or sample the host with py-spy; waits on other "
+            "streams or processes show in Nsight Systems. To confirm: the annotated phase that covers the idle time."
+        ),
     )

@@ -33,13 +33,24 @@ from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.provenance import PEERS, REAL_SIZE, STEPS
 
-HOST_CAUSES = ("lost_dataloader_ns", "lost_gc_ns", "lost_silent_ns", "lost_alloc_ns", "lost_checkpoint_ns",
-               "lost_compile_ns",
-               "lost_launch_ns")
-CAUSE_OF = {"lost_dataloader_ns": "dataloader_stall", "lost_gc_ns": "gc_pause", "lost_silent_ns": "unattributed_host_stall",
-            "lost_alloc_ns": "allocator_churn",
-            "lost_checkpoint_ns": "checkpoint_stall", "lost_compile_ns": "recompilation",
-            "lost_launch_ns": "host_launch_bound"}
+HOST_CAUSES = (
+    "lost_dataloader_ns",
+    "lost_gc_ns",
+    "lost_silent_ns",
+    "lost_alloc_ns",
+    "lost_checkpoint_ns",
+    "lost_compile_ns",
+    "lost_launch_ns",
+)
+CAUSE_OF = {
+    "lost_dataloader_ns": "dataloader_stall",
+    "lost_gc_ns": "gc_pause",
+    "lost_silent_ns": "unattributed_host_stall",
+    "lost_alloc_ns": "allocator_churn",
+    "lost_checkpoint_ns": "checkpoint_stall",
+    "lost_compile_ns": "recompilation",
+    "lost_launch_ns": "host_launch_bound",
+}
 
 PERSISTENT_SHARE = 0.8
 """A rank heaviest on at least 80 % of the steps is persistently slow (a straggler), not imbalance..."""
@@ -147,8 +158,12 @@ def _rank_excess(ctx: JobContext, rank: int) -> tuple[float, float, str | None]:
     return comp, host, best
 
 
-@detector("straggler_rank", needs=("kineto trace of >= 2 ranks with matched collectives",),
-          evidence=("matched_collectives",), requires=(REAL_SIZE, STEPS, PEERS))
+@detector(
+    "straggler_rank",
+    needs=("kineto trace of >= 2 ranks with matched collectives",),
+    evidence=("matched_collectives",),
+    requires=(REAL_SIZE, STEPS, PEERS),
+)
 def straggler_rank(job: Job) -> Finding | NotAssessed | None:
     a, ctx = job.trace, job.ctx
     rep = a.stragglers
@@ -158,8 +173,12 @@ def straggler_rank(job: Job) -> Finding | NotAssessed | None:
         return _compute_straggler(a, ctx, exclude=None)
     if rep.saving_fraction.value < MIN_IMPACT:
         if rep.saving_fraction.value >= INSUFFICIENT_FLOOR:
-            return insufficient("straggler_rank", f"a larger effect: rank {rep.straggler} is persistently last but costs "
-                                f"{rep.saving_fraction.value:.1%} of the step, under the 3% bar", rep.saving_fraction)
+            return insufficient(
+                "straggler_rank",
+                f"a larger effect: rank {rep.straggler} is persistently last but costs "
+                f"{rep.saving_fraction.value:.1%} of the step, under the 3% bar",
+                rep.saving_fraction,
+            )
         return None
     r = rep.straggler
     comp_excess, host_excess, host_cause = _rank_excess(ctx, r)
@@ -174,9 +193,13 @@ def straggler_rank(job: Job) -> Finding | NotAssessed | None:
         if share < PERSISTENT_SHARE or (r == hv.top_rank and hv.moved):
             return None  # not the slowest on most steps, or the work moved off it: shifting work (sequence_imbalance) or noise
         if p_steps >= PERSISTENT_ALPHA:
-            return insufficient("straggler_rank", f"a longer trace: rank {r} is the slowest on {share:.0%} of "
-                                f"{hv.steps} steps, which with {hv.ranks} ranks could be work shifting at random "
-                                f"(p = {p_steps:.2f})", rep.saving_fraction)
+            return insufficient(
+                "straggler_rank",
+                f"a longer trace: rank {r} is the slowest on {share:.0%} of "
+                f"{hv.steps} steps, which with {hv.ranks} ranks could be work shifting at random "
+                f"(p = {p_steps:.2f})",
+                rep.saving_fraction,
+            )
     pr = {row["rank"]: row for row in rep.per_rank.to_pylist()}
     me = pr[r]
     chance = 1.0 / max(2, len(pr))
@@ -184,41 +207,61 @@ def straggler_rank(job: Job) -> Finding | NotAssessed | None:
     mine, others = rs[rs["rank"] == r], rs[rs["rank"] != r]
     comp_me, comp_others = float(mine["compute_ns"].median()), float(others["compute_ns"].median())
     evidence = [
-        Evidence("last_arrival_share", Interval(me["last_share"], unit="fraction", method=f"{me['decisive']} decisive collectives"),
-                 Interval(chance, unit="fraction", method="chance: 1/participants"),
-                 f"binomial test, Bonferroni-adjusted p = {me['p_value']:.2g}"),
-        Evidence("lead_over_next_rank_ns", Interval(rep.lead_p50_ns or 0.0, unit="ns", method="median over collectives it was last at"),
-                 Interval(a.alignment.residual_p90_ns, unit="ns", method="p90 residual clock skew after alignment")),
-        Evidence("compute_ns_per_step", Interval(comp_me, unit="ns", method="median over steps"),
-                 Interval(comp_others, unit="ns", method="median of the other ranks")),
+        Evidence(
+            "last_arrival_share",
+            Interval(me["last_share"], unit="fraction", method=f"{me['decisive']} decisive collectives"),
+            Interval(chance, unit="fraction", method="chance: 1/participants"),
+            f"binomial test, Bonferroni-adjusted p = {me['p_value']:.2g}",
+        ),
+        Evidence(
+            "lead_over_next_rank_ns",
+            Interval(rep.lead_p50_ns or 0.0, unit="ns", method="median over collectives it was last at"),
+            Interval(a.alignment.residual_p90_ns, unit="ns", method="p90 residual clock skew after alignment"),
+        ),
+        Evidence(
+            "compute_ns_per_step",
+            Interval(comp_me, unit="ns", method="median over steps"),
+            Interval(comp_others, unit="ns", method="median of the other ranks"),
+        ),
         Evidence("wait_imposed_on_others_ns", Interval(float(me["wait_imposed_ns"]), unit="ns", method="sum over collectives")),
     ]
     alternatives = [
-        Alternative("slow_node", "cannot_rule_out",
-                    f"rank {r}'s compute kernels take {comp_me / max(comp_others, 1) - 1:.0%} longer than the others': a "
-                    "slower GPU (clocks, thermals, power) would do this; DCGM clocks and throttle reasons decide it"),
-        Alternative("dataloader_stall", "ruled_out",
-                    f"rank {r} loses no more host time than its peers (data loader, stalls, launches)"),
-        Alternative("sequence_imbalance", "ruled_out",
-                    f"the same rank is last at {me['last_share']:.0%} of collectives; uneven data would move from step to step"),
+        Alternative(
+            "slow_node",
+            "cannot_rule_out",
+            f"rank {r}'s compute kernels take {comp_me / max(comp_others, 1) - 1:.0%} longer than the others': a "
+            "slower GPU (clocks, thermals, power) would do this; DCGM clocks and throttle reasons decide it",
+        ),
+        Alternative("dataloader_stall", "ruled_out", f"rank {r} loses no more host time than its peers (data loader, stalls, launches)"),
+        Alternative(
+            "sequence_imbalance",
+            "ruled_out",
+            f"the same rank is last at {me['last_share']:.0%} of collectives; uneven data would move from step to step",
+        ),
     ]
-    confidence = ctx.confidence(rep.saving_fraction.value, MIN_IMPACT,
-                                   specificity=float(np.clip(me["last_share"] + 0.1, 0.7, 1.0)))
+    confidence = ctx.confidence(rep.saving_fraction.value, MIN_IMPACT, specificity=float(np.clip(me["last_share"] + 0.1, 0.7, 1.0)))
     waits = rep.per_step["savings_ns"].to_numpy() / np.maximum(rep.per_step["step_time_ns"].to_numpy(), 1)
-    attached = (f"exposed_communication on the other ranks: {float(np.median(waits)):.0%} of each step is their "
-                f"collectives waiting for rank {r}",) if float(np.median(waits)) >= MIN_IMPACT else ()
+    attached = (
+        (f"exposed_communication on the other ranks: {float(np.median(waits)):.0%} of each step is their collectives waiting for rank {r}",)
+        if float(np.median(waits)) >= MIN_IMPACT
+        else ()
+    )
     return Finding(
         fault="straggler_rank",
         confidence=confidence,
         impact=rep.saving_fraction,
         scope={"ranks": [r], "steps": [int(s) for s in rep.per_step["step"].to_pylist()]},
-        symptom=(f"rank {r} arrives last at {me['last_share']:.0%} of collectives; its compute takes "
-                 f"{comp_me / max(comp_others, 1) - 1:.0%} longer and the other ranks wait "
-                 f"{me['wait_imposed_ns'] / 1e6:.1f} ms in total for it"),
+        symptom=(
+            f"rank {r} arrives last at {me['last_share']:.0%} of collectives; its compute takes "
+            f"{comp_me / max(comp_others, 1) - 1:.0%} longer and the other ranks wait "
+            f"{me['wait_imposed_ns'] / 1e6:.1f} ms in total for it"
+        ),
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
-        action=(f"Look at rank {r}'s GPU: compare its clocks, temperature, power and throttle reasons (DCGM) with a "
-                "healthy rank's; if it is the hardware, drain the node. To confirm: the same rank slow in a second run."),
+        action=(
+            f"Look at rank {r}'s GPU: compare its clocks, temperature, power and throttle reasons (DCGM) with a "
+            "healthy rank's; if it is the hardware, drain the node. To confirm: the same rank slow in a second run."
+        ),
         attached=attached,
     )
 
@@ -247,32 +290,49 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         return None
     r, imp, hv, comp_me, comp_others = best
     if imp.value < MIN_IMPACT:
-        return below_bar("straggler_rank", imp, f"a larger effect: rank {r}'s compute is the slowest on every step but "
-                                                f"its peers wait {imp.value:.1%} of the step for it, under the 3% bar")
+        return below_bar(
+            "straggler_rank",
+            imp,
+            f"a larger effect: rank {r}'s compute is the slowest on every step but "
+            f"its peers wait {imp.value:.1%} of the step for it, under the 3% bar",
+        )
     late = f"; rank {exclude} arrives later still, for host reasons reported on their own" if exclude is not None else ""
     return Finding(
         fault="straggler_rank",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.9),
         impact=imp,
         scope={"ranks": [r], "steps": [int(s) for s in hv.heaviest.index]},
-        symptom=(f"its peers wait {imp.value:.0%} of each step for rank {r}, whose compute is the slowest of its peers "
-                 f"on {hv.top_share:.0%} of steps, {comp_me / max(comp_others, 1) - 1:.0%} longer than the median "
-                 f"rank's{late}"),
+        symptom=(
+            f"its peers wait {imp.value:.0%} of each step for rank {r}, whose compute is the slowest of its peers "
+            f"on {hv.top_share:.0%} of steps, {comp_me / max(comp_others, 1) - 1:.0%} longer than the median "
+            f"rank's{late}"
+        ),
         evidence=(
-            Evidence("compute_ns_per_step", Interval(comp_me, unit="ns", method="median over steps"),
-                     Interval(comp_others, unit="ns", method="median of the other ranks")),
-            Evidence("slowest_rank_share_of_steps", Interval(hv.top_share, unit="fraction", method=f"{hv.steps} steps"),
-                     Interval(1 / hv.ranks, unit="fraction", method="chance: 1/ranks"),
-                     f"binomial test, Bonferroni-adjusted p = {hv.p_value:.2g}"),
+            Evidence(
+                "compute_ns_per_step",
+                Interval(comp_me, unit="ns", method="median over steps"),
+                Interval(comp_others, unit="ns", method="median of the other ranks"),
+            ),
+            Evidence(
+                "slowest_rank_share_of_steps",
+                Interval(hv.top_share, unit="fraction", method=f"{hv.steps} steps"),
+                Interval(1 / hv.ranks, unit="fraction", method="chance: 1/ranks"),
+                f"binomial test, Bonferroni-adjusted p = {hv.p_value:.2g}",
+            ),
         ),
         alternatives=(
-            Alternative("slow_node", "cannot_rule_out", "a slower GPU (clocks, thermals, power) would do this; DCGM "
-                        "clocks and throttle reasons decide it"),
+            Alternative(
+                "slow_node",
+                "cannot_rule_out",
+                "a slower GPU (clocks, thermals, power) would do this; DCGM clocks and throttle reasons decide it",
+            ),
             Alternative("sequence_imbalance", "ruled_out", "the same rank is the slowest step after step"),
             Alternative("dataloader_stall", "ruled_out", "the extra time is in its compute kernels, not on its host"),
         ),
-        action=(f"Look at rank {r}'s GPU: compare its clocks, temperature, power and throttle reasons (DCGM) with a "
-                "healthy rank's; if it is the hardware, drain the node. To confirm: the same rank slow in a second run."),
+        action=(
+            f"Look at rank {r}'s GPU: compare its clocks, temperature, power and throttle reasons (DCGM) with a "
+            "healthy rank's; if it is the hardware, drain the node. To confirm: the same rank slow in a second run."
+        ),
     )
 
 
@@ -299,8 +359,12 @@ def _groups(ctx: JobContext) -> dict[int, list[int]]:
     return out
 
 
-@detector("sequence_imbalance", needs=("kineto trace of >= 2 data-parallel ranks with per-step compute",),
-          evidence=("rank_steps",), requires=(REAL_SIZE, STEPS, PEERS))
+@detector(
+    "sequence_imbalance",
+    needs=("kineto trace of >= 2 data-parallel ranks with per-step compute",),
+    evidence=("rank_steps",),
+    requires=(REAL_SIZE, STEPS, PEERS),
+)
 def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     rs = ctx.rs
@@ -325,31 +389,45 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
     loss = pd.concat(losses, axis=1).max(axis=1)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        return below_bar("sequence_imbalance", imp, f"a larger effect or per-rank token counts: compute differs by "
-                                                    f"{imp.value:.1%} of the step across ranks, under the 3% bar")
+        return below_bar(
+            "sequence_imbalance",
+            imp,
+            f"a larger effect or per-rank token counts: compute differs by {imp.value:.1%} of the step across ranks, under the 3% bar",
+        )
     if persistent and len(persistent) == len(heavy):
         return None  # one rank is the heaviest on (nearly) every step: a straggler, not shifting work
     if ambiguous and len(ambiguous) + len(persistent) == len(heavy):
         hv = ambiguous[0]
-        return insufficient("sequence_imbalance", f"a longer trace or per-rank token counts: rank {hv.top_rank} is the "
-                            f"heaviest on {hv.top_share:.0%} of {hv.steps} steps, which with {hv.ranks} ranks could be a "
-                            f"straggler or chance (p = {hv.p_value:.2f})", imp)
+        return insufficient(
+            "sequence_imbalance",
+            f"a longer trace or per-rank token counts: rank {hv.top_rank} is the "
+            f"heaviest on {hv.top_share:.0%} of {hv.steps} steps, which with {hv.ranks} ranks could be a "
+            f"straggler or chance (p = {hv.p_value:.2f})",
+            imp,
+        )
     hv = max(heavy, key=lambda h: h.top_share)
     top_rank, top_share = hv.top_rank, hv.top_share
     comp_cv = rs.groupby("step")["compute_ns"].agg(lambda x: x.std() / max(x.mean(), 1)).median()
     evidence = (
-        Evidence("imbalance_cost_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="threshold"),
-                 "per step: heaviest rank's compute minus the mean rank's (what balanced work would take), "
-                 "which its peers wait for"),
+        Evidence(
+            "imbalance_cost_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="threshold"),
+            "per step: heaviest rank's compute minus the mean rank's (what balanced work would take), which its peers wait for",
+        ),
         Evidence("compute_cv_across_ranks", Interval(float(comp_cv), unit="fraction", method="median over steps of std/mean")),
-        Evidence("heaviest_rank_top_share", Interval(top_share, unit="fraction",
-                                                     method=f"share of steps rank {int(top_rank)} was the heaviest"),
-                 Interval(PERSISTENT_SHARE, unit="fraction", method="above this it would be a straggler")),
+        Evidence(
+            "heaviest_rank_top_share",
+            Interval(top_share, unit="fraction", method=f"share of steps rank {int(top_rank)} was the heaviest"),
+            Interval(PERSISTENT_SHARE, unit="fraction", method="above this it would be a straggler"),
+        ),
     )
-    moved = (f"rank {int(top_rank)} is the heaviest on {top_share:.0%} of steps, but on {hv.moved_steps} step(s) another "
-             "rank out-computed it by at least half its usual lead: the work moved, which a slow GPU cannot do"
-             if top_share >= PERSISTENT_SHARE and hv.moved else
-             f"the heaviest rank changes from step to step (the most frequent, rank {int(top_rank)}, only on {top_share:.0%} of steps)")
+    moved = (
+        f"rank {int(top_rank)} is the heaviest on {top_share:.0%} of steps, but on {hv.moved_steps} step(s) another "
+        "rank out-computed it by at least half its usual lead: the work moved, which a slow GPU cannot do"
+        if top_share >= PERSISTENT_SHARE and hv.moved
+        else f"the heaviest rank changes from step to step (the most frequent, rank {int(top_rank)}, only on {top_share:.0%} of steps)"
+    )
     alternatives = (
         Alternative("straggler_rank", "ruled_out", moved),
         Alternative("gc_pause", "ruled_out", "the extra time is compute kernels, not host stalls"),
@@ -361,20 +439,31 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
         fault="sequence_imbalance",
         confidence=confidence,
         impact=imp,
-        scope={"ranks": sorted({int(r) for h in heavy for r in h.heaviest.unique()}),
-               "steps": [int(s) for s in ctx.step_time.index], "heaviest_rank_by_step": heavy_by_step},
-        symptom=(f"data-parallel ranks do unequal work and the heaviest changes from step to step; its peers wait "
-                 f"{imp.value:.0%} of each step for it"),
+        scope={
+            "ranks": sorted({int(r) for h in heavy for r in h.heaviest.unique()}),
+            "steps": [int(s) for s in ctx.step_time.index],
+            "heaviest_rank_by_step": heavy_by_step,
+        },
+        symptom=(
+            f"data-parallel ranks do unequal work and the heaviest changes from step to step; its peers wait "
+            f"{imp.value:.0%} of each step for it"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Balance work per rank: pack or sort sequences so each rank's sum of squared lengths is similar "
-                "(or cap MoE expert capacity). To confirm: log tokens and sum(s^2) per rank and step; correlation >= 0.9 "
-                "with per-rank compute time settles it."),
+        action=(
+            "Balance work per rank: pack or sort sequences so each rank's sum of squared lengths is similar "
+            "(or cap MoE expert capacity). To confirm: log tokens and sum(s^2) per rank and step; correlation >= 0.9 "
+            "with per-rank compute time settles it."
+        ),
     )
 
 
-@detector("pipeline_bubble", needs=("kineto trace of every pipeline stage (point-to-point send/recv)",),
-          evidence=("p2p_pairs",), requires=(REAL_SIZE, STEPS, PEERS))
+@detector(
+    "pipeline_bubble",
+    needs=("kineto trace of every pipeline stage (point-to-point send/recv)",),
+    evidence=("p2p_pairs",),
+    requires=(REAL_SIZE, STEPS, PEERS),
+)
 def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     pipe = ctx.pipeline
@@ -386,8 +475,13 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     p = pipe.stages
     m = pipe.microbatches
     comp = rs.groupby("rank")["compute_ns"].median()
-    stage_comp = pd.Series({s: float(comp[[r for r, st in pipe.stage_of.items() if st == s and r in comp.index]].min())
-                            for s in range(p) if any(st == s and r in comp.index for r, st in pipe.stage_of.items())})
+    stage_comp = pd.Series(
+        {
+            s: float(comp[[r for r, st in pipe.stage_of.items() if st == s and r in comp.index]].min())
+            for s in range(p)
+            if any(st == s and r in comp.index for r, st in pipe.stage_of.items())
+        }
+    )
     slowest = int(stage_comp.idxmax())
     c_max = float(stage_comp.max())
     ref = float(stage_comp.drop(slowest).median()) if len(stage_comp) > 1 else c_max
@@ -408,40 +502,66 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     # per-step cost, scaled so the interval reflects step-to-step variation of the measured bubble
     per_step = (g["step_time_ns"].median() - g["compute_ns"].median()) / g["step_time_ns"].median()
     scale = cost / max(float(per_step.mean()), 1e-9)
-    imp = ratio_interval((per_step * scale * ctx.step_time.reindex(per_step.index)).to_numpy(),
-                         ctx.step_time.reindex(per_step.index).to_numpy())
-    imp = Interval(cost, imp.low, imp.high, "fraction",
-                   "counterfactual: stages balanced to the median stage and >= 2p microbatches; interval from step-to-step "
-                   "variation of the measured bubble")
+    imp = ratio_interval(
+        (per_step * scale * ctx.step_time.reindex(per_step.index)).to_numpy(), ctx.step_time.reindex(per_step.index).to_numpy()
+    )
+    imp = Interval(
+        cost,
+        imp.low,
+        imp.high,
+        "fraction",
+        "counterfactual: stages balanced to the median stage and >= 2p microbatches; interval from step-to-step "
+        "variation of the measured bubble",
+    )
     if cost < MIN_IMPACT:
         if cost >= INSUFFICIENT_FLOOR:
-            return insufficient("pipeline_bubble", f"a larger effect: the schedule and stage balance cost {cost:.1%} of "
-                                "the step, under the 3% bar", imp)
+            return insufficient(
+                "pipeline_bubble", f"a larger effect: the schedule and stage balance cost {cost:.1%} of the step, under the 3% bar", imp
+            )
         return None
     ideal = (p - 1) / (m + p - 1) if m else float("nan")
     causes = []
     if imb >= MIN_IMPACT:
         causes.append(f"stage {slowest} computes {c_max / max(ref, 1) - 1:.0%} more than the median stage")
     if mb_cost >= MIN_IMPACT:
-        causes.append(f"{m:.0f} microbatches for {p} stages (a {ideal:.0%} bubble by schedule; {m_ref} would give "
-                      f"{(p - 1) / (m_ref + p - 1):.0%})")
+        causes.append(
+            f"{m:.0f} microbatches for {p} stages (a {ideal:.0%} bubble by schedule; {m_ref} would give {(p - 1) / (m_ref + p - 1):.0%})"
+        )
     if not causes:
         causes.append("stage imbalance and the microbatch count together")
     evidence = [
         Evidence("pipeline_cost_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="threshold")),
-        Evidence("measured_bubble_fraction", bubble, Interval(ideal, unit="fraction", method="(p-1)/(m+p-1) for 1F1B"),
-                 f"stage {slowest}: step time not spent computing"),
-        Evidence("stage_compute_ns", Interval(c_max, unit="ns", method=f"stage {slowest}, median over steps"),
-                 Interval(ref, unit="ns", method="median of the other stages")),
+        Evidence(
+            "measured_bubble_fraction",
+            bubble,
+            Interval(ideal, unit="fraction", method="(p-1)/(m+p-1) for 1F1B"),
+            f"stage {slowest}: step time not spent computing",
+        ),
+        Evidence(
+            "stage_compute_ns",
+            Interval(c_max, unit="ns", method=f"stage {slowest}, median over steps"),
+            Interval(ref, unit="ns", method="median of the other stages"),
+        ),
     ]
     if m is not None:
-        evidence.append(Evidence("microbatches_per_step", Interval(m, unit="count", method="point-to-point transfers per step / 2"),
-                                 Interval(float(m_ref), unit="count", method="2 x stages")))
+        evidence.append(
+            Evidence(
+                "microbatches_per_step",
+                Interval(m, unit="count", method="point-to-point transfers per step / 2"),
+                Interval(float(m_ref), unit="count", method="2 x stages"),
+            )
+        )
     alternatives = (
-        Alternative("straggler_rank", "ruled_out", f"every rank of stage {slowest} is slow alike" if imb >= MIN_IMPACT
-                    else "the idle time follows the schedule, not one rank"),
-        Alternative("exposed_communication", "ruled_out", "the waiting is on pipeline receives whose sender was still "
-                    "computing, not on slow transfers"),
+        Alternative(
+            "straggler_rank",
+            "ruled_out",
+            f"every rank of stage {slowest} is slow alike" if imb >= MIN_IMPACT else "the idle time follows the schedule, not one rank",
+        ),
+        Alternative(
+            "exposed_communication",
+            "ruled_out",
+            "the waiting is on pipeline receives whose sender was still computing, not on slow transfers",
+        ),
         Alternative("sequence_imbalance", "ruled_out", "data-parallel peers of a stage do equal work"),
     )
     # a clean 1F1B schedule sends and receives 2m times per step on an end stage
@@ -451,14 +571,18 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     if imb >= MIN_IMPACT:
         action.append(f"move layers off stage {slowest} (or give the last stage fewer layers for the loss)")
     if mb_cost >= MIN_IMPACT:
-        action.append(f"raise the microbatch count to >= {m_ref} (smaller microbatches, same global batch) or use an "
-                      "interleaved schedule")
+        action.append(f"raise the microbatch count to >= {m_ref} (smaller microbatches, same global batch) or use an interleaved schedule")
     return Finding(
         fault="pipeline_bubble",
         confidence=confidence,
         impact=imp,
-        scope={"ranks": sorted(busy_ranks), "stages": p, "slowest_stage": slowest,
-               "microbatches": m, "steps": [int(s) for s in ctx.step_time.index]},
+        scope={
+            "ranks": sorted(busy_ranks),
+            "stages": p,
+            "slowest_stage": slowest,
+            "microbatches": m,
+            "steps": [int(s) for s in ctx.step_time.index],
+        },
         symptom=f"pipeline stages idle for each other: {'; '.join(causes)}",
         evidence=tuple(evidence),
         alternatives=alternatives,

@@ -83,8 +83,7 @@ ASSUMED_SPECIFICITY = 0.85
 without the GPU model (a host-bound engine not ruled out, the loss an upper bound): each scales the confidence."""
 
 
-def _confidence(value: float, threshold: float, *, specificity: float = 1.0, full_at: float = 2.0,
-                lower_is_worse: bool = False) -> float:
+def _confidence(value: float, threshold: float, *, specificity: float = 1.0, full_at: float = 2.0, lower_is_worse: bool = False) -> float:
     margin = (threshold / value if value > 0 else full_at) if lower_is_worse else (value / threshold if threshold else full_at)
     frac = min(1.0, max(0.0, (margin - 1) / (full_at - 1)))
     return float((CONFIDENCE_FLOOR + (CONFIDENCE_CEILING - CONFIDENCE_FLOOR) * frac) * specificity)
@@ -253,8 +252,7 @@ class ServingView:
         ok = b["e2e_count"] > 0
         if ok.sum() == 0:
             return None
-        return ratio_interval(rest[ok].clip(lower=0).to_numpy(), b.loc[ok, "e2e_sum_s"].to_numpy(), "fraction",
-                              "scrape intervals")
+        return ratio_interval(rest[ok].clip(lower=0).to_numpy(), b.loc[ok, "e2e_sum_s"].to_numpy(), "fraction", "scrape intervals")
 
     @cached_property
     def decode_steps(self) -> pd.DataFrame | None:
@@ -275,8 +273,17 @@ class ServingView:
         kv = b["kv_usage_mean"].to_numpy() * b["kv_capacity_tokens"].to_numpy() * hw.kv_bytes_per_token
         floor = (hw.model.weight_bytes + kv) / hw.hbm_bytes_per_s
         batch = b["running_mean"].to_numpy()
-        return pd.DataFrame({"step_s": step, "decode_s": dec, "floor_s": floor, "mbu": floor / dec, "batch": batch,
-                             "kv_bytes": kv, "kv_per_seq": np.where(batch > 0, kv / np.maximum(batch, 1e-9), np.nan)})
+        return pd.DataFrame(
+            {
+                "step_s": step,
+                "decode_s": dec,
+                "floor_s": floor,
+                "mbu": floor / dec,
+                "batch": batch,
+                "kv_bytes": kv,
+                "kv_per_seq": np.where(batch > 0, kv / np.maximum(batch, 1e-9), np.nan),
+            }
+        )
 
     @cached_property
     def bench_decode_steps(self) -> pd.DataFrame | None:
@@ -303,8 +310,17 @@ class ServingView:
         kv = df["batch"] * df["tokens"] * kv_bpt
         dec = df["step_s"] - prefill[df.index]
         floor = (hw.model.weight_bytes + kv) / hw.hbm_bytes_per_s
-        return pd.DataFrame({"step_s": df["step_s"], "decode_s": dec, "floor_s": floor, "mbu": floor / dec,
-                             "batch": df["batch"], "kv_bytes": kv, "kv_per_seq": kv / df["batch"]}).reset_index(drop=True)
+        return pd.DataFrame(
+            {
+                "step_s": df["step_s"],
+                "decode_s": dec,
+                "floor_s": floor,
+                "mbu": floor / dec,
+                "batch": df["batch"],
+                "kv_bytes": kv,
+                "kv_per_seq": kv / df["batch"],
+            }
+        ).reset_index(drop=True)
 
     @cached_property
     def bench_mbu(self) -> Interval | None:
@@ -317,8 +333,11 @@ class ServingView:
         if step_ms.empty:
             return None
         mbu = hw.model.weight_bytes / hw.hbm_bytes_per_s / (step_ms.to_numpy() / 1e3)
-        return Interval(float(np.median(mbu)), unit="fraction",
-                        method="weights' bytes / HBM bandwidth over the median ITL (KV reads unknown: a lower bound)")
+        return Interval(
+            float(np.median(mbu)),
+            unit="fraction",
+            method="weights' bytes / HBM bandwidth over the median ITL (KV reads unknown: a lower bound)",
+        )
 
 
 _VIEWS: dict[int, tuple[JobSignals, ServingView]] = {}
@@ -354,8 +373,12 @@ def _scope(v: ServingView) -> dict:
 # --- I1 --------------------------------------------------------------------------------------------
 
 
-@detector("kv_cache_preemption", needs=("vllm:num_preemptions_total rising while vllm:kv_cache_usage_perc is near 1",),
-          source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "kv_cache_preemption",
+    needs=("vllm:num_preemptions_total rising while vllm:kv_cache_usage_perc is near 1",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def kv_cache_preemption(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "kv_cache_preemption"
@@ -373,39 +396,67 @@ def kv_cache_preemption(job: Job) -> Finding | NotAssessed | None:
     if not v.preempting:
         return insufficient(fault, f"more than a burst: {total:.0f} preemption(s) in {share:.0%} of the scrape intervals", rate)
     if impact.value < MIN_IMPACT:
-        return insufficient(fault, f"a larger effect: recomputation is {impact.value:.1%} of the engine's time, under "
-                            "the 3% bar", impact) if impact.value >= MIN_IMPACT / 2 else None
+        return (
+            insufficient(fault, f"a larger effect: recomputation is {impact.value:.1%} of the engine's time, under the 3% bar", impact)
+            if impact.value >= MIN_IMPACT / 2
+            else None
+        )
     waiting = median_interval(hit["waiting_mean"].to_numpy(), "requests", "intervals with preemptions")
     full = math.isfinite(kv_hit.value) and kv_hit.value >= KV_FULL
     evidence = [
-        Evidence("preemption_rate", rate, Interval(0.0, unit="per minute", method="a server with KV headroom never preempts"),
-                 f"in {share:.0%} of {len(b)} busy scrape intervals"),
-        Evidence("kv_cache_usage_when_preempting", kv_hit, Interval(KV_FULL, unit="fraction", method="near-full threshold"),
-                 "vllm:kv_cache_usage_perc (max of the interval's two scrapes)"),
+        Evidence(
+            "preemption_rate",
+            rate,
+            Interval(0.0, unit="per minute", method="a server with KV headroom never preempts"),
+            f"in {share:.0%} of {len(b)} busy scrape intervals",
+        ),
+        Evidence(
+            "kv_cache_usage_when_preempting",
+            kv_hit,
+            Interval(KV_FULL, unit="fraction", method="near-full threshold"),
+            "vllm:kv_cache_usage_perc (max of the interval's two scrapes)",
+        ),
         Evidence("waiting_requests_when_preempting", waiting, Interval(0.0, unit="requests"), "preempted requests wait to be recomputed"),
-        Evidence("recompute_share", impact, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 "prefill work spent recomputing preempted requests"),
+        Evidence(
+            "recompute_share",
+            impact,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "prefill work spent recomputing preempted requests",
+        ),
     ]
     queue = _queue_share(b)
     attached = ()
     if queue is not None and queue.value >= QUEUE_SHARE:
         attached = (f"requests queue: {queue.value:.0%} of TTFT is queue time, the backlog of a full KV cache",)
     alternatives = (
-        Alternative("request_queueing", "supports", "requests wait because the KV pool cannot admit them; the queue is this "
-                    "cause's symptom, not a separate scheduler limit"),
-        Alternative("prefill_decode_interference", "cannot_rule_out", "recomputing a preempted request is a long prefill "
-                    "that stalls the other decodes; the ITL tail is attached to this cause"),
+        Alternative(
+            "request_queueing",
+            "supports",
+            "requests wait because the KV pool cannot admit them; the queue is this cause's symptom, not a separate scheduler limit",
+        ),
+        Alternative(
+            "prefill_decode_interference",
+            "cannot_rule_out",
+            "recomputing a preempted request is a long prefill that stalls the other decodes; the ITL tail is attached to this cause",
+        ),
         Alternative("low_batch_occupancy", "ruled_out", f"the KV cache is {kv_hit.value:.0%} full when preempting"),
     )
     return Finding(
-        fault=fault, confidence=_confidence(impact.value, MIN_IMPACT, specificity=1.0 if full else 0.85, full_at=3.0),
-        impact=impact, scope=_scope(v),
-        symptom=(f"the KV cache runs full ({kv_hit.value:.0%}) and the engine preempts {rate.value:.1f} requests a minute; "
-                 f"recomputing them costs {impact.value:.0%} of the engine's time"),
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=("Give the KV cache room: raise --gpu-memory-utilization, lower --max-num-seqs or --max-model-len, use "
-                "--kv-cache-dtype fp8, or add tensor parallelism / replicas. To confirm: the engine log's preemption "
-                "warnings and vllm:kv_cache_usage_perc pinned at 1.0."),
+        fault=fault,
+        confidence=_confidence(impact.value, MIN_IMPACT, specificity=1.0 if full else 0.85, full_at=3.0),
+        impact=impact,
+        scope=_scope(v),
+        symptom=(
+            f"the KV cache runs full ({kv_hit.value:.0%}) and the engine preempts {rate.value:.1f} requests a minute; "
+            f"recomputing them costs {impact.value:.0%} of the engine's time"
+        ),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Give the KV cache room: raise --gpu-memory-utilization, lower --max-num-seqs or --max-model-len, use "
+            "--kv-cache-dtype fp8, or add tensor parallelism / replicas. To confirm: the engine log's preemption "
+            "warnings and vllm:kv_cache_usage_perc pinned at 1.0."
+        ),
         attached=attached,
     )
 
@@ -418,7 +469,7 @@ def _recompute_impact(v: ServingView, b: pd.DataFrame) -> Interval:
     the hardware is known (2 x params FLOPs at ``PREFILL_MFU`` of peak), else as a share of the tokens
     processed."""
     pre = b["preemptions"].fillna(0)
-    mean_ctx = (b["kv_usage_mean"] * b["kv_capacity_tokens"] / b["running_mean"].where(b["running_mean"] > 0))
+    mean_ctx = b["kv_usage_mean"] * b["kv_capacity_tokens"] / b["running_mean"].where(b["running_mean"] > 0)
     prompt = b["request_prompt_tokens"].sum() / max(b["requests_finished"].sum(), 1)
     low_tokens = (pre * (prompt if prompt > 0 else mean_ctx.median())).to_numpy()
     high_tokens = (pre * mean_ctx.fillna(mean_ctx.median())).to_numpy() if mean_ctx.notna().any() else low_tokens
@@ -429,8 +480,10 @@ def _recompute_impact(v: ServingView, b: pd.DataFrame) -> Interval:
         what = f"x prefill time per token (2 x params at {PREFILL_MFU:.0%} of peak) over wall time"
     elif fitted is not None:
         den, scale = b["dur_s"].to_numpy(), fitted
-        what = (f"x {fitted * 1e6:.0f} us per prefill token (slope of mean ITL on prompt tokens per step across "
-                "scrape intervals) over wall time")
+        what = (
+            f"x {fitted * 1e6:.0f} us per prefill token (slope of mean ITL on prompt tokens per step across "
+            "scrape intervals) over wall time"
+        )
     else:
         den, scale = (b["prompt_tokens"].fillna(0) + b["generation_tokens"].fillna(0)).to_numpy(), 1.0
         what = "over all tokens processed (no GPU model or step-time slope to cost them in time)"
@@ -438,9 +491,14 @@ def _recompute_impact(v: ServingView, b: pd.DataFrame) -> Interval:
     hi = ratio_interval(high_tokens * scale, den, "fraction", "scrape intervals")
     if not math.isfinite(lo.value):
         return lo
-    return Interval(lo.value, lo.low, max(hi.high or hi.value, lo.high or lo.value), "fraction",
-                    f"preemptions x recomputed context (value: the mean prompt, a preempted newest request's; high end: the "
-                    f"cache's mean context per running request) {what}; percentile bootstrap over {len(b)} scrape intervals")
+    return Interval(
+        lo.value,
+        lo.low,
+        max(hi.high or hi.value, lo.high or lo.value),
+        "fraction",
+        f"preemptions x recomputed context (value: the mean prompt, a preempted newest request's; high end: the "
+        f"cache's mean context per running request) {what}; percentile bootstrap over {len(b)} scrape intervals",
+    )
 
 
 def _prefill_s_per_token(b: pd.DataFrame) -> float | None:
@@ -472,8 +530,9 @@ def _queue_share(b: pd.DataFrame) -> Interval | None:
     out = ratio_interval(waited, b.loc[ok, "ttft_sum_s"].to_numpy(), "fraction", "scrape intervals")
     # a queue still growing holds requests whose first token (and TTFT) is not in yet: the share is at most 1
     low, high = (None if x is None else min(x, 1.0) for x in (out.low, out.high))
-    return Interval(min(out.value, 1.0), low, high, out.unit, "time-integral of waiting requests / "
-                    f"summed TTFT (Little's law), at most 1; {out.method}")
+    return Interval(
+        min(out.value, 1.0), low, high, out.unit, f"time-integral of waiting requests / summed TTFT (Little's law), at most 1; {out.method}"
+    )
 
 
 def _queue_share_finished(b: pd.DataFrame) -> Interval | None:
@@ -483,12 +542,21 @@ def _queue_share_finished(b: pd.DataFrame) -> Interval | None:
         return None
     ttft = (b.loc[ok, "e2e_sum_s"] - b.loc[ok, "decode_sum_s"]).to_numpy()
     out = ratio_interval(b.loc[ok, "queue_sum_s"].to_numpy(), ttft, "fraction", "scrape intervals")
-    return Interval(out.value, out.low, out.high, out.unit, "vllm:request_queue_time_seconds / (E2E - decode) of "
-                    f"requests finished in the window (lags: observed at finish); {out.method}")
+    return Interval(
+        out.value,
+        out.low,
+        out.high,
+        out.unit,
+        f"vllm:request_queue_time_seconds / (E2E - decode) of requests finished in the window (lags: observed at finish); {out.method}",
+    )
 
 
-@detector("request_queueing", needs=("vllm:num_requests_waiting over time against vllm:time_to_first_token_seconds",),
-          source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "request_queueing",
+    needs=("vllm:num_requests_waiting over time against vllm:time_to_first_token_seconds",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def request_queueing(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "request_queueing"
@@ -500,8 +568,9 @@ def request_queueing(job: Job) -> Finding | NotAssessed | None:
     if share is None or not math.isfinite(share.value):
         return insufficient(fault, "finished requests in the scrape window (no TTFT observed)")
     if share.value < QUEUE_SHARE:
-        return insufficient(fault, f"queue time a larger share of TTFT: {share.value:.0%}, under half", share) \
-            if share.value >= 0.35 else None
+        return (
+            insufficient(fault, f"queue time a larger share of TTFT: {share.value:.0%}, under half", share) if share.value >= 0.35 else None
+        )
     if v.preempting:
         return None  # the backlog of a full KV cache: kv_cache_preemption carries it
     waiting = median_interval(b["waiting_mean"].to_numpy(), "requests", "busy scrape intervals")
@@ -510,42 +579,70 @@ def request_queueing(job: Job) -> Finding | NotAssessed | None:
     pinned = len(run) >= 3 and run.max() > 0 and (run == run.max()).mean() >= 0.6 and waiting.value >= 1
     cap = int(run.max()) if pinned else None
     kv_full = math.isfinite(kv.value) and kv.value >= KV_FULL
-    cause = (f"the scheduler caps the batch at {cap} running requests (--max-num-seqs) while the KV cache is "
-             f"{kv.value:.0%} full" if pinned and not kv_full else
-             "the KV pool cannot admit more requests" if kv_full else
-             "requests arrive faster than the engine finishes them")
+    cause = (
+        f"the scheduler caps the batch at {cap} running requests (--max-num-seqs) while the KV cache is {kv.value:.0%} full"
+        if pinned and not kv_full
+        else "the KV pool cannot admit more requests"
+        if kv_full
+        else "requests arrive faster than the engine finishes them"
+    )
     api = v.api_share
     evidence = [
-        Evidence("queue_share_of_ttft", share, Interval(QUEUE_SHARE, unit="fraction", method="threshold"),
-                 "waiting requests x time over summed TTFT"),
+        Evidence(
+            "queue_share_of_ttft",
+            share,
+            Interval(QUEUE_SHARE, unit="fraction", method="threshold"),
+            "waiting requests x time over summed TTFT",
+        ),
         Evidence("waiting_requests", waiting, Interval(0.0, unit="requests"), "vllm:num_requests_waiting"),
         Evidence("kv_cache_usage", kv, Interval(KV_FULL, unit="fraction", method="near-full threshold")),
     ]
     finished = _queue_share_finished(b)
     if finished is not None:
-        evidence.append(Evidence("queue_share_of_ttft_finished_requests", finished, note="cross-check from the request "
-                                 "histograms; lower while a queue is still building"))
+        evidence.append(
+            Evidence(
+                "queue_share_of_ttft_finished_requests",
+                finished,
+                note="cross-check from the request histograms; lower while a queue is still building",
+            )
+        )
     if cap is not None:
-        evidence.append(Evidence("running_requests_cap", Interval(float(cap), unit="requests",
-                                 method=f"running at its maximum in {(run == run.max()).mean():.0%} of scrapes")))
+        evidence.append(
+            Evidence(
+                "running_requests_cap",
+                Interval(float(cap), unit="requests", method=f"running at its maximum in {(run == run.max()).mean():.0%} of scrapes"),
+            )
+        )
     alternatives = (
-        Alternative("kv_cache_preemption", "ruled_out" if not kv_full else "cannot_rule_out",
-                    f"no sustained preemption; KV cache {kv.value:.0%} full"),
-        Alternative("host_bound_serving", "ruled_out" if api is None or api.value < API_SHARE else "cannot_rule_out",
-                    "time outside the engine core is "
-                    + (f"{api.value:.0%} of E2E" if api is not None else "not measured")),
-        Alternative("low_batch_occupancy", "supports" if pinned and not kv_full else "ruled_out",
-                    "the batch is held below what the KV pool allows" if pinned and not kv_full
-                    else "the batch is as large as the load allows"),
+        Alternative(
+            "kv_cache_preemption",
+            "ruled_out" if not kv_full else "cannot_rule_out",
+            f"no sustained preemption; KV cache {kv.value:.0%} full",
+        ),
+        Alternative(
+            "host_bound_serving",
+            "ruled_out" if api is None or api.value < API_SHARE else "cannot_rule_out",
+            "time outside the engine core is " + (f"{api.value:.0%} of E2E" if api is not None else "not measured"),
+        ),
+        Alternative(
+            "low_batch_occupancy",
+            "supports" if pinned and not kv_full else "ruled_out",
+            "the batch is held below what the KV pool allows" if pinned and not kv_full else "the batch is as large as the load allows",
+        ),
     )
     return Finding(
-        fault=fault, confidence=_confidence(share.value, QUEUE_SHARE, specificity=1.0 if pinned or kv_full else 0.9, full_at=1.8),
+        fault=fault,
+        confidence=_confidence(share.value, QUEUE_SHARE, specificity=1.0 if pinned or kv_full else 0.9, full_at=1.8),
         impact=Interval(share.value, share.low, share.high, "fraction", f"share of TTFT spent queueing; {share.method}"),
         scope=_scope(v),
         symptom=f"requests wait: queue time is {share.value:.0%} of TTFT with {waiting.value:.0f} requests waiting; {cause}",
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=("Raise --max-num-seqs (and --max-num-batched-tokens with it) while the KV cache has room" if pinned and not kv_full
-                else "Add capacity (replicas, tensor parallelism) or admission control / rate limiting for this load")
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Raise --max-num-seqs (and --max-num-batched-tokens with it) while the KV cache has room"
+            if pinned and not kv_full
+            else "Add capacity (replicas, tensor parallelism) or admission control / rate limiting for this load"
+        )
         + ". To confirm: vllm:num_requests_waiting and vllm:num_requests_running over time.",
     )
 
@@ -553,8 +650,12 @@ def request_queueing(job: Job) -> Finding | NotAssessed | None:
 # --- I3 --------------------------------------------------------------------------------------------
 
 
-@detector("low_batch_occupancy", needs=("vllm:num_requests_running against the batch the KV pool and --max-num-seqs allow",),
-          source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "low_batch_occupancy",
+    needs=("vllm:num_requests_running against the batch the KV pool and --max-num-seqs allow",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def low_batch_occupancy(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "low_batch_occupancy"
@@ -589,38 +690,80 @@ def low_batch_occupancy(job: Job) -> Finding | NotAssessed | None:
     # step), which also keeps the batch small, cannot be ruled out, and the loss is only an upper bound
     steps_known = v.decode_steps is not None and v.hardware is not None
     if lost.value < OCCUPANCY_LOST or occupancy > bar:
-        return insufficient(fault, f"a larger gap: the batch is {occupancy:.0%} of what fits and a full batch would "
-                            f"give {1 / max(1 - lost.value, 1e-9):.1f}x the throughput", lost) if lost.value >= 0.65 else None
+        return (
+            insufficient(
+                fault,
+                f"a larger gap: the batch is {occupancy:.0%} of what fits and a full batch would "
+                f"give {1 / max(1 - lost.value, 1e-9):.1f}x the throughput",
+                lost,
+            )
+            if lost.value >= 0.65
+            else None
+        )
     evidence = (
-        Evidence("running_requests", batch, Interval(cap, unit="requests", method=f"min(KV pool: running / KV usage = "
-                 f"{kv_allowed:.0f}, max_num_seqs = {max_seqs}{'' if stated else ' (vLLM default)'})")),
-        Evidence("batch_occupancy", Interval(occupancy, unit="fraction", method="running / batch capacity"),
-                 Interval(OCCUPANCY_MAX, unit="fraction", method="threshold")),
+        Evidence(
+            "running_requests",
+            batch,
+            Interval(
+                cap,
+                unit="requests",
+                method=f"min(KV pool: running / KV usage = "
+                f"{kv_allowed:.0f}, max_num_seqs = {max_seqs}{'' if stated else ' (vLLM default)'})",
+            ),
+        ),
+        Evidence(
+            "batch_occupancy",
+            Interval(occupancy, unit="fraction", method="running / batch capacity"),
+            Interval(OCCUPANCY_MAX, unit="fraction", method="threshold"),
+        ),
         Evidence("throughput_lost_to_small_batch", lost, Interval(OCCUPANCY_LOST, unit="fraction", method="threshold")),
-        Evidence("waiting_requests", median_interval(b["waiting_mean"].to_numpy(), "requests", "busy scrape intervals"),
-                 note="nothing waits: the load offers no more concurrency"),
+        Evidence(
+            "waiting_requests",
+            median_interval(b["waiting_mean"].to_numpy(), "requests", "busy scrape intervals"),
+            note="nothing waits: the load offers no more concurrency",
+        ),
         Evidence("loaded_share_of_scrapes", Interval(loaded, unit="fraction", method="scrapes with running requests")),
     )
     alternatives = (
         Alternative("request_queueing", "ruled_out", "no requests wait"),
         Alternative("kv_cache_preemption", "ruled_out", f"KV cache {float(bb['kv_usage_mean'].median()):.0%} full, no preemption"),
-        Alternative("host_bound_serving", "ruled_out" if steps_known else "cannot_rule_out", "time outside the engine core is "
-                    + (f"{api.value:.0%} of E2E" if api is not None else "not measured")
-                    + ("" if steps_known else "; without the GPU model the decode step time is not set against its floor, "
-                       "so host overhead per step is not measured")),
-        Alternative("memory_bound_decode", "supports", "at this batch each step reads all weights for few tokens: decode "
-                    "is bandwidth-bound, and batching is the lever"),
+        Alternative(
+            "host_bound_serving",
+            "ruled_out" if steps_known else "cannot_rule_out",
+            "time outside the engine core is "
+            + (f"{api.value:.0%} of E2E" if api is not None else "not measured")
+            + (
+                ""
+                if steps_known
+                else "; without the GPU model the decode step time is not set against its floor, so host overhead per step is not measured"
+            ),
+        ),
+        Alternative(
+            "memory_bound_decode",
+            "supports",
+            "at this batch each step reads all weights for few tokens: decode is bandwidth-bound, and batching is the lever",
+        ),
     )
     return Finding(
-        fault=fault, confidence=_confidence(lost.value, OCCUPANCY_LOST, full_at=1.2,
-                                            specificity=(ASSUMED_SPECIFICITY if assumed_cap else 1.0)
-                                            * (1.0 if steps_known else ASSUMED_SPECIFICITY)),
-        impact=lost, scope=_scope(v),
-        symptom=(f"the engine runs {batch.value:.0f} sequences where {cap:.0f} fit, with nothing waiting: a full batch "
-                 f"would give about {1 / max(1 - lost.value, 1e-9):.0f}x the tokens/s"),
-        evidence=evidence, alternatives=alternatives,
-        action=("Offer more concurrency: more client concurrency, fewer replicas behind the load balancer, or a smaller "
-                "instance for this load. To confirm: the clients' in-flight requests against vllm:num_requests_running."),
+        fault=fault,
+        confidence=_confidence(
+            lost.value,
+            OCCUPANCY_LOST,
+            full_at=1.2,
+            specificity=(ASSUMED_SPECIFICITY if assumed_cap else 1.0) * (1.0 if steps_known else ASSUMED_SPECIFICITY),
+        ),
+        impact=lost,
+        scope=_scope(v),
+        symptom=(
+            f"the engine runs {batch.value:.0f} sequences where {cap:.0f} fit, with nothing waiting: a full batch "
+            f"would give about {1 / max(1 - lost.value, 1e-9):.0f}x the tokens/s"
+        ),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=(
+            "Offer more concurrency: more client concurrency, fewer replicas behind the load balancer, or a smaller "
+            "instance for this load. To confirm: the clients' in-flight requests against vllm:num_requests_running."
+        ),
     )
 
 
@@ -631,8 +774,13 @@ def _occupancy_loss(v: ServingView, batch: float, cap: float) -> Interval:
     hw = v.hardware
     if steps is None or hw is None or cap <= batch:
         frac = 1 - batch / cap if cap > 0 else 0.0
-        return Interval(frac, None, frac, "fraction", "1 - running / capacity: an upper bound (step time at a larger "
-                        "batch unknown without the GPU and model)")
+        return Interval(
+            frac,
+            None,
+            frac,
+            "fraction",
+            "1 - running / capacity: an upper bound (step time at a larger batch unknown without the GPU and model)",
+        )
     step = float(np.median(steps["decode_s"]))
     per_seq = float(np.nanmedian(steps["kv_per_seq"]))
 
@@ -641,16 +789,25 @@ def _occupancy_loss(v: ServingView, batch: float, cap: float) -> Interval:
         return 1 - (batch / step) / (cap / step_c)
 
     mbu = float(np.clip(np.median(steps["mbu"]), 0.4, 1.0))
-    return Interval(lost(mbu), lost(0.4), lost(1.0), "fraction",
-                    f"step-time model: each added sequence reads its KV ({per_seq / 1e6:.0f} MB) at the measured "
-                    f"{mbu:.0%} of HBM bandwidth (interval: 40%-100%)")
+    return Interval(
+        lost(mbu),
+        lost(0.4),
+        lost(1.0),
+        "fraction",
+        f"step-time model: each added sequence reads its KV ({per_seq / 1e6:.0f} MB) at the measured "
+        f"{mbu:.0%} of HBM bandwidth (interval: 40%-100%)",
+    )
 
 
 # --- I5 --------------------------------------------------------------------------------------------
 
 
-@detector("host_bound_serving", needs=("server E2E minus queue, prefill and decode time; decode step time against its HBM floor",),
-          source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "host_bound_serving",
+    needs=("server E2E minus queue, prefill and decode time; decode step time against its HBM floor",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "host_bound_serving"
@@ -662,10 +819,16 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
         steps = v.bench_decode_steps
     if api is None and steps is None:
         if v.busy is None:
-            return NotAssessed(fault, f"{METRICS_NEED}: the e2e/queue/prefill/decode histograms, or the GPU model and "
-                               "the model's size (bench --metadata gpu=...) for the decode-step floor")
-        return NotAssessed(fault, "the e2e/queue/prefill/decode request histograms, or the GPU model (bench --metadata "
-                           "gpu=...) and the model's size for the decode-step floor")
+            return NotAssessed(
+                fault,
+                f"{METRICS_NEED}: the e2e/queue/prefill/decode histograms, or the GPU model and "
+                "the model's size (bench --metadata gpu=...) for the decode-step floor",
+            )
+        return NotAssessed(
+            fault,
+            "the e2e/queue/prefill/decode request histograms, or the GPU model (bench --metadata "
+            "gpu=...) and the model's size for the decode-step floor",
+        )
     unit_name = "benchmark results" if bench_only else "busy scrape intervals"
     mbu = median_interval(steps["mbu"].to_numpy(), "fraction", unit_name) if steps is not None else None
     api_hit = api is not None and api.value >= API_SHARE
@@ -674,55 +837,102 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
         near_api = api is not None and api.value >= 0.12
         near_step = mbu is not None and mbu.value < 0.36
         if near_api or near_step:
-            return insufficient(fault, "a larger host share: " + (f"time outside the engine core is {api.value:.0%} of E2E"
-                                if near_api else f"decode steps run at {mbu.value:.0%} of their HBM floor's speed"),
-                                api if near_api else mbu)
+            return insufficient(
+                fault,
+                "a larger host share: "
+                + (
+                    f"time outside the engine core is {api.value:.0%} of E2E"
+                    if near_api
+                    else f"decode steps run at {mbu.value:.0%} of their HBM floor's speed"
+                ),
+                api if near_api else mbu,
+            )
         return None
     evidence: list[Evidence] = []
     impacts: list[Interval] = []
     parts = []
     if api is not None:
-        evidence.append(Evidence("api_server_share_of_e2e", api, Interval(API_SHARE, unit="fraction", method="threshold"),
-                                 "server E2E - (queue + prefill + decode): tokenization, detokenization, the API event loop"))
+        evidence.append(
+            Evidence(
+                "api_server_share_of_e2e",
+                api,
+                Interval(API_SHARE, unit="fraction", method="threshold"),
+                "server E2E - (queue + prefill + decode): tokenization, detokenization, the API event loop",
+            )
+        )
         if api_hit:
             impacts.append(Interval(api.value, api.low, api.high, "fraction", f"share of server E2E outside the engine core; {api.method}"))
             parts.append(f"{api.value:.0%} of each request's server time is spent outside the engine core (API server, tokenizer)")
     if mbu is not None:
         floor = float(np.median(steps["floor_s"]))
         dec = float(np.median(steps["decode_s"]))
-        evidence.append(Evidence("decode_step_bandwidth_utilization", mbu, Interval(HOST_MBU, unit="fraction", method="threshold"),
-                                 f"decode step {dec * 1e3:.1f} ms against a floor of {floor * 1e3:.1f} ms "
-                                 "(weights + KV at peak HBM bandwidth)" + (": benchmark numbers only, the batch's KV "
-                                 "bytes bounded above, so this MBU is an upper bound" if bench_only else "")))
+        evidence.append(
+            Evidence(
+                "decode_step_bandwidth_utilization",
+                mbu,
+                Interval(HOST_MBU, unit="fraction", method="threshold"),
+                f"decode step {dec * 1e3:.1f} ms against a floor of {floor * 1e3:.1f} ms "
+                "(weights + KV at peak HBM bandwidth)"
+                + (": benchmark numbers only, the batch's KV bytes bounded above, so this MBU is an upper bound" if bench_only else ""),
+            )
+        )
         if step_hit:
             x = steps["mbu"].to_numpy()
             lost = median_interval(np.clip(1 - x / 0.5, 0, 1), "fraction", unit_name)
-            impacts.append(Interval(lost.value, lost.low, lost.high, "fraction", "share of the decode step beyond what a "
-                                    f"step at 50% of HBM bandwidth needs; {lost.method}"))
+            impacts.append(
+                Interval(
+                    lost.value,
+                    lost.low,
+                    lost.high,
+                    "fraction",
+                    f"share of the decode step beyond what a step at 50% of HBM bandwidth needs; {lost.method}",
+                )
+            )
             parts.append(f"decode steps take {dec * 1e3:.1f} ms where reading weights and KV needs {floor * 1e3:.1f} ms")
     impact = max(impacts, key=lambda i: i.value)
     occ = v.busy["running_mean"].median() if v.busy is not None else math.nan
     attached = (f"the engine runs only {occ:.0f} sequences: the API server does not feed it faster",) if api_hit else ()
     alternatives = (
-        Alternative("memory_bound_decode", "ruled_out", f"decode steps run at {mbu.value:.0%} of peak HBM bandwidth"
-                    if mbu is not None else "no decode-step floor measured"),
+        Alternative(
+            "memory_bound_decode",
+            "ruled_out",
+            f"decode steps run at {mbu.value:.0%} of peak HBM bandwidth" if mbu is not None else "no decode-step floor measured",
+        ),
         Alternative("request_queueing", "ruled_out", "requests do not wait in the engine's queue"),
-        Alternative("low_batch_occupancy", "supports" if api_hit else "ruled_out",
-                    "the engine's batch is small because requests reach it slowly" if api_hit else "the batch is as the load offers"),
-        Alternative("cpu_contention", "cannot_rule_out", "the API server's and engine's CPU usage decide whether the host is "
-                    "contended or the work is inherently serial"),
+        Alternative(
+            "low_batch_occupancy",
+            "supports" if api_hit else "ruled_out",
+            "the engine's batch is small because requests reach it slowly" if api_hit else "the batch is as the load offers",
+        ),
+        Alternative(
+            "cpu_contention",
+            "cannot_rule_out",
+            "the API server's and engine's CPU usage decide whether the host is contended or the work is inherently serial",
+        ),
     )
     return Finding(
         fault=fault,
-        confidence=_confidence(api.value if api_hit else mbu.value, API_SHARE if api_hit else HOST_MBU,
-                               lower_is_worse=not api_hit,
-                               specificity=0.85 if bench_only and not api_hit else 1.0 if (api_hit and step_hit) or v.hardware else 0.9),
-        impact=impact, scope=_scope(v), symptom="; ".join(parts),
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=("Take work off the critical host path: " + ("more API server processes (--api-server-count), a faster "
-                "tokenizer, pre-tokenized prompts" if api_hit else "CUDA graphs (no --enforce-eager), async scheduling, "
-                "larger batches per step, a faster host CPU") + ". To confirm: py-spy on the API server / engine core "
-                "process and GPU busy time (DCGM_FI_PROF_GR_ENGINE_ACTIVE)."),
+        confidence=_confidence(
+            api.value if api_hit else mbu.value,
+            API_SHARE if api_hit else HOST_MBU,
+            lower_is_worse=not api_hit,
+            specificity=0.85 if bench_only and not api_hit else 1.0 if (api_hit and step_hit) or v.hardware else 0.9,
+        ),
+        impact=impact,
+        scope=_scope(v),
+        symptom="; ".join(parts),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Take work off the critical host path: "
+            + (
+                "more API server processes (--api-server-count), a faster tokenizer, pre-tokenized prompts"
+                if api_hit
+                else "CUDA graphs (no --enforce-eager), async scheduling, larger batches per step, a faster host CPU"
+            )
+            + ". To confirm: py-spy on the API server / engine core "
+            "process and GPU busy time (DCGM_FI_PROF_GR_ENGINE_ACTIVE)."
+        ),
         attached=attached,
     )
 
@@ -730,15 +940,22 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
 # --- I6 --------------------------------------------------------------------------------------------
 
 
-@detector("memory_bound_decode", needs=("decode step time against (weights + KV bytes) / peak HBM bandwidth",),
-          source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "memory_bound_decode",
+    needs=("decode step time against (weights + KV bytes) / peak HBM bandwidth",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def memory_bound_decode(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "memory_bound_decode"
     v = view(signals)
     if v.hardware is None:
-        return NotAssessed(fault, "the GPU model and the model's size (bench --metadata gpu=..., a model name with its size "
-                           "or params_b=...) to place decode steps against the HBM roof")
+        return NotAssessed(
+            fault,
+            "the GPU model and the model's size (bench --metadata gpu=..., a model name with its size "
+            "or params_b=...) to place decode steps against the HBM roof",
+        )
     steps = v.decode_steps
     if steps is not None:
         mbu = median_interval(steps["mbu"].to_numpy(), "fraction", "busy scrape intervals")
@@ -751,34 +968,61 @@ def memory_bound_decode(job: Job) -> Finding | NotAssessed | None:
             return NotAssessed(fault, "inter-token latency (bench median ITL/TPOT or vllm:inter_token_latency_seconds)")
         dec = floor = kv_share = batch = math.nan
     if mbu.value < ROOF_MBU:
-        return insufficient(fault, f"steps nearer the roof: decode runs at {mbu.value:.0%} of peak HBM bandwidth",
-                            mbu) if mbu.value >= 0.62 else None
+        return (
+            insufficient(fault, f"steps nearer the roof: decode runs at {mbu.value:.0%} of peak HBM bandwidth", mbu)
+            if mbu.value >= 0.62
+            else None
+        )
     tps = v.busy["generation_tokens"].sum() / v.busy["dur_s"].sum() if v.busy is not None else math.nan
     evidence = [
-        Evidence("decode_step_bandwidth_utilization", mbu, Interval(ROOF_MBU, unit="fraction", method="roof threshold"),
-                 "(weights + KV bytes per step) / peak HBM bandwidth / decode step time"),
+        Evidence(
+            "decode_step_bandwidth_utilization",
+            mbu,
+            Interval(ROOF_MBU, unit="fraction", method="roof threshold"),
+            "(weights + KV bytes per step) / peak HBM bandwidth / decode step time",
+        ),
     ]
     if math.isfinite(dec):
         evidence += [
-            Evidence("decode_step_s", Interval(dec, unit="s", method="median interval: mean ITL less estimated prefill"),
-                     Interval(floor, unit="s", method=f"floor at {v.hardware.spec.hbm_bytes_per_s * v.hardware.gpus / 1e12:.2f} TB/s")),
-            Evidence("kv_share_of_step_bytes", Interval(kv_share, unit="fraction", method="median interval"),
-                     note="the rest is the weights, read once per step whatever the batch"),
-            Evidence("output_tokens_per_s_per_gpu", Interval(tps / v.hardware.gpus, unit="tokens/s/GPU",
-                     method=f"vllm:generation_tokens_total over busy time, batch {batch:.0f}")),
+            Evidence(
+                "decode_step_s",
+                Interval(dec, unit="s", method="median interval: mean ITL less estimated prefill"),
+                Interval(floor, unit="s", method=f"floor at {v.hardware.spec.hbm_bytes_per_s * v.hardware.gpus / 1e12:.2f} TB/s"),
+            ),
+            Evidence(
+                "kv_share_of_step_bytes",
+                Interval(kv_share, unit="fraction", method="median interval"),
+                note="the rest is the weights, read once per step whatever the batch",
+            ),
+            Evidence(
+                "output_tokens_per_s_per_gpu",
+                Interval(
+                    tps / v.hardware.gpus, unit="tokens/s/GPU", method=f"vllm:generation_tokens_total over busy time, batch {batch:.0f}"
+                ),
+            ),
         ]
     return Finding(
-        fault=fault, confidence=_confidence(mbu.value, ROOF_MBU, full_at=1.25),
+        fault=fault,
+        confidence=_confidence(mbu.value, ROOF_MBU, full_at=1.25),
         impact=Interval(0.0, 0.0, 0.0, "fraction", "context: decode at the HBM roof is the expected regime; no loss attributed"),
         scope=_scope(v),
-        symptom=(f"decode steps run at {mbu.value:.0%} of peak HBM bandwidth: tokens/s per sequence is set by the bytes "
-                 "each step must read, not by the server"),
+        symptom=(
+            f"decode steps run at {mbu.value:.0%} of peak HBM bandwidth: tokens/s per sequence is set by the bytes "
+            "each step must read, not by the server"
+        ),
         evidence=tuple(evidence),
-        alternatives=(Alternative("host_bound_serving", "ruled_out", f"steps are within {1 / mbu.value:.2f}x of their floor"),
-                      Alternative("low_batch_occupancy", "cannot_rule_out", "a larger batch amortizes the weights' read; "
-                                  "occupancy decides whether that is available")),
-        action=("Expected regime. Faster decode needs fewer bytes per token: larger batches, FP8/INT4 weights, "
-                "--kv-cache-dtype fp8, speculative decoding, or more tensor parallelism."),
+        alternatives=(
+            Alternative("host_bound_serving", "ruled_out", f"steps are within {1 / mbu.value:.2f}x of their floor"),
+            Alternative(
+                "low_batch_occupancy",
+                "cannot_rule_out",
+                "a larger batch amortizes the weights' read; occupancy decides whether that is available",
+            ),
+        ),
+        action=(
+            "Expected regime. Faster decode needs fewer bytes per token: larger batches, FP8/INT4 weights, "
+            "--kv-cache-dtype fp8, speculative decoding, or more tensor parallelism."
+        ),
     )
 
 
@@ -807,8 +1051,9 @@ def _gap_analysis(req: pd.DataFrame) -> _Gaps | None:
     spike = gaps > STALL * med
     over = np.where(spike, gaps - med, 0.0)
     owner = np.repeat(np.arange(len(req)), lens)
-    excess = ratio_interval(np.bincount(owner, over, minlength=len(req)), np.bincount(owner, gaps, minlength=len(req)),
-                            "fraction", "requests")
+    excess = ratio_interval(
+        np.bincount(owner, over, minlength=len(req)), np.bincount(owner, gaps, minlength=len(req)), "fraction", "requests"
+    )
     tail = float(np.percentile(gaps, 99) / med) if med > 0 else math.nan
     if req["start_offset_ns"].isna().any():
         return _Gaps(excess, tail, None, None)
@@ -827,10 +1072,16 @@ def _gap_analysis(req: pd.DataFrame) -> _Gaps | None:
     rate_rest = tokens[~spike].sum() / gaps[~spike].sum()
     ratio = rate_spike / rate_rest if rate_rest > 0 else math.inf
     test = stats.mannwhitneyu(density[spike], density[~spike], alternative="greater")
-    ev = Evidence("prefill_tokens_per_s_in_stalls_over_elsewhere", Interval(ratio, unit="ratio",
-                  method=f"prompt tokens of requests whose first token lands in a gap, per second: gaps > {STALL:g}x the "
-                  f"median against the others; one-sided Mann-Whitney p={test.pvalue:.1e}"),
-                  Interval(1.0, unit="ratio", method="no association"))
+    ev = Evidence(
+        "prefill_tokens_per_s_in_stalls_over_elsewhere",
+        Interval(
+            ratio,
+            unit="ratio",
+            method=f"prompt tokens of requests whose first token lands in a gap, per second: gaps > {STALL:g}x the "
+            f"median against the others; one-sided Mann-Whitney p={test.pvalue:.1e}",
+        ),
+        Interval(1.0, unit="ratio", method="no association"),
+    )
     return _Gaps(excess, tail, ev, bool(test.pvalue < 0.01 and ratio >= 2))
 
 
@@ -847,13 +1098,20 @@ def _interval_association(b: pd.DataFrame) -> tuple[Evidence | None, bool | None
     idx = np.random.default_rng(0).integers(0, len(x), size=(300, len(x)))
     boot = [stats.spearmanr(x[i], y[i]).statistic for i in idx if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0]
     lo, hi = np.quantile(boot, [0.025, 0.975]) if boot else (math.nan, math.nan)
-    ev = Evidence("itl_vs_prefill_tokens_per_step", Interval(rho, float(lo), float(hi), "spearman rho",
-                  f"over {len(x)} scrape intervals, 95% percentile bootstrap"), Interval(0.0, unit="spearman rho"))
+    ev = Evidence(
+        "itl_vs_prefill_tokens_per_step",
+        Interval(rho, float(lo), float(hi), "spearman rho", f"over {len(x)} scrape intervals, 95% percentile bootstrap"),
+        Interval(0.0, unit="spearman rho"),
+    )
     return ev, bool(rho >= 0.3 and lo > 0)
 
 
-@detector("prefill_decode_interference", needs=("inter-token gaps against prefill activity (bench --save-detailed ITLs or "
-          "/metrics ITL and prompt-token counters)",), source=SOURCE, evidence=("serving_metrics",))
+@detector(
+    "prefill_decode_interference",
+    needs=("inter-token gaps against prefill activity (bench --save-detailed ITLs or /metrics ITL and prompt-token counters)",),
+    source=SOURCE,
+    evidence=("serving_metrics",),
+)
 def prefill_decode_interference(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "prefill_decode_interference"
@@ -862,8 +1120,7 @@ def prefill_decode_interference(job: Job) -> Finding | NotAssessed | None:
     rec = v.records
     b = v.busy
     if gaps is None and rec is None and b is None:
-        return NotAssessed(fault, "inter-token latencies: a vllm bench serve result (ideally --save-detailed) or "
-                           f"{METRICS_NEED}")
+        return NotAssessed(fault, f"inter-token latencies: a vllm bench serve result (ideally --save-detailed) or {METRICS_NEED}")
     if v.preempting:
         return None  # recomputation prefills: kv_cache_preemption carries the ITL tail
     if gaps is not None:
@@ -883,24 +1140,42 @@ def prefill_decode_interference(job: Job) -> Finding | NotAssessed | None:
     if gaps is None and not (math.isfinite(tail) and tail >= STALL):
         return None  # not even the p99 gap reaches STALL x the median: no stall to explain
     if gaps is None and tail < 1.5 * STALL:
-        return insufficient(fault, f"per-request ITLs (vllm bench serve --save-detailed): the summary's p99 gap is "
-                            f"{tail:.1f}x the median, too close to the {STALL:g}x stall line to call from percentiles", excess)
+        return insufficient(
+            fault,
+            f"per-request ITLs (vllm bench serve --save-detailed): the summary's p99 gap is "
+            f"{tail:.1f}x the median, too close to the {STALL:g}x stall line to call from percentiles",
+            excess,
+        )
     if excess.value < ITL_EXCESS:
-        return insufficient(fault, f"a larger tail: {excess.value:.0%} of decode time is stalled above the median step",
-                            excess) if excess.value >= 0.06 else None
+        return (
+            insufficient(fault, f"a larger tail: {excess.value:.0%} of decode time is stalled above the median step", excess)
+            if excess.value >= 0.06
+            else None
+        )
     assoc, associated = (gaps.association, gaps.associated) if gaps is not None and gaps.associated is not None else (None, None)
     if associated is None and b is not None:
         assoc, associated = _interval_association(b)
     if associated is None:
-        return insufficient(fault, "per-request ITLs with send times (vllm bench serve --save-detailed) or periodic /metrics "
-                            "scrapes, to tie the slow tokens to prefills", excess)
+        return insufficient(
+            fault,
+            "per-request ITLs with send times (vllm bench serve --save-detailed) or periodic /metrics "
+            "scrapes, to tie the slow tokens to prefills",
+            excess,
+        )
     if not associated:
         return None
     evidence = [
-        Evidence("itl_excess_share", excess, Interval(ITL_EXCESS, unit="fraction", method="threshold"),
-                 "decode time spent in gaps above the median inter-token gap"),
-        Evidence("itl_p99_over_median", Interval(tail, unit="ratio", method="p99 / median inter-token gap"),
-                 Interval(1.0, unit="ratio", method="uniform steps")),
+        Evidence(
+            "itl_excess_share",
+            excess,
+            Interval(ITL_EXCESS, unit="fraction", method="threshold"),
+            "decode time spent in gaps above the median inter-token gap",
+        ),
+        Evidence(
+            "itl_p99_over_median",
+            Interval(tail, unit="ratio", method="p99 / median inter-token gap"),
+            Interval(1.0, unit="ratio", method="uniform steps"),
+        ),
     ]
     if assoc is not None:
         evidence.append(assoc)
@@ -910,14 +1185,21 @@ def prefill_decode_interference(job: Job) -> Finding | NotAssessed | None:
         Alternative("request_queueing", "cannot_rule_out", "TTFT is a separate question; queueing does not slow tokens"),
     )
     return Finding(
-        fault=fault, confidence=_confidence(excess.value, ITL_EXCESS, full_at=2.5),
-        impact=Interval(excess.value, excess.low, excess.high, "fraction",
-                        f"share of decode time spent stalled above the median step; {excess.method}"),
+        fault=fault,
+        confidence=_confidence(excess.value, ITL_EXCESS, full_at=2.5),
+        impact=Interval(
+            excess.value, excess.low, excess.high, "fraction", f"share of decode time spent stalled above the median step; {excess.method}"
+        ),
         scope=_scope(v),
-        symptom=(f"decoding stalls while prompts prefill: {excess.value:.0%} of decode time is above the median step, "
-                 f"p99 inter-token gap {tail:.1f}x the median"),
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=("Bound the prefill work per step: chunked prefill with --max-num-batched-tokens sized so one chunk costs "
-                "about one decode step (max_num_seqs + 256-512), or disaggregate prefill and decode. To confirm: the "
-                "vllm:iteration_tokens_total distribution and a per-request ITL timeline."),
+        symptom=(
+            f"decoding stalls while prompts prefill: {excess.value:.0%} of decode time is above the median step, "
+            f"p99 inter-token gap {tail:.1f}x the median"
+        ),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Bound the prefill work per step: chunked prefill with --max-num-batched-tokens sized so one chunk costs "
+            "about one decode step (max_num_seqs + 256-512), or disaggregate prefill and decode. To confirm: the "
+            "vllm:iteration_tokens_total distribution and a per-request ITL timeline."
+        ),
     )

@@ -53,8 +53,26 @@ _LAMBDA_NCU = re.compile(r"\[lambda\(((?:[^()\[\]]|\([^()]*\))*)\) \(instance (\
 _NAMESPACE = re.compile(r"\b[A-Za-z_]\w*::")
 _INT_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_STOP = frozenset({"const", "unsigned", "signed", "int", "long", "short", "char", "float", "double", "bool", "void",
-                   "lambda", "operator", "struct", "class", "volatile"})
+_STOP = frozenset(
+    {
+        "const",
+        "unsigned",
+        "signed",
+        "int",
+        "long",
+        "short",
+        "char",
+        "float",
+        "double",
+        "bool",
+        "void",
+        "lambda",
+        "operator",
+        "struct",
+        "class",
+        "volatile",
+    }
+)
 _PLACEHOLDER = re.compile(r"^T\d+$")
 
 
@@ -78,8 +96,8 @@ def _split(s: str) -> tuple[str, str]:
         for j in range(i, len(s)):
             depth += {"<": 1, ">": -1}.get(s[j], 0)
             if depth == 0:
-                return name, s[start + 1:j]
-        return name, s[start + 1:]
+                return name, s[start + 1 : j]
+        return name, s[start + 1 :]
     return name, ""
 
 
@@ -165,8 +183,15 @@ def join_kernels(trace_names: Iterable[str], kernel_metrics: pa.Table) -> pa.Tab
     rows = []
     for name in dict.fromkeys(trace_names):
         best, level, sim = _best(name, index.get(kernel_base_name(name), []))
-        rows.append({"trace_name": name, "ncu_name": best.name if best else None, "match": level, "similarity": sim,
-                     "ncu_kernel_ids": list(best.ids) if best else None})
+        rows.append(
+            {
+                "trace_name": name,
+                "ncu_name": best.name if best else None,
+                "match": level,
+                "similarity": sim,
+                "ncu_kernel_ids": list(best.ids) if best else None,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=JOIN)
 
 
@@ -199,9 +224,16 @@ def summarize_join(join: pa.Table, kernel_metrics: pa.Table, trace_time_ns: dict
         total = sum(trace_time_ns.values())
         hit = sum(trace_time_ns.get(n, 0.0) for n, g in zip(join["trace_name"].to_pylist(), good, strict=True) if g)
         covered = hit / total if total else None
-    return JoinSummary(trace_names=join.num_rows, matched=sum(good), exact=level.count("exact"), similar=level.count("similar"),
-                       base_only=level.count("base"), ncu_names=len(set(kernel_metrics["kernel_name"].to_pylist())),
-                       ncu_names_matched=len(matched_ncu), time_covered_fraction=covered)
+    return JoinSummary(
+        trace_names=join.num_rows,
+        matched=sum(good),
+        exact=level.count("exact"),
+        similar=level.count("similar"),
+        base_only=level.count("base"),
+        ncu_names=len(set(kernel_metrics["kernel_name"].to_pylist())),
+        ncu_names_matched=len(matched_ncu),
+        time_covered_fraction=covered,
+    )
 
 
 # --- evidence ---------------------------------------------------------------------------------------
@@ -230,8 +262,11 @@ def _spread(values: pd.Series, unit: str) -> Interval | None:
 
 def occupancy_limiter(row: pd.Series | dict) -> str | None:
     """What caps resident blocks per SM: the smallest of ncu's register, shared-memory and warp limits."""
-    limits = {"registers": row.get("block_limit_registers"), "shared memory": row.get("block_limit_shared_mem"),
-              "warps": row.get("block_limit_warps")}
+    limits = {
+        "registers": row.get("block_limit_registers"),
+        "shared memory": row.get("block_limit_shared_mem"),
+        "warps": row.get("block_limit_warps"),
+    }
     limits = {k: float(v) for k, v in limits.items() if v is not None and not pd.isna(v)}
     if not limits:
         return None
@@ -239,8 +274,9 @@ def occupancy_limiter(row: pd.Series | dict) -> str | None:
     return " and ".join(k for k, v in limits.items() if v == low)
 
 
-def kernel_evidence(kernel_name: str, table: pa.Table, gpu: GpuSpec | str | None = None, *,
-                    flop_count: float | None = None, precision: str = "bf16") -> list[Evidence]:
+def kernel_evidence(
+    kernel_name: str, table: pa.Table, gpu: GpuSpec | str | None = None, *, flop_count: float | None = None, precision: str = "bf16"
+) -> list[Evidence]:
     """What Nsight Compute measured for one kernel (named as ncu or a trace spells it), as ``Evidence``:
     grid against the SM count, achieved against theoretical occupancy, SM and memory throughput against
     ncu's 80% "well used" bar, and the roofline placement when FLOPs are known. Empty when no ncu row
@@ -256,14 +292,26 @@ def kernel_evidence(kernel_name: str, table: pa.Table, gpu: GpuSpec | str | None
     sms = first.get("sm_count")
     sms = int(sms) if sms is not None and not pd.isna(sms) else (spec.sm_count if spec else None)
     if grid is not None:
-        out.append(Evidence("ncu_grid_blocks", grid, Interval(float(sms), unit="SMs", method="SMs on the device") if sms else None,
-                            (grid_phrase(int(grid.value), sms) or f"{int(grid.value)} blocks on {sms} SMs") + tag))
+        out.append(
+            Evidence(
+                "ncu_grid_blocks",
+                grid,
+                Interval(float(sms), unit="SMs", method="SMs on the device") if sms else None,
+                (grid_phrase(int(grid.value), sms) or f"{int(grid.value)} blocks on {sms} SMs") + tag,
+            )
+        )
     occ = _spread(rows["achieved_occupancy_pct"], "%")
     if occ is not None:
         theo = rows["theoretical_occupancy_pct"].dropna()
         base = Interval(float(theo.median()), unit="%", method="theoretical occupancy (ncu)") if len(theo) else None
-        out.append(Evidence("ncu_achieved_occupancy_pct", occ, base,
-                            (occupancy_phrase(occ.value, base.value if base else None, occupancy_limiter(first)) or "") + tag))
+        out.append(
+            Evidence(
+                "ncu_achieved_occupancy_pct",
+                occ,
+                base,
+                (occupancy_phrase(occ.value, base.value if base else None, occupancy_limiter(first)) or "") + tag,
+            )
+        )
     busy = Interval(SOL_BUSY_PCT, unit="%", method="ncu SOLBottleneck: above 80% a unit is well used")
     sm, mem = _spread(rows["sm_throughput_pct"], "%"), _spread(rows["memory_throughput_pct"], "%")
     verdict = sol_bound(sm.value if sm else None, mem.value if mem else None)
@@ -313,10 +361,14 @@ def _trace_weights(signals: JobSignals, table: pa.Table) -> _Weights | None:
     if m.empty:
         return _Weights(pd.DataFrame(columns=["ncu_name", "share", "share_low", "share_high"]), "", coverage)
     # a kernel outside a rank's top kernels counts as 0 there
-    per_rank = m.groupby(["ncu_name", "rank"])["share"].sum().unstack(fill_value=0.0).reindex(columns=per_rank_total.index,
-                                                                                                 fill_value=0.0)
-    share = pd.DataFrame({"share": per_rank.mean(axis=1) * busy, "share_low": per_rank.min(axis=1) * busy,
-                          "share_high": per_rank.max(axis=1) * busy}).rename_axis("ncu_name").reset_index()
+    per_rank = m.groupby(["ncu_name", "rank"])["share"].sum().unstack(fill_value=0.0).reindex(columns=per_rank_total.index, fill_value=0.0)
+    share = (
+        pd.DataFrame(
+            {"share": per_rank.mean(axis=1) * busy, "share_low": per_rank.min(axis=1) * busy, "share_high": per_rank.max(axis=1) * busy}
+        )
+        .rename_axis("ncu_name")
+        .reset_index()
+    )
     return _Weights(share, f"share of step time from the trace (kernel share x GPU-busy fraction {busy:.0%}), over ranks", coverage)
 
 
@@ -331,8 +383,17 @@ def _ncu_weights(table: pa.Table) -> _Weights:
 def _flagged(table: pa.Table) -> pd.DataFrame:
     """Per ncu kernel name: medians over launches, and whether it underfills the GPU."""
     df = table.to_pandas()
-    cols = ["grid_size", "sm_count", "achieved_occupancy_pct", "theoretical_occupancy_pct", "sm_throughput_pct",
-            "memory_throughput_pct", "block_limit_registers", "block_limit_shared_mem", "block_limit_warps"]
+    cols = [
+        "grid_size",
+        "sm_count",
+        "achieved_occupancy_pct",
+        "theoretical_occupancy_pct",
+        "sm_throughput_pct",
+        "memory_throughput_pct",
+        "block_limit_registers",
+        "block_limit_shared_mem",
+        "block_limit_warps",
+    ]
     med = df.groupby("kernel_name")[cols].median()
     med["launches"] = df.groupby("kernel_name").size()
     sol = med[["sm_throughput_pct", "memory_throughput_pct"]].max(axis=1)
@@ -343,8 +404,12 @@ def _flagged(table: pa.Table) -> pd.DataFrame:
     return med.reset_index().rename(columns={"kernel_name": "ncu_name"})
 
 
-@detector("small_kernels", needs=("Nsight Compute kernel metrics (grid size, achieved occupancy, speed of light)",),
-          source="ncu", evidence=("ncu_kernels",))
+@detector(
+    "small_kernels",
+    needs=("Nsight Compute kernel metrics (grid size, achieved occupancy, speed of light)",),
+    source="ncu",
+    evidence=("ncu_kernels",),
+)
 def small_kernels_ncu(job: Job) -> Finding | NotAssessed | None:
     """Kernels whose launch cannot fill the GPU (fewer blocks than SMs, or too few resident warps) while
     both compute and memory run under 60% of peak, weighted by their share of time."""
@@ -360,42 +425,66 @@ def small_kernels_ncu(job: Job) -> Finding | NotAssessed | None:
     hit["save"] = hit["share"] * (1 - u / (SOL_BUSY_PCT / 100)).clip(lower=0)
     hit["save_low"] = hit["share_low"] * (1 - u / (SOL_BUSY_PCT / 100)).clip(lower=0)
     hit["save_high"] = hit["share_high"] * (1 - u)
-    imp = Interval(float(hit["save"].sum()), float(hit["save_low"].sum()), float(hit["save_high"].sum()), "fraction",
-                   f"speed-of-light headroom of the flagged kernels (to 80%..100% of their busiest unit); {weights.method}")
+    imp = Interval(
+        float(hit["save"].sum()),
+        float(hit["save_low"].sum()),
+        float(hit["save_high"].sum()),
+        "fraction",
+        f"speed-of-light headroom of the flagged kernels (to 80%..100% of their busiest unit); {weights.method}",
+    )
     if hit.empty or imp.value < INSUFFICIENT_FLOOR:
         if weights.coverage is not None and weights.coverage < MIN_COVERAGE:
-            return insufficient("small_kernels", f"Nsight Compute metrics for the kernels that dominate GPU time (the profiled "
-                                f"kernels match {weights.coverage:.0%} of the trace's kernel time)")
+            return insufficient(
+                "small_kernels",
+                f"Nsight Compute metrics for the kernels that dominate GPU time (the profiled "
+                f"kernels match {weights.coverage:.0%} of the trace's kernel time)",
+            )
         return None
     if imp.value < MIN_IMPACT:
-        return insufficient("small_kernels", "a larger effect: the underfilled kernels' headroom is "
-                            f"{imp.value:.1%} of the time, under the 3% bar", imp)
+        return insufficient(
+            "small_kernels", f"a larger effect: the underfilled kernels' headroom is {imp.value:.1%} of the time, under the 3% bar", imp
+        )
     hit = hit.sort_values("save", ascending=False)
-    evidence: list[Evidence] = [Evidence("underfill_saving_fraction", imp, Interval(MIN_IMPACT, unit="fraction",
-                                         method="reporting threshold"), "time the flagged kernels would save at 80% of peak")]
+    evidence: list[Evidence] = [
+        Evidence(
+            "underfill_saving_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "time the flagged kernels would save at 80% of peak",
+        )
+    ]
     for name in hit["ncu_name"].head(3):
         evidence.extend(kernel_evidence(name, table))
     top = hit.iloc[0]
-    grid_note = grid_phrase(int(top["grid_size"]), int(top["sm_count"])) if not pd.isna(top["grid_size"]) and not pd.isna(
-        top["sm_count"]) else None
+    grid_note = (
+        grid_phrase(int(top["grid_size"]), int(top["sm_count"])) if not pd.isna(top["grid_size"]) and not pd.isna(top["sm_count"]) else None
+    )
     occ_note = occupancy_phrase(top["achieved_occupancy_pct"], top["theoretical_occupancy_pct"], occupancy_limiter(top))
     what = grid_note if top["tiny_grid"] and grid_note else occ_note
     specificity = 0.9 if weights.coverage is not None else 0.75
     alternatives = (
-        Alternative("host_launch_bound", "cannot_rule_out", "ncu replays each kernel alone; whether the host also leaves the GPU "
-                    "idle between kernels is the trace's host_launch_bound analysis"),
-        Alternative("memory_bound_decode", "ruled_out", f"the flagged kernels run under {SOL_LATENCY_PCT:.0f}% of both compute "
-                    "and memory peaks: they are not at a roof"),
+        Alternative(
+            "host_launch_bound",
+            "cannot_rule_out",
+            "ncu replays each kernel alone; whether the host also leaves the GPU "
+            "idle between kernels is the trace's host_launch_bound analysis",
+        ),
+        Alternative(
+            "memory_bound_decode",
+            "ruled_out",
+            f"the flagged kernels run under {SOL_LATENCY_PCT:.0f}% of both compute and memory peaks: they are not at a roof",
+        ),
     )
     return Finding(
         fault="small_kernels",
         confidence=graded_confidence(imp.value, MIN_IMPACT, specificity=specificity),
         impact=imp,
-        scope={"kernels": [str(n) for n in hit["ncu_name"]], "source": "ncu",
-               "launches": int(hit["launches"].sum())},
-        symptom=(f"{len(hit)} kernel(s) cannot fill the GPU: {kernel_base_name(str(top['ncu_name']))} ({what}, "
-                 f"{top['sol_pct']:.0f}% of the busiest unit's peak) takes {top['share']:.0%} of the time; "
-                 f"reaching 80% of peak would save about {imp.value:.0%}"),
+        scope={"kernels": [str(n) for n in hit["ncu_name"]], "source": "ncu", "launches": int(hit["launches"].sum())},
+        symptom=(
+            f"{len(hit)} kernel(s) cannot fill the GPU: {kernel_base_name(str(top['ncu_name']))} ({what}, "
+            f"{top['sol_pct']:.0f}% of the busiest unit's peak) takes {top['share']:.0%} of the time; "
+            f"reaching 80% of peak would save about {imp.value:.0%}"
+        ),
         evidence=tuple(evidence),
         alternatives=alternatives,
         action=_action(hit),
@@ -405,13 +494,20 @@ def small_kernels_ncu(job: Job) -> Finding | NotAssessed | None:
 def _action(hit: pd.DataFrame) -> str:
     parts = []
     if hit["tiny_grid"].any():
-        parts.append("give tiny-grid kernels at least as many blocks as SMs: batch the small launches together or fuse them "
-                     "(torch.compile), use split-K / stream-K for GEMMs with few output tiles, or a larger batch")
+        parts.append(
+            "give tiny-grid kernels at least as many blocks as SMs: batch the small launches together or fuse them "
+            "(torch.compile), use split-K / stream-K for GEMMs with few output tiles, or a larger batch"
+        )
     if hit["low_occupancy"].any():
         lim = {occupancy_limiter(r) for _, r in hit[hit["low_occupancy"]].iterrows()} - {None}
-        parts.append("raise occupancy of the low-occupancy kernels" + (f" (limited by {', '.join(sorted(lim))}: "
-                     "fewer registers via __launch_bounds__/maxrregcount, less shared memory per block, smaller blocks)"
-                     if lim else ""))
+        parts.append(
+            "raise occupancy of the low-occupancy kernels"
+            + (
+                f" (limited by {', '.join(sorted(lim))}: "
+                "fewer registers via __launch_bounds__/maxrregcount, less shared memory per block, smaller blocks)"
+                if lim
+                else ""
+            )
+        )
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + ". Confirm with ncu --section LaunchStats,Occupancy on the named kernels."
-

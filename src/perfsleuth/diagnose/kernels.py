@@ -52,31 +52,51 @@ def small_kernels(job: Job) -> Finding | NotAssessed | None:
     loss = ctx.per_step("small_kernel_saving_ns") * amplification
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
-        return below_bar("small_kernels", imp, f"a larger effect: fusing the short-kernel chains would save "
-                                               f"{imp.value:.1%} of step time, under the 3% bar")
+        return below_bar(
+            "small_kernels",
+            imp,
+            f"a larger effect: fusing the short-kernel chains would save {imp.value:.1%} of step time, under the 3% bar",
+        )
     launch = ctx.impact(ctx.per_step("lost_launch_ns"))
     if launch.value >= MIN_IMPACT and launch.value >= 2 * imp.value:
-        return insufficient("small_kernels", f"a job not launch-bound: the GPU waits for launches {launch.value:.0%} of the "
-                            f"step, so its tiny kernels are that problem's symptom (fusing them is the launch-bound fix)", imp)
+        return insufficient(
+            "small_kernels",
+            f"a job not launch-bound: the GPU waits for launches {launch.value:.0%} of the "
+            f"step, so its tiny kernels are that problem's symptom (fusing them is the launch-bound fix)",
+            imp,
+        )
     hit = rs[rs["chains"] > 0]
     ranks = sorted(int(r) for r in hit["rank"].unique())
     chain_len = float((hit["chain_kernels"] / hit["chains"]).median())
     kern_ns = float((hit["chain_ns"] / hit["chain_kernels"]).median())
     chain_share = float(hit["chain_ns"].sum() / max(hit["compute_ns"].sum(), 1))
     evidence = (
-        Evidence("fusion_saving_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 f"chain time minus {FUSED_KERNELS:.0f} kernels' worth per chain (worst rank per step)"
-                 + (f", x {amplification:.2f} for the pipeline's fill and drain" if amplification > 1 else "")),
+        Evidence(
+            "fusion_saving_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            f"chain time minus {FUSED_KERNELS:.0f} kernels' worth per chain (worst rank per step)"
+            + (f", x {amplification:.2f} for the pipeline's fill and drain" if amplification > 1 else ""),
+        ),
         Evidence("short_kernel_chain_share_of_compute", Interval(chain_share, unit="fraction", method="ranks with chains")),
-        Evidence("kernels_per_chain", Interval(chain_len, unit="kernels", method="median rank-step"),
-                 Interval(float(CHAIN_MIN_KERNELS), unit="kernels", method="shortest counted chain")),
-        Evidence("short_kernel_ns", Interval(kern_ns, unit="ns", method="mean duration in chains"),
-                 Interval(float(SHORT_KERNEL_NS), unit="ns", method="short-kernel threshold")),
+        Evidence(
+            "kernels_per_chain",
+            Interval(chain_len, unit="kernels", method="median rank-step"),
+            Interval(float(CHAIN_MIN_KERNELS), unit="kernels", method="shortest counted chain"),
+        ),
+        Evidence(
+            "short_kernel_ns",
+            Interval(kern_ns, unit="ns", method="mean duration in chains"),
+            Interval(float(SHORT_KERNEL_NS), unit="ns", method="short-kernel threshold"),
+        ),
     )
     alternatives = (
-        Alternative("host_launch_bound", "ruled_out" if launch.value < MIN_IMPACT else "supports",
-                    f"the chained kernels start within {CHAIN_GAP_NS / 1e3:.0f} µs of each other: the GPU is fed, "
-                    f"it waits for launches only {launch.value:.1%} of the step"),
+        Alternative(
+            "host_launch_bound",
+            "ruled_out" if launch.value < MIN_IMPACT else "supports",
+            f"the chained kernels start within {CHAIN_GAP_NS / 1e3:.0f} µs of each other: the GPU is fed, "
+            f"it waits for launches only {launch.value:.1%} of the step",
+        ),
         Alternative("slow_node", "ruled_out", "the same chains run on every rank listed"),
     )
     return Finding(
@@ -84,11 +104,15 @@ def small_kernels(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT),
         impact=imp,
         scope={"ranks": ranks, "steps": [int(s) for s in ctx.step_time.index]},
-        symptom=(f"chains of ~{chain_len:.0f} tiny kernels (~{kern_ns / 1e3:.1f} µs each) run back to back: "
-                 f"{chain_share:.0%} of compute time; fusing them would save about {imp.value:.0%} of the step"),
+        symptom=(
+            f"chains of ~{chain_len:.0f} tiny kernels (~{kern_ns / 1e3:.1f} µs each) run back to back: "
+            f"{chain_share:.0%} of compute time; fusing them would save about {imp.value:.0%} of the step"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Fuse the elementwise chains: torch.compile the module (Inductor fuses pointwise ops), or use a fused "
-                "kernel (fused rotary/bias-GeLU); check the launch grid (grid/blocks per SM in the trace's kernel args). "
-                "To confirm: SM occupancy of these kernels (Nsight Compute or the trace's 'est. achieved occupancy %')."),
+        action=(
+            "Fuse the elementwise chains: torch.compile the module (Inductor fuses pointwise ops), or use a fused "
+            "kernel (fused rotary/bias-GeLU); check the launch grid (grid/blocks per SM in the trace's kernel args). "
+            "To confirm: SM occupancy of these kernels (Nsight Compute or the trace's 'est. achieved occupancy %')."
+        ),
     )

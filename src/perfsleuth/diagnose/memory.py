@@ -69,12 +69,15 @@ def _split(ctx: JobContext, several_steps: bool = True) -> pd.DataFrame:
 
 
 def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
-    return require_host_and_gpu(ctx, fault, host_events="CUDA runtime events",
-                                gpu_cost="GPU idle time is what allocator calls cost")
+    return require_host_and_gpu(ctx, fault, host_events="CUDA runtime events", gpu_cost="GPU idle time is what allocator calls cost")
 
 
-@detector("allocator_churn", needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",),
-          evidence=("allocator_calls",), requires=(REAL_SIZE, STEPS))
+@detector(
+    "allocator_churn",
+    needs=("kineto trace with CUDA runtime events (cudaMalloc/cudaFree)",),
+    evidence=("allocator_calls",),
+    requires=(REAL_SIZE, STEPS),
+)
 def allocator_churn(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if (na := _needs(ctx, "allocator_churn")) is not None:
@@ -86,28 +89,42 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
     imp = ctx.impact(loss)
     steady = float(sp.groupby("step")["calls"].any().mean())
     if imp.value < MIN_IMPACT:
-        return below_bar("allocator_churn", imp, f"a larger effect: allocator calls cost {imp.value:.1%} of step time, "
-                                                 "under the 3% bar")
+        return below_bar("allocator_churn", imp, f"a larger effect: allocator calls cost {imp.value:.1%} of step time, under the 3% bar")
     if steady < STEADY_SHARE:
-        return insufficient("allocator_churn", f"allocator calls on more steps: they appear on {steady:.0%} of steps, "
-                            "which is warm-up or one-off growth rather than steady-state churn", imp)
+        return insufficient(
+            "allocator_churn",
+            f"allocator calls on more steps: they appear on {steady:.0%} of steps, "
+            "which is warm-up or one-off growth rather than steady-state churn",
+            imp,
+        )
     hit = sp[sp["calls"]]
     ranks = sorted(int(r) for r in hit["rank"].unique())
     per_step_calls = hit.groupby(["rank", "step"])[["malloc_calls", "free_calls"]].sum().median()
     emptied = bool(hit["steady_flush"].any())
     evidence = (
-        Evidence("allocator_blocked_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 "GPU idle while the host sat in cudaMalloc/cudaFree (worst rank per step)"),
-        Evidence("cudaMalloc_per_step", Interval(float(per_step_calls["malloc_calls"]), unit="calls", method="median rank-step"),
-                 Interval(0.0, unit="calls", method="steady state of a warmed-up caching allocator")),
+        Evidence(
+            "allocator_blocked_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "GPU idle while the host sat in cudaMalloc/cudaFree (worst rank per step)",
+        ),
+        Evidence(
+            "cudaMalloc_per_step",
+            Interval(float(per_step_calls["malloc_calls"]), unit="calls", method="median rank-step"),
+            Interval(0.0, unit="calls", method="steady state of a warmed-up caching allocator"),
+        ),
         Evidence("cudaFree_per_step", Interval(float(per_step_calls["free_calls"]), unit="calls", method="median rank-step")),
         Evidence("steps_with_allocator_calls", Interval(steady, unit="fraction", method="share of steps")),
     )
     alternatives = (
-        Alternative("memory_fragmentation", "ruled_out",
-                    f"the whole cache is freed on {steady:.0%} of steps, the same way each step: an explicit empty_cache(), "
-                    "not a retry after a failed allocation (that hits the few peak steps)" if emptied
-                    else "frees come one at a time, not as a cache flush"),
+        Alternative(
+            "memory_fragmentation",
+            "ruled_out",
+            f"the whole cache is freed on {steady:.0%} of steps, the same way each step: an explicit empty_cache(), "
+            "not a retry after a failed allocation (that hits the few peak steps)"
+            if emptied
+            else "frees come one at a time, not as a cache flush",
+        ),
         Alternative("host_launch_bound", "ruled_out", "launch waits outside allocator calls are counted separately"),
     )
     return Finding(
@@ -115,23 +132,33 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if steady >= 0.8 else 0.9),
         impact=imp,
         scope={"ranks": ranks, "steps": sorted(int(s) for s in hit["step"].unique())},
-        symptom=((f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps " if job.provenance.supports(SEVERAL_STEPS)
-                  else f"cudaMalloc/cudaFree on the {ctx.n_steps} traced step(s) (too few to call it steady state) ")
-                 + f"({per_step_calls['malloc_calls']:.0f} mallocs per step"
-                 + ("; the allocator cache is emptied every step, as torch.cuda.empty_cache() in the loop does" if emptied else "")
-                 + f"); each cudaFree drains the GPU: {imp.value:.0%} of step time"),
+        symptom=(
+            (
+                f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps "
+                if job.provenance.supports(SEVERAL_STEPS)
+                else f"cudaMalloc/cudaFree on the {ctx.n_steps} traced step(s) (too few to call it steady state) "
+            )
+            + f"({per_step_calls['malloc_calls']:.0f} mallocs per step"
+            + ("; the allocator cache is emptied every step, as torch.cuda.empty_cache() in the loop does" if emptied else "")
+            + f"); each cudaFree drains the GPU: {imp.value:.0%} of step time"
+        ),
         evidence=evidence,
         alternatives=alternatives,
-        action=("Keep memory in the caching allocator: remove torch.cuda.empty_cache() from the loop, reuse buffers, "
-                "avoid shape changes that defeat block reuse, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. "
-                "To confirm: torch.cuda.memory_stats() num_device_alloc/num_device_free per step."),
+        action=(
+            "Keep memory in the caching allocator: remove torch.cuda.empty_cache() from the loop, reuse buffers, "
+            "avoid shape changes that defeat block reuse, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. "
+            "To confirm: torch.cuda.memory_stats() num_device_alloc/num_device_free per step."
+        ),
         attached=straggler_symptom(ctx, "lost_alloc_ns"),
     )
 
 
-@detector("memory_fragmentation", needs=("kineto trace with profile_memory=True (allocator memory events)",
-                                         "CUDA runtime events (cudaFree bursts)"),
-          evidence=("allocator_calls", "memory_events"), requires=(REAL_SIZE, SEVERAL_STEPS))
+@detector(
+    "memory_fragmentation",
+    needs=("kineto trace with profile_memory=True (allocator memory events)", "CUDA runtime events (cudaFree bursts)"),
+    evidence=("allocator_calls", "memory_events"),
+    requires=(REAL_SIZE, SEVERAL_STEPS),
+)
 def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
     ctx = job.ctx
     if (na := _needs(ctx, "memory_fragmentation")) is not None:
@@ -148,51 +175,78 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
     flushes = sp[sp["flush"] & (sp["flush_ns"] > 0)]
     if imp.value < MIN_IMPACT:
         if ratio is not None and ratio >= RESERVED_OVER_ALLOCATED:
-            return insufficient("memory_fragmentation", f"allocator retries that cost time: reserved memory is {ratio:.1f}x "
-                                f"allocated (fragmented pool) but cache flushes cost {imp.value:.1%} of step time",
-                                Interval(ratio, unit="ratio", method="reserved / allocated, median step"))
+            return insufficient(
+                "memory_fragmentation",
+                f"allocator retries that cost time: reserved memory is {ratio:.1f}x "
+                f"allocated (fragmented pool) but cache flushes cost {imp.value:.1%} of step time",
+                Interval(ratio, unit="ratio", method="reserved / allocated, median step"),
+            )
         if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("memory_fragmentation", f"a larger effect: cache flushes cost {imp.value:.1%} of step time",
-                                imp)
+            return insufficient("memory_fragmentation", f"a larger effect: cache flushes cost {imp.value:.1%} of step time", imp)
         if not has_mem:
-            return NotAssessed("memory_fragmentation", "allocator memory events (torch.profiler profile_memory=True) "
-                               "or torch.cuda.memory_stats() num_alloc_retries")
+            return NotAssessed(
+                "memory_fragmentation",
+                "allocator memory events (torch.profiler profile_memory=True) or torch.cuda.memory_stats() num_alloc_retries",
+            )
         return None
     ranks = sorted(int(r) for r in flushes["rank"].unique())
     steps = sorted(int(s) for s in flushes["step"].unique())
     evidence = [
-        Evidence("cache_flush_blocked_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 "GPU idle while the allocator freed its cache and retried (worst rank per step)"),
-        Evidence("cudaFree_burst", Interval(float(flushes["free_burst_max"].median()), unit="calls",
-                                            method="median back-to-back cudaFree calls at a flush"),
-                 Interval(float(FLUSH_BURST), unit="calls", method="threshold")),
+        Evidence(
+            "cache_flush_blocked_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "GPU idle while the allocator freed its cache and retried (worst rank per step)",
+        ),
+        Evidence(
+            "cudaFree_burst",
+            Interval(float(flushes["free_burst_max"].median()), unit="calls", method="median back-to-back cudaFree calls at a flush"),
+            Interval(float(FLUSH_BURST), unit="calls", method="threshold"),
+        ),
     ]
     if ratio is not None:
-        evidence.append(Evidence("reserved_over_allocated", Interval(ratio, unit="ratio", method="median step, max reserved / "
-                                 "max allocated"), Interval(RESERVED_OVER_ALLOCATED, unit="ratio", method="threshold")))
+        evidence.append(
+            Evidence(
+                "reserved_over_allocated",
+                Interval(ratio, unit="ratio", method="median step, max reserved / max allocated"),
+                Interval(RESERVED_OVER_ALLOCATED, unit="ratio", method="threshold"),
+            )
+        )
         drops = int(rs["mem_reserved_drops"].fillna(0).sum())
-        evidence.append(Evidence("reserved_memory_drops", Interval(float(drops), unit="count", method="reserved memory falling "
-                                 "> 10% between allocator events")))
+        evidence.append(
+            Evidence(
+                "reserved_memory_drops",
+                Interval(float(drops), unit="count", method="reserved memory falling > 10% between allocator events"),
+            )
+        )
     fragmented = ratio is not None and ratio >= RESERVED_OVER_ALLOCATED
     alternatives = (
         Alternative("allocator_churn", "ruled_out", "the frees come as bursts on a few steps, not as steady pairs"),
-        Alternative("explicit_empty_cache", "ruled_out" if fragmented else "cannot_rule_out",
-                    f"reserved memory is {ratio:.1f}x allocated before the flush: the pool was fragmented" if fragmented
-                    else "an explicit torch.cuda.empty_cache() flushes the same way; memory events or num_alloc_retries decide it"),
+        Alternative(
+            "explicit_empty_cache",
+            "ruled_out" if fragmented else "cannot_rule_out",
+            f"reserved memory is {ratio:.1f}x allocated before the flush: the pool was fragmented"
+            if fragmented
+            else "an explicit torch.cuda.empty_cache() flushes the same way; memory events or num_alloc_retries decide it",
+        ),
     )
     return Finding(
         fault="memory_fragmentation",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if fragmented else 0.85 if has_mem else 0.8),
         impact=imp,
         scope={"ranks": ranks, "steps": steps},
-        symptom=(f"the caching allocator empties its cache and retries on step(s) {steps} "
-                 f"({flushes['free_burst_max'].median():.0f} cudaFree calls back to back)"
-                 + (f"; reserved memory is {ratio:.1f}x allocated" if ratio is not None else "")
-                 + f": {imp.value:.0%} of step time"),
+        symptom=(
+            f"the caching allocator empties its cache and retries on step(s) {steps} "
+            f"({flushes['free_burst_max'].median():.0f} cudaFree calls back to back)"
+            + (f"; reserved memory is {ratio:.1f}x allocated" if ratio is not None else "")
+            + f": {imp.value:.0%} of step time"
+        ),
         evidence=tuple(evidence),
         alternatives=alternatives,
-        action=("Reduce fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, avoid varying tensor sizes "
-                "(pad to buckets), lower peak memory (activation checkpointing, smaller microbatch). To confirm: "
-                "torch.cuda.memory_stats() num_alloc_retries rising after warm-up."),
+        action=(
+            "Reduce fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, avoid varying tensor sizes "
+            "(pad to buckets), lower peak memory (activation checkpointing, smaller microbatch). To confirm: "
+            "torch.cuda.memory_stats() num_alloc_retries rising after warm-up."
+        ),
         attached=straggler_symptom(ctx, "lost_alloc_ns"),
     )

@@ -49,6 +49,7 @@ _CHANNEL_ENV = ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS", "N
 
 # --- shared measures -------------------------------------------------------------------------------
 
+
 def _bootstrap_mean(x: np.ndarray, unit: str, what: str) -> Interval:
     """Mean with a 95% percentile-bootstrap interval (none below three values)."""
     x = np.asarray(x, dtype=float)
@@ -71,6 +72,7 @@ def _cached(signals: JobSignals, name: str, build: Callable[[], T]) -> T:
 
 def _tests(signals: JobSignals) -> pd.DataFrame | None:
     """nccl-tests rows fit to judge: units consistent, a time, no wrong elements."""
+
     def build() -> pd.DataFrame | None:
         t = signals.table("nccl_tests")
         if t is None:
@@ -78,6 +80,7 @@ def _tests(signals: JobSignals) -> pd.DataFrame | None:
         df = t.to_pandas()
         ok = df["units_ok"].fillna(True).astype(bool) & (df["time_us"] > 0) & ~(df["wrong"].fillna(0) > 0)
         return df[ok].reset_index(drop=True)
+
     return _cached(signals, "tests", build)
 
 
@@ -111,8 +114,15 @@ class _RunCurve:
 
 def _curves(g: pd.DataFrame) -> dict[str, _RunCurve]:
     agg = g.groupby(["run_id", "size_bytes"], sort=True).agg(
-        t=("time_us", "min"), all_t=("time_us", list), bw=("busbw_gbs", "max"), ca=("chosen_algo", "first"),
-        cp=("chosen_proto", "first"), ae=("algo_env", "first"), pe=("proto_env", "first"), hosts=("hosts", "first"))
+        t=("time_us", "min"),
+        all_t=("time_us", list),
+        bw=("busbw_gbs", "max"),
+        ca=("chosen_algo", "first"),
+        cp=("chosen_proto", "first"),
+        ae=("algo_env", "first"),
+        pe=("proto_env", "first"),
+        hosts=("hosts", "first"),
+    )
     out: dict[str, _RunCurve] = {}
     for (rid, size), r in zip(agg.index, agg.itertuples(index=False), strict=True):
         c = out.get(rid)
@@ -152,6 +162,7 @@ def _hosts_of(v: object) -> list[str]:
 
 
 # --- nccl_algorithm_selection -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class _Band:
@@ -226,8 +237,9 @@ def _selection_bands(group: pd.DataFrame, sigma: float) -> list[_Band]:
             top = band[-1]
             bw_top = d.busbw.get(top, np.nan)
             loss = np.array([1 - t_alt / t for s, t_alt in zip(band, tb, strict=True) for t in d.placements[s]])
-            out.append(_Band(band, loss, pd.Series(best_l[lo:hi]).mode().iloc[0], chosen_name, td, tb,
-                             bw_top, bw_top * td[-1] / tb[-1], d.run_id))
+            out.append(
+                _Band(band, loss, pd.Series(best_l[lo:hi]).mode().iloc[0], chosen_name, td, tb, bw_top, bw_top * td[-1] / tb[-1], d.run_id)
+            )
     return out
 
 
@@ -246,15 +258,23 @@ def _apparent(d: _RunCurve, forced: list[_RunCurve], sizes: list[int]) -> str:
     return "apparently " + " or ".join(close)
 
 
-@detector("nccl_algorithm_selection", needs=("nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside NCCL's default "
-                                             "run (a sweep), or default runs whose TUNING lines show other choices",),
-          source=SOURCE, evidence=("nccl_tests", "nccl_log"))
+@detector(
+    "nccl_algorithm_selection",
+    needs=(
+        "nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside NCCL's default "
+        "run (a sweep), or default runs whose TUNING lines show other choices",
+    ),
+    source=SOURCE,
+    evidence=("nccl_tests", "nccl_log"),
+)
 def nccl_algorithm_selection(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "nccl_algorithm_selection"
     df = _tests(signals)
-    need = ("nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside a default run of the same collective and ranks "
-            "(a sweep), or earlier default runs with NCCL_DEBUG_SUBSYS=TUNING")
+    need = (
+        "nccl-tests runs with NCCL_ALGO/NCCL_PROTO forced beside a default run of the same collective and ranks "
+        "(a sweep), or earlier default runs with NCCL_DEBUG_SUBSYS=TUNING"
+    )
     if df is None or df.empty:
         return NotAssessed(fault, need)
     keys = ["collective", "nranks", "nhosts", "dtype"]
@@ -275,56 +295,96 @@ def nccl_algorithm_selection(job: Job) -> Finding | NotAssessed | None:
     coll = df.loc[df["run_id"] == main.run_id, "collective"].iloc[0]
     loss = np.concatenate([b.loss for b in bands])
     imp = _bootstrap_mean(loss, "fraction", "sizes x placements where an alternative is faster")
-    imp = Interval(imp.value, imp.low, imp.high, "fraction", "share of the collective's time lost at those sizes (default "
-                   "vs the fastest measured alternative), " + imp.method)
+    imp = Interval(
+        imp.value,
+        imp.low,
+        imp.high,
+        "fraction",
+        "share of the collective's time lost at those sizes (default vs the fastest measured alternative), " + imp.method,
+    )
     ratio = _bootstrap_mean(main.t_default / main.t_best, "x", "sizes in the band")
     sigma = _point_noise(df)
     evidence = [
-        Evidence("default_vs_best_time_ratio", ratio, Interval(1 / (1 - MIN_GAIN), unit="x", method=f"bar: {MIN_GAIN:.0%} "
-                 f"saving and {NOISE_Z:g} noise SDs (one measurement's SD {sigma:.1%}, from out-of-place vs in-place)"),
-                 f"{coll} {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])}: NCCL's {main.chosen} vs {main.best}"),
-        Evidence("busbw_at_band_top", Interval(main.busbw_default, unit="GB/s", method=f"default run at {_fmt_bytes(main.sizes[-1])}"),
-                 Interval(main.busbw_best, unit="GB/s", method=f"{main.best} at the same size")),
+        Evidence(
+            "default_vs_best_time_ratio",
+            ratio,
+            Interval(
+                1 / (1 - MIN_GAIN),
+                unit="x",
+                method=f"bar: {MIN_GAIN:.0%} "
+                f"saving and {NOISE_Z:g} noise SDs (one measurement's SD {sigma:.1%}, from out-of-place vs in-place)",
+            ),
+            f"{coll} {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])}: NCCL's {main.chosen} vs {main.best}",
+        ),
+        Evidence(
+            "busbw_at_band_top",
+            Interval(main.busbw_default, unit="GB/s", method=f"default run at {_fmt_bytes(main.sizes[-1])}"),
+            Interval(main.busbw_best, unit="GB/s", method=f"{main.best} at the same size"),
+        ),
     ]
     for b in bands:
         if b is not main:
-            evidence.append(Evidence("default_vs_best_time_ratio", _bootstrap_mean(b.t_default / b.t_best, "x", "sizes"),
-                                     note=f"also {_fmt_bytes(b.sizes[0])}..{_fmt_bytes(b.sizes[-1])}: {b.chosen} vs {b.best}"))
+            evidence.append(
+                Evidence(
+                    "default_vs_best_time_ratio",
+                    _bootstrap_mean(b.t_default / b.t_best, "x", "sizes"),
+                    note=f"also {_fmt_bytes(b.sizes[0])}..{_fmt_bytes(b.sizes[-1])}: {b.chosen} vs {b.best}",
+                )
+            )
     group_hosts = df[df["collective"] == coll]["hosts"].nunique()
     same_hosts = group_hosts <= 1
     alternatives = (
-        Alternative("nccl_transport_fallback", "ruled_out", "the forced runs share the default run's transport and hosts; "
-                    "a slow transport would slow every algorithm alike"),
-        Alternative("degraded_network", "ruled_out" if same_hosts else "cannot_rule_out",
-                    "measured on the same hosts: the alternative is faster on the very links the default uses"
-                    if same_hosts else "the runs compared come from different hosts"),
+        Alternative(
+            "nccl_transport_fallback",
+            "ruled_out",
+            "the forced runs share the default run's transport and hosts; a slow transport would slow every algorithm alike",
+        ),
+        Alternative(
+            "degraded_network",
+            "ruled_out" if same_hosts else "cannot_rule_out",
+            "measured on the same hosts: the alternative is faster on the very links the default uses"
+            if same_hosts
+            else "the runs compared come from different hosts",
+        ),
     )
     algo, _, proto = main.best.split(" (")[0].partition("/")
-    env = " ".join(x for x in (f"NCCL_ALGO={algo}" if algo != "*" else "", f"NCCL_PROTO={proto}" if proto not in ("*", "")
-                               else "") if x)
+    env = " ".join(x for x in (f"NCCL_ALGO={algo}" if algo != "*" else "", f"NCCL_PROTO={proto}" if proto not in ("*", "") else "") if x)
     conf = graded_confidence(float(np.exp(np.mean(np.log(main.t_default / main.t_best)))) - 1, MIN_GAIN / (1 - MIN_GAIN))
     if main.chosen.startswith("unknown"):
         conf *= 0.9
     return Finding(
-        fault=fault, confidence=conf, impact=imp,
-        scope={"collective": coll, "sizes_bytes": sorted({s for b in bands for s in b.sizes}), "chosen": main.chosen,
-               "faster": main.best, "runs": sorted({b.run_id for b in bands})},
-        symptom=(f"for {coll} of {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])} NCCL's choice ({main.chosen}) "
-                 f"takes {ratio.value:.2f}x the time of {main.best}"
-                 + (", measured on the same hosts" if same_hosts else "")),
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=(f"For {coll} messages of {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])} use {env or main.best}: "
-                "NCCL_ALGO/NCCL_PROTO apply to every size, so restrict it with a tuner plugin (NCCL_TUNER_PLUGIN) if other "
-                "sizes matter. Confirm NCCL's choice with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING; try a newer NCCL, whose "
-                "tuning model may differ; report the sweep to NVIDIA if the default stays slower."),
+        fault=fault,
+        confidence=conf,
+        impact=imp,
+        scope={
+            "collective": coll,
+            "sizes_bytes": sorted({s for b in bands for s in b.sizes}),
+            "chosen": main.chosen,
+            "faster": main.best,
+            "runs": sorted({b.run_id for b in bands}),
+        },
+        symptom=(
+            f"for {coll} of {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])} NCCL's choice ({main.chosen}) "
+            f"takes {ratio.value:.2f}x the time of {main.best}" + (", measured on the same hosts" if same_hosts else "")
+        ),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            f"For {coll} messages of {_fmt_bytes(main.sizes[0])}..{_fmt_bytes(main.sizes[-1])} use {env or main.best}: "
+            "NCCL_ALGO/NCCL_PROTO apply to every size, so restrict it with a tuner plugin (NCCL_TUNER_PLUGIN) if other "
+            "sizes matter. Confirm NCCL's choice with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING; try a newer NCCL, whose "
+            "tuning model may differ; report the sweep to NVIDIA if the default stays slower."
+        ),
     )
 
 
 # --- transport facts -------------------------------------------------------------------------------
 
+
 def _log_main(signals: JobSignals) -> list[dict] | None:
     """One record per (file, process, device): its largest communicator. Records, not a frame: the
     log tables are small and the checks below are per-run set logic."""
+
     def build() -> list[dict] | None:
         t = signals.table("nccl_log")
         if t is None or t.num_rows == 0:
@@ -336,6 +396,7 @@ def _log_main(signals: JobSignals) -> list[dict] | None:
             if k not in best or ((r["nranks"] or 0), r["init_complete"]) > ((best[k]["nranks"] or 0), best[k]["init_complete"]):
                 best[k] = r
         return list(best.values())
+
     return _cached(signals, "log_main", build)
 
 
@@ -378,8 +439,7 @@ class _Issue:
 
 def _socket_issues(runs: dict[str, list[dict]], thin: list[str]) -> list[_Issue]:
     multi = {rid: rows for rid, rows in runs.items() if _multi_node(rows)}
-    rdma_fleet = [rid for rid, rows in multi.items() if any(_is_rdma(r) for r in rows)
-                  and not any(r["network"] == "Socket" for r in rows)]
+    rdma_fleet = [rid for rid, rows in multi.items() if any(_is_rdma(r) for r in rows) and not any(r["network"] == "Socket" for r in rows)]
     table = active_table()
     site_rdma = table.network is not None and table.fabric(table.network).rdma
     out = []
@@ -400,14 +460,24 @@ def _socket_issues(runs: dict[str, list[dict]], thin: list[str]) -> list[_Issue]
         elif site_rdma:
             basis, note, strength = "fabric", f"the fabric table says this site's network is {table.network}", 0.8
         else:
-            thin.append(f"{rid}: inter-node traffic on sockets, but no RDMA baseline (no other host, earlier log or "
-                        "site fabric says RDMA is available)")
+            thin.append(
+                f"{rid}: inter-node traffic on sockets, but no RDMA baseline (no other host, earlier log or "
+                "site fabric says RDMA is available)"
+            )
             continue
         if any(r["ib_device_found"] is False for r in sock):
             note += "; NCCL found no IB device there"
         frac = Interval(len(hosts) / max(len({r["host"] for r in rows}), 1), unit="fraction", method="hosts on NET/Socket")
-        out.append(_Issue("socket", rid, hosts, basis, Evidence(
-            "hosts_on_sockets", frac, Interval(0.0, unit="fraction", method="RDMA baseline"), f"{rid}: {note}"), strength))
+        out.append(
+            _Issue(
+                "socket",
+                rid,
+                hosts,
+                basis,
+                Evidence("hosts_on_sockets", frac, Interval(0.0, unit="fraction", method="RDMA baseline"), f"{rid}: {note}"),
+                strength,
+            )
+        )
     return out
 
 
@@ -435,8 +505,16 @@ def _gdr_issues(runs: dict[str, list[dict]], thin: list[str]) -> list[_Issue]:
             thin.append(f"{rid}: GPUDirect RDMA off on every host ({notes or 'no reason logged'}), no baseline with it on")
             continue
         frac = Interval(len(hosts) / max(len({r["host"] for r in rdma}), 1), unit="fraction", method="hosts without GDR")
-        out.append(_Issue("gdr_disabled", rid, hosts, basis, Evidence(
-            "hosts_without_gdr", frac, Interval(0.0, unit="fraction", method="GDR baseline"), f"{rid}: {note}"), strength))
+        out.append(
+            _Issue(
+                "gdr_disabled",
+                rid,
+                hosts,
+                basis,
+                Evidence("hosts_without_gdr", frac, Interval(0.0, unit="fraction", method="GDR baseline"), f"{rid}: {note}"),
+                strength,
+            )
+        )
     return out
 
 
@@ -459,24 +537,38 @@ def _channel_issues(runs: dict[str, list[dict]], thin: list[str]) -> list[_Issue
             basis, strength, note = "fleet", 0.85, f"{len(same)} earlier logs with the same topology have {base:g}"
         else:
             continue
-        baseline = (Interval(base, unit="channels", method=f"median of {len(same)} logs with the same ranks, nodes and "
-                             "local ranks") if base is not None else
-                    Interval(16.0, unit="channels", method="fewest NCCL sets up on an NVLink node by default (approx.)"))
-        out.append(_Issue("channels", rid, hosts, basis, Evidence(
-            "channels", Interval(channels, unit="channels", method="median over the job's ranks"), baseline,
-            f"{rid}: {note}"), strength))
+        baseline = (
+            Interval(base, unit="channels", method=f"median of {len(same)} logs with the same ranks, nodes and local ranks")
+            if base is not None
+            else Interval(16.0, unit="channels", method="fewest NCCL sets up on an NVLink node by default (approx.)")
+        )
+        out.append(
+            _Issue(
+                "channels",
+                rid,
+                hosts,
+                basis,
+                Evidence("channels", Interval(channels, unit="channels", method="median over the job's ranks"), baseline, f"{rid}: {note}"),
+                strength,
+            )
+        )
     return out
 
 
 _FALLBACK_ACTION = {
-    "socket": ("sockets: check the HCAs on {hosts} (`ibstat`: ports Active at full rate; `ibv_devinfo`), the RDMA "
-               "drivers and, in containers, /dev/infiniband and IPC_LOCK; unset NCCL_IB_DISABLE / NCCL_NET=Socket; name "
-               "the HCAs with NCCL_IB_HCA (RoCE: NCCL_IB_GID_INDEX)."),
-    "gdr_disabled": ("GPUDirect RDMA off on {hosts}: load the peer-memory module (`lsmod | grep nvidia_peermem`; "
-                     "`modprobe nvidia-peermem`) or use DMA-BUF (NCCL_DMABUF_ENABLE=1 with a recent driver); check "
-                     "NCCL_NET_GDR_LEVEL and that ACS/IOMMU do not block peer-to-peer PCIe."),
-    "channels": ("few channels: unset NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS / NCCL_MAX_CTAS and compare the NCCL "
-                 "version with the earlier jobs'."),
+    "socket": (
+        "sockets: check the HCAs on {hosts} (`ibstat`: ports Active at full rate; `ibv_devinfo`), the RDMA "
+        "drivers and, in containers, /dev/infiniband and IPC_LOCK; unset NCCL_IB_DISABLE / NCCL_NET=Socket; name "
+        "the HCAs with NCCL_IB_HCA (RoCE: NCCL_IB_GID_INDEX)."
+    ),
+    "gdr_disabled": (
+        "GPUDirect RDMA off on {hosts}: load the peer-memory module (`lsmod | grep nvidia_peermem`; "
+        "`modprobe nvidia-peermem`) or use DMA-BUF (NCCL_DMABUF_ENABLE=1 with a recent driver); check "
+        "NCCL_NET_GDR_LEVEL and that ACS/IOMMU do not block peer-to-peer PCIe."
+    ),
+    "channels": (
+        "few channels: unset NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS / NCCL_MAX_CTAS and compare the NCCL version with the earlier jobs'."
+    ),
 }
 
 
@@ -501,8 +593,12 @@ def _measured_loss(signals: JobSignals, hosts: set[str]) -> Interval | None:
     return _bootstrap_mean(1 - np.asarray(ratios), "fraction", "sizes of runs across the affected hosts vs the others")
 
 
-@detector("nccl_transport_fallback", needs=("NCCL_DEBUG=INFO log of the job (NET/IB or NET/Socket, GPU Direct RDMA, "
-                                            "Channel and 'set by environment' lines)",), source=SOURCE, evidence=("nccl_log",))
+@detector(
+    "nccl_transport_fallback",
+    needs=("NCCL_DEBUG=INFO log of the job (NET/IB or NET/Socket, GPU Direct RDMA, Channel and 'set by environment' lines)",),
+    source=SOURCE,
+    evidence=("nccl_log",),
+)
 def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "nccl_transport_fallback"
@@ -514,36 +610,57 @@ def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
     issues = _socket_issues(runs, thin) + _gdr_issues(runs, thin) + _channel_issues(runs, thin)
     if not issues:
         if thin:
-            return insufficient(fault, "a baseline: the site's fabric in the fabric table (network: ib_400g ...) or an "
-                                "INFO log of a healthy job on the same nodes; seen: " + "; ".join(thin[:3]))
+            return insufficient(
+                fault,
+                "a baseline: the site's fabric in the fabric table (network: ib_400g ...) or an "
+                "INFO log of a healthy job on the same nodes; seen: " + "; ".join(thin[:3]),
+            )
         return None
     kinds = sorted({i.kind for i in issues})
     hosts = sorted({h for i in issues for h in i.hosts})
     measured = _measured_loss(signals, {h for i in issues if i.kind != "channels" for h in i.hosts})
     table = active_table()
     if measured is not None:
-        impact = Interval(measured.value, measured.low, measured.high, "fraction",
-                          "bandwidth lost by nccl-tests runs across the affected hosts vs the other runs, " + measured.method)
+        impact = Interval(
+            measured.value,
+            measured.low,
+            measured.high,
+            "fraction",
+            "bandwidth lost by nccl-tests runs across the affected hosts vs the other runs, " + measured.method,
+        )
     elif "socket" in kinds:
         sock, ib = table.fabric("socket_100g"), table.fabric(table.network or "ib_400g")
         est = 1 - sock.busbw_gbs("allreduce") / ib.busbw_gbs("allreduce")
         impact = Interval(est, 0.5, 0.97, "fraction", f"estimate from the fabric table ({sock.name} vs {ib.name}), not measured")
     elif "gdr_disabled" in kinds:
-        impact = Interval(0.25, 0.1, 0.5, "fraction", "typical inter-node bandwidth lost without GPUDirect RDMA; not "
-                          "measured: run nccl-tests across these hosts to measure it")
+        impact = Interval(
+            0.25,
+            0.1,
+            0.5,
+            "fraction",
+            "typical inter-node bandwidth lost without GPUDirect RDMA; not measured: run nccl-tests across these hosts to measure it",
+        )
     else:
         ratio = min(i.evidence.value.value / (i.evidence.baseline.value or 1) for i in issues if i.kind == "channels")
-        impact = Interval((1 - ratio) / 2, 0.0, 1 - ratio, "fraction", "at most the channel shortfall (bandwidth "
-                          "proportional to channels), not measured")
+        impact = Interval(
+            (1 - ratio) / 2, 0.0, 1 - ratio, "fraction", "at most the channel shortfall (bandwidth proportional to channels), not measured"
+        )
     strength = max(i.strength for i in issues)
     conf = min(0.97, 0.75 + 0.2 * strength + (0.02 if measured is not None else 0.0))
     socket_hosts = {h for i in issues if i.kind == "socket" for h in i.hosts}
     alternatives = [
-        Alternative("degraded_network", "ruled_out" if kinds != ["channels"] else "cannot_rule_out",
-                    "NCCL itself reports the slower transport; a slow link would show the normal transport"
-                    if kinds != ["channels"] else "fewer channels lower bandwidth like a slow link would"),
-        Alternative("nccl_algorithm_selection", "cannot_rule_out", "the algorithm choice is independent of the transport; "
-                    "decide it with a sweep once the transport is fixed"),
+        Alternative(
+            "degraded_network",
+            "ruled_out" if kinds != ["channels"] else "cannot_rule_out",
+            "NCCL itself reports the slower transport; a slow link would show the normal transport"
+            if kinds != ["channels"]
+            else "fewer channels lower bandwidth like a slow link would",
+        ),
+        Alternative(
+            "nccl_algorithm_selection",
+            "cannot_rule_out",
+            "the algorithm choice is independent of the transport; decide it with a sweep once the transport is fixed",
+        ),
     ]
     by_kind = {k: sorted({h for i in issues if i.kind == k for h in i.hosts}) for k in kinds}
 
@@ -552,21 +669,24 @@ def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
             return f"inter-node traffic on TCP sockets instead of RDMA on {len(by_kind[k])} host(s)"
         if k == "gdr_disabled":
             return f"GPUDirect RDMA off on {', '.join(by_kind[k][:4])}"
-        return "fewer channels than expected (" + ", ".join(f"{i.evidence.value.value:g}" for i in issues
-                                                              if i.kind == k) + ")"
+        return "fewer channels than expected (" + ", ".join(f"{i.evidence.value.value:g}" for i in issues if i.kind == k) + ")"
 
     symptom = "; ".join(says(k) for k in kinds)
     return Finding(
-        fault=fault, confidence=conf, impact=impact,
-        scope={"hosts": hosts, "issues": kinds, "runs": sorted({i.run_id for i in issues}),
-               "basis": sorted({i.basis for i in issues})},
-        symptom=symptom, evidence=tuple(i.evidence for i in issues), alternatives=tuple(alternatives),
+        fault=fault,
+        confidence=conf,
+        impact=impact,
+        scope={"hosts": hosts, "issues": kinds, "runs": sorted({i.run_id for i in issues}), "basis": sorted({i.basis for i in issues})},
+        symptom=symptom,
+        evidence=tuple(i.evidence for i in issues),
+        alternatives=tuple(alternatives),
         action=" ".join(_FALLBACK_ACTION[k].format(hosts=", ".join((by_kind[k] or hosts)[:6])) for k in kinds)
         + ("" if not socket_hosts else " Confirm with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET: 'via NET/IB/<n>/GDRDMA'."),
     )
 
 
 # --- degraded_network ------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _RunBw:
@@ -599,8 +719,12 @@ def _fallback_hosts(signals: JobSignals) -> set[str]:
     return {r["host"] for r in log if r["host"] and (r["network"] == "Socket" or r["gdr"] is False)}
 
 
-@detector("degraded_network", needs=("nccl-tests runs between nodes (all_reduce_perf over node pairs, or one multi-node "
-                                     "run against the fabric table)",), source=SOURCE, evidence=("nccl_tests",))
+@detector(
+    "degraded_network",
+    needs=("nccl-tests runs between nodes (all_reduce_perf over node pairs, or one multi-node run against the fabric table)",),
+    source=SOURCE,
+    evidence=("nccl_tests",),
+)
 def degraded_network(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "degraded_network"
@@ -637,38 +761,53 @@ def degraded_network(job: Job) -> Finding | NotAssessed | None:
                 else:
                     healthy.append(r)
             fast = np.array([r.median for r in runs if r in healthy])
-            baseline_ev.append(Evidence("peer_busbw_gbs", _bootstrap_mean(fast, "GB/s", "node pairs that are not slow"),
-                                        note=f"{len(fast)} of {len(runs)} runs of {key[0]}, {key[1]} ranks over {key[2]} "
-                                        "hosts (median busbw at the bandwidth sizes)"))
+            baseline_ev.append(
+                Evidence(
+                    "peer_busbw_gbs",
+                    _bootstrap_mean(fast, "GB/s", "node pairs that are not slow"),
+                    note=f"{len(fast)} of {len(runs)} runs of {key[0]}, {key[1]} ranks over {key[2]} "
+                    "hosts (median busbw at the bandwidth sizes)",
+                )
+            )
             continue
         exp: Expected | None = table.expected(str(key[0]), gpu_model=str(key[4]), nranks=int(key[1]), nnodes=int(key[2]))
         for r in runs:
             if exp is None:
-                thin.append(f"{'+'.join(r.hosts)} ({r.run_id}): {r.median:.0f} GB/s with fewer than {MIN_PEERS} "
-                            f"comparable runs and no fabric entry for {key[4]}")
+                thin.append(
+                    f"{'+'.join(r.hosts)} ({r.run_id}): {r.median:.0f} GB/s with fewer than {MIN_PEERS} "
+                    f"comparable runs and no fabric entry for {key[4]}"
+                )
                 continue
             ratio = r.busbw[np.isfinite(r.busbw)] / exp.busbw_gbs
             if r.median < FABRIC_DROP * exp.busbw_gbs:
                 slow.append((r, ratio, f"fabric table: {exp.basis}"))
             elif r.median < (1 - table.tolerance) * exp.busbw_gbs:
-                thin.append(f"{'+'.join(r.hosts)} ({r.run_id}): {r.median:.0f} GB/s, {r.median / exp.busbw_gbs:.0%} of "
-                            f"the fabric table's {exp.busbw_gbs:.0f} GB/s")
+                thin.append(
+                    f"{'+'.join(r.hosts)} ({r.run_id}): {r.median:.0f} GB/s, {r.median / exp.busbw_gbs:.0%} of "
+                    f"the fabric table's {exp.busbw_gbs:.0f} GB/s"
+                )
                 observed.append(r.median / exp.busbw_gbs)
             else:
                 healthy.append(r)
     if not slow:
         if thin:
-            seen = Interval(min(observed), unit="fraction", method="busbw / the fabric table's expectation, slowest "
-                            "run") if observed else None
-            return insufficient(fault, f"{MIN_PEERS}+ comparable runs over other node pairs, or a measured baseline for "
-                                "this fabric; seen: " + "; ".join(thin[:3]), seen)
+            seen = (
+                Interval(min(observed), unit="fraction", method="busbw / the fabric table's expectation, slowest run") if observed else None
+            )
+            return insufficient(
+                fault,
+                f"{MIN_PEERS}+ comparable runs over other node pairs, or a measured baseline for this fabric; seen: " + "; ".join(thin[:3]),
+                seen,
+            )
         return None
     slow_hosts = [set(r.hosts) for r, _, _ in slow]
     common = set.intersection(*slow_hosts)
     all_runs = [r for r, _, _ in slow] + healthy
+
     def share(h: str) -> float:
         n = [r for r in all_runs if h in r.hosts]
         return sum(1 for r, _, _ in slow if h in r.hosts) / max(len(n), 1)
+
     suspects = sorted(h for h in common if share(h) >= 0.75)
     fallback = _fallback_hosts(signals)
     blamed = set(suspects) if suspects else set().union(*slow_hosts)
@@ -686,37 +825,64 @@ def degraded_network(job: Job) -> Finding | NotAssessed | None:
         suspects, specificity = [], 0.8
     ratios = np.concatenate([x for _, x, _ in slow])
     lost = _bootstrap_mean(1 - ratios, "fraction", "bandwidth sizes of the slow runs")
-    impact = Interval(lost.value, lost.low, lost.high, "fraction", "collective time lost at the bandwidth sizes "
-                      "(1 - busbw / baseline busbw, large sizes), " + lost.method.split(", ", 1)[-1])
-    evidence = [Evidence("busbw_ratio_to_baseline", _bootstrap_mean(ratios, "fraction", "bandwidth sizes"),
-                         Interval(1.0, unit="fraction", method=slow[0][2]),
-                         f"{len(slow)} slow run(s): " + ", ".join(f"{'+'.join(sorted(r.hosts))} {r.median:.0f} GB/s"
-                                                                  for r, _, _ in slow[:4]))]
+    impact = Interval(
+        lost.value,
+        lost.low,
+        lost.high,
+        "fraction",
+        "collective time lost at the bandwidth sizes (1 - busbw / baseline busbw, large sizes), " + lost.method.split(", ", 1)[-1],
+    )
+    evidence = [
+        Evidence(
+            "busbw_ratio_to_baseline",
+            _bootstrap_mean(ratios, "fraction", "bandwidth sizes"),
+            Interval(1.0, unit="fraction", method=slow[0][2]),
+            f"{len(slow)} slow run(s): " + ", ".join(f"{'+'.join(sorted(r.hosts))} {r.median:.0f} GB/s" for r, _, _ in slow[:4]),
+        )
+    ]
     evidence += baseline_ev[:2]
     one_gpu = bool((inter["nranks"] == inter["nhosts"]).all())
     intra = df[(df["nhosts"].fillna(0) == 1) & df["hosts"].isin(suspects)]
     seen_ok = {r["host"] for r in _log_main(signals) or []} >= blamed
     alternatives = (
-        Alternative("nccl_transport_fallback", "ruled_out" if seen_ok else "cannot_rule_out",
-                    "NCCL's INFO log shows RDMA with GPUDirect on these hosts" if seen_ok else
-                    "no NCCL INFO log of these hosts: NCCL_DEBUG=INFO would show whether they fell back to sockets or no GDR"),
-        Alternative("slow_node", "ruled_out" if len(intra) else "cannot_rule_out",
-                    "intra-node runs on the node are normal" if len(intra) else
-                    "no intra-node run of the node: a slow GPU or host also slows its pairs"),
-        Alternative("degraded_nvlink", "ruled_out" if one_gpu else "cannot_rule_out",
-                    "one GPU per node: no NVLink in the path" if one_gpu else "NVLink is in every run's path; an "
-                    "intra-node run (NCCL_TESTS_SPLIT=\"DIV 8\") on the node separates it"),
-        Alternative("nccl_algorithm_selection", "ruled_out", "every run used the same NCCL settings; only the runs "
-                    "with these nodes are slow"),
+        Alternative(
+            "nccl_transport_fallback",
+            "ruled_out" if seen_ok else "cannot_rule_out",
+            "NCCL's INFO log shows RDMA with GPUDirect on these hosts"
+            if seen_ok
+            else "no NCCL INFO log of these hosts: NCCL_DEBUG=INFO would show whether they fell back to sockets or no GDR",
+        ),
+        Alternative(
+            "slow_node",
+            "ruled_out" if len(intra) else "cannot_rule_out",
+            "intra-node runs on the node are normal"
+            if len(intra)
+            else "no intra-node run of the node: a slow GPU or host also slows its pairs",
+        ),
+        Alternative(
+            "degraded_nvlink",
+            "ruled_out" if one_gpu else "cannot_rule_out",
+            "one GPU per node: no NVLink in the path"
+            if one_gpu
+            else 'NVLink is in every run\'s path; an intra-node run (NCCL_TESTS_SPLIT="DIV 8") on the node separates it',
+        ),
+        Alternative(
+            "nccl_algorithm_selection", "ruled_out", "every run used the same NCCL settings; only the runs with these nodes are slow"
+        ),
     )
     targets = ", ".join(suspects or sorted(blamed))
     return Finding(
-        fault=fault, confidence=graded_confidence(lost.value, PEER_DROP, specificity=specificity), impact=impact,
+        fault=fault,
+        confidence=graded_confidence(lost.value, PEER_DROP, specificity=specificity),
+        impact=impact,
         scope={"hosts": suspects or sorted(blamed), "pairs": pairs, "slow_runs": [r.run_id for r, _, _ in slow]},
         symptom=f"inter-node bus bandwidth {lost.value:.0%} below its baseline; localised to {where}",
-        evidence=tuple(evidence), alternatives=alternatives,
-        action=(f"Check the NICs and links of {targets}: `ibstat` (State Active, Rate 400/200 as bought), link error "
-                "counters (`perfquery -x`, `ethtool -S` on RoCE: symbol errors, link downed, rcv errors), cables and "
-                "transceivers, the switch port; find the bad rail by pinning one HCA at a time with NCCL_IB_HCA and rerunning "
-                "all_reduce_perf against a known-good node; drain the node until it passes."),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            f"Check the NICs and links of {targets}: `ibstat` (State Active, Rate 400/200 as bought), link error "
+            "counters (`perfquery -x`, `ethtool -S` on RoCE: symbol errors, link downed, rcv errors), cables and "
+            "transceivers, the switch port; find the bad rail by pinning one HCA at a time with NCCL_IB_HCA and rerunning "
+            "all_reduce_perf against a known-good node; drain the node until it passes."
+        ),
     )

@@ -50,15 +50,15 @@ def verdict_line(evidence: list[Evidence]) -> str | None:
     return "; ".join(parts) + (" (ncu measured a similar instantiation)" if similar else "")
 
 
-def measured_evidence(top_kernels: pa.Table, kernel_metrics: pa.Table | None,
-                      gpu: str | None = None) -> tuple[dict[str, str], dict[str, list[Evidence]]]:
+def measured_evidence(
+    top_kernels: pa.Table, kernel_metrics: pa.Table | None, gpu: str | None = None
+) -> tuple[dict[str, str], dict[str, list[Evidence]]]:
     """For the trace's kernels that ncu measured: how each matched (exact or similar) and its ncu evidence,
     computed once per kernel name (the kernel table and the findings both read it)."""
     if kernel_metrics is None or kernel_metrics.num_rows == 0 or top_kernels.num_rows == 0:
         return {}, {}
     names = pc.unique(top_kernels["name"]).to_pylist()
-    match = {r["trace_name"]: r["match"] for r in join_kernels(names, kernel_metrics).to_pylist()
-             if r["match"] in ("exact", "similar")}
+    match = {r["trace_name"]: r["match"] for r in join_kernels(names, kernel_metrics).to_pylist() if r["match"] in ("exact", "similar")}
     return match, {n: kernel_evidence(n, kernel_metrics, gpu) for n in match}
 
 
@@ -68,8 +68,9 @@ def with_ncu(top_kernels: pa.Table, match: dict[str, str], evidence: dict[str, l
         return top_kernels
     lines = {n: verdict_line(ev) for n, ev in evidence.items()}
     col = top_kernels["name"].to_pylist()
-    return (top_kernels.append_column("ncu_match", pa.array([match.get(n) for n in col], pa.string()))
-            .append_column("ncu", pa.array([lines.get(n) for n in col], pa.string())))
+    return top_kernels.append_column("ncu_match", pa.array([match.get(n) for n in col], pa.string())).append_column(
+        "ncu", pa.array([lines.get(n) for n in col], pa.string())
+    )
 
 
 def _short_kernels(top_kernels: pa.Table, ranks: list[int]) -> list[str]:
@@ -93,8 +94,9 @@ def _small_kernels(f: Finding, top_kernels: pa.Table, evidence: dict[str, list[E
     return replace(f, evidence=f.evidence + tuple(added))
 
 
-def join_ncu(diagnosis: Diagnosis, top_kernels: pa.Table, kernel_metrics: pa.Table | None,
-             gpu: str | None = None) -> tuple[Diagnosis, pa.Table]:
+def join_ncu(
+    diagnosis: Diagnosis, top_kernels: pa.Table, kernel_metrics: pa.Table | None, gpu: str | None = None
+) -> tuple[Diagnosis, pa.Table]:
     """The post-pass: ncu verdicts on the kernel table, ncu evidence on the trace's small_kernels finding."""
     km = kernel_metrics
     if km is not None and "device" in km.column_names and km["device"].null_count < km.num_rows:
@@ -103,6 +105,5 @@ def join_ncu(diagnosis: Diagnosis, top_kernels: pa.Table, kernel_metrics: pa.Tab
     table = with_ncu(top_kernels, match, evidence)
     if table is top_kernels:
         return diagnosis, top_kernels
-    findings = tuple(_small_kernels(f, table, evidence) if f.fault == "small_kernels" else f
-                     for f in diagnosis.findings)
+    findings = tuple(_small_kernels(f, table, evidence) if f.fault == "small_kernels" else f for f in diagnosis.findings)
     return Diagnosis(findings, diagnosis.not_assessed), table

@@ -87,8 +87,9 @@ def detector_key(fault: str, source: str = TRACE) -> str:
 DETECTORS: dict[str, Detector] = {}
 
 
-def detector(fault: str, needs: tuple[str, ...], source: str = TRACE, *, evidence: tuple[str, ...],
-             requires: tuple[str, ...] = ()) -> Callable[[DetectorFn], DetectorFn]:
+def detector(
+    fault: str, needs: tuple[str, ...], source: str = TRACE, *, evidence: tuple[str, ...], requires: tuple[str, ...] = ()
+) -> Callable[[DetectorFn], DetectorFn]:
     """Register a detector with its contract (see the module docstring); ``evidence`` is required."""
     from perfsleuth.diagnose.evidence import PROOFS
     from perfsleuth.trace.provenance import PROPERTIES

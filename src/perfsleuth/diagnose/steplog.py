@@ -56,8 +56,13 @@ def median_interval(x: np.ndarray, unit: str, *, what: str = "rows") -> Interval
         return Interval(value, None, None, unit, f"median over {len(x)} {what} (too few for an interval)")
     ci = stats.quantile_test(x, q=value, p=0.5).confidence_interval(confidence_level=0.95)
     low, high = float(ci.low), float(ci.high)
-    return Interval(value, low if np.isfinite(low) else None, high if np.isfinite(high) else None, unit,
-                    f"median over {len(x)} {what}, 95% order-statistic (sign-test) interval")
+    return Interval(
+        value,
+        low if np.isfinite(low) else None,
+        high if np.isfinite(high) else None,
+        unit,
+        f"median over {len(x)} {what}, 95% order-statistic (sign-test) interval",
+    )
 
 
 @dataclass(slots=True)
@@ -101,8 +106,7 @@ def _events_between(rows: pd.DataFrame, events: pd.DataFrame, kinds: tuple[str, 
     return pd.Series(out, index=rows.index)
 
 
-def _prepare(run_id: str, rows: pd.DataFrame, events: pd.DataFrame, timers: pd.DataFrame,
-             settings: dict[str, str]) -> RunLog | None:
+def _prepare(run_id: str, rows: pd.DataFrame, events: pd.DataFrame, timers: pd.DataFrame, settings: dict[str, str]) -> RunLog | None:
     """The run's main stream with per-row span, wall time, unaccounted time and save/eval flags;
     None when it has too few timed rows to judge."""
     stream = rows["stream"].value_counts().index[0]
@@ -117,7 +121,7 @@ def _prepare(run_id: str, rows: pd.DataFrame, events: pd.DataFrame, timers: pd.D
     rows.loc[rows["first"], "span"] = rows.loc[rows["first"], "its"]
     rows["its"] = rows["its"].fillna(1.0)
     rows["span"] = rows["span"].fillna(rows["its"]).clip(lower=1.0)
-    rows["gap_ns"] = (rows["time_ns"].astype(float) - g["time_ns"].shift(1).astype(float))
+    rows["gap_ns"] = rows["time_ns"].astype(float) - g["time_ns"].shift(1).astype(float)
     rows.loc[rows["first"], "gap_ns"] = np.nan
     steady = rows.loc[~rows["first"], "step_time_ns"].astype(float)
     base = median_interval((steady if len(steady) >= 3 else rows["step_time_ns"]).to_numpy(dtype=float), "ns", what="rows")
@@ -155,8 +159,9 @@ def _run_logs(signals: JobSignals) -> list[RunLog] | None:
     ev = signals.table("step_log_events")
     tm = signals.table("step_log_timers")
     st = signals.table("step_log_settings")
-    events = ev.to_pandas() if ev is not None else pd.DataFrame(columns=["run_id", "line", "kind", "time_ns", "step",
-                                                                           "duration_ns", "session"])
+    events = (
+        ev.to_pandas() if ev is not None else pd.DataFrame(columns=["run_id", "line", "kind", "time_ns", "step", "duration_ns", "session"])
+    )
     timers = tm.to_pandas() if tm is not None else pd.DataFrame(columns=["run_id", "line", "step", "timer", "max_ns"])
     settings = st.to_pandas() if st is not None else pd.DataFrame(columns=["run_id", "key", "value"])
     for df in (events, timers):
@@ -166,8 +171,13 @@ def _run_logs(signals: JobSignals) -> list[RunLog] | None:
     out = []
     for run_id, g in rows.groupby("run_id", sort=True):
         s = settings[settings["run_id"] == run_id]
-        run = _prepare(str(run_id), g, events[events["run_id"] == run_id], timers[timers["run_id"] == run_id],
-                       dict(zip(s["key"], s["value"], strict=True)))
+        run = _prepare(
+            str(run_id),
+            g,
+            events[events["run_id"] == run_id],
+            timers[timers["run_id"] == run_id],
+            dict(zip(s["key"], s["value"], strict=True)),
+        )
         if run is not None:
             out.append(run)
     return out
@@ -295,8 +305,12 @@ def _save_impact(rows: pd.DataFrame, cost: pd.Series, at_save: pd.Series) -> Int
     return ratio_interval(num, den, what="save periods")
 
 
-@detector("checkpoint_stall", needs=("step log: per-iteration times with checkpoint-save lines or the save interval",),
-          source=SOURCE, evidence=("step_log",))
+@detector(
+    "checkpoint_stall",
+    needs=("step log: per-iteration times with checkpoint-save lines or the save interval",),
+    source=SOURCE,
+    evidence=("step_log",),
+)
 def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     runs = run_logs(signals)
@@ -330,17 +344,21 @@ def _checkpoint_run(run: RunLog) -> Finding | NotAssessed | None:
         share = float(rows.loc[long_, "excess_ns"].sum() / rows["wall_ns"].sum())
         if share < INSUFFICIENT_FLOOR:
             return None
-        return insufficient("checkpoint_stall", f"save lines or the save interval: long iterations recur every ~{period:g} "
-                            "iterations, as checkpoint saves do, but so can a periodic data-loader or garbage-collection stall",
-                            Interval(share, unit="fraction", method="unaccounted time of the periodic long rows / wall time"))
+        return insufficient(
+            "checkpoint_stall",
+            f"save lines or the save interval: long iterations recur every ~{period:g} "
+            "iterations, as checkpoint saves do, but so can a periodic data-loader or garbage-collection stall",
+            Interval(share, unit="fraction", method="unaccounted time of the periodic long rows / wall time"),
+        )
     if not at_save.any():
         return None
     cost, how = _save_costs(run, at_save, sd)
     imp = _save_impact(rows, cost, at_save)
     if imp.value < MIN_IMPACT:
         if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("checkpoint_stall", f"a larger effect: saves cost {imp.value:.1%} of wall time, under the "
-                                f"{MIN_IMPACT:.0%} bar", imp)
+            return insufficient(
+                "checkpoint_stall", f"a larger effect: saves cost {imp.value:.1%} of wall time, under the {MIN_IMPACT:.0%} bar", imp
+            )
         return None
     save_rows = rows[at_save]
     per_save = median_interval(cost[at_save].to_numpy(), "ns", what="saves")
@@ -351,27 +369,50 @@ def _checkpoint_run(run: RunLog) -> Finding | NotAssessed | None:
     long_elsewhere = int((long_ & ~at_save).sum())
     period = _periodic(np.array(save_steps), span)
     evidence = [
-        Evidence("checkpoint_blocked_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 f"training blocked in checkpoint saves ({how}), over wall time"),
-        Evidence("save_blocking_ns", per_save or Interval(0.0, unit="ns"), other_iv,
-                 "per save; baseline: unaccounted time of the rows without a save"),
+        Evidence(
+            "checkpoint_blocked_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            f"training blocked in checkpoint saves ({how}), over wall time",
+        ),
+        Evidence(
+            "save_blocking_ns",
+            per_save or Interval(0.0, unit="ns"),
+            other_iv,
+            "per save; baseline: unaccounted time of the rows without a save",
+        ),
         Evidence("time_per_iteration_ns", run.baseline, note="the run's median; the baseline of every row"),
-        Evidence("long_rows_at_saves", Interval(float(long_at_save), unit="rows", method=f"of {int(long_.sum())} long rows"),
-                 Interval(float(long_elsewhere), unit="rows", method="long rows with no save")),
+        Evidence(
+            "long_rows_at_saves",
+            Interval(float(long_at_save), unit="rows", method=f"of {int(long_.sum())} long rows"),
+            Interval(float(long_elsewhere), unit="rows", method="long rows with no save"),
+        ),
     ]
     if period is not None:
-        evidence.append(Evidence("save_period_iterations", Interval(period, unit="iterations", method="median spacing of saves"),
-                                 Interval(interval, unit="iterations", method="save_interval setting") if interval else None))
+        evidence.append(
+            Evidence(
+                "save_period_iterations",
+                Interval(period, unit="iterations", method="median spacing of saves"),
+                Interval(interval, unit="iterations", method="save_interval setting") if interval else None,
+            )
+        )
     matches_interval = interval is not None and period is not None and abs(period - interval) <= max(PERIOD_TOLERANCE * interval, span)
     aligned = long_at_save >= max(1, 2 * long_elsewhere)
     alternatives = (
-        Alternative("gc_pause", "ruled_out" if aligned else "cannot_rule_out",
-                    f"{long_at_save} of the {int(long_.sum())} long rows hold a save" + (
-                        f", every {period:g} iterations" if period else "") if aligned else
-                    f"{long_elsewhere} long rows have no save: random stalls (GC, a slow batch) add to the saves"),
-        Alternative("dataloader_stall", "ruled_out" if aligned else "cannot_rule_out",
-                    "the stalls sit at the saves, not at batch boundaries" if aligned else
-                    "long rows without a save could be waits for data; the batch-generator timer decides"),
+        Alternative(
+            "gc_pause",
+            "ruled_out" if aligned else "cannot_rule_out",
+            f"{long_at_save} of the {int(long_.sum())} long rows hold a save" + (f", every {period:g} iterations" if period else "")
+            if aligned
+            else f"{long_elsewhere} long rows have no save: random stalls (GC, a slow batch) add to the saves",
+        ),
+        Alternative(
+            "dataloader_stall",
+            "ruled_out" if aligned else "cannot_rule_out",
+            "the stalls sit at the saves, not at batch boundaries"
+            if aligned
+            else "long rows without a save could be waits for data; the batch-generator timer decides",
+        ),
         Alternative("collective_hang", "ruled_out", "training resumes after every save"),
     )
     specificity = (1.0 if named == "save lines" else 0.85) * (1.0 if aligned else 0.9)
@@ -383,15 +424,19 @@ def _checkpoint_run(run: RunLog) -> Finding | NotAssessed | None:
         confidence=graded_confidence(imp.value, MIN_IMPACT, specificity=specificity),
         impact=imp,
         scope={"run_id": run.run_id, "steps": save_steps, "ranks": run.ranks},
-        symptom=(f"checkpoint saves (located by {named}) block training ~{(per_save.value if per_save else 0) / 1e9:.1f} s "
-                 f"each, {len(save_steps)} time(s): {imp.value:.0%} of wall time; the worst logged interval loses "
-                 f"{worst:.0%} of its time"),
+        symptom=(
+            f"checkpoint saves (located by {named}) block training ~{(per_save.value if per_save else 0) / 1e9:.1f} s "
+            f"each, {len(save_steps)} time(s): {imp.value:.0%} of wall time; the worst logged interval loses "
+            f"{worst:.0%} of its time"
+        ),
         evidence=tuple(evidence),
         alternatives=alternatives,
-        action=("Save asynchronously (Megatron --async-save, torch.distributed.checkpoint async_save, DeepSpeed "
-                "nebula/async engines): copy to pinned host memory and write in the background; shard the save over "
-                "data-parallel ranks; save less often if the restart cost allows. To confirm: the save-checkpoint "
-                "timer and storage write bandwidth during saves."),
+        action=(
+            "Save asynchronously (Megatron --async-save, torch.distributed.checkpoint async_save, DeepSpeed "
+            "nebula/async engines): copy to pinned host memory and write in the background; shard the save over "
+            "data-parallel ranks; save less often if the restart cost allows. To confirm: the save-checkpoint "
+            "timer and storage write bandwidth during saves."
+        ),
     )
 
 
@@ -425,8 +470,9 @@ def _restarts(run: RunLog) -> list[_Restart]:
         last, first = before.iloc[-1], after.iloc[0]
         between = ev[(ev["line"] > last["line"]) & (ev["line"] < first["line"])]
         loads = between.loc[between["kind"] == "checkpoint_load", "step"].dropna()
-        saves = ev[(ev["line"] < first["line"]) & ev["kind"].isin(["checkpoint_save", "checkpoint_saved"])
-                   & (ev["step"] <= last["step"])]["step"].dropna()
+        saves = ev[(ev["line"] < first["line"]) & ev["kind"].isin(["checkpoint_save", "checkpoint_saved"]) & (ev["step"] <= last["step"])][
+            "step"
+        ].dropna()
         if len(loads):
             resume, known = int(loads.iloc[-1]), True
         elif len(saves):
@@ -441,13 +487,27 @@ def _restarts(run: RunLog) -> list[_Restart]:
             n_first = first["step"] - resume if first["step"] > resume else first["its"]  # iterations before the first new row
             gap = max(0.0, float(first["time_ns"] - last["time_ns"]) - float(n_first * first["step_time_ns"]))
             pricing = float(n_first) * iter_sd / np.sqrt(max(float(first["its"]), 1.0))
-        out.append(_Restart(int(k), int(last["step"]), resume, known, max(0, int(last["step"]) - resume), recompute, gap,
-                            pricing if gap is not None else 0.0))
+        out.append(
+            _Restart(
+                int(k),
+                int(last["step"]),
+                resume,
+                known,
+                max(0, int(last["step"]) - resume),
+                recompute,
+                gap,
+                pricing if gap is not None else 0.0,
+            )
+        )
     return out
 
 
-@detector("restart_overhead", needs=("step log with restarts: a second start or iteration numbers going back",),
-          source=SOURCE, evidence=("step_log",))
+@detector(
+    "restart_overhead",
+    needs=("step log with restarts: a second start or iteration numbers going back",),
+    source=SOURCE,
+    evidence=("step_log",),
+)
 def restart_overhead(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     runs = run_logs(signals)
@@ -476,52 +536,83 @@ def _restart_run(run: RunLog) -> Finding | NotAssessed | None:
     # per restart: a gap and a priced row, each as noisy as a row, and the first new row's iterations priced from its sample
     noise = 1.96 * float(np.sqrt(sum(2 * run.noise_sd**2 + r.pricing_sd_ns**2 for r in restarts)))
     value = (recompute + gap) / wall
-    imp = Interval(value, max(0.0, (recompute + gap - noise) / wall), None if untimed else (recompute + gap + noise) / wall,
-                   "fraction", "(logged time of the iterations done twice + downtime) / wall time; bounds from the rows' "
-                   "noise" + ("; no upper bound: without timestamps the downtime is unknown (the value counts "
-                             "recomputation only)" if untimed else ""))
+    imp = Interval(
+        value,
+        max(0.0, (recompute + gap - noise) / wall),
+        None if untimed else (recompute + gap + noise) / wall,
+        "fraction",
+        "(logged time of the iterations done twice + downtime) / wall time; bounds from the rows' "
+        "noise" + ("; no upper bound: without timestamps the downtime is unknown (the value counts recomputation only)" if untimed else ""),
+    )
     if imp.value < MIN_IMPACT:
         if imp.value >= INSUFFICIENT_FLOOR:
-            return insufficient("restart_overhead", f"a larger effect: restarts cost {imp.value:.1%} of wall time, under the "
-                                f"{MIN_IMPACT:.0%} bar", imp)
+            return insufficient(
+                "restart_overhead", f"a larger effect: restarts cost {imp.value:.1%} of wall time, under the {MIN_IMPACT:.0%} bar", imp
+            )
         return None
     known = all(r.resume_known for r in restarts)
     base = run.baseline
     evidence = [
-        Evidence("restart_lost_fraction", imp, Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
-                 "share of wall time spent down, re-initialising and recomputing lost iterations (1 - ETTR)"),
-        Evidence("recomputed_iterations", Interval(float(lost_its), float(lost_its), float(lost_its + tail * len(restarts)),
-                                                   "iterations", "last logged iteration - the checkpoint resumed from; "
-                                                   "up to one log interval more ran unlogged"),
-                 note="iterations done twice" + ("" if known else " (resume point inferred from the first new row)")),
-        Evidence("recompute_ns", Interval(recompute, unit="ns", method="logged iteration time of the rows after the resume point"),
-                 Interval(lost_its * base.value, unit="ns", method="the same iterations at the run's median time")),
+        Evidence(
+            "restart_lost_fraction",
+            imp,
+            Interval(MIN_IMPACT, unit="fraction", method="reporting threshold"),
+            "share of wall time spent down, re-initialising and recomputing lost iterations (1 - ETTR)",
+        ),
+        Evidence(
+            "recomputed_iterations",
+            Interval(
+                float(lost_its),
+                float(lost_its),
+                float(lost_its + tail * len(restarts)),
+                "iterations",
+                "last logged iteration - the checkpoint resumed from; up to one log interval more ran unlogged",
+            ),
+            note="iterations done twice" + ("" if known else " (resume point inferred from the first new row)"),
+        ),
+        Evidence(
+            "recompute_ns",
+            Interval(recompute, unit="ns", method="logged iteration time of the rows after the resume point"),
+            Interval(lost_its * base.value, unit="ns", method="the same iterations at the run's median time"),
+        ),
         Evidence("restarts", Interval(float(len(restarts)), unit="count", method="sessions after the first")),
     ]
     if gaps:
-        evidence.append(Evidence("downtime_ns", Interval(gap, unit="ns", method="gap between the last row before and the "
-                                                         "first row after each restart, minus that row's iterations"),
-                                 note="failure detection, rescheduling and initialisation"))
+        evidence.append(
+            Evidence(
+                "downtime_ns",
+                Interval(
+                    gap,
+                    unit="ns",
+                    method="gap between the last row before and the first row after each restart, minus that row's iterations",
+                ),
+                note="failure detection, rescheduling and initialisation",
+            )
+        )
     alternatives = (
         Alternative("checkpoint_stall", "ruled_out", "the time is lost between sessions, not inside iterations"),
-        Alternative("collective_hang", "cannot_rule_out", "the log does not say why the job stopped; a hang ended by a "
-                    "watchdog looks the same"),
+        Alternative(
+            "collective_hang", "cannot_rule_out", "the log does not say why the job stopped; a hang ended by a watchdog looks the same"
+        ),
         Alternative("gpu_hardware_errors", "cannot_rule_out", "XID/ECC events (DCGM, dmesg) tell a hardware failure"),
     )
     return Finding(
         fault="restart_overhead",
         confidence=graded_confidence(imp.value, MIN_IMPACT, specificity=1.0 if known else 0.85),
         impact=imp,
-        scope={"run_id": run.run_id, "steps": [r.resume_step for r in restarts], "sessions": len(restarts) + 1,
-               "ranks": run.ranks},
-        symptom=(f"{len(restarts)} restart(s): {lost_its} iterations recomputed"
-                 + (f" and {gap / 1e9:.0f} s down or initialising" if gaps else " (downtime unknown: no timestamps)")
-                 + f", {imp.value:.0%} of wall time"),
+        scope={"run_id": run.run_id, "steps": [r.resume_step for r in restarts], "sessions": len(restarts) + 1, "ranks": run.ranks},
+        symptom=(
+            f"{len(restarts)} restart(s): {lost_its} iterations recomputed"
+            + (f" and {gap / 1e9:.0f} s down or initialising" if gaps else " (downtime unknown: no timestamps)")
+            + f", {imp.value:.0%} of wall time"
+        ),
         evidence=tuple(evidence),
         alternatives=alternatives,
-        action=("Lose less per failure: checkpoint more often with asynchronous or in-memory saves, restart on warm spares "
-                "instead of a new allocation, cache compiled kernels and datasets to cut initialisation. Find why the "
-                "job stopped (the end of the previous session, the scheduler's exit code, XID events)."),
+        action=(
+            "Lose less per failure: checkpoint more often with asynchronous or in-memory saves, restart on warm spares "
+            "instead of a new allocation, cache compiled kernels and datasets to cut initialisation. Find why the "
+            "job stopped (the end of the previous session, the scheduler's exit code, XID events)."
+        ),
     )
 
 
@@ -580,12 +671,18 @@ def _binomial(k: int, n: int) -> Interval:
     if n <= 0:
         return Interval(0.0, unit="fraction", method="no iterations")
     ci = stats.binomtest(min(k, n), n).proportion_ci(confidence_level=0.95, method="exact")
-    return Interval(k / n, float(ci.low), float(ci.high), "fraction",
-                    f"share of {n} iterations skipped, NaN or inside a loss spike; exact binomial 95% interval")
+    return Interval(
+        k / n,
+        float(ci.low),
+        float(ci.high),
+        "fraction",
+        f"share of {n} iterations skipped, NaN or inside a loss spike; exact binomial 95% interval",
+    )
 
 
-@detector("numeric_anomaly", needs=("step log with loss, loss scale, skipped and NaN iteration counts",),
-          source=SOURCE, evidence=("step_log",))
+@detector(
+    "numeric_anomaly", needs=("step log with loss, loss scale, skipped and NaN iteration counts",), source=SOURCE, evidence=("step_log",)
+)
 def numeric_anomaly(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     runs = run_logs(signals)
@@ -620,38 +717,67 @@ def _numeric_run(run: RunLog) -> Finding | NotAssessed | None:
     scale = rows["loss_scale"].astype(float)
     drops = scale < scale.groupby(rows["session"]).shift(1)
     fp16 = bool(scale.notna().any() and (scale.dropna() != 1.0).any())
-    steps = sorted(set(rows.loc[nan > 0, "step"].astype(int)) | set(spikes["step"].astype(int))
-                   | (set(rows.loc[(skipped > 0), "step"].astype(int)) if cascade else set()))
+    steps = sorted(
+        set(rows.loc[nan > 0, "step"].astype(int))
+        | set(spikes["step"].astype(int))
+        | (set(rows.loc[(skipped > 0), "step"].astype(int)) if cascade else set())
+    )
     evidence: list[Evidence] = []
     parts: list[str] = []
     if n_nan:
-        evidence.append(Evidence("nan_iterations", Interval(float(n_nan), unit="iterations", method="sum of the NaN counts"),
-                                 Interval(0.0, unit="iterations", method="a healthy run has none")))
+        evidence.append(
+            Evidence(
+                "nan_iterations",
+                Interval(float(n_nan), unit="iterations", method="sum of the NaN counts"),
+                Interval(0.0, unit="iterations", method="a healthy run has none"),
+            )
+        )
         parts.append(f"{n_nan} NaN iteration(s)")
     if cascade:
-        evidence.append(Evidence("skipped_iteration_rate", Interval(skip_total / max(steady_its, 1), unit="fraction",
-                                                                    method=f"{skip_total} skipped of {steady_its} after start-up"),
-                                 Interval(0.001, unit="fraction", method="fp16 loss scaling halves about once per 1000 "
-                                          "iterations")))
+        evidence.append(
+            Evidence(
+                "skipped_iteration_rate",
+                Interval(skip_total / max(steady_its, 1), unit="fraction", method=f"{skip_total} skipped of {steady_its} after start-up"),
+                Interval(0.001, unit="fraction", method="fp16 loss scaling halves about once per 1000 iterations"),
+            )
+        )
         parts.append(f"{skip_total} skipped iteration(s) after start-up")
     gn_z = _grad_norm_z(rows, spikes.index) if len(spikes) else None
-    scale_drop = bool(len(spikes) and any(drops.reindex(spikes.index, fill_value=False) | drops.shift(-1).reindex(
-        spikes.index, fill_value=False)))
+    scale_drop = bool(
+        len(spikes) and any(drops.reindex(spikes.index, fill_value=False) | drops.shift(-1).reindex(spikes.index, fill_value=False))
+    )
     if len(spikes):
         top = spikes.loc[spikes["loss_z"].idxmax()]
-        evidence.append(Evidence("loss_spike_z", Interval(float(top["loss_z"]), unit="robust z", method=f"largest of "
-                                 f"{len(spikes)} row(s); residual over the trend of the {SPIKE_WINDOW} rows before / 1.4826 MAD"),
-                                 Interval(SPIKE_Z, unit="robust z", method="spike threshold")))
-        evidence.append(Evidence("loss", Interval(float(top["loss"]), unit="", method=f"at iteration {int(top['step'])}"),
-                                 Interval(float(top["loss_median"]), unit="", method=f"trend of the {SPIKE_WINDOW} rows before"),
-                                 f"{float(top['loss_rise']):.0%} above the trend"))
+        evidence.append(
+            Evidence(
+                "loss_spike_z",
+                Interval(
+                    float(top["loss_z"]),
+                    unit="robust z",
+                    method=f"largest of {len(spikes)} row(s); residual over the trend of the {SPIKE_WINDOW} rows before / 1.4826 MAD",
+                ),
+                Interval(SPIKE_Z, unit="robust z", method="spike threshold"),
+            )
+        )
+        evidence.append(
+            Evidence(
+                "loss",
+                Interval(float(top["loss"]), unit="", method=f"at iteration {int(top['step'])}"),
+                Interval(float(top["loss_median"]), unit="", method=f"trend of the {SPIKE_WINDOW} rows before"),
+                f"{float(top['loss_rise']):.0%} above the trend",
+            )
+        )
         if gn_z is not None:
-            evidence.append(Evidence("grad_norm_z_at_spike", Interval(gn_z, unit="robust z", method="gradient norm vs its "
-                                     "rolling median")))
+            evidence.append(Evidence("grad_norm_z_at_spike", Interval(gn_z, unit="robust z", method="gradient norm vs its rolling median")))
         parts.append(f"{len(spikes)} loss spike row(s), up to {float(spikes['loss_rise'].max()):.0%} above the trend")
     if fp16:
-        evidence.append(Evidence("loss_scale_drops", Interval(float(drops.sum()), unit="count", method="rows whose loss "
-                                 "scale fell"), note="loss-scale cuts at the anomaly support a numeric overflow"))
+        evidence.append(
+            Evidence(
+                "loss_scale_drops",
+                Interval(float(drops.sum()), unit="count", method="rows whose loss scale fell"),
+                note="loss-scale cuts at the anomaly support a numeric overflow",
+            )
+        )
     supported = n_nan > 0 or cascade or scale_drop or (gn_z is not None and gn_z >= SPIKE_Z)
     if n_nan:
         confidence = 0.95
@@ -661,18 +787,32 @@ def _numeric_run(run: RunLog) -> Finding | NotAssessed | None:
     else:
         confidence = graded_confidence(float(spikes["loss_z"].max()), SPIKE_Z, specificity=1.0 if supported else 0.9)
     alternatives = (
-        Alternative("data_bug", "cannot_rule_out", "a bad batch also spikes the loss for a step; re-running the step with "
-                    "the same batch tells data from hardware"),
-        Alternative("gpu_hardware_errors", "cannot_rule_out", "silent data corruption looks the same in a log; XID/ECC "
-                    "counters (DCGM) or a deterministic replay decide"),
-        Alternative("fp16_overflow", "supports" if fp16 and (cascade or scale_drop) else "ruled_out" if not fp16
-                    else "cannot_rule_out",
-                    "the loss scale was cut with the anomaly" if fp16 and (cascade or scale_drop) else
-                    "the run does not use a dynamic loss scale (bf16/fp32)" if not fp16 else
-                    "the loss scale did not move at the anomaly"),
-        Alternative("optimizer_instability", "supports" if gn_z is not None and gn_z >= SPIKE_Z else "cannot_rule_out",
-                    "the gradient norm spiked with the loss" if gn_z is not None and gn_z >= SPIKE_Z else
-                    "learning rate and gradient clipping settings decide"),
+        Alternative(
+            "data_bug",
+            "cannot_rule_out",
+            "a bad batch also spikes the loss for a step; re-running the step with the same batch tells data from hardware",
+        ),
+        Alternative(
+            "gpu_hardware_errors",
+            "cannot_rule_out",
+            "silent data corruption looks the same in a log; XID/ECC counters (DCGM) or a deterministic replay decide",
+        ),
+        Alternative(
+            "fp16_overflow",
+            "supports" if fp16 and (cascade or scale_drop) else "ruled_out" if not fp16 else "cannot_rule_out",
+            "the loss scale was cut with the anomaly"
+            if fp16 and (cascade or scale_drop)
+            else "the run does not use a dynamic loss scale (bf16/fp32)"
+            if not fp16
+            else "the loss scale did not move at the anomaly",
+        ),
+        Alternative(
+            "optimizer_instability",
+            "supports" if gn_z is not None and gn_z >= SPIKE_Z else "cannot_rule_out",
+            "the gradient norm spiked with the loss"
+            if gn_z is not None and gn_z >= SPIKE_Z
+            else "learning rate and gradient clipping settings decide",
+        ),
     )
     return Finding(
         fault="numeric_anomaly",
@@ -682,7 +822,9 @@ def _numeric_run(run: RunLog) -> Finding | NotAssessed | None:
         symptom="numeric trouble in training: " + "; ".join(parts),
         evidence=tuple(evidence),
         alternatives=alternatives,
-        action=("Look at the batches of the flagged iterations and replay one deterministically (same data, same seed) "
-                "to tell a data bug from silent data corruption; for instability lower the learning rate or tighten "
-                "gradient clipping; for fp16 overflows switch to bf16 or give the loss scaler hysteresis."),
+        action=(
+            "Look at the batches of the flagged iterations and replay one deterministically (same data, same seed) "
+            "to tell a data bug from silent data corruption; for instability lower the learning rate or tighten "
+            "gradient clipping; for fp16 overflows switch to bf16 or give the loss scaler hysteresis."
+        ),
     )

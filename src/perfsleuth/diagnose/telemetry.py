@@ -119,9 +119,11 @@ def _ffill(a: np.ndarray) -> np.ndarray:
 
 def grid(signals: JobSignals) -> Grid | None:
     """The job's samples on a grid (computed once per signal bundle), or None without GPU samples."""
+
     def build() -> Grid | None:
         table = signals.table("samples")
         return build_grid(table) if table is not None and table.num_rows else None
+
     return signals.view("telemetry.grid", build)
 
 
@@ -244,14 +246,30 @@ def clock_causes(g: Grid) -> ClockCauses | None:
         thermal, power, setting = (np.zeros(shape, bool) for _ in range(3))
         plateau = np.ones(shape, bool)
         how = "violation counters"
-        reasons = [m for m in ("thermal_violation_ns", "clocks_event_sw_thermal_ns", "clocks_event_hw_thermal_ns", "power_violation_ns",
-                               "clocks_event_sw_power_cap_ns", "clocks_event_hw_power_brake_ns", "power_violation_pct",
-                               "thermal_violation_active") if g.get(m) is not None]
+        reasons = [
+            m
+            for m in (
+                "thermal_violation_ns",
+                "clocks_event_sw_thermal_ns",
+                "clocks_event_hw_thermal_ns",
+                "power_violation_ns",
+                "clocks_event_sw_power_cap_ns",
+                "clocks_event_hw_power_brake_ns",
+                "power_violation_pct",
+                "thermal_violation_active",
+            )
+            if g.get(m) is not None
+        ]
         if not reasons:
             return None  # clocks without any reason: a deficit cannot be attributed to heat, power or a setting
-        for metric, target in (("thermal_violation_ns", thermal), ("clocks_event_sw_thermal_ns", thermal),
-                               ("clocks_event_hw_thermal_ns", thermal), ("power_violation_ns", power),
-                               ("clocks_event_sw_power_cap_ns", power), ("clocks_event_hw_power_brake_ns", power)):
+        for metric, target in (
+            ("thermal_violation_ns", thermal),
+            ("clocks_event_sw_thermal_ns", thermal),
+            ("clocks_event_hw_thermal_ns", thermal),
+            ("power_violation_ns", power),
+            ("clocks_event_sw_power_cap_ns", power),
+            ("clocks_event_hw_power_brake_ns", power),
+        ):
             r = g.rate(metric)
             if r is not None:
                 target |= np.nan_to_num(r) > 0.3
@@ -301,10 +319,16 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
     if not strong.any():
         worst = float(loss.max()) if len(loss) else 0.0
         if worst >= CLOCK_BAR / 2 and n_on.max() >= 3:
-            why = (f"under the {CLOCK_BAR:.0%} bar" if worst < CLOCK_BAR or n_on.max() < MIN_CAUSE_SAMPLES else
-                   f"not apart from its peers ({peers_what}: median {peer_med:.1%}, MAD {peer_mad:.2%})")
-            return insufficient(fault, f"a longer or stronger episode: the worst GPU lost {worst:.1%} of its loaded time to "
-                                f"{cause} clock events, {why}", _iv(worst, "fraction", "clock deficit x time share"))
+            why = (
+                f"under the {CLOCK_BAR:.0%} bar"
+                if worst < CLOCK_BAR or n_on.max() < MIN_CAUSE_SAMPLES
+                else f"not apart from its peers ({peers_what}: median {peer_med:.1%}, MAD {peer_mad:.2%})"
+            )
+            return insufficient(
+                fault,
+                f"a longer or stronger episode: the worst GPU lost {worst:.1%} of its loaded time to {cause} clock events, {why}",
+                _iv(worst, "fraction", "clock deficit x time share"),
+            )
         return None
     scope_mask = strong | ((loss >= CLOCK_BAR / 2) & (n_on >= 3) & (job_wide | (loss - peer_med >= PEER_MARGIN)))
     idx = np.flatnonzero(scope_mask)
@@ -312,8 +336,14 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
     on = cc.causes[cause][worst] & cc.load[worst]
     x = np.where(on, cc.deficit[worst], 0.0)[cc.load[worst]]
     lo, hi = _block_bootstrap_mean(x)
-    imp = Interval(float(loss[worst]), lo, hi, "fraction", f"clock deficit (1 - SM clock / max) while {cause}-limited x share of "
-                   f"loaded time, worst GPU ({g.label(worst)}; a synchronous job runs at its pace); 95% moving-block bootstrap over time")
+    imp = Interval(
+        float(loss[worst]),
+        lo,
+        hi,
+        "fraction",
+        f"clock deficit (1 - SM clock / max) while {cause}-limited x share of "
+        f"loaded time, worst GPU ({g.label(worst)}; a synchronous job runs at its pace); 95% moving-block bootstrap over time",
+    )
     others = np.flatnonzero(~scope_mask)
     clk = g.get("sm_clock_mhz")
     on_any = cc.causes[cause][idx] & cc.load[idx]
@@ -321,14 +351,24 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
     peers_clk = clk[others][:, same_bins] if len(others) else np.array([])
     evidence = [
         Evidence(f"{cause}_clock_loss", imp, _iv(peer_med, "fraction", f"median of {peers_what}; MAD {peer_mad:.4f}")),
-        Evidence(f"{cause}_time_share", _iv(on.sum() / max(1, cc.load[worst].sum()), "fraction",
-                 f"share of loaded samples with the {cause} reason active ({cc.how}), {g.label(worst)}"),
-                 _iv(float(np.median((cc.causes[cause] & cc.load).sum(axis=1) / np.maximum(1, cc.load.sum(axis=1)))), "fraction",
-                     "median GPU")),
-        Evidence("sm_clock_mhz_while_limited", _iv(float(np.nanmedian(clk[worst][on])), "MHz", "median while limited",
-                                                   *np.nanpercentile(clk[worst][on], [25, 75])),
-                 _iv(float(np.nanmedian(peers_clk)) if np.size(peers_clk) and np.isfinite(peers_clk).any() else float(cc.ref_clock[worst]),
-                     "MHz", "median of the other GPUs at the same times" if np.size(peers_clk) else "max SM clock")),
+        Evidence(
+            f"{cause}_time_share",
+            _iv(
+                on.sum() / max(1, cc.load[worst].sum()),
+                "fraction",
+                f"share of loaded samples with the {cause} reason active ({cc.how}), {g.label(worst)}",
+            ),
+            _iv(float(np.median((cc.causes[cause] & cc.load).sum(axis=1) / np.maximum(1, cc.load.sum(axis=1)))), "fraction", "median GPU"),
+        ),
+        Evidence(
+            "sm_clock_mhz_while_limited",
+            _iv(float(np.nanmedian(clk[worst][on])), "MHz", "median while limited", *np.nanpercentile(clk[worst][on], [25, 75])),
+            _iv(
+                float(np.nanmedian(peers_clk)) if np.size(peers_clk) and np.isfinite(peers_clk).any() else float(cc.ref_clock[worst]),
+                "MHz",
+                "median of the other GPUs at the same times" if np.size(peers_clk) else "max SM clock",
+            ),
+        ),
     ]
     evidence += _cause_evidence(g, cause, idx, others, on_any)
     share = {c: float((cc.causes[c][idx] & on_any).sum() / max(1, on_any.sum())) for c in ("thermal", "power", "setting")}
@@ -337,23 +377,37 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
         if other == cause:
             continue
         verdict = "ruled_out" if share[other] < 0.1 else "cannot_rule_out"
-        alternatives.append(Alternative(_CAUSE_FAULT[other], verdict, f"the {other} reason is active in {share[other]:.0%} of the "
-                                        f"limited samples"))
+        alternatives.append(
+            Alternative(_CAUSE_FAULT[other], verdict, f"the {other} reason is active in {share[other]:.0%} of the limited samples")
+        )
     whole_hosts = sorted({h for h in g.hosts[idx] if (g.hosts == h).sum() == (g.hosts[idx] == h).sum()})
-    alternatives.append(Alternative("slow_node", "ruled_out" if not whole_hosts else "supports",
-                                    f"host(s) {whole_hosts} are slower than their peers because of these clocks" if whole_hosts else
-                                    "only some GPUs of the host are affected; the clocks explain their slowness"))
-    alternatives.append(Alternative("straggler_rank", "supports", "a throttled GPU makes its rank the straggler a trace would show: "
-                                    "this is the cause, the straggler the symptom"))
+    alternatives.append(
+        Alternative(
+            "slow_node",
+            "ruled_out" if not whole_hosts else "supports",
+            f"host(s) {whole_hosts} are slower than their peers because of these clocks"
+            if whole_hosts
+            else "only some GPUs of the host are affected; the clocks explain their slowness",
+        )
+    )
+    alternatives.append(
+        Alternative(
+            "straggler_rank",
+            "supports",
+            "a throttled GPU makes its rank the straggler a trace would show: this is the cause, the straggler the symptom",
+        )
+    )
     scope = {"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx], "job_wide": bool(job_wide)}
     return Finding(
         fault=fault,
         confidence=_confidence(float(loss[worst]), CLOCK_BAR, 0.9 if cc.how != "clock-event reason bitmask" else 1.0),
         impact=imp,
         scope=scope,
-        symptom=(f"{len(idx)} GPU(s) on {', '.join(scope['hosts'])} run below their maximum SM clock for {cause} reasons: the worst, "
-                 f"{g.label(worst)}, loses {loss[worst]:.1%} of its loaded time" + (" (every GPU of the job)" if len(idx) == len(loss) else
-                                                                                    "; their peers do not")),
+        symptom=(
+            f"{len(idx)} GPU(s) on {', '.join(scope['hosts'])} run below their maximum SM clock for {cause} reasons: the worst, "
+            f"{g.label(worst)}, loses {loss[worst]:.1%} of its loaded time"
+            + (" (every GPU of the job)" if len(idx) == len(loss) else "; their peers do not")
+        ),
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
         action=_ACTIONS[cause],
@@ -361,12 +415,18 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
 
 
 _ACTIONS = {
-    "thermal": ("Check cooling of the affected GPUs/host: inlet temperature, fan and airflow, heatsink contact, neighbouring "
-                "hot exhaust; compare GPU temperature with DCGM_FI_DEV_SLOWDOWN_TEMP. Drain the node if it persists."),
-    "power": ("Compare DCGM_FI_DEV_ENFORCED_POWER_LIMIT with the default limit (nvidia-smi -q -d POWER); restore it "
-              "(nvidia-smi -pl) or check the PSU / power-brake signal (HW power brake) with the facility team."),
-    "setting": ("Clocks are held low by a setting: check locked or application clocks (nvidia-smi -q -d CLOCK; reset with "
-                "nvidia-smi -rgc / -rac) and sync-boost groups; confirm the node's GPU configuration matches its peers."),
+    "thermal": (
+        "Check cooling of the affected GPUs/host: inlet temperature, fan and airflow, heatsink contact, neighbouring "
+        "hot exhaust; compare GPU temperature with DCGM_FI_DEV_SLOWDOWN_TEMP. Drain the node if it persists."
+    ),
+    "power": (
+        "Compare DCGM_FI_DEV_ENFORCED_POWER_LIMIT with the default limit (nvidia-smi -q -d POWER); restore it "
+        "(nvidia-smi -pl) or check the PSU / power-brake signal (HW power brake) with the facility team."
+    ),
+    "setting": (
+        "Clocks are held low by a setting: check locked or application clocks (nvidia-smi -q -d CLOCK; reset with "
+        "nvidia-smi -rgc / -rac) and sync-boost groups; confirm the node's GPU configuration matches its peers."
+    ),
 }
 
 
@@ -377,15 +437,26 @@ def _cause_evidence(g: Grid, cause: str, idx: np.ndarray, others: np.ndarray, on
         mine = t[idx][on_any]
         slow = g.get("slowdown_temp_c")
         peer = t[others][:, on_any.any(axis=0)] if len(others) else np.array([])
-        out.append(Evidence("gpu_temp_c_while_limited", _iv(float(np.nanmedian(mine)), "C", "median, affected GPUs while limited"),
-                            _iv(float(np.nanmedian(peer)), "C", "median of the other GPUs at the same times")
-                            if np.size(peer) and np.isfinite(peer).any() else None,
-                            f"slowdown at {np.nanmedian(slow):.0f} C" if slow is not None and np.isfinite(slow).any() else ""))
+        out.append(
+            Evidence(
+                "gpu_temp_c_while_limited",
+                _iv(float(np.nanmedian(mine)), "C", "median, affected GPUs while limited"),
+                _iv(float(np.nanmedian(peer)), "C", "median of the other GPUs at the same times")
+                if np.size(peer) and np.isfinite(peer).any()
+                else None,
+                f"slowdown at {np.nanmedian(slow):.0f} C" if slow is not None and np.isfinite(slow).any() else "",
+            )
+        )
     if cause == "power":
         enf, dflt, pw = g.get("enforced_power_limit_w"), g.get("default_power_limit_w"), g.get("power_w")
         if enf is not None and np.isfinite(enf[idx]).any():
-            base = (_iv(float(np.nanmedian(dflt[idx])), "W", "default power limit") if dflt is not None and np.isfinite(dflt[idx]).any()
-                    else _iv(float(np.nanmedian(enf[others])), "W", "other GPUs' enforced limit") if len(others) else None)
+            base = (
+                _iv(float(np.nanmedian(dflt[idx])), "W", "default power limit")
+                if dflt is not None and np.isfinite(dflt[idx]).any()
+                else _iv(float(np.nanmedian(enf[others])), "W", "other GPUs' enforced limit")
+                if len(others)
+                else None
+            )
             out.append(Evidence("enforced_power_limit_w", _iv(float(np.nanmin(enf[idx])), "W", "lowest on the affected GPUs"), base))
         if pw is not None:
             out.append(Evidence("power_w_while_limited", _iv(float(np.nanmedian(pw[idx][on_any])), "W", "median while limited")))
@@ -404,24 +475,36 @@ def _quiet(fn):
     return run
 
 
-@detector("thermal_throttling", needs=("SM clock with clock-event reasons (thermal bits) or thermal violation counters",),
-          source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "thermal_throttling",
+    needs=("SM clock with clock-event reasons (thermal bits) or thermal violation counters",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def thermal_throttling(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     return _clock_finding(signals, "thermal_throttling")
 
 
-@detector("power_capping", needs=("SM clock with clock-event reasons (power cap / brake bits) or power violation counters",),
-          source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "power_capping",
+    needs=("SM clock with clock-event reasons (power cap / brake bits) or power violation counters",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def power_capping(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     return _clock_finding(signals, "power_capping")
 
 
-@detector("clock_capping", needs=("SM clock and max SM clock with clock-event reasons (applications clocks setting)",),
-          source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "clock_capping",
+    needs=("SM clock and max SM clock with clock-event reasons (applications clocks setting)",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def clock_capping(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
@@ -431,8 +514,12 @@ def clock_capping(job: Job) -> Finding | NotAssessed | None:
 # --- PCIe --------------------------------------------------------------------------------------------------------
 
 
-@detector("pcie_downtraining", needs=("PCIe link generation and width with their maxima (DCGM_FI_DEV_PCIE_LINK_GEN/WIDTH, "
-                                      "DCGM_FI_DEV_PCIE_MAX_LINK_GEN/WIDTH)",), source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "pcie_downtraining",
+    needs=("PCIe link generation and width with their maxima (DCGM_FI_DEV_PCIE_LINK_GEN/WIDTH, DCGM_FI_DEV_PCIE_MAX_LINK_GEN/WIDTH)",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
@@ -468,8 +555,12 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
     if not hit.any():
         if (n_down >= 3).any():
             i = int(np.argmax(share))
-            return insufficient(fault, f"a sustained downgrade: {g.label(i)} ran below its maximum PCIe link in {share[i]:.0%} of "
-                                f"loaded samples (bar {PCIE_SHARE:.0%})", _iv(share[i], "fraction", "share of loaded samples"))
+            return insufficient(
+                fault,
+                f"a sustained downgrade: {g.label(i)} ran below its maximum PCIe link in {share[i]:.0%} of "
+                f"loaded samples (bar {PCIE_SHARE:.0%})",
+                _iv(share[i], "fraction", "share of loaded samples"),
+            )
         return None
     idx = np.flatnonzero(hit)
     cur_gen = [float(np.nanmedian(gen[i][down[i]])) if gen is not None else np.nan for i in idx]
@@ -490,32 +581,63 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
         traffic = np.nan_to_num(rx[idx[worst]] if rx is not None else 0) + np.nan_to_num(tx[idx[worst]] if tx is not None else 0)
         util = float(np.mean(traffic[load[idx[worst]]])) / cap
         cost = min(1.0, util * bw_lost / max(1e-9, 1 - bw_lost))
-        imp = _iv(cost, "fraction", f"extra transfer time: PCIe traffic ({util:.1%} of the full link) x {bw_lost:.0%} bandwidth lost "
-                  "/ what remains; an upper bound, 0 when transfers overlap compute", 0.0, cost)
+        imp = _iv(
+            cost,
+            "fraction",
+            f"extra transfer time: PCIe traffic ({util:.1%} of the full link) x {bw_lost:.0%} bandwidth lost "
+            "/ what remains; an upper bound, 0 when transfers overlap compute",
+            0.0,
+            cost,
+        )
     else:
-        imp = _iv(0.0, "fraction", "not measurable without PCIe byte counters: the link lost "
-                  f"{bw_lost:.0%} of its bandwidth; the step-time cost depends on host/GPUDirect traffic", 0.0, bw_lost)
+        imp = _iv(
+            0.0,
+            "fraction",
+            "not measurable without PCIe byte counters: the link lost "
+            f"{bw_lost:.0%} of its bandwidth; the step-time cost depends on host/GPUDirect traffic",
+            0.0,
+            bw_lost,
+        )
     evidence = [
-        Evidence("pcie_link_gen", _iv(float(np.nanmedian(cur_gen)), "gen", "median while loaded, affected GPUs"),
-                 _iv(float(np.nanmedian(gmax[idx])) if gmax is not None else np.nan, "gen", "maximum the GPU and slot support")),
-        Evidence("pcie_link_width", _iv(float(np.nanmedian(cur_w)), "lanes", "median while loaded, affected GPUs"),
-                 _iv(float(np.nanmedian(wmax[idx])) if wmax is not None else np.nan, "lanes", "maximum width")),
-        Evidence("downtrained_share", _iv(float(share[idx].min()), "fraction", "share of loaded samples below maximum, least affected "
-                 "flagged GPU"), _iv(float(np.median(share)), "fraction", "median GPU of the job")),
+        Evidence(
+            "pcie_link_gen",
+            _iv(float(np.nanmedian(cur_gen)), "gen", "median while loaded, affected GPUs"),
+            _iv(float(np.nanmedian(gmax[idx])) if gmax is not None else np.nan, "gen", "maximum the GPU and slot support"),
+        ),
+        Evidence(
+            "pcie_link_width",
+            _iv(float(np.nanmedian(cur_w)), "lanes", "median while loaded, affected GPUs"),
+            _iv(float(np.nanmedian(wmax[idx])) if wmax is not None else np.nan, "lanes", "maximum width"),
+        ),
+        Evidence(
+            "downtrained_share",
+            _iv(float(share[idx].min()), "fraction", "share of loaded samples below maximum, least affected flagged GPU"),
+            _iv(float(np.median(share)), "fraction", "median GPU of the job"),
+        ),
         Evidence("pcie_bandwidth_lost", _iv(bw_lost, "fraction", "1 - (lane rate x width) / (max lane rate x max width)")),
     ]
     alternatives = (
         Alternative("idle link power saving", "ruled_out", "judged only while the GPU was under load (utilisation >= 50%)"),
-        Alternative("degraded_network", "cannot_rule_out", "a downtrained GPU slot also slows GPUDirect RDMA through it; NIC "
-                    "counters decide whether the network itself is slow"),
+        Alternative(
+            "degraded_network",
+            "cannot_rule_out",
+            "a downtrained GPU slot also slows GPUDirect RDMA through it; NIC counters decide whether the network itself is slow",
+        ),
     )
-    return Finding(fault=fault, confidence=_confidence(float(share[idx].min()), PCIE_SHARE / 2, 1.0), impact=imp,
-                   scope={"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx]},
-                   symptom=f"PCIe link of {', '.join(g.label(i) for i in idx)} runs below its maximum under load "
-                           f"(gen {cur_gen[worst]:.0f} x{cur_w[worst]:.0f}): {bw_lost:.0%} of its bandwidth lost",
-                   evidence=tuple(evidence), alternatives=alternatives,
-                   action=("Reseat or replace the riser/card, check the slot's BIOS link settings (gen, ASPM) and the PCIe "
-                           "replay counter (DCGM_FI_DEV_PCIE_REPLAY_COUNTER); nvidia-smi -q -d PCIE shows current vs max."))
+    return Finding(
+        fault=fault,
+        confidence=_confidence(float(share[idx].min()), PCIE_SHARE / 2, 1.0),
+        impact=imp,
+        scope={"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx]},
+        symptom=f"PCIe link of {', '.join(g.label(i) for i in idx)} runs below its maximum under load "
+        f"(gen {cur_gen[worst]:.0f} x{cur_w[worst]:.0f}): {bw_lost:.0%} of its bandwidth lost",
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Reseat or replace the riser/card, check the slot's BIOS link settings (gen, ASPM) and the PCIe "
+            "replay counter (DCGM_FI_DEV_PCIE_REPLAY_COUNTER); nvidia-smi -q -d PCIE shows current vs max."
+        ),
+    )
 
 
 # --- NVLink ------------------------------------------------------------------------------------------------------
@@ -538,7 +660,7 @@ def _lower_segment_mean(x: np.ndarray, min_share: float = 0.2) -> float:
     splits = np.arange(k, n - k + 1)
     left_n, right_n = splits, n - splits
     left_s, right_s = c[splits - 1], c[-1] - c[splits - 1]
-    sse = (c2[-1] - left_s**2 / left_n - right_s**2 / right_n)
+    sse = c2[-1] - left_s**2 / left_n - right_s**2 / right_n
     best = int(splits[np.argmin(sse)])
     return float(min(x[:best].mean(), x[best:].mean()))
 
@@ -550,8 +672,12 @@ def _increase(g: Grid, metric: str) -> np.ndarray | None:
     return np.nansum(np.clip(r, 0, None), axis=1) * g.interval_ns
 
 
-@detector("degraded_nvlink", needs=("NVLink error counters (DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL) or NVLink bytes "
-                                    "(DCGM_FI_PROF_NVLINK_TX/RX_BYTES)",), source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "degraded_nvlink",
+    needs=("NVLink error counters (DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL) or NVLink bytes (DCGM_FI_PROF_NVLINK_TX/RX_BYTES)",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def degraded_nvlink(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
@@ -588,52 +714,109 @@ def degraded_nvlink(job: Job) -> Finding | NotAssessed | None:
     if not hit.any():
         if (errors >= 5).any() or (ratio <= 0.96).any():
             i = int(np.argmax(errors)) if (errors >= 5).any() else int(np.argmin(ratio))
-            return insufficient(fault, f"more errors or a larger bandwidth gap: {g.label(i)} has {errors[i]:.0f} NVLink errors and "
-                                f"{ratio[i]:.0%} of its peers' NVLink bandwidth", _iv(1 - ratio[i], "fraction", "bandwidth deficit"))
+            return insufficient(
+                fault,
+                f"more errors or a larger bandwidth gap: {g.label(i)} has {errors[i]:.0f} NVLink errors and "
+                f"{ratio[i]:.0%} of its peers' NVLink bandwidth",
+                _iv(1 - ratio[i], "fraction", "bandwidth deficit"),
+            )
         return None
     idx = np.flatnonzero(hit)
     deficit = float(np.clip(1 - ratio[idx].min(), 0, 1))
-    imp = _iv(deficit, "fraction", "NVLink bandwidth deficit of the worst GPU against its peers: an upper bound on the step time "
-              "lost, reached only if intra-node collectives are all of the step and not overlapped (a trace decides)", 0.0, deficit)
+    imp = _iv(
+        deficit,
+        "fraction",
+        "NVLink bandwidth deficit of the worst GPU against its peers: an upper bound on the step time "
+        "lost, reached only if intra-node collectives are all of the step and not overlapped (a trace decides)",
+        0.0,
+        deficit,
+    )
     evidence = [
-        Evidence("nvlink_errors", _iv(float(errors[idx].max()), "count", "increase over the window, sum of CRC flit/data, replay "
-                 "and recovery counters, worst flagged GPU"), _iv(err_med, "count", f"median GPU of the job ({n} GPUs)")),
+        Evidence(
+            "nvlink_errors",
+            _iv(
+                float(errors[idx].max()),
+                "count",
+                "increase over the window, sum of CRC flit/data, replay and recovery counters, worst flagged GPU",
+            ),
+            _iv(err_med, "count", f"median GPU of the job ({n} GPUs)"),
+        ),
     ]
     if bw_parts:
         lo, hi = _block_bootstrap_mean(rel[idx[np.argmin(ratio[idx])]]) if bw_parts else (None, None)
-        evidence.append(Evidence("nvlink_bandwidth_ratio", _iv(float(ratio[idx].min()), "ratio", "GPU / median GPU at the same "
-                                 "times, loaded samples; 95% moving-block bootstrap", lo, hi),
-                                 _iv(1.0, "ratio", f"peers (robust spread {spread:.3f})")))
+        evidence.append(
+            Evidence(
+                "nvlink_bandwidth_ratio",
+                _iv(
+                    float(ratio[idx].min()),
+                    "ratio",
+                    "GPU / median GPU at the same times, loaded samples; 95% moving-block bootstrap",
+                    lo,
+                    hi,
+                ),
+                _iv(1.0, "ratio", f"peers (robust spread {spread:.3f})"),
+            )
+        )
     alternatives = (
-        Alternative("exposed_communication", "cannot_rule_out", "a job whose collectives are exposed suffers more from a slow link; "
-                    "a trace measures how much of the step waits on it"),
-        Alternative("load imbalance", "ruled_out" if err_hit[idx].any() else "cannot_rule_out",
-                    "the link reports errors, which traffic does not cause" if err_hit[idx].any() else
-                    "lower bytes alone can mean the GPU sent less; error counters or nccl-tests intra-node busbw decide"),
+        Alternative(
+            "exposed_communication",
+            "cannot_rule_out",
+            "a job whose collectives are exposed suffers more from a slow link; a trace measures how much of the step waits on it",
+        ),
+        Alternative(
+            "load imbalance",
+            "ruled_out" if err_hit[idx].any() else "cannot_rule_out",
+            "the link reports errors, which traffic does not cause"
+            if err_hit[idx].any()
+            else "lower bytes alone can mean the GPU sent less; error counters or nccl-tests intra-node busbw decide",
+        ),
     )
-    return Finding(fault=fault, confidence=_confidence(1.0 if err_hit[idx].any() else (1 - ratio[idx].min()) / (1 - NVLINK_BW_RATIO),
-                                                       0.5, 1.0 if err_hit[idx].any() else 0.9),
-                   impact=imp, scope={"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx]},
-                   symptom=(f"NVLink of {', '.join(g.label(i) for i in idx)} " + ("reports rising errors" if err_hit[idx].any() else "")
-                            + (" and " if err_hit[idx].any() and bw_hit[idx].any() else "")
-                            + (f"carries {ratio[idx].min():.0%} of its peers' bandwidth" if bw_hit[idx].any() else "")),
-                   evidence=tuple(evidence), alternatives=alternatives,
-                   action=("Run nccl-tests within the node (NCCL_TESTS_SPLIT='DIV 8') and dcgmi diag -r 2 on it; check nvidia-smi "
-                           "nvlink -e for the failing link; reseat/replace the baseboard or drain the node."))
+    return Finding(
+        fault=fault,
+        confidence=_confidence(
+            1.0 if err_hit[idx].any() else (1 - ratio[idx].min()) / (1 - NVLINK_BW_RATIO), 0.5, 1.0 if err_hit[idx].any() else 0.9
+        ),
+        impact=imp,
+        scope={"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx]},
+        symptom=(
+            f"NVLink of {', '.join(g.label(i) for i in idx)} "
+            + ("reports rising errors" if err_hit[idx].any() else "")
+            + (" and " if err_hit[idx].any() and bw_hit[idx].any() else "")
+            + (f"carries {ratio[idx].min():.0%} of its peers' bandwidth" if bw_hit[idx].any() else "")
+        ),
+        evidence=tuple(evidence),
+        alternatives=alternatives,
+        action=(
+            "Run nccl-tests within the node (NCCL_TESTS_SPLIT='DIV 8') and dcgmi diag -r 2 on it; check nvidia-smi "
+            "nvlink -e for the failing link; reseat/replace the baseboard or drain the node."
+        ),
+    )
 
 
 # --- hardware errors ---------------------------------------------------------------------------------------------
 
 
-@detector("gpu_hardware_errors", needs=("XID, ECC and row-remap fields (DCGM_FI_DEV_XID_ERRORS, _ECC_DBE_VOL_TOTAL, "
-                                        "_ROW_REMAP_PENDING / _FAILURE)",), source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "gpu_hardware_errors",
+    needs=("XID, ECC and row-remap fields (DCGM_FI_DEV_XID_ERRORS, _ECC_DBE_VOL_TOTAL, _ROW_REMAP_PENDING / _FAILURE)",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
     fault = "gpu_hardware_errors"
     g = grid(signals)
-    names = ("xid_errors", "ecc_dbe_volatile", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure",
-             "remapped_rows_uncorrectable", "retired_pages_pending", "retired_pages_dbe")
+    names = (
+        "xid_errors",
+        "ecc_dbe_volatile",
+        "ecc_dbe_aggregate",
+        "row_remap_pending",
+        "row_remap_failure",
+        "remapped_rows_uncorrectable",
+        "retired_pages_pending",
+        "retired_pages_dbe",
+    )
     if g is None or not any(g.get(m) is not None for m in names) and not any(m.startswith("xid_events_count") for m in g.values):
         return NotAssessed(fault, "XID / ECC / row-remap fields (not in dcgm-exporter's default counters: enable them)")
     events: dict[int, list[str]] = {}
@@ -646,15 +829,21 @@ def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
             first = np.flatnonzero(np.isfinite(xid[i]))
             if len(first) and xid[i][first[0]] > 0:
                 stale.add(int(i))
-    for metric, what in (("ecc_dbe_volatile", "uncorrectable (DBE) ECC errors"), ("ecc_dbe_aggregate", "uncorrectable ECC (aggregate)"),
-                         ("remapped_rows_uncorrectable", "rows remapped for uncorrectable errors"),
-                         ("retired_pages_dbe", "pages retired for DBE")):
+    for metric, what in (
+        ("ecc_dbe_volatile", "uncorrectable (DBE) ECC errors"),
+        ("ecc_dbe_aggregate", "uncorrectable ECC (aggregate)"),
+        ("remapped_rows_uncorrectable", "rows remapped for uncorrectable errors"),
+        ("retired_pages_dbe", "pages retired for DBE"),
+    ):
         inc = _increase(g, metric)
         if inc is not None:
             for i in np.flatnonzero(inc > 0):
                 events.setdefault(int(i), []).append(f"+{inc[i]:.0f} {what}")
-    for metric, what in (("row_remap_pending", "row remap pending (reset needed)"), ("row_remap_failure", "row remap FAILED"),
-                         ("retired_pages_pending", "page retirement pending")):
+    for metric, what in (
+        ("row_remap_pending", "row remap pending (reset needed)"),
+        ("row_remap_failure", "row remap FAILED"),
+        ("retired_pages_pending", "page retirement pending"),
+    ):
         v = g.get(metric)
         if v is not None:
             for i in np.flatnonzero((np.nan_to_num(v) > 0).any(axis=1)):
@@ -669,22 +858,43 @@ def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
     codes = {int(c) for i in idx if xid is not None for c in np.unique(np.nan_to_num(xid[i])) if c > 0}
     software_only = bool(codes) and codes <= XID_LIKELY_SOFTWARE and all(e[0].startswith("XID") and len(e) == 1 for e in events.values())
     specificity = 0.8 if software_only else (0.9 if set(idx) <= stale else 1.0)
-    evidence = tuple(Evidence(f"events[{g.label(i)}]", _iv(float(len(events[i])), "events", "; ".join(events[i])),
-                              note="present from the first sample: may predate the job" if i in stale else "")
-                     for i in idx)
-    alternatives = (
-        Alternative("software error surfacing as an XID", "cannot_rule_out" if software_only else "ruled_out",
-                    f"XID {sorted(codes)} usually come from the application or driver" if software_only else
-                    "ECC / row-remap events or hardware XIDs are not caused by software"),
+    evidence = tuple(
+        Evidence(
+            f"events[{g.label(i)}]",
+            _iv(float(len(events[i])), "events", "; ".join(events[i])),
+            note="present from the first sample: may predate the job" if i in stale else "",
+        )
+        for i in idx
     )
-    return Finding(fault=fault, confidence=_confidence(2.0, 1.0, specificity),
-                   impact=_iv(0.0, "fraction", "not a slowdown: these events cost availability (a crash, a GPU reset, a drained "
-                              "node) that telemetry cannot size; the goodput/restart analysis does", 0.0, None),
-                   scope={"hosts": sorted({g.keys[i][0] for i in idx}), "gpus": [g.label(i) for i in idx]},
-                   symptom="GPU hardware error events on " + "; ".join(f"{g.label(i)}: {', '.join(events[i])}" for i in idx),
-                   evidence=evidence, alternatives=alternatives,
-                   action=("Drain the GPU/node and run dcgmi diag -r 3; a pending row remap needs a GPU reset, a failed remap or "
-                           "repeated DBE/XID 79/94/95 an RMA. Check the kernel log (dmesg | grep -i xid) for the full XID text."))
+    alternatives = (
+        Alternative(
+            "software error surfacing as an XID",
+            "cannot_rule_out" if software_only else "ruled_out",
+            f"XID {sorted(codes)} usually come from the application or driver"
+            if software_only
+            else "ECC / row-remap events or hardware XIDs are not caused by software",
+        ),
+    )
+    return Finding(
+        fault=fault,
+        confidence=_confidence(2.0, 1.0, specificity),
+        impact=_iv(
+            0.0,
+            "fraction",
+            "not a slowdown: these events cost availability (a crash, a GPU reset, a drained "
+            "node) that telemetry cannot size; the goodput/restart analysis does",
+            0.0,
+            None,
+        ),
+        scope={"hosts": sorted({g.keys[i][0] for i in idx}), "gpus": [g.label(i) for i in idx]},
+        symptom="GPU hardware error events on " + "; ".join(f"{g.label(i)}: {', '.join(events[i])}" for i in idx),
+        evidence=evidence,
+        alternatives=alternatives,
+        action=(
+            "Drain the GPU/node and run dcgmi diag -r 3; a pending row remap needs a GPU reset, a failed remap or "
+            "repeated DBE/XID 79/94/95 an RMA. Check the kernel log (dmesg | grep -i xid) for the full XID text."
+        ),
+    )
 
 
 # --- slow node ---------------------------------------------------------------------------------------------------
@@ -721,8 +931,12 @@ def _peer_spread(rel: np.ndarray, job_load: np.ndarray, k: int) -> float:
     return float(np.nan_to_num(np.nanmedian(per_bin))) if np.isfinite(per_bin).any() else 0.0
 
 
-@detector("slow_node", needs=("per-GPU SM activity (DCGM_FI_PROF_SM_ACTIVE) or GPU utilisation from >= 3 hosts of one job",),
-          source=SOURCE, evidence=("gpu_samples",))
+@detector(
+    "slow_node",
+    needs=("per-GPU SM activity (DCGM_FI_PROF_SM_ACTIVE) or GPU utilisation from >= 3 hosts of one job",),
+    source=SOURCE,
+    evidence=("gpu_samples",),
+)
 @_quiet
 def slow_node(job: Job) -> Finding | NotAssessed | None:
     signals = job.signals
@@ -733,12 +947,19 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed(fault, "per-GPU SM activity (DCGM_FI_PROF_SM_ACTIVE) or GPU utilisation")
     hosts = sorted(set(g.hosts))
     if len(hosts) < MIN_HOSTS:
-        return NotAssessed(fault, f"telemetry from >= {MIN_HOSTS} hosts of the job (peers to compare with); have {len(hosts)}",
-                           "insufficient_evidence")
+        return NotAssessed(
+            fault, f"telemetry from >= {MIN_HOSTS} hosts of the job (peers to compare with); have {len(hosts)}", "insufficient_evidence"
+        )
     v = g.get(metric)
     job_load = np.nanmedian(np.where(np.isfinite(v), g.load, np.nan), axis=0) >= 0.5
-    host_vals = np.array([np.nanmedian(np.where(g.load[g.hosts == h], v[g.hosts == h], np.nan), axis=0)
-                          if (g.hosts == h).any() else np.full(g.bins, np.nan) for h in hosts])
+    host_vals = np.array(
+        [
+            np.nanmedian(np.where(g.load[g.hosts == h], v[g.hosts == h], np.nan), axis=0)
+            if (g.hosts == h).any()
+            else np.full(g.bins, np.nan)
+            for h in hosts
+        ]
+    )
     med = np.nanmedian(host_vals, axis=0)
     rel = host_vals / np.where(med > 0, med, np.nan) - 1
     min_bins = int(np.ceil(SLOW_NODE_MINUTES * 60e9 / g.interval_ns))
@@ -772,8 +993,11 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
             best = (deficit, k, (t0, t1), float(run.sum()), bar)
     if best is None:
         if near is not None:
-            return insufficient(fault, f"a longer or larger divergence: {near[1]} (bar {SLOW_NODE_DEFICIT:.0%} for "
-                                f"{SLOW_NODE_MINUTES:g} min)", _iv(near[0], "fraction", "mean deficit over the longest run"))
+            return insufficient(
+                fault,
+                f"a longer or larger divergence: {near[1]} (bar {SLOW_NODE_DEFICIT:.0%} for {SLOW_NODE_MINUTES:g} min)",
+                _iv(near[0], "fraction", "mean deficit over the longest run"),
+            )
         return None
     deficit, k, (t0, t1), n_run, bar = best
     h = hosts[k]
@@ -781,17 +1005,31 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
     share = n_run / max(1.0, loaded)
     x = -rel[k][t0:t1][np.isfinite(rel[k][t0:t1]) & job_load[t0:t1]]
     lo, hi = _block_bootstrap_mean(x, share)
-    imp = _iv(deficit * share, "fraction", f"host deficit in {metric} vs the median host x share of the job's loaded time it lasted "
-              "(a synchronous job runs at its slowest host's pace); 95% moving-block bootstrap over time", lo, hi)
+    imp = _iv(
+        deficit * share,
+        "fraction",
+        f"host deficit in {metric} vs the median host x share of the job's loaded time it lasted "
+        "(a synchronous job runs at its slowest host's pace); 95% moving-block bootstrap over time",
+        lo,
+        hi,
+    )
     minutes = (t1 - t0) * g.interval_ns / 60e9
     dlo, dhi = _block_bootstrap_mean(x)
     evidence = (
-        Evidence(f"{metric}_deficit", _iv(deficit, "fraction", f"1 - host median / median host, mean over {minutes:.1f} min; 95% "
-                 "moving-block bootstrap", dlo, dhi),
-                 _iv(float(bar), "fraction", f"per-sample bar: max({SLOW_NODE_BIN_DEFICIT:.0%}, 3.5 x robust spread of the other "
-                     f"{len(hosts) - 1} hosts)")),
-        Evidence("divergence_minutes", _iv(minutes, "min", "longest run below the bar (gaps of one sample bridged)"),
-                 _iv(SLOW_NODE_MINUTES, "min", "minimum duration (Minder: the same machine must stay the outlier)")),
+        Evidence(
+            f"{metric}_deficit",
+            _iv(deficit, "fraction", f"1 - host median / median host, mean over {minutes:.1f} min; 95% moving-block bootstrap", dlo, dhi),
+            _iv(
+                float(bar),
+                "fraction",
+                f"per-sample bar: max({SLOW_NODE_BIN_DEFICIT:.0%}, 3.5 x robust spread of the other {len(hosts) - 1} hosts)",
+            ),
+        ),
+        Evidence(
+            "divergence_minutes",
+            _iv(minutes, "min", "longest run below the bar (gaps of one sample bridged)"),
+            _iv(SLOW_NODE_MINUTES, "min", "minimum duration (Minder: the same machine must stay the outlier)"),
+        ),
     )
     gpus = [g.label(i) for i in np.flatnonzero(g.hosts == h)]
     alternatives = (
@@ -801,12 +1039,19 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
         Alternative("cpu_contention", "cannot_rule_out", "a starved host CPU slows every GPU it feeds; host CPU counters decide"),
         Alternative("workload phase change", "ruled_out", "compared with the other hosts at the same times; they did not slow down"),
     )
-    return Finding(fault=fault, confidence=_confidence(deficit, SLOW_NODE_DEFICIT), impact=imp,
-                   scope={"hosts": [h], "gpus": gpus, "window_s": [t0 * g.interval_ns / 1e9, t1 * g.interval_ns / 1e9]},
-                   symptom=f"{h}'s GPUs run {deficit:.0%} below the other hosts' {metric} for {minutes:.0f} min, with normal clocks",
-                   evidence=evidence, alternatives=alternatives,
-                   action=("Look at the host itself during the window: CPU usage and steal, memory pressure, NIC/PFC counters, "
-                           "dmesg; compare its step times in the job log; cordon it if it repeats (fail-slow often precedes a failure)."))
+    return Finding(
+        fault=fault,
+        confidence=_confidence(deficit, SLOW_NODE_DEFICIT),
+        impact=imp,
+        scope={"hosts": [h], "gpus": gpus, "window_s": [t0 * g.interval_ns / 1e9, t1 * g.interval_ns / 1e9]},
+        symptom=f"{h}'s GPUs run {deficit:.0%} below the other hosts' {metric} for {minutes:.0f} min, with normal clocks",
+        evidence=evidence,
+        alternatives=alternatives,
+        action=(
+            "Look at the host itself during the window: CPU usage and steal, memory pressure, NIC/PFC counters, "
+            "dmesg; compare its step times in the job log; cordon it if it repeats (fail-slow often precedes a failure)."
+        ),
+    )
 
 
 # --- context for the trace detectors -----------------------------------------------------------------------------
@@ -825,8 +1070,10 @@ def utilization_context(signals: JobSignals) -> tuple[Evidence, ...]:
     from perfsleuth.stats.summary import median_interval
 
     out = []
-    notes = {"sm_active": "< 0.5 with GPU utilisation > 90%: kernels do not fill the SMs (supports small_kernels)",
-             "dram_active": "> 0.6 with tensor activity < 0.2: memory-bound (supports memory_bound_decode)"}
+    notes = {
+        "sm_active": "< 0.5 with GPU utilisation > 90%: kernels do not fill the SMs (supports small_kernels)",
+        "dram_active": "> 0.6 with tensor activity < 0.2: memory-bound (supports memory_bound_decode)",
+    }
     for m in ("gpu_util_pct", "sm_active", "sm_occupancy", "tensor_active", "dram_active"):
         v = g.get(m)
         if v is None:

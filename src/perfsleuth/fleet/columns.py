@@ -53,22 +53,31 @@ def record_columns(t: ir.Table, source: str | None = None) -> RecordColumns:
     names = set(schema.names)
     missing = [c for c in (RUN_ID, TIME) if c not in names]
     if missing:
-        raise InputError(source, f"no column(s) {', '.join(map(repr, missing))} in the records",
-                         hint=f"a records table has run_id, time_ns (epoch ns), dimensions and metrics; columns are: "
-                              f"{', '.join(schema.names)}")
+        raise InputError(
+            source,
+            f"no column(s) {', '.join(map(repr, missing))} in the records",
+            hint=f"a records table has run_id, time_ns (epoch ns), dimensions and metrics; columns are: {', '.join(schema.names)}",
+        )
     if not schema[TIME].is_integer():
         raise InputError(source, f"column {TIME!r} holds {schema[TIME]}, not integer epoch nanoseconds", place=f"column {TIME}")
     gpu_s = next((c for c in GPU_TIME_NAMES if c in names and schema[c].is_numeric()), None)
     tokens = TOKENS if TOKENS in names and schema[TOKENS].is_numeric() else None
     has_throughput = THROUGHPUT in names and schema[THROUGHPUT].is_numeric()
     if not has_throughput and not (tokens and gpu_s):
-        raise InputError(source, f"no numeric {THROUGHPUT!r} column (nor {TOKENS!r} with {GPU_TIME_NAMES[0]!r})",
-                         hint="the fleet page's top line is tokens per second per GPU")
-    dims = tuple(c for c in schema.names if c not in NOT_DIMENSIONS and c != TIME and not c.endswith(NOTE_SUFFIXES)
-                 and _is_dimension(c, schema[c]))
+        raise InputError(
+            source,
+            f"no numeric {THROUGHPUT!r} column (nor {TOKENS!r} with {GPU_TIME_NAMES[0]!r})",
+            hint="the fleet page's top line is tokens per second per GPU",
+        )
+    dims = tuple(
+        c for c in schema.names if c not in NOT_DIMENSIONS and c != TIME and not c.endswith(NOTE_SUFFIXES) and _is_dimension(c, schema[c])
+    )
     if not dims:
-        raise InputError(source, "no dimension columns (cluster, node, driver, model, ...) in the records",
-                         hint="dimensions are the string columns other than run_id")
+        raise InputError(
+            source,
+            "no dimension columns (cluster, node, driver, model, ...) in the records",
+            hint="dimensions are the string columns other than run_id",
+        )
     used = {TIME, THROUGHPUT, *NOT_FACTORS, *(c for c in (gpu_s, tokens) if c)}
     factors = tuple(c for c in schema.names if c not in used and c not in dims and schema[c].is_numeric())
     return RecordColumns(dims, gpu_s, tokens, factors)

@@ -29,16 +29,14 @@ from perfsleuth.metrics.tree import FRACTION_COLUMNS
 STEP_TIME = "step_time_ns"
 
 
-def fleet_attribution(keyed: ir.Table, cols: RecordColumns, baseline: Window,
-                      current: Window) -> tuple[Attribution | None, str | None]:
+def fleet_attribution(keyed: ir.Table, cols: RecordColumns, baseline: Window, current: Window) -> tuple[Attribution | None, str | None]:
     """The attribution of the change between the windows' average GPU-steps, or why there is none.
 
     ``keyed`` carries ``ps_n`` (tokens) and ``ps_w`` (GPU-seconds) per record, as ``fleet.report`` makes it.
     """
     names = set(keyed.columns)
     if cols.gpu_seconds is None or STEP_TIME not in names:
-        return None, ("no factor tree: the records need gpu_seconds and step_time_ns to express the fleet as an "
-                      "average GPU-step")
+        return None, ("no factor tree: the records need gpu_seconds and step_time_ns to express the fleet as an average GPU-step")
     fractions = {k: c for k, c in FRACTION_COLUMNS.items() if c in names}
     sides = []
     for w in (baseline, current):
@@ -53,11 +51,15 @@ def fleet_attribution(keyed: ir.Table, cols: RecordColumns, baseline: Window,
 
 
 def _window_step(keyed: ir.Table, fractions: dict[str, str], w: Window) -> tuple[RunParts | None, str | None]:
-    t = keyed.filter((keyed[TIME] >= w.start_ns) & (keyed[TIME] < w.end_ns) & keyed[STEP_TIME].notnull()
-                     & (keyed[STEP_TIME] > 0) & keyed.ps_w.notnull())
+    t = keyed.filter(
+        (keyed[TIME] >= w.start_ns) & (keyed[TIME] < w.end_ns) & keyed[STEP_TIME].notnull() & (keyed[STEP_TIME] > 0) & keyed.ps_w.notnull()
+    )
     if "steps" in t.columns and "gpus" in t.columns:
-        g = ibis.ifelse(t.steps.notnull() & t.gpus.notnull(), t.steps.cast("float64") * t.gpus.cast("float64"),
-                        t.ps_w * 1e9 / t[STEP_TIME].cast("float64"))
+        g = ibis.ifelse(
+            t.steps.notnull() & t.gpus.notnull(),
+            t.steps.cast("float64") * t.gpus.cast("float64"),
+            t.ps_w * 1e9 / t[STEP_TIME].cast("float64"),
+        )
     else:
         g = t.ps_w * 1e9 / t[STEP_TIME].cast("float64")
     aggs = {"g": g.sum(), "w": t.ps_w.sum(), "n": t.ps_n.sum(), "rows": t.count()}

@@ -27,14 +27,25 @@ from perfsleuth.errors import Caveat
 from perfsleuth.fleet.windows import Window, day_to_date
 from perfsleuth.model import Interval
 
-LOST_METHOD = ("Σ impact × run GPU-hours over the runs with the finding; interval: each run's impact interval as an "
-               "independent error, combined in quadrature")
+LOST_METHOD = (
+    "Σ impact × run GPU-hours over the runs with the finding; interval: each run's impact interval as an "
+    "independent error, combined in quadrature"
+)
 EXPECTED_METHOD = "the same, each run's term weighted by its finding's confidence"
 EVIDENCE_GROUP = {
-    "gc_events": "cpu_ops", "dataloader_spans": "cpu_ops", "host_gaps": "cpu_ops", "compile_spans": "cpu_ops",
-    "checkpoint_spans": "annotations", "bulk_d2h": "cuda_activity", "allocator_calls": "cuda_activity",
-    "launch_links": "cuda_activity", "gpu_kernels": "cuda_activity", "collective_kernels": "cuda_activity",
-    "memory_events": "memory_events", "matched_collectives": "other_ranks", "p2p_pairs": "other_ranks",
+    "gc_events": "cpu_ops",
+    "dataloader_spans": "cpu_ops",
+    "host_gaps": "cpu_ops",
+    "compile_spans": "cpu_ops",
+    "checkpoint_spans": "annotations",
+    "bulk_d2h": "cuda_activity",
+    "allocator_calls": "cuda_activity",
+    "launch_links": "cuda_activity",
+    "gpu_kernels": "cuda_activity",
+    "collective_kernels": "cuda_activity",
+    "memory_events": "memory_events",
+    "matched_collectives": "other_ranks",
+    "p2p_pairs": "other_ranks",
     "rank_steps": "other_ranks",
 }
 """Which profiler signal group (``perfsleuth signals``) provides each kind of direct evidence; evidence from
@@ -55,10 +66,15 @@ class FaultCost:
     runs_without_interval: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "group": dict(self.group), "runs": self.runs, "gpu_hours": self.gpu_hours,
-                "lost_gpu_hours": self.lost_gpu_hours.to_json(),
-                "expected_lost_gpu_hours": self.expected_lost_gpu_hours.to_json(),
-                "runs_without_interval": self.runs_without_interval}
+        return {
+            "fault": self.fault,
+            "group": dict(self.group),
+            "runs": self.runs,
+            "gpu_hours": self.gpu_hours,
+            "lost_gpu_hours": self.lost_gpu_hours.to_json(),
+            "expected_lost_gpu_hours": self.expected_lost_gpu_hours.to_json(),
+            "runs_without_interval": self.runs_without_interval,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +98,21 @@ class MissingSignal:
     signals: tuple[SignalCost, ...] = ()  # empty: another source (telemetry, logs), no profiler cost
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "missing_signal": self.missing_signal, "runs": self.runs, "gpu_hours": self.gpu_hours,
-                "collect": [{"group": s.group, "overhead_gpu_bound": s.overhead_gpu_bound,
-                             "overhead_launch_bound": s.overhead_launch_bound, "how": s.how} for s in self.signals]}
+        return {
+            "fault": self.fault,
+            "missing_signal": self.missing_signal,
+            "runs": self.runs,
+            "gpu_hours": self.gpu_hours,
+            "collect": [
+                {
+                    "group": s.group,
+                    "overhead_gpu_bound": s.overhead_gpu_bound,
+                    "overhead_launch_bound": s.overhead_launch_bound,
+                    "how": s.how,
+                }
+                for s in self.signals
+            ],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +130,14 @@ class VerdictSummary:
         return dict(self.counts)["validated"] / self.verifications if self.verifications else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "verifications": self.verifications, "verdicts": dict(self.counts),
-                "validated_share": self.validated_share, "mean_error": self.mean_error,
-                "mean_abs_error": self.mean_abs_error}
+        return {
+            "fault": self.fault,
+            "verifications": self.verifications,
+            "verdicts": dict(self.counts),
+            "validated_share": self.validated_share,
+            "mean_error": self.mean_error,
+            "mean_abs_error": self.mean_abs_error,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +155,23 @@ class FleetOutcomes:
     caveats: tuple[Caveat, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
-        return {"window": self.window, "runs_diagnosed": self.runs_diagnosed, "gpu_hours_diagnosed": self.gpu_hours_diagnosed,
-                "lost_by_fault": [c.to_json() for c in self.costs],
-                "lost_by_fault_and_workload": [c.to_json() for c in self.by_workload],
-                "lost_by_fault_and_cluster": [c.to_json() for c in self.by_cluster],
-                "not_assessed": [m.to_json() for m in self.missing], "verdicts": [v.to_json() for v in self.verdicts],
-                "method": {"lost": LOST_METHOD, "expected": EXPECTED_METHOD},
-                "caveats": [c.to_json() for c in self.caveats]}
+        return {
+            "window": self.window,
+            "runs_diagnosed": self.runs_diagnosed,
+            "gpu_hours_diagnosed": self.gpu_hours_diagnosed,
+            "lost_by_fault": [c.to_json() for c in self.costs],
+            "lost_by_fault_and_workload": [c.to_json() for c in self.by_workload],
+            "lost_by_fault_and_cluster": [c.to_json() for c in self.by_cluster],
+            "not_assessed": [m.to_json() for m in self.missing],
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "method": {"lost": LOST_METHOD, "expected": EXPECTED_METHOD},
+            "caveats": [c.to_json() for c in self.caveats],
+        }
 
 
-def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window: Window | None = None,
-                   runs: ir.Table | None = None) -> FleetOutcomes:
+def fleet_outcomes(
+    findings: ir.Table, verdicts: ir.Table | None = None, window: Window | None = None, runs: ir.Table | None = None
+) -> FleetOutcomes:
     """The outcome sections from a store's ``findings`` and ``verdicts`` (all: few, and a track record).
 
     ``window`` keeps the findings of the runs measured in it: by their records' ``time_ns`` when ``runs``
@@ -144,8 +183,7 @@ def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window:
         first, last = day_to_date(window.first_day).isoformat(), day_to_date(window.last_day).isoformat()
         findings = findings.filter((findings.date >= first) & (findings.date <= last))
     hours = findings.run_gpu_seconds.cast("float64") / 3600.0
-    t = findings.mutate(h=hours, workload=findings.workload.fill_null("(unknown)"),
-                        cluster=findings.cluster.fill_null("(none)"))
+    t = findings.mutate(h=hours, workload=findings.workload.fill_null("(unknown)"), cluster=findings.cluster.fill_null("(none)"))
     runs = to_arrow(t.aggregate(runs=t.run_id.nunique())).to_pylist()[0]["runs"] or 0
     per_run = t.group_by("run_id").aggregate(h=t.h.max())
     total_h = to_arrow(per_run.aggregate(s=per_run.h.sum())).to_pylist()[0]["s"] or 0.0
@@ -158,8 +196,12 @@ def fleet_outcomes(findings: ir.Table, verdicts: ir.Table | None = None, window:
     summary = _verdicts(verdicts) if verdicts is not None else ()
     if any(c.runs_without_interval for c in costs):
         n = sum(c.runs_without_interval for c in costs)
-        caveats.append(Caveat("impact_without_interval", f"{n} finding(s) had no impact interval (too few steps): they add "
-                                                         "their point value and no width to the lost GPU-hours"))
+        caveats.append(
+            Caveat(
+                "impact_without_interval",
+                f"{n} finding(s) had no impact interval (too few steps): they add their point value and no width to the lost GPU-hours",
+            )
+        )
     label = window.label() if window is not None else "the whole store"
     return FleetOutcomes(label, int(runs), float(total_h), costs, by_workload, by_cluster, missing, summary, tuple(caveats))
 
@@ -168,8 +210,13 @@ def _weight_caveats(t: ir.Table) -> list[Caveat]:
     f = t.filter(t.status == "finding")
     row = to_arrow(f.aggregate(n=f.count(), no_h=f.h.isnull().cast("int64").sum())).to_pylist()[0]
     if row["no_h"]:
-        return [Caveat("findings_without_gpu_time", f"{row['no_h']} of {row['n']} findings belong to runs without GPU-seconds "
-                                                    "(no step time or GPU count): they are not in the lost GPU-hours")]
+        return [
+            Caveat(
+                "findings_without_gpu_time",
+                f"{row['no_h']} of {row['n']} findings belong to runs without GPU-seconds "
+                "(no step time or GPU count): they are not in the lost GPU-hours",
+            )
+        ]
     return []
 
 
@@ -182,18 +229,28 @@ def _costs(found: ir.Table, by: Sequence[str]) -> tuple[FaultCost, ...]:
     dn = ibis.ifelse(t.impact_low.notnull(), (t.impact - t.impact_low) * t.h, 0.0)
     no_iv = (t.impact_low.isnull() | t.impact_high.isnull()).cast("int64")
     keys = ["fault", *by]
-    rows = to_arrow(t.group_by(keys).aggregate(
-        runs=t.run_id.nunique(), gpu_hours=t.h.sum(), lost=lost.sum(), up2=(up * up).sum(), dn2=(dn * dn).sum(),
-        exp=(conf * lost).sum(), eup2=(conf * up * conf * up).sum(), edn2=(conf * dn * conf * dn).sum(),
-        no_interval=no_iv.sum())).to_pylist()
+    rows = to_arrow(
+        t.group_by(keys).aggregate(
+            runs=t.run_id.nunique(),
+            gpu_hours=t.h.sum(),
+            lost=lost.sum(),
+            up2=(up * up).sum(),
+            dn2=(dn * dn).sum(),
+            exp=(conf * lost).sum(),
+            eup2=(conf * up * conf * up).sum(),
+            edn2=(conf * dn * conf * dn).sum(),
+            no_interval=no_iv.sum(),
+        )
+    ).to_pylist()
     out = []
     for r in rows:
-        lost_iv = Interval(r["lost"], r["lost"] - math.sqrt(r["dn2"]), r["lost"] + math.sqrt(r["up2"]), "GPU-hours",
-                           LOST_METHOD)
-        exp_iv = Interval(r["exp"], r["exp"] - math.sqrt(r["edn2"]), r["exp"] + math.sqrt(r["eup2"]), "GPU-hours",
-                          EXPECTED_METHOD)
-        out.append(FaultCost(r["fault"], tuple((k, r[k]) for k in by), int(r["runs"]), float(r["gpu_hours"]), lost_iv, exp_iv,
-                             int(r["no_interval"] or 0)))
+        lost_iv = Interval(r["lost"], r["lost"] - math.sqrt(r["dn2"]), r["lost"] + math.sqrt(r["up2"]), "GPU-hours", LOST_METHOD)
+        exp_iv = Interval(r["exp"], r["exp"] - math.sqrt(r["edn2"]), r["exp"] + math.sqrt(r["eup2"]), "GPU-hours", EXPECTED_METHOD)
+        out.append(
+            FaultCost(
+                r["fault"], tuple((k, r[k]) for k in by), int(r["runs"]), float(r["gpu_hours"]), lost_iv, exp_iv, int(r["no_interval"] or 0)
+            )
+        )
     return tuple(sorted(out, key=lambda c: (-c.lost_gpu_hours.value, c.fault, str(c.group))))
 
 
@@ -205,8 +262,10 @@ def _missing(t: ir.Table) -> tuple[MissingSignal, ...]:
     for w in words:
         if w["fault"] not in best or w["n"] > best[w["fault"]][0]:
             best[w["fault"]] = (w["n"], w["missing_signal"] or "")
-    out = [MissingSignal(r["fault"], best.get(r["fault"], (0, ""))[1], int(r["runs"]), float(r["gpu_hours"] or 0.0),
-                         signal_costs(r["fault"])) for r in per]
+    out = [
+        MissingSignal(r["fault"], best.get(r["fault"], (0, ""))[1], int(r["runs"]), float(r["gpu_hours"] or 0.0), signal_costs(r["fault"]))
+        for r in per
+    ]
     return tuple(sorted(out, key=lambda m: (-m.gpu_hours, -m.runs, m.fault)))
 
 
@@ -217,14 +276,16 @@ def signal_costs(fault: str) -> tuple[SignalCost, ...]:
 
     keys = [k for d in load_detectors().values() if d.fault == fault and d.source == TRACE for k in d.evidence]
     wanted = {EVIDENCE_GROUP[k] for k in keys if k in EVIDENCE_GROUP}
-    return tuple(SignalCost(g.name, g.cost.overhead_gpu_bound, g.cost.overhead_launch_bound, g.cost.how)
-                 for g in GROUPS if g.name in wanted)
+    return tuple(
+        SignalCost(g.name, g.cost.overhead_gpu_bound, g.cost.overhead_launch_bound, g.cost.how) for g in GROUPS if g.name in wanted
+    )
 
 
 def _verdicts(v: ir.Table) -> tuple[VerdictSummary, ...]:
     err = v.measured_saving - v.predicted_saving
-    rows = to_arrow(v.group_by(["fault", "verdict"]).aggregate(n=v.count(), e=err.sum(), ae=err.abs().sum(),
-                                                               ne=err.notnull().cast("int64").sum())).to_pylist()
+    rows = to_arrow(
+        v.group_by(["fault", "verdict"]).aggregate(n=v.count(), e=err.sum(), ae=err.abs().sum(), ne=err.notnull().cast("int64").sum())
+    ).to_pylist()
     by: dict[str, list[dict]] = {}
     for r in rows:
         by.setdefault(r["fault"], []).append(r)
@@ -233,8 +294,15 @@ def _verdicts(v: ir.Table) -> tuple[VerdictSummary, ...]:
         n = sum(r["n"] for r in rs)
         ne = sum(r["ne"] or 0 for r in rs)
         counts = tuple((name, sum(r["n"] for r in rs if r["verdict"] == name)) for name in VERDICT_NAMES)
-        out.append(VerdictSummary(fault, int(n), counts, sum(r["e"] or 0.0 for r in rs) / ne if ne else None,
-                                  sum(r["ae"] or 0.0 for r in rs) / ne if ne else None))
+        out.append(
+            VerdictSummary(
+                fault,
+                int(n),
+                counts,
+                sum(r["e"] or 0.0 for r in rs) / ne if ne else None,
+                sum(r["ae"] or 0.0 for r in rs) / ne if ne else None,
+            )
+        )
     return tuple(sorted(out, key=lambda s: (-s.verifications, s.fault)))
 
 

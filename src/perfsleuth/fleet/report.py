@@ -51,8 +51,7 @@ DEFAULT_PRICE_PER_GPU_HOUR = 2.0  # USD: an illustrative on-demand H100 price; p
 SLOWEST_RUNS = 10
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _SPEC = LeafSpec((), "n_current", "n_baseline", "d_current", "d_baseline")
-LOST_METHOD = ("−(same-cell relative change) × GPU-hours in the current window; interval: bootstrap over cells "
-               "(95 %)")
+LOST_METHOD = "−(same-cell relative change) × GPU-hours in the current window; interval: bootstrap over cells (95 %)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +152,18 @@ class FleetPage:
         return None if gpu_hours is None else gpu_hours * self.price_per_gpu_hour
 
 
-def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Window | None = None,
-                     current: Window | None = None, price_per_gpu_hour: float | None = None, currency: str = "USD",
-                     runs_dir: Path | None = None, bootstrap: int = 20, seed: int = 0) -> FleetPage:
+def build_fleet_page(
+    records: ir.Table,
+    *,
+    source: str = "records",
+    baseline: Window | None = None,
+    current: Window | None = None,
+    price_per_gpu_hour: float | None = None,
+    currency: str = "USD",
+    runs_dir: Path | None = None,
+    bootstrap: int = 20,
+    seed: int = 0,
+) -> FleetPage:
     """The fleet page's content for ``records`` (windows given together, or both chosen from the trend)."""
     if (baseline is None) != (current is None):
         raise InputError(None, "give both --baseline and --current, or neither")
@@ -163,14 +171,14 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
         raise InputError(None, f"the price per GPU-hour must be 0 or more, got {price_per_gpu_hour}")
     cols = record_columns(records, source)
     records, caveats = _measurements_only(records, cols, source)
-    keyed = records.mutate(ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records),
-                           ps_w=cols.weight(records))
+    keyed = records.mutate(ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records), ps_w=cols.weight(records))
     keyed, measured = _measured(keyed, source)
     caveats += measured
     daily = _daily(keyed, cols)
     if not daily:
-        raise InputError(source, "the records hold no row with a usable time", place=f"column {TIME}",
-                         hint="time_ns is epoch nanoseconds, 2015..2100")
+        raise InputError(
+            source, "the records hold no row with a usable time", place=f"column {TIME}", hint="time_ns is epoch nanoseconds, 2015..2100"
+        )
     trend, trend_note = _trend(daily)
     if baseline is None or current is None:
         change_days = [daily[cp.index].day for cp in trend.change_points] if trend else []
@@ -182,8 +190,11 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
     totals = [_window_totals(keyed, w, cols) for w in (baseline, current)]
     for name, t in zip(("baseline", "current"), totals, strict=True):
         if not t.runs:
-            raise InputError(source, f"the {name} window {t.window.label()} holds no records",
-                             hint=f"the records cover {_date(daily[0].day)}..{_date(daily[-1].day)}")
+            raise InputError(
+                source,
+                f"the {name} window {t.window.label()} holds no records",
+                hint=f"the records cover {_date(daily[0].day)}..{_date(daily[-1].day)}",
+            )
     factors, factor_note = _factors(keyed, cols, baseline, current)
     attribution, attribution_note = fleet_attribution(keyed, cols, baseline, current)
     two = _two_windows(keyed, cols, baseline, current)
@@ -196,11 +207,34 @@ def build_fleet_page(records: ir.Table, *, source: str = "records", baseline: Wi
     if rate_lost_h is not None and all(c.lost_gpu_hours is not None for c in causes):
         unexplained = rate_lost_h.value - sum(c.lost_gpu_hours.value for c in causes)
     slowest = _slowest_runs(keyed, cols, current, link_dir, None)
-    return FleetPage(source, engine_name(backend_of(records)), cols, price, currency, price_per_gpu_hour is None,
-                     tuple(daily), trend, trend_note, totals[0], totals[1], how, loc, loc_note, rate_change,
-                     rate_lost_h, causes, unexplained, _waterfall(loc), attribution, attribution_note, factors, factor_note,
-                     slowest, runs_found,
-                     tuple(caveats) + (loc.caveats if loc else ()))
+    return FleetPage(
+        source,
+        engine_name(backend_of(records)),
+        cols,
+        price,
+        currency,
+        price_per_gpu_hour is None,
+        tuple(daily),
+        trend,
+        trend_note,
+        totals[0],
+        totals[1],
+        how,
+        loc,
+        loc_note,
+        rate_change,
+        rate_lost_h,
+        causes,
+        unexplained,
+        _waterfall(loc),
+        attribution,
+        attribution_note,
+        factors,
+        factor_note,
+        slowest,
+        runs_found,
+        tuple(caveats) + (loc.caveats if loc else ()),
+    )
 
 
 def _measurements_only(records: ir.Table, cols: RecordColumns, source: str) -> tuple[ir.Table, list[Caveat]]:
@@ -220,22 +254,36 @@ def _measurements_only(records: ir.Table, cols: RecordColumns, source: str) -> t
     if THROUGHPUT in drop:
         drop[THROUGHPUT] = drop[THROUGHPUT] | values.unusable(records[THROUGHPUT].cast("float64") * weight)
     dropped = ibis.or_(*drop.values())
-    blank = {f: ~dropped & (values.column_check(records, f)[0] | values.unusable(records[f].cast("float64") * weight))
-             for f in cols.factors}
-    counts = values.count_flags(records, {**{f"drop {c}": b for c, b in drop.items()},
-                                          **{f"blank {c}": b for c, b in blank.items()},
-                                          "no time": records[TIME].isnull()})
-    caveats = [values.unusable_caveat(c, counts[f"drop {c}"], words[c], "left out of every number on this page", source)
-               for c in drop if counts[f"drop {c}"]]
-    caveats += [values.unusable_caveat(f, counts[f"blank {f}"], values.column_check(records, f)[1] + " (alone or times "
-                                       "the run's weight)", "read as missing", source) for f in blank if counts[f"blank {f}"]]
+    blank = {
+        f: ~dropped & (values.column_check(records, f)[0] | values.unusable(records[f].cast("float64") * weight)) for f in cols.factors
+    }
+    counts = values.count_flags(
+        records,
+        {**{f"drop {c}": b for c, b in drop.items()}, **{f"blank {c}": b for c, b in blank.items()}, "no time": records[TIME].isnull()},
+    )
+    caveats = [
+        values.unusable_caveat(c, counts[f"drop {c}"], words[c], "left out of every number on this page", source)
+        for c in drop
+        if counts[f"drop {c}"]
+    ]
+    caveats += [
+        values.unusable_caveat(
+            f, counts[f"blank {f}"], values.column_check(records, f)[1] + " (alone or times the run's weight)", "read as missing", source
+        )
+        for f in blank
+        if counts[f"blank {f}"]
+    ]
     if counts["no time"]:
-        caveats.append(Caveat("records-without-time", f"column {TIME}: {counts['no time']} records have no time and are "
-                              "left out of every number on this page", source))
+        caveats.append(
+            Caveat(
+                "records-without-time",
+                f"column {TIME}: {counts['no time']} records have no time and are left out of every number on this page",
+                source,
+            )
+        )
     kept = records.filter(records[TIME].notnull() & ~dropped)
     null = ibis.null("float64")
-    return kept.mutate(**{f: ibis.ifelse(blank[f], null, kept[f].cast("float64")) for f in blank
-                          if counts[f"blank {f}"]}), caveats
+    return kept.mutate(**{f: ibis.ifelse(blank[f], null, kept[f].cast("float64")) for f in blank if counts[f"blank {f}"]}), caveats
 
 
 def _finite(v: ir.FloatingValue) -> ir.BooleanValue:
@@ -249,13 +297,23 @@ def _measured(keyed: ir.Table, source: str) -> tuple[ir.Table, list[Caveat]]:
     row = to_arrow(keyed.aggregate(rows=_.count(), left_out=ibis.ifelse(ok, 0, 1).sum())).to_pylist()[0]
     rows, left_out = int(row["rows"] or 0), int(row["left_out"] or 0)
     if rows and left_out == rows:
-        raise InputError(source, f"none of the {rows} records has a finite {THROUGHPUT} (and GPU-seconds): there is "
-                                 "no throughput to chart",
-                         hint="a trace alone does not know how many tokens a step processes: ingest the jobs with "
-                              "--dims tokens_per_step=N (global batch x sequence length; or a tokens_per_step key in "
-                              "their dims.json), or with a step log that states its batch and sequence length")
-    caveats = [Caveat("records-without-throughput", f"{left_out} of {rows} records have no finite {THROUGHPUT} or "
-                      "GPU-seconds: they are left out of every number on this page")] if left_out else []
+        raise InputError(
+            source,
+            f"none of the {rows} records has a finite {THROUGHPUT} (and GPU-seconds): there is no throughput to chart",
+            hint="a trace alone does not know how many tokens a step processes: ingest the jobs with "
+            "--dims tokens_per_step=N (global batch x sequence length; or a tokens_per_step key in "
+            "their dims.json), or with a step log that states its batch and sequence length",
+        )
+    caveats = (
+        [
+            Caveat(
+                "records-without-throughput",
+                f"{left_out} of {rows} records have no finite {THROUGHPUT} or GPU-seconds: they are left out of every number on this page",
+            )
+        ]
+        if left_out
+        else []
+    )
     return keyed.filter(ok), caveats
 
 
@@ -268,10 +326,8 @@ def _hours(gpu_seconds: float | None, cols: RecordColumns) -> float | None:
 
 
 def _daily(keyed: ir.Table, cols: RecordColumns) -> list[DailyPoint]:
-    rows = to_arrow(keyed.group_by("ps_day").aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), runs=_.count())
-                    .order_by("ps_day")).to_pylist()
-    return [DailyPoint(int(r["ps_day"]), r["n"] / r["w"] if r["w"] else None, _hours(r["w"], cols), int(r["runs"]))
-            for r in rows]
+    rows = to_arrow(keyed.group_by("ps_day").aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), runs=_.count()).order_by("ps_day")).to_pylist()
+    return [DailyPoint(int(r["ps_day"]), r["n"] / r["w"] if r["w"] else None, _hours(r["w"], cols), int(r["runs"])) for r in rows]
 
 
 def _trend(daily: list[DailyPoint]) -> tuple[ChangeReport | None, str | None]:
@@ -295,8 +351,10 @@ def _window_totals(keyed: ir.Table, w: Window, cols: RecordColumns) -> WindowTot
 def _factors(keyed: ir.Table, cols: RecordColumns, baseline: Window, current: Window) -> tuple[tuple[FactorChange, ...], str | None]:
     """GPU-time weighted means of the factor columns per window (rows where the factor is missing are left out)."""
     if not cols.factors:
-        return (), ("the records have no factor columns (step_time_ns, mfu, busy or exposed-communication fractions): "
-                    "the change cannot be split into factors")
+        return (), (
+            "the records have no factor columns (step_time_ns, mfu, busy or exposed-communication fractions): "
+            "the change cannot be split into factors"
+        )
     aggs = {}
     for i, f in enumerate(cols.factors):
         v = keyed[f].cast("float64")
@@ -319,12 +377,18 @@ def _two_windows(keyed: ir.Table, cols: RecordColumns, baseline: Window, current
     in_b, in_c = _in(keyed, baseline), _in(keyed, current)
     t = keyed.filter(in_b | in_c)
     null = ibis.null("float64")
-    return t.select(*cols.dims, n_current=ibis.ifelse(in_c, t.ps_n, null), d_current=ibis.ifelse(in_c, t.ps_w, null),
-                    n_baseline=ibis.ifelse(in_b, t.ps_n, null), d_baseline=ibis.ifelse(in_b, t.ps_w, null))
+    return t.select(
+        *cols.dims,
+        n_current=ibis.ifelse(in_c, t.ps_n, null),
+        d_current=ibis.ifelse(in_c, t.ps_w, null),
+        n_baseline=ibis.ifelse(in_b, t.ps_n, null),
+        d_baseline=ibis.ifelse(in_b, t.ps_w, null),
+    )
 
 
-def _localize(two: ir.Table, cols: RecordColumns, bootstrap: int,
-              seed: int) -> tuple[Localization | None, str | None, Interval | None, Interval | None]:
+def _localize(
+    two: ir.Table, cols: RecordColumns, bootstrap: int, seed: int
+) -> tuple[Localization | None, str | None, Interval | None, Interval | None]:
     """Culprits of the change, and the fleet's own same-cell rate change priced in GPU-hours."""
     spec = LeafSpec(cols.dims, _SPEC.current, _SPEC.baseline, _SPEC.current_denominator, _SPEC.baseline_denominator)
     try:
@@ -352,28 +416,45 @@ def _lost(rel, gpu_hours: float | None) -> Interval | None:
     return Interval(-rel.value * gpu_hours, low, high, "GPU-hours", LOST_METHOD)
 
 
-def _cause(c: CulpritEvidence, keyed: ir.Table, cols: RecordColumns, current: Window, price: float,
-           runs_dir: Path | None) -> Cause:
+def _cause(c: CulpritEvidence, keyed: ir.Table, cols: RecordColumns, current: Window, price: float, runs_dir: Path | None) -> Cause:
     hours = _hours(c.support.denominator_current, cols)
     lost = _lost(c.relative_change, hours)
-    cost = None if lost is None else Interval(lost.value * price, None if lost.low is None else lost.low * price,
-                                              None if lost.high is None else lost.high * price, "currency",
-                                              "lost GPU-hours × price per GPU-hour")
+    cost = (
+        None
+        if lost is None
+        else Interval(
+            lost.value * price,
+            None if lost.low is None else lost.low * price,
+            None if lost.high is None else lost.high * price,
+            "currency",
+            "lost GPU-hours × price per GPU-hour",
+        )
+    )
     return Cause(c, hours, lost, cost, _slowest_runs(keyed, cols, current, runs_dir, c.elements))
 
 
-def _slowest_runs(keyed: ir.Table, cols: RecordColumns, current: Window, runs_dir: Path | None,
-                  element) -> tuple[RunLink, ...]:
+def _slowest_runs(keyed: ir.Table, cols: RecordColumns, current: Window, runs_dir: Path | None, element) -> tuple[RunLink, ...]:
     """The current window's slowest runs (under ``element`` when given), by their own tokens/s/GPU."""
     t = keyed.filter(_in(keyed, current))
     if element:
         t = t.mutate(**{f"ps_key_{d}": t[d].cast("string").fill_null(NULL_VALUE) for d, _v in element})
         t = t.filter(element_mask(t, tuple((f"ps_key_{d}", v) for d, v in element)))
     places = location_dims(cols.dims)
-    rows = to_arrow(t.select(*places, run_id=t[RUN_ID].cast("string"), day=t.ps_day, rate=t.ps_n / t.ps_w)
-                    .order_by([ibis.asc("rate"), "run_id"]).limit(SLOWEST_RUNS)).to_pylist()
-    return tuple(RunLink(r["run_id"], int(r["day"]), r["rate"], run_link(r["run_id"], runs_dir),
-                         " / ".join(str(r[p]) for p in places if r[p] is not None)) for r in rows)
+    rows = to_arrow(
+        t.select(*places, run_id=t[RUN_ID].cast("string"), day=t.ps_day, rate=t.ps_n / t.ps_w)
+        .order_by([ibis.asc("rate"), "run_id"])
+        .limit(SLOWEST_RUNS)
+    ).to_pylist()
+    return tuple(
+        RunLink(
+            r["run_id"],
+            int(r["day"]),
+            r["rate"],
+            run_link(r["run_id"], runs_dir),
+            " / ".join(str(r[p]) for p in places if r[p] is not None),
+        )
+        for r in rows
+    )
 
 
 def run_link(run_id: str | None, runs_dir: Path | None) -> str | None:
@@ -400,5 +481,16 @@ def _waterfall(loc: Localization | None) -> tuple[WaterfallStep, ...]:
     return tuple(steps)
 
 
-__all__ = ["DEFAULT_PRICE_PER_GPU_HOUR", "Cause", "DailyPoint", "FactorChange", "FleetPage", "RunLink", "THROUGHPUT",
-           "WaterfallStep", "WindowTotals", "build_fleet_page", "run_link"]
+__all__ = [
+    "DEFAULT_PRICE_PER_GPU_HOUR",
+    "Cause",
+    "DailyPoint",
+    "FactorChange",
+    "FleetPage",
+    "RunLink",
+    "THROUGHPUT",
+    "WaterfallStep",
+    "WindowTotals",
+    "build_fleet_page",
+    "run_link",
+]

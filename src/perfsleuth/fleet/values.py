@@ -22,8 +22,9 @@ from perfsleuth.errors import Caveat
 from perfsleuth.ingest.kineto import EPOCH_RANGE_NS
 from perfsleuth.model import MAX_MEASUREMENT
 
-NON_NEGATIVE = frozenset({"gpu_seconds", "gpu_s", "tokens", "tokens_per_s_per_gpu", "steps", "step_time_ns", "gpus",
-                          "tokens_per_step", "model_flops_per_step"})
+NON_NEGATIVE = frozenset(
+    {"gpu_seconds", "gpu_s", "tokens", "tokens_per_s_per_gpu", "steps", "step_time_ns", "gpus", "tokens_per_step", "model_flops_per_step"}
+)
 """Records columns that are amounts or durations: a negative value in them is damage, not a measurement."""
 
 NOT_A_NUMBER = "NaN, infinity or a value beyond ±1e300"
@@ -66,9 +67,11 @@ def count_flags(table: ir.Table, flags: Mapping[str, ir.BooleanValue]) -> dict[s
     return {name: int(row[f"bad_{i}"] or 0) for i, name in enumerate(flags)}
 
 
-def unusable_caveat(column: str, rows: int, what: str, effect: str, source: str | Path | None,
-                    unit: str = "row") -> Caveat:
+def unusable_caveat(column: str, rows: int, what: str, effect: str, source: str | Path | None, unit: str = "row") -> Caveat:
     """One caveat naming the column, how many rows, what they held and what was done with them."""
     plural = "" if rows == 1 else "s"
-    return Caveat("values_unusable", f"column {column}: {rows} {unit}{plural} held {what} and {'was' if rows == 1 else 'were'} "
-                                     f"{effect}", None if source is None else str(source))
+    return Caveat(
+        "values_unusable",
+        f"column {column}: {rows} {unit}{plural} held {what} and {'was' if rows == 1 else 'were'} {effect}",
+        None if source is None else str(source),
+    )

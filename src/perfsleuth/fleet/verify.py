@@ -65,8 +65,13 @@ class OtherChange:
     verdict: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "kind": self.kind, "delta_ns_per_step": self.delta_ns_per_step.to_json(),
-                "share_of_step_change": self.share_of_step_change, "verdict": self.verdict}
+        return {
+            "row": self.row,
+            "kind": self.kind,
+            "delta_ns_per_step": self.delta_ns_per_step.to_json(),
+            "share_of_step_change": self.share_of_step_change,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +101,26 @@ class Verification:
         return self.measured.value - self.predicted.value if _finite(self.measured.value) else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "perfsleuth.verify/1", "before": self.before, "after": self.after, "fault": self.fault,
-                "confidence": self.confidence, "detector_version": self.detector_version,
-                "predicted_saving": self.predicted.to_json(), "measured_saving": self.measured.to_json(),
-                "prediction_error": self.prediction_error, "verdict": self.verdict, "reason": self.reason,
-                "tolerance": self.tolerance, "fault_in_after": self.fault_in_after,
-                "after_impact": self.after_impact.to_json() if self.after_impact else None,
-                "step_time": self.comparison.to_json(),
-                "other_changes": [c.to_json() for c in self.other_changes], "diff_note": self.diff_note,
-                "caveats": [c.to_json() for c in self.caveats]}
+        return {
+            "schema": "perfsleuth.verify/1",
+            "before": self.before,
+            "after": self.after,
+            "fault": self.fault,
+            "confidence": self.confidence,
+            "detector_version": self.detector_version,
+            "predicted_saving": self.predicted.to_json(),
+            "measured_saving": self.measured.to_json(),
+            "prediction_error": self.prediction_error,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "tolerance": self.tolerance,
+            "fault_in_after": self.fault_in_after,
+            "after_impact": self.after_impact.to_json() if self.after_impact else None,
+            "step_time": self.comparison.to_json(),
+            "other_changes": [c.to_json() for c in self.other_changes],
+            "diff_note": self.diff_note,
+            "caveats": [c.to_json() for c in self.caveats],
+        }
 
 
 def _finite(x: float | None) -> bool:
@@ -134,8 +150,11 @@ def side_from_store(store: Any, con: Any, run_ids: Sequence[str]) -> Side:
     known = set(store.run_ids)
     for rid in run_ids:
         if rid not in known:
-            raise InputError(store.root, f"no run {rid!r} in the store", hint="give a path to the job's files, or a run id "
-                             "that perfsleuth ingest stored (see the ingest output)")
+            raise InputError(
+                store.root,
+                f"no run {rid!r} in the store",
+                hint="give a path to the job's files, or a run id that perfsleuth ingest stored (see the ingest output)",
+            )
     ids = list(run_ids)
     steps = store.table(con, "steps")
     steps = steps.filter(steps.run_id.isin(ids)).select("run_id", "rank", "step", "step_time_ns", "date", "cluster")
@@ -143,15 +162,24 @@ def side_from_store(store: Any, con: Any, run_ids: Sequence[str]) -> Side:
     f = store.table(con, "findings")
     found = f.filter(f.run_id.isin(ids)).to_pyarrow()
     if found.num_rows == 0:
-        raise InputError(store.root, f"no diagnosis stored for run(s) {', '.join(ids)}",
-                         hint="they were ingested by a perfsleuth that did not keep findings: ingest them again, or give "
-                              "the jobs' files")
+        raise InputError(
+            store.root,
+            f"no diagnosis stored for run(s) {', '.join(ids)}",
+            hint="they were ingested by a perfsleuth that did not keep findings: ingest them again, or give the jobs' files",
+        )
     entries = [j for j in store.manifest.jobs if set(j.run_ids) & set(ids)]
     sources = tuple(Path(j.source) for j in entries if j.source and Path(j.source).exists())
     date = max(st["date"].to_pylist()) if st.num_rows else None
     cluster = st["cluster"][0].as_py() if st.num_rows else None
-    return Side(",".join(ids), tuple(ids), st.select(["run_id", "rank", "step", "step_time_ns"]), found,
-                sources if len(entries) == 1 and len(sources) == 1 else (), date, cluster)
+    return Side(
+        ",".join(ids),
+        tuple(ids),
+        st.select(["run_id", "rank", "step", "step_time_ns"]),
+        found,
+        sources if len(entries) == 1 and len(sources) == 1 else (),
+        date,
+        cluster,
+    )
 
 
 def resolve_side(text: str, *, store: Any = None, con: Any = None, workers: int | None = None) -> Side:
@@ -171,14 +199,16 @@ def _finding_of(side: Side, fault: str | None) -> dict[str, Any]:
     rows = [r for r in side.findings.to_pylist() if r["status"] == FINDING and r["impact"] is not None]
     if fault is None:
         if not rows:
-            raise InputError(side.label, "BEFORE has no finding to verify", hint="verify checks a finding's predicted "
-                             "saving; analyze BEFORE to see what it found")
+            raise InputError(
+                side.label,
+                "BEFORE has no finding to verify",
+                hint="verify checks a finding's predicted saving; analyze BEFORE to see what it found",
+            )
         return max(rows, key=lambda r: r["impact"])
     mine = [r for r in rows if r["fault"] == fault]
     if not mine:
         others = ", ".join(sorted({r["fault"] for r in rows})) or "none"
-        raise InputError(side.label, f"BEFORE has no {fault} finding", place="--finding",
-                         hint=f"its findings: {others}")
+        raise InputError(side.label, f"BEFORE has no {fault} finding", place="--finding", hint=f"its findings: {others}")
     return max(mine, key=lambda r: r["impact"])
 
 
@@ -190,26 +220,41 @@ def _measured(before: Side, after: Side, threshold: float) -> tuple[Any, Interva
     tb, ta = (_usable_steps(s.steps) for s in (before, after))
     for side, t in ((before, tb), (after, ta)):
         if t.num_rows == 0:
-            raise InputError(side.label, "no step windows with a step time", hint="verify compares step times: the job "
-                             "needs a trace (ProfilerStep spans) or stored steps")
-    c = compare(tb, ta, "step_time_ns", cluster_by=cluster_by, higher_is_better=False, threshold=threshold,
-                order_by="step", labels=(before.label, after.label))
+            raise InputError(
+                side.label,
+                "no step windows with a step time",
+                hint="verify compares step times: the job needs a trace (ProfilerStep spans) or stored steps",
+            )
+    c = compare(
+        tb,
+        ta,
+        "step_time_ns",
+        cluster_by=cluster_by,
+        higher_is_better=False,
+        threshold=threshold,
+        order_by="step",
+        labels=(before.label, after.label),
+    )
     r = c.ratio
     low = None if r.high is None else 1.0 - r.high
     high = None if r.low is None else 1.0 - r.low
     unit = "runs" if several else "steps"
     caveats = list(c.caveats)
     if not several:
-        caveats.append(Caveat("steps_are_units", "one run per side: the interval treats its steps as the samples, so it "
-                                                 "says how sure the change between these two runs is, not between the "
-                                                 "configurations in general (give several runs per side for that)"))
+        caveats.append(
+            Caveat(
+                "steps_are_units",
+                "one run per side: the interval treats its steps as the samples, so it "
+                "says how sure the change between these two runs is, not between the "
+                "configurations in general (give several runs per side for that)",
+            )
+        )
     return c, Interval(1.0 - r.value, low, high, "fraction", f"1 − ratio of mean step times; {unit} as units: {r.method}"), caveats
 
 
 def _usable_steps(steps: pa.Table) -> pa.Table:
     st = steps.filter(pc.and_(pc.is_valid(steps["step_time_ns"]), pc.greater(steps["step_time_ns"], 0)))
-    return st.set_column(st.schema.get_field_index("step_time_ns"), "step_time_ns",
-                         pc.cast(st["step_time_ns"], pa.float64()))
+    return st.set_column(st.schema.get_field_index("step_time_ns"), "step_time_ns", pc.cast(st["step_time_ns"], pa.float64()))
 
 
 def decide(predicted: Interval, measured: Interval, fault_in_after: str, tolerance: float) -> tuple[str, str]:
@@ -226,8 +271,7 @@ def decide(predicted: Interval, measured: Interval, fault_in_after: str, toleran
     if saved and fault_in_after == "present":
         return "partly", f"the step time fell by {_pct(measured)} but the fault is still found in AFTER"
     if saved:
-        return "partly", (f"the step time fell by {_pct(measured)}, short of the {_pct(predicted)} predicted "
-                          f"(tolerance {tolerance:.0%})")
+        return "partly", (f"the step time fell by {_pct(measured)}, short of the {_pct(predicted)} predicted (tolerance {tolerance:.0%})")
     if not reaches:
         return "not_validated", f"no saving ({_pct(measured)}): the predicted {_pct(predicted)} is ruled out"
     return "inconclusive", f"the change ({_pct(measured)}) is too uncertain to confirm or rule out {_pct(predicted)}"
@@ -260,29 +304,64 @@ def _other_changes(before: Side, after: Side, threshold: float, workers: int | N
         d = diff_traces(list(before.paths), list(after.paths), threshold=threshold, workers=workers)
     except PerfsleuthError as exc:
         return (), f"no diff: {exc}"
-    rows = [OtherChange(r.match.row, r.match.kind, r.delta, r.share_of_step_change, r.verdict)
-            for r in d.rows if r.verdict in ("regression", "improvement")]
+    rows = [
+        OtherChange(r.match.row, r.match.kind, r.delta, r.share_of_step_change, r.verdict)
+        for r in d.rows
+        if r.verdict in ("regression", "improvement")
+    ]
     return tuple(rows[:OTHER_CHANGES]), None
 
 
-def verify_sides(before: Side, after: Side, *, fault: str | None = None, tolerance: float = DEFAULT_TOLERANCE,
-                 threshold: float = 0.02, diff: bool = True, workers: int | None = None) -> Verification:
+def verify_sides(
+    before: Side,
+    after: Side,
+    *,
+    fault: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    threshold: float = 0.02,
+    diff: bool = True,
+    workers: int | None = None,
+) -> Verification:
     """Verify BEFORE's finding (``fault``, default its largest) against the change from BEFORE to AFTER."""
     if not 0 <= tolerance < 1:
         raise InputError(None, f"--tolerance {tolerance}: give a fraction in [0, 1)")
     row = _finding_of(before, fault)
-    predicted = Interval(row["impact"], row["impact_low"], row["impact_high"], "fraction",
-                         f"the finding's impact: {row['impact_method'] or 'no method recorded'}")
+    predicted = Interval(
+        row["impact"],
+        row["impact_low"],
+        row["impact_high"],
+        "fraction",
+        f"the finding's impact: {row['impact_method'] or 'no method recorded'}",
+    )
     comparison, measured, caveats = _measured(before, after, threshold)
     state, after_impact = _in_after(after, row["fault"])
     verdict, reason = decide(predicted, measured, state, tolerance)
     if state == "not_assessed":
-        caveats.append(Caveat("fault_not_assessed_after", f"AFTER could not assess {row['fault']} (its signal is missing): "
-                                                          "whether the fault is gone is unknown"))
+        caveats.append(
+            Caveat(
+                "fault_not_assessed_after",
+                f"AFTER could not assess {row['fault']} (its signal is missing): whether the fault is gone is unknown",
+            )
+        )
     others, note = _other_changes(before, after, threshold, workers) if diff else ((), "diff not asked for")
-    return Verification(before.label, after.label, row["fault"], float(row["confidence"] or 0.0), row["detector_version"],
-                        predicted, measured, comparison, verdict, reason, state, after_impact, tolerance, others, note,
-                        tuple(caveats))
+    return Verification(
+        before.label,
+        after.label,
+        row["fault"],
+        float(row["confidence"] or 0.0),
+        row["detector_version"],
+        predicted,
+        measured,
+        comparison,
+        verdict,
+        reason,
+        state,
+        after_impact,
+        tolerance,
+        others,
+        note,
+        tuple(caveats),
+    )
 
 
 def verdict_table(v: Verification, before: Side, after: Side, *, now_ns: int | None = None) -> pa.Table:
@@ -293,15 +372,36 @@ def verdict_table(v: Verification, before: Side, after: Side, *, now_ns: int | N
     now_ns = now_ns if now_ns is not None else time.time_ns()
     date = after.date or datetime.fromtimestamp(now_ns / 1e9, UTC).date().isoformat()
     workload = next((r["workload"] for r in before.findings.to_pylist() if r["workload"]), None)
-    key = content_key(v.before, v.after, ",".join(before.run_ids), ",".join(after.run_ids), v.fault,
-                      v.detector_version or "", json.dumps(v.predicted.to_json(), sort_keys=True))
-    row = {"verdict_id": key, "verified_at_ns": now_ns, "before": v.before, "after": v.after,
-           "run_id": ",".join(after.run_ids), "workload": workload, "fault": v.fault,
-           "predicted_saving": v.predicted.value, "predicted_low": v.predicted.low, "predicted_high": v.predicted.high,
-           "measured_saving": v.measured.value if _finite(v.measured.value) else None, "measured_low": v.measured.low,
-           "measured_high": v.measured.high, "measured_method": v.measured.method, "verdict": v.verdict,
-           "fault_in_after": v.fault_in_after, "after_impact": v.after_impact.value if v.after_impact else None,
-           "prediction_error": v.prediction_error, "detector_version": v.detector_version}
+    key = content_key(
+        v.before,
+        v.after,
+        ",".join(before.run_ids),
+        ",".join(after.run_ids),
+        v.fault,
+        v.detector_version or "",
+        json.dumps(v.predicted.to_json(), sort_keys=True),
+    )
+    row = {
+        "verdict_id": key,
+        "verified_at_ns": now_ns,
+        "before": v.before,
+        "after": v.after,
+        "run_id": ",".join(after.run_ids),
+        "workload": workload,
+        "fault": v.fault,
+        "predicted_saving": v.predicted.value,
+        "predicted_low": v.predicted.low,
+        "predicted_high": v.predicted.high,
+        "measured_saving": v.measured.value if _finite(v.measured.value) else None,
+        "measured_low": v.measured.low,
+        "measured_high": v.measured.high,
+        "measured_method": v.measured.method,
+        "verdict": v.verdict,
+        "fault_in_after": v.fault_in_after,
+        "after_impact": v.after_impact.value if v.after_impact else None,
+        "prediction_error": v.prediction_error,
+        "detector_version": v.detector_version,
+    }
     t = pa.Table.from_pylist([row], schema=VERDICTS)
     return t.append_column("date", pa.array([date], pa.string())).append_column("cluster", pa.array([after.cluster], pa.string()))
 
@@ -313,12 +413,24 @@ def store_verdict(root: Path, v: Verification, before: Side, after: Side) -> str
 
     table = verdict_table(v, before, after)
     key = table["verdict_id"][0].as_py()
-    job = JobData(key, f"perfsleuth verify {v.before} {v.after}", (), {}, {"verdicts": table},
-                  (f"verdict {v.verdict} for {v.fault}",), kind="verdict")
+    job = JobData(
+        key, f"perfsleuth verify {v.before} {v.after}", (), {}, {"verdicts": table}, (f"verdict {v.verdict} for {v.fault}",), kind="verdict"
+    )
     with StoreWriter(root) as writer:
         status, _ = writer.add(job)
     return status
 
 
-__all__ = ["DEFAULT_TOLERANCE", "Side", "Verification", "decide", "detector_version", "resolve_side", "side_from_paths",
-           "side_from_store", "store_verdict", "verdict_table", "verify_sides"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "Side",
+    "Verification",
+    "decide",
+    "detector_version",
+    "resolve_side",
+    "side_from_paths",
+    "side_from_store",
+    "store_verdict",
+    "verdict_table",
+    "verify_sides",
+]

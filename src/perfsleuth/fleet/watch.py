@@ -97,20 +97,44 @@ class Alert:
         return ",".join(f"{k}={v}" for k, v in self.series if k not in ("workload", "cluster"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "perfsleuth.alert/1", "alert_id": self.alert_id, "series": dict(self.series),
-                "metric": self.metric, "change_day": self.change_day, "change_time_ns": self.change_time_ns,
-                "data_until": self.data_until, "before": self.before, "after": self.after,
-                "relative_change": self.relative_change.to_json(), "p_value": self.p_value,
-                "culprits": [c.to_json() for c in self.culprits], "raised_at_ns": self.raised_at_ns, "note": self.note}
+        return {
+            "schema": "perfsleuth.alert/1",
+            "alert_id": self.alert_id,
+            "series": dict(self.series),
+            "metric": self.metric,
+            "change_day": self.change_day,
+            "change_time_ns": self.change_time_ns,
+            "data_until": self.data_until,
+            "before": self.before,
+            "after": self.after,
+            "relative_change": self.relative_change.to_json(),
+            "p_value": self.p_value,
+            "culprits": [c.to_json() for c in self.culprits],
+            "raised_at_ns": self.raised_at_ns,
+            "note": self.note,
+        }
 
     def row(self) -> dict[str, Any]:
-        return {"alert_id": self.alert_id, "series": self.series_key, "workload": self.get("workload"),
-                "configuration": self.configuration, "metric": self.metric, "change_day": self.change_day,
-                "change_time_ns": self.change_time_ns, "raised_at_ns": self.raised_at_ns, "data_until": self.data_until,
-                "before": self.before, "after": self.after, "relative_change": self.relative_change.value,
-                "relative_low": self.relative_change.low, "relative_high": self.relative_change.high,
-                "p_value": self.p_value, "culprits": json.dumps([c.to_json() for c in self.culprits]),
-                "date": self.change_day, "cluster": self.get("cluster")}
+        return {
+            "alert_id": self.alert_id,
+            "series": self.series_key,
+            "workload": self.get("workload"),
+            "configuration": self.configuration,
+            "metric": self.metric,
+            "change_day": self.change_day,
+            "change_time_ns": self.change_time_ns,
+            "raised_at_ns": self.raised_at_ns,
+            "data_until": self.data_until,
+            "before": self.before,
+            "after": self.after,
+            "relative_change": self.relative_change.value,
+            "relative_low": self.relative_change.low,
+            "relative_high": self.relative_change.high,
+            "p_value": self.p_value,
+            "culprits": json.dumps([c.to_json() for c in self.culprits]),
+            "date": self.change_day,
+            "cluster": self.get("cluster"),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,30 +159,47 @@ class WatchResult:
         return "".join(json.dumps(a.to_json(), sort_keys=True) + "\n" for a in self.alerts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "perfsleuth.watch/1", "store": self.store, "metric": self.metric,
-                "series_checked": self.series_checked, "data_until": self.data_until,
-                "alerts": [a.to_json() for a in self.alerts], "already_raised": self.already_raised,
-                "alerts_in_store": self.alerts_in_store, "caveats": [c.to_json() for c in self.caveats]}
+        return {
+            "schema": "perfsleuth.watch/1",
+            "store": self.store,
+            "metric": self.metric,
+            "series_checked": self.series_checked,
+            "data_until": self.data_until,
+            "alerts": [a.to_json() for a in self.alerts],
+            "already_raised": self.already_raised,
+            "alerts_in_store": self.alerts_in_store,
+            "caveats": [c.to_json() for c in self.caveats],
+        }
 
     def openmetrics(self) -> str:
         """The result as OpenMetrics text: one gauge sample per new alert, and the watch's counts."""
-        lines = ["# TYPE perfsleuth_watch_regression gauge",
-                 "# HELP perfsleuth_watch_regression Relative change (after/before - 1) of a series at a change this watch raised."]
+        lines = [
+            "# TYPE perfsleuth_watch_regression gauge",
+            "# HELP perfsleuth_watch_regression Relative change (after/before - 1) of a series at a change this watch raised.",
+        ]
         for a in self.alerts:
-            labels = {"series": a.series_key, "workload": a.get("workload") or "", "cluster": a.get("cluster") or "",
-                      "configuration": a.configuration, "metric": a.metric, "change_day": a.change_day,
-                      "culprit": "; ".join(c.label for c in a.culprits) or "unexplained"}
+            labels = {
+                "series": a.series_key,
+                "workload": a.get("workload") or "",
+                "cluster": a.get("cluster") or "",
+                "configuration": a.configuration,
+                "metric": a.metric,
+                "change_day": a.change_day,
+                "culprit": "; ".join(c.label for c in a.culprits) or "unexplained",
+            }
             lines.append(f"perfsleuth_watch_regression{{{_labels(labels)}}} {_value(a.relative_change.value)}")
-        lines += ["# TYPE perfsleuth_watch_new_alerts gauge",
-                  "# HELP perfsleuth_watch_new_alerts Alerts this watch raised.",
-                  f"perfsleuth_watch_new_alerts {len(self.alerts)}",
-                  "# TYPE perfsleuth_watch_series gauge",
-                  "# HELP perfsleuth_watch_series Series this watch checked.",
-                  f"perfsleuth_watch_series {self.series_checked}",
-                  "# TYPE perfsleuth_watch_alerts counter",
-                  "# HELP perfsleuth_watch_alerts Alerts raised into this store, ever.",
-                  f"perfsleuth_watch_alerts_total {self.alerts_in_store}",
-                  "# EOF"]
+        lines += [
+            "# TYPE perfsleuth_watch_new_alerts gauge",
+            "# HELP perfsleuth_watch_new_alerts Alerts this watch raised.",
+            f"perfsleuth_watch_new_alerts {len(self.alerts)}",
+            "# TYPE perfsleuth_watch_series gauge",
+            "# HELP perfsleuth_watch_series Series this watch checked.",
+            f"perfsleuth_watch_series {self.series_checked}",
+            "# TYPE perfsleuth_watch_alerts counter",
+            "# HELP perfsleuth_watch_alerts Alerts raised into this store, ever.",
+            f"perfsleuth_watch_alerts_total {self.alerts_in_store}",
+            "# EOF",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -189,8 +230,12 @@ def _records(store: Any, con: Any, metric: str) -> tuple[pa.Table, tuple[str, ..
 
     t = store.records(con)
     if metric not in t.columns:
-        raise InputError(store.root, f"no records column {metric!r} to watch", place="--metric",
-                         hint="numeric columns: " + ", ".join(c for c, d in t.schema().items() if d.is_numeric()))
+        raise InputError(
+            store.root,
+            f"no records column {metric!r} to watch",
+            place="--metric",
+            hint="numeric columns: " + ", ".join(c for c, d in t.schema().items() if d.is_numeric()),
+        )
     workload, config = series_dims([d for d in store.dimensions() if d in t.columns])
     keys = tuple(k for k in (workload, "cluster", *config) if k)
     cols = ["run_id", "time_ns", "date", metric, *keys]
@@ -205,9 +250,9 @@ def _series(table: pa.Table, keys: tuple[str, ...], metric: str) -> dict[tuple, 
     for key, g in df.groupby(list(keys), dropna=False, sort=True):
         g = g.sort_values(["time_ns", "run_id"])
         key = key if isinstance(key, tuple) else (key,)
-        out[tuple(("workload" if k in WORKLOAD_KEYS else k, "" if v is None or v != v else str(v))
-                  for k, v in zip(keys, key, strict=True))] = {
-            "t": g["time_ns"].to_numpy(np.int64), "v": g[metric].to_numpy(float), "run": g["run_id"].to_numpy()}
+        out[
+            tuple(("workload" if k in WORKLOAD_KEYS else k, "" if v is None or v != v else str(v)) for k, v in zip(keys, key, strict=True))
+        ] = {"t": g["time_ns"].to_numpy(np.int64), "v": g[metric].to_numpy(float), "run": g["run_id"].to_numpy()}
     return out
 
 
@@ -245,9 +290,10 @@ def _candidates(s: dict[str, np.ndarray], series: tuple, o: WatchOptions, direct
         start = bounds[i]
         if start >= len(v) or int(t[start] // NS_PER_DAY) < newest_day - o.lookback_days:
             continue
-        before, after = v[bounds[i - 1]:start], v[start:bounds[i + 1]]
-        c = compare(before, after, o.metric, higher_is_better=direction, threshold=o.threshold,
-                    labels=("before the change", "after the change"))
+        before, after = v[bounds[i - 1] : start], v[start : bounds[i + 1]]
+        c = compare(
+            before, after, o.metric, higher_is_better=direction, threshold=o.threshold, labels=("before the change", "after the change")
+        )
         if c.verdict == "regression":
             out.append(_Candidate(series, start, bounds[i + 1], bounds[i - 1], c, float(cp.p_value), t))
     return out
@@ -263,8 +309,9 @@ def _raised_before(raised: list[dict[str, Any]], c: _Candidate, key: str, dedupe
     return False
 
 
-def _culprits(store: Any, con: Any, c: _Candidate, series_rows: dict[str, Any], o: WatchOptions,
-              caveats: list[Caveat]) -> tuple[CulpritNote, ...]:
+def _culprits(
+    store: Any, con: Any, c: _Candidate, series_rows: dict[str, Any], o: WatchOptions, caveats: list[Caveat]
+) -> tuple[CulpritNote, ...]:
     """``localize`` over the store between the change's windows; the culprits that touch this series."""
     from perfsleuth.errors import PerfsleuthError
     from perfsleuth.segment.lattice import DEFAULT_OPTIONS, SearchOptions
@@ -282,8 +329,9 @@ def _culprits(store: Any, con: Any, c: _Candidate, series_rows: dict[str, Any], 
         cells = leaves.table.select(*leaves.spec.dims).distinct().count().to_pyarrow().as_py()
         # the noise bound ignores a few extreme cells; on a small fleet (tens of cells) five would be the culprit's own
         options = SearchOptions(noise_rank=min(DEFAULT_OPTIONS.noise_rank, cells // 8))
-        loc = localize(leaves.table, leaves.spec, workload_dims=leaves.workload_dims or None, bootstrap=o.bootstrap,
-                       seed=o.seed, options=options)
+        loc = localize(
+            leaves.table, leaves.spec, workload_dims=leaves.workload_dims or None, bootstrap=o.bootstrap, seed=o.seed, options=options
+        )
     except PerfsleuthError as exc:
         caveats.append(Caveat("culprits_not_localized", f"{dict(c.series)}: {exc}"))
         return ()
@@ -311,7 +359,7 @@ def _touches(element: tuple[tuple[str, str], ...], rows: dict[str, Any]) -> bool
 def _series_frame(store: Any, con: Any, c: _Candidate, s: dict[str, np.ndarray]) -> dict[str, Any]:
     from perfsleuth.engine import to_arrow
 
-    runs = [str(r) for r in s["run"][c.start:c.end]]
+    runs = [str(r) for r in s["run"][c.start : c.end]]
     t = store.records(con)
     return {"frame": to_arrow(t.filter(t.run_id.isin(runs))).to_pandas()}
 
@@ -335,11 +383,17 @@ def watch_store(root: Path, options: WatchOptions | None = None, *, now_ns: int 
     raised_peek = stored_rows(store.root, store.manifest.parts("alerts"), "alerts").to_pylist()
     caveats: list[Caveat] = []
     if not all_series:
-        caveats.append(Caveat("nothing_to_watch", f"no stored run measures {o.metric} (a trace alone gives no tokens: "
-                                                  "ingest with --dims tokens_per_step=, or watch --metric step_time_ns)"))
+        caveats.append(
+            Caveat(
+                "nothing_to_watch",
+                f"no stored run measures {o.metric} (a trace alone gives no tokens: "
+                "ingest with --dims tokens_per_step=, or watch --metric step_time_ns)",
+            )
+        )
     elif not keys or keys == ("cluster",):
-        caveats.append(Caveat("series_without_workload", "the records carry no workload or model dimension: every run of "
-                                                         "a cluster is one series"))
+        caveats.append(
+            Caveat("series_without_workload", "the records carry no workload or model dimension: every run of a cluster is one series")
+        )
     fresh: list[Alert] = []
     already = 0
     now_ns = now_ns if now_ns is not None else time.time_ns()
@@ -355,17 +409,21 @@ def watch_store(root: Path, options: WatchOptions | None = None, *, now_ns: int 
     with StoreWriter(Path(root)) as writer:  # re-read what was raised, under the lock: concurrent watches agree
         raised = stored_rows(Path(root), writer.manifest.parts("alerts"), "alerts").to_pylist()
         for a in fresh:
-            if any(r["series"] == a.series_key and abs(_day(r["change_day"]) - _day(a.change_day)) <= o.dedupe_days
-                   for r in raised + [x.row() for x in committed]):
+            if any(
+                r["series"] == a.series_key and abs(_day(r["change_day"]) - _day(a.change_day)) <= o.dedupe_days
+                for r in raised + [x.row() for x in committed]
+            ):
                 already += 1
                 continue
             committed.append(a)
         if committed:
-            rows = pa.Table.from_pylist([a.row() for a in committed],
-                                        schema=pa.schema([*ALERTS, pa.field("date", pa.string()), pa.field("cluster", pa.string())]))
+            rows = pa.Table.from_pylist(
+                [a.row() for a in committed], schema=pa.schema([*ALERTS, pa.field("date", pa.string()), pa.field("cluster", pa.string())])
+            )
             entry_key = content_key("alerts", *sorted(a.alert_id for a in committed))
-            writer.add(JobData(entry_key, "perfsleuth watch", (), {}, {"alerts": rows},
-                               (f"{len(committed)} alert(s) raised",), kind="alerts"))
+            writer.add(
+                JobData(entry_key, "perfsleuth watch", (), {}, {"alerts": rows}, (f"{len(committed)} alert(s) raised",), kind="alerts")
+            )
         total = len(raised) + len(committed)
     return WatchResult(str(root), o.metric, len(all_series), data_until, tuple(committed), already, total, tuple(caveats))
 
@@ -374,13 +432,33 @@ def _day(iso: str) -> int:
     return (datetime.fromisoformat(iso).date() - day_to_date(0)).days
 
 
-def _alert(c: _Candidate, series: tuple, key: str, o: WatchOptions, culprits: tuple[CulpritNote, ...], data_until: str,
-           now_ns: int, s: dict[str, np.ndarray]) -> Alert:
+def _alert(
+    c: _Candidate,
+    series: tuple,
+    key: str,
+    o: WatchOptions,
+    culprits: tuple[CulpritNote, ...],
+    data_until: str,
+    now_ns: int,
+    s: dict[str, np.ndarray],
+) -> Alert:
     cmp = c.comparison
     r = cmp.ratio
-    rel = Interval(r.value - 1.0, None if r.low is None else r.low - 1.0, None if r.high is None else r.high - 1.0,
-                   "fraction", r.method)
+    rel = Interval(r.value - 1.0, None if r.low is None else r.low - 1.0, None if r.high is None else r.high - 1.0, "fraction", r.method)
     change_day = day_to_date(c.day).isoformat()
     note = "" if culprits else "no culprit among the recorded dimensions touches this series"
-    return Alert(content_key(key, o.metric, change_day), series, o.metric, change_day, int(c.times[c.start]), data_until,
-                 float(cmp.baseline.mean.value), float(cmp.candidate.mean.value), rel, c.p_value, culprits, now_ns, note)
+    return Alert(
+        content_key(key, o.metric, change_day),
+        series,
+        o.metric,
+        change_day,
+        int(c.times[c.start]),
+        data_until,
+        float(cmp.baseline.mean.value),
+        float(cmp.candidate.mean.value),
+        rel,
+        c.p_value,
+        culprits,
+        now_ns,
+        note,
+    )

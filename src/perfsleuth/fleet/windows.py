@@ -41,8 +41,7 @@ class Window:
         return f"{day_to_date(self.first_day).isoformat()}..{day_to_date(self.last_day).isoformat()}"
 
     def to_json(self) -> dict:
-        return {"first_day": day_to_date(self.first_day).isoformat(), "last_day": day_to_date(self.last_day).isoformat(),
-                "days": self.days}
+        return {"first_day": day_to_date(self.first_day).isoformat(), "last_day": day_to_date(self.last_day).isoformat(), "days": self.days}
 
 
 def day_to_date(day: int) -> dt.date:
@@ -61,8 +60,7 @@ def parse_window(text: str, option: str) -> Window:
     except ValueError:
         raise InputError(None, f"{option} {text!r}: not two YYYY-MM-DD dates", hint=hint) from None
     if last < first:
-        raise InputError(None, f"{option} {text!r}: the last day is before the first (the window ends before it starts)",
-                         hint=hint)
+        raise InputError(None, f"{option} {text!r}: the last day is before the first (the window ends before it starts)", hint=hint)
     return Window((first - EPOCH).days, (last - EPOCH).days)
 
 
@@ -75,13 +73,18 @@ def choose_windows(first_day: int, last_day: int, change_days: list[int]) -> tup
     if inside:
         split = inside[-1]
         start = inside[-2] if len(inside) > 1 else first_day
-        how = (f"split at the latest change point of the daily trend ({day_to_date(split).isoformat()}): baseline "
-               f"from {'the change before it' if len(inside) > 1 else 'the start of the history'}, current to the end")
+        how = (
+            f"split at the latest change point of the daily trend ({day_to_date(split).isoformat()}): baseline "
+            f"from {'the change before it' if len(inside) > 1 else 'the start of the history'}, current to the end"
+        )
         return Window(start, split - 1), Window(split, last_day), how
     current = Window(max(first_day, last_day - DEFAULT_DAYS + 1), last_day)
     baseline = Window(max(first_day, current.first_day - DEFAULT_DAYS), current.first_day - 1)
     if baseline.last_day < baseline.first_day:
-        raise InputError(None, "the history covers a single day: there is no baseline to compare with",
-                         hint="give --baseline and --current, or records from more days")
+        raise InputError(
+            None,
+            "the history covers a single day: there is no baseline to compare with",
+            hint="give --baseline and --current, or records from more days",
+        )
     how = f"no significant change point in the daily trend: the last {current.days} days against the {baseline.days} before"
     return baseline, current, how

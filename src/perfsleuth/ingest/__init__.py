@@ -27,8 +27,11 @@ def trace_files(paths: Sequence[str | Path]) -> tuple[str, list[Path]]:
     found = classify_inputs(paths)
     if found.trace_format is None:
         where = ", ".join(str(p) for p in paths)
-        raise InputError(Path(paths[0]) if len(paths) == 1 else None, f"no trace files in {where}",
-                         hint="Kineto *.json[.gz] with traceEvents, JAX .xplane.pb / trace JSON, nsys .sqlite exports")
+        raise InputError(
+            Path(paths[0]) if len(paths) == 1 else None,
+            f"no trace files in {where}",
+            hint="Kineto *.json[.gz] with traceEvents, JAX .xplane.pb / trace JSON, nsys .sqlite exports",
+        )
     return found.trace_format, found.trace_files
 
 

@@ -71,8 +71,12 @@ class ChromeTraceStream(Generic[T]):
             self._consumed += len(data)
             return data
         except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            raise InputError(self.path, f"cannot decompress: {exc}", place=f"after byte {self._consumed}",
-                             hint="the file is truncated or not gzip; re-copy it or write the trace again") from None
+            raise InputError(
+                self.path,
+                f"cannot decompress: {exc}",
+                place=f"after byte {self._consumed}",
+                hint="the file is truncated or not gzip; re-copy it or write the trace again",
+            ) from None
 
     def _chunks(self, fh: io.BufferedIOBase) -> Iterator[Chunk[T]]:
         self._consumed = 0
@@ -93,7 +97,7 @@ class ChromeTraceStream(Generic[T]):
                 self._raise_not_trace(buf)
             buf += more
         header = buf[:pos]
-        rest = buf[pos + len(_KEY):]
+        rest = buf[pos + len(_KEY) :]
         while True:
             m = re.match(rb"\s*:\s*", rest)
             if m and len(rest) > m.end():
@@ -102,10 +106,10 @@ class ChromeTraceStream(Generic[T]):
             if not more:
                 raise InputError(self.path, "file ends right after the traceEvents key", hint="the file is truncated")
             rest += more
-        if rest[m.end():m.end() + 1] != b"[":
+        if rest[m.end() : m.end() + 1] != b"[":
             raise InputError(self.path, "traceEvents is not a JSON array", place=f"byte {pos}")
         self._parse_header(header)
-        yield from self._array(fh, rest[m.end() + 1:], pos + len(_KEY) + m.end() + 1)
+        yield from self._array(fh, rest[m.end() + 1 :], pos + len(_KEY) + m.end() + 1)
 
     def _array(self, fh: io.BufferedIOBase, buf: bytes, offset: int) -> Iterator[Chunk[T]]:
         """The events array from just after its '[', chunk by chunk, then the keys after it."""
@@ -162,15 +166,23 @@ class ChromeTraceStream(Generic[T]):
         except msgspec.DecodeError:
             return self._decode_literals(text, offset)
         except RecursionError:
-            raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
-                             hint="the trace is corrupted") from None
+            raise InputError(
+                self.path,
+                "an event nests arrays or objects too deeply to decode",
+                place=f"after event #{self._index}",
+                hint="the trace is corrupted",
+            ) from None
         try:
             raw = msgspec.json.decode(text)
         except msgspec.DecodeError:
             return None
         except RecursionError:
-            raise InputError(self.path, "an event nests arrays or objects too deeply to decode", place=f"after event #{self._index}",
-                             hint="the trace is corrupted") from None
+            raise InputError(
+                self.path,
+                "an event nests arrays or objects too deeply to decode",
+                place=f"after event #{self._index}",
+                hint="the trace is corrupted",
+            ) from None
         return self._lenient_all(raw)
 
     def _decode_literals(self, text: bytes, offset: int | None) -> list[T] | None:
@@ -202,8 +214,13 @@ class ChromeTraceStream(Generic[T]):
         keys = ", ".join(f"{k}: {n}" for k, n in self.non_json.most_common())
         where = f" (first at byte {self.first_non_json})" if self.first_non_json is not None else ""
         what = "values were NaN or Infinity literals" if total > 1 else "value was a NaN or Infinity literal"
-        return [Caveat("values_not_json", f"{total} {what}{where}, which JSON does not have (Python's json.dumps writes "
-                       f"them): read as missing ({keys})", str(self.path))]
+        return [
+            Caveat(
+                "values_not_json",
+                f"{total} {what}{where}, which JSON does not have (Python's json.dumps writes them): read as missing ({keys})",
+                str(self.path),
+            )
+        ]
 
     def _lenient_all(self, raw: list[Any]) -> list[T]:
         out: list[T] = []
@@ -218,15 +235,19 @@ class ChromeTraceStream(Generic[T]):
         """At end of file: find the array's closing bracket, decode what precedes it."""
         stripped = buf.rstrip()
         if not stripped.endswith(b"]" if self._bare else b"}"):
-            raise InputError(self.path, "the file ends inside the traceEvents array", place=f"byte {offset + len(buf)}",
-                             hint="the trace is truncated (the profiler or the copy did not finish)")
+            raise InputError(
+                self.path,
+                "the file ends inside the traceEvents array",
+                place=f"byte {offset + len(buf)}",
+                hint="the trace is truncated (the profiler or the copy did not finish)",
+            )
         end = len(buf)
         for _ in range(4096):
             close = buf.rfind(b"]", 0, end)
             if close < 0:
                 break
             end = close
-            tail = buf[close + 1:]
+            tail = buf[close + 1 :]
             if not (not tail.strip() if self._bare else _valid_tail(tail)):
                 continue
             body = buf[:close].rstrip()
@@ -235,8 +256,9 @@ class ChromeTraceStream(Generic[T]):
             events = self._decode(b"[" + body + b"]", offset)
             if events is not None:
                 return events, close + 1, tail
-        raise InputError(self.path, "the traceEvents array is not valid JSON", place=f"after byte {offset}",
-                         hint="the trace is truncated or corrupted")
+        raise InputError(
+            self.path, "the traceEvents array is not valid JSON", place=f"after byte {offset}", hint="the trace is truncated or corrupted"
+        )
 
     def _decode_object(self, text: bytes, base: int) -> Any:
         """A header or tail object (``text[0]`` at byte ``base`` of the file, or near it); NaN/Infinity
@@ -284,15 +306,24 @@ class ChromeTraceStream(Generic[T]):
     def _raise_not_trace(self, head: bytes) -> None:
         start = head.lstrip()[:1]
         if start not in (b"{", b"["):
-            raise InputError(self.path, "not JSON (it does not start with '{')", place="byte 0",
-                             hint="pass the .json or .json.gz file the PyTorch profiler wrote")
-        raise InputError(self.path, "no traceEvents key: this is JSON but not a Chrome/Kineto trace",
-                         hint="pass the file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler")
+            raise InputError(
+                self.path,
+                "not JSON (it does not start with '{')",
+                place="byte 0",
+                hint="pass the .json or .json.gz file the PyTorch profiler wrote",
+            )
+        raise InputError(
+            self.path,
+            "no traceEvents key: this is JSON but not a Chrome/Kineto trace",
+            hint="pass the file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler",
+        )
 
 
-_LITERAL = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)(-?Infinity|NaN)(?![A-Za-z0-9_])'
-                      rb'|"(?:[^"\\]|\\.)*"'
-                      rb'|(?<![A-Za-z0-9_.])(-?Infinity|NaN)(?![A-Za-z0-9_])')
+_LITERAL = re.compile(
+    rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)(-?Infinity|NaN)(?![A-Za-z0-9_])'
+    rb'|"(?:[^"\\]|\\.)*"'
+    rb"|(?<![A-Za-z0-9_.])(-?Infinity|NaN)(?![A-Za-z0-9_])"
+)
 """A key and its NaN/Infinity value; any other string (skipped whole, so a name holding "NaN" is kept);
 a bare literal (in an array)."""
 

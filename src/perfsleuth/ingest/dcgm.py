@@ -46,8 +46,10 @@ from perfsleuth.ingest.source import SourceData, register, sniff, sniff_text
 EXPORTER = "dcgm_exporter"
 DMON = "dcgmi_dmon"
 
-TIME_RULE = ("sample timestamp (ms) if written; else the file's scrape time: epoch seconds (10 digits) or milliseconds "
-             "(13 digits) in the file name, or a YYYYmmddTHHMMSS / ISO 8601 date-time in it (UTC), else the file mtime")
+TIME_RULE = (
+    "sample timestamp (ms) if written; else the file's scrape time: epoch seconds (10 digits) or milliseconds "
+    "(13 digits) in the file name, or a YYYYmmddTHHMMSS / ISO 8601 date-time in it (UTC), else the file mtime"
+)
 
 HOST_LABELS = ("Hostname", "hostname")
 SERIES_LABELS = ("GPU_I_ID", "GPU_I_PROFILE", "nvlink", "nvswitch", "clock_event", "xid")
@@ -183,8 +185,9 @@ def _split_lines(data: bytes, path: Path) -> tuple[pa.Table, list[str]]:
             io.BytesIO(data),
             read_options=pcsv.ReadOptions(column_names=["head", "tail"], block_size=1 << 24),
             parse_options=pcsv.ParseOptions(delimiter="}", quote_char=False, escape_char=False, invalid_row_handler=odd),
-            convert_options=pcsv.ConvertOptions(column_types={"head": pa.string(), "tail": pa.string()},
-                                                strings_can_be_null=False, quoted_strings_can_be_null=False),
+            convert_options=pcsv.ConvertOptions(
+                column_types={"head": pa.string(), "tail": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise InputError(path, f"not readable as Prometheus text: {exc}", hint="expected dcgm-exporter /metrics output") from exc
@@ -219,8 +222,9 @@ def _parse_text(data: bytes, path: Path, default_ts_ns: int, parts: _Parts) -> l
     try:
         pa.array([body], pa.large_binary()).cast(pa.large_string())  # UTF-8 check in C++ before the CSV reader
     except pa.ArrowInvalid as exc:
-        raise InputError(path, "not UTF-8 text: cannot be Prometheus exposition text",
-                         hint="expected dcgm-exporter /metrics output") from exc
+        raise InputError(
+            path, "not UTF-8 text: cannot be Prometheus exposition text", hint="expected dcgm-exporter /metrics output"
+        ) from exc
     body, with_cr = _split_off_raw_cr(body)
     empty = pa.table({"head": pa.array([], pa.string()), "tail": pa.array([], pa.string())})
     table, odd = _split_lines(body, path) if body.strip() else (empty, [])
@@ -273,8 +277,13 @@ def _slow_lines(lines: list[str], data: bytes, path: Path, default_ts_ns: int, p
     cut = not data.endswith(b"\n")
     elided = [line for line in lines if _ELISION.match(line)]
     if elided:
-        caveats.append(Caveat("elided_lines", f"{len(elided)} line(s) of only '...' (where a quoted scrape left lines out) "
-                              "were skipped: the scrape is partial", str(path)))
+        caveats.append(
+            Caveat(
+                "elided_lines",
+                f"{len(elided)} line(s) of only '...' (where a quoted scrape left lines out) were skipped: the scrape is partial",
+                str(path),
+            )
+        )
         lines = [line for line in lines if not _ELISION.match(line)]
     for line in lines:
         try:
@@ -284,14 +293,21 @@ def _slow_lines(lines: list[str], data: bytes, path: Path, default_ts_ns: int, p
                 caveats.append(Caveat("truncated_line", f"the last line is cut short and was skipped: {line[:80]!r}", str(path)))
                 continue
             n = _line_number(data, line)
-            raise InputError(path, f"not a Prometheus sample line ({exc}): {line[:120]!r}",
-                             place=f"line {n}" if n else None,
-                             hint="expected NAME{label=\"value\",...} VALUE [TIMESTAMP_MS], as dcgm-exporter writes") from exc
+            raise InputError(
+                path,
+                f"not a Prometheus sample line ({exc}): {line[:120]!r}",
+                place=f"line {n}" if n else None,
+                hint='expected NAME{label="value",...} VALUE [TIMESTAMP_MS], as dcgm-exporter writes',
+            ) from exc
         for s in samples:
             if s.timestamp is not None and not abs(float(s.timestamp)) < _MAX_TS_S:
                 n = _line_number(data, line)
-                raise InputError(path, f"sample time {s.timestamp} is out of range (past the year 2262, or infinite)",
-                                 place=f"line {n}" if n else None, hint="timestamps are epoch milliseconds")
+                raise InputError(
+                    path,
+                    f"sample time {s.timestamp} is out of range (past the year 2262, or infinite)",
+                    place=f"line {n}" if n else None,
+                    hint="timestamps are epoch milliseconds",
+                )
             ts = default_ts_ns if s.timestamp is None else int(round(float(s.timestamp) * 1e9))
             parts.untimed += s.timestamp is None
             parts.extra.append((s.name, dict(s.labels), float(s.value), ts))
@@ -322,8 +338,12 @@ class _Identity:
         elif (m := _DEVICE.search(labels.get("device", ""))) is not None:
             gpu = int(m.group(1))
         if gpu is not None and gpu > _MAX_GPU_INDEX:
-            raise InputError(self.path, f"{name}: GPU index {str(gpu)[:24]} is out of range", place="label gpu / device",
-                             hint="the gpu label is the GPU's index (0, 1, ...); an edited or damaged scrape")
+            raise InputError(
+                self.path,
+                f"{name}: GPU index {str(gpu)[:24]} is out of range",
+                place="label gpu / device",
+                hint="the gpu label is the GPU's index (0, 1, ...); an edited or damaged scrape",
+            )
         field = BY_DCGM.get(name)
         metric = field.name if field else name
         series = [f"{k}={labels[k]}" for k in SERIES_LABELS if labels.get(k) and k != "GPU_I_PROFILE"]
@@ -336,8 +356,7 @@ class _Identity:
         return host, gpu, metric
 
 
-def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray, np.ndarray,
-                                                                            _Identity]:
+def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray, np.ndarray, _Identity]:
     ident = _Identity(path)
     hosts: list[pa.Array] = []
     gpus: list[pa.Array] = []
@@ -348,8 +367,9 @@ def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Ar
             try:
                 name, labels = _parse_head(head)
             except (ValueError, TypeError, IndexError, KeyError, StopIteration) as exc:
-                raise InputError(path, f"bad metric name or labels: {head[:120]!r}", hint="labels must be key=\"value\" pairs "
-                                 "separated by commas") from exc
+                raise InputError(
+                    path, f"bad metric name or labels: {head[:120]!r}", hint='labels must be key="value" pairs separated by commas'
+                ) from exc
             resolved.append(ident.resolve(name, labels))
         h, g, m = zip(*resolved, strict=True) if resolved else ((), (), ())
         hosts.append(pa.array([x if x is not None else default_host for x in h], pa.string()).take(enc.indices))
@@ -367,8 +387,7 @@ def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Ar
     if not metrics:
         empty = pa.array([], pa.string())
         return empty, pa.array([], pa.int32()), empty, np.zeros(0, np.int64), np.zeros(0), ident
-    return (pa.concat_arrays(hosts), pa.concat_arrays(gpus), pa.concat_arrays(metrics), np.concatenate(ts),
-            np.concatenate(values), ident)
+    return (pa.concat_arrays(hosts), pa.concat_arrays(gpus), pa.concat_arrays(metrics), np.concatenate(ts), np.concatenate(values), ident)
 
 
 def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = None, host: str | None = None) -> SourceData:
@@ -389,16 +408,23 @@ def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = No
     if len(metric_c) == 0:
         raise InputError(where, "no DCGM samples found", hint="expected dcgm-exporter /metrics text (DCGM_FI_* lines)")
     if timed_by.get("file modification time"):
-        caveats.append(Caveat("scrape_time_from_mtime", f"{timed_by['file modification time']} file(s) have no sample "
-                              "timestamps and no time in their name: their samples are placed at the file's modification "
-                              "time", str(where)))
+        caveats.append(
+            Caveat(
+                "scrape_time_from_mtime",
+                f"{timed_by['file modification time']} file(s) have no sample "
+                "timestamps and no time in their name: their samples are placed at the file's modification "
+                "time",
+                str(where),
+            )
+        )
     table, more = build_samples(run_id, host_c, gpu_c, metric_c, ts_c, val_c, str(where))
     meta = {
         "time_rule": TIME_RULE,
         "files": len(files),
         "source_names": {k: sorted(v) for k, v in ident.names.items()},
-        "gpus": [{"host": h, "gpu": g, **info} for (h, g), info in sorted(ident.gpus.items(), key=lambda kv: (kv[0][0] or "",
-                                                                                                          kv[0][1] or 0))],
+        "gpus": [
+            {"host": h, "gpu": g, **info} for (h, g), info in sorted(ident.gpus.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or 0))
+        ],
     }
     return SourceData(EXPORTER, str(where), {"samples": table}, caveats + more, meta)
 
@@ -423,8 +449,9 @@ def _dmon_entity(tokens: list[str]) -> tuple[int | None, str]:
     """GPU index and series qualifier of a dmon entity column (``GPU 0``, ``GPU-I 3``, ``GPU 0 LINK 2``)."""
     if len(tokens) >= 2 and tokens[0] == "GPU" and tokens[1].isdigit():
         rest = tokens[2:]
-        return int(tokens[1]), ("{" + ",".join(f"{a.lower()}={b}" for a, b in zip(rest[::2], rest[1::2], strict=False)) + "}"
-                                if rest else "")
+        return int(tokens[1]), (
+            "{" + ",".join(f"{a.lower()}={b}" for a, b in zip(rest[::2], rest[1::2], strict=False)) + "}" if rest else ""
+        )
     return None, "{entity=" + "_".join(tokens) + "}"
 
 
@@ -443,7 +470,7 @@ def _dmon_header(raw: str) -> tuple[list[str], list[int]]:
     """Field names of an ``#Entity`` header and the column where each starts."""
     tokens = list(re.finditer(r"\S+", raw))
     at = next(i for i, t in enumerate(tokens) if t.group(0).endswith("Entity"))
-    return [t.group(0) for t in tokens[at + 1:]], [t.start() for t in tokens[at + 1:]]
+    return [t.group(0) for t in tokens[at + 1 :]], [t.start() for t in tokens[at + 1 :]]
 
 
 def _dmon_values(raw: str, starts: list[int], width: int) -> tuple[list[str], list[str]] | None:
@@ -513,8 +540,12 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
             continue
         parsed = _dmon_values(raw, starts, len(header))
         if parsed is None:
-            raise InputError(path, f"not a dmon row: {raw.strip()[:100]!r}", place=f"line {n}",
-                             hint="rows start with an entity (GPU 0) and align with the #Entity header")
+            raise InputError(
+                path,
+                f"not a dmon row: {raw.strip()[:100]!r}",
+                place=f"line {n}",
+                hint="rows start with an entity (GPU 0) and align with the #Entity header",
+            )
         entity, values = parsed
         gpu, qual = _dmon_entity(entity)
         rows.append((gpu, qual, values))
@@ -552,26 +583,44 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
             metrics.append((field.name if field else f"dcgmi_dmon.{col}") + qual)
             ts.append(t)
             vals.append(v)
-    source = ("the -d option" if interval_ms else "-d in the capture's command line" if interval_from_cmd
-              else "dcgmi's default")
-    caveats.append(Caveat("timestamps_reconstructed", f"dcgmi dmon prints no times: {n_samples} samples per entity placed "
-                          f"{interval} ms apart ({source}), ending at the file's modification time", str(path)))
+    source = "the -d option" if interval_ms else "-d in the capture's command line" if interval_from_cmd else "dcgmi's default"
+    caveats.append(
+        Caveat(
+            "timestamps_reconstructed",
+            f"dcgmi dmon prints no times: {n_samples} samples per entity placed "
+            f"{interval} ms apart ({source}), ending at the file's modification time",
+            str(path),
+        )
+    )
     if na:
-        caveats.append(Caveat("not_available", f"{na} N/A or blank values (field not supported or not watched) read as missing",
-                              str(path)))
+        caveats.append(Caveat("not_available", f"{na} N/A or blank values (field not supported or not watched) read as missing", str(path)))
     if unknown:
-        caveats.append(Caveat("unknown_metric", f"dmon columns not in the GPU field registry, kept as dcgmi_dmon.<name>: "
-                              f"{', '.join(unknown)}", str(path)))
-    table, more = build_samples(run_id or path.stem, pa.array(hosts, pa.string()), pa.array(gpus, pa.int32()),
-                                pa.array(metrics, pa.string()), np.array(ts, np.int64), np.array(vals, np.float64), str(path))
-    meta: dict[str, object] = {"source_names": {f.name: [c] for c, f in zip(header, fields, strict=True) if f},
-                               "interval_ms": interval, "fields": header}
+        caveats.append(
+            Caveat(
+                "unknown_metric", f"dmon columns not in the GPU field registry, kept as dcgmi_dmon.<name>: {', '.join(unknown)}", str(path)
+            )
+        )
+    table, more = build_samples(
+        run_id or path.stem,
+        pa.array(hosts, pa.string()),
+        pa.array(gpus, pa.int32()),
+        pa.array(metrics, pa.string()),
+        np.array(ts, np.int64),
+        np.array(vals, np.float64),
+        str(path),
+    )
+    meta: dict[str, object] = {
+        "source_names": {f.name: [c] for c, f in zip(header, fields, strict=True) if f},
+        "interval_ms": interval,
+        "fields": header,
+    }
     if ids:
         meta["field_ids"] = ids
     wrappers.into(meta)
     return SourceData(DMON, str(path), {"samples": table}, caveats + more, meta)
 
 
-register(EXPORTER, "dcgm-exporter Prometheus text: a scrape, a file of scrapes, or a directory of periodic scrapes",
-         detect, read, series=True)
+register(
+    EXPORTER, "dcgm-exporter Prometheus text: a scrape, a file of scrapes, or a directory of periodic scrapes", detect, read, series=True
+)
 register(DMON, "dcgmi dmon tabular output (#Entity header, one row per GPU per sample)", detect_dmon, read_dmon)

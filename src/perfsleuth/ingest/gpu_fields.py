@@ -60,9 +60,20 @@ _WATTS = (0.0, 10_000.0)
 _NONNEG = (0.0, np.inf)
 
 
-def _f(name: str, unit: str, kind: str, dcgm_id: int | None, dcgm: tuple[str, ...] | str = (), dmon: str | None = None,
-       smi_dmon: str | None = None, smi_query: tuple[str, ...] | str = (), *, scale: float = 1.0,
-       valid: tuple[float, float] = _NONNEG, doc: str = "") -> GpuField:
+def _f(
+    name: str,
+    unit: str,
+    kind: str,
+    dcgm_id: int | None,
+    dcgm: tuple[str, ...] | str = (),
+    dmon: str | None = None,
+    smi_dmon: str | None = None,
+    smi_query: tuple[str, ...] | str = (),
+    *,
+    scale: float = 1.0,
+    valid: tuple[float, float] = _NONNEG,
+    doc: str = "",
+) -> GpuField:
     dcgm = (dcgm,) if isinstance(dcgm, str) else dcgm
     smi_query = (smi_query,) if isinstance(smi_query, str) else smi_query
     return GpuField(name, unit, kind, dcgm_id, tuple(dcgm), dmon, smi_dmon, tuple(smi_query), scale, valid, doc)
@@ -76,39 +87,128 @@ FIELDS: tuple[GpuField, ...] = (
     _f("sm_clock_mhz", "MHz", GAUGE, 100, _D + "SM_CLOCK", "SMCLK", "pclk", ("clocks.current.sm", "clocks.sm"), valid=_MHZ),
     _f("mem_clock_mhz", "MHz", GAUGE, 101, _D + "MEM_CLOCK", "MMCLK", "mclk", ("clocks.current.memory", "clocks.mem"), valid=_MHZ),
     _f("graphics_clock_mhz", "MHz", GAUGE, None, (), None, None, ("clocks.current.graphics", "clocks.gr"), valid=_MHZ),
-    _f("app_sm_clock_mhz", "MHz", GAUGE, 110, _D + "APP_SM_CLOCK", "SACLK", None,
-       ("clocks.applications.graphics", "clocks.applications.gr"), valid=_MHZ),
-    _f("max_sm_clock_mhz", "MHz", GAUGE, 113, _D + "MAX_SM_CLOCK", "SMMAX", None, ("clocks.max.sm", "clocks.max.graphics"),
-       valid=_MHZ),
-    _f("max_mem_clock_mhz", "MHz", GAUGE, 114, _D + "MAX_MEM_CLOCK", "MMMAX", None, ("clocks.max.memory", "clocks.max.mem"),
-       valid=_MHZ),
-    _f("clocks_event_reasons", "bitmask", BITMASK, 112, (_D + "CLOCKS_EVENT_REASONS", _D + "CLOCK_THROTTLE_REASONS"), "DVCCTR",
-       None, ("clocks_event_reasons.active", "clocks_throttle_reasons.active"), valid=(0, 2**32),
-       doc="bits in CLOCK_EVENT_BITS; NVML nvmlClocksEventReason*"),
+    _f(
+        "app_sm_clock_mhz",
+        "MHz",
+        GAUGE,
+        110,
+        _D + "APP_SM_CLOCK",
+        "SACLK",
+        None,
+        ("clocks.applications.graphics", "clocks.applications.gr"),
+        valid=_MHZ,
+    ),
+    _f("max_sm_clock_mhz", "MHz", GAUGE, 113, _D + "MAX_SM_CLOCK", "SMMAX", None, ("clocks.max.sm", "clocks.max.graphics"), valid=_MHZ),
+    _f("max_mem_clock_mhz", "MHz", GAUGE, 114, _D + "MAX_MEM_CLOCK", "MMMAX", None, ("clocks.max.memory", "clocks.max.mem"), valid=_MHZ),
+    _f(
+        "clocks_event_reasons",
+        "bitmask",
+        BITMASK,
+        112,
+        (_D + "CLOCKS_EVENT_REASONS", _D + "CLOCK_THROTTLE_REASONS"),
+        "DVCCTR",
+        None,
+        ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+        valid=(0, 2**32),
+        doc="bits in CLOCK_EVENT_BITS; NVML nvmlClocksEventReason*",
+    ),
     # temperatures
     _f("gpu_temp_c", "C", GAUGE, 150, (_D + "GPU_TEMP", _D + "GPU_TEMP_CELSIUS"), "TMPTR", "gtemp", "temperature.gpu", valid=_TEMP),
-    _f("memory_temp_c", "C", GAUGE, 140, (_D + "MEMORY_TEMP", _D + "MEMORY_TEMP_CELSIUS"), "MMTMP", "mtemp", "temperature.memory",
-       valid=_TEMP),
+    _f(
+        "memory_temp_c",
+        "C",
+        GAUGE,
+        140,
+        (_D + "MEMORY_TEMP", _D + "MEMORY_TEMP_CELSIUS"),
+        "MMTMP",
+        "mtemp",
+        "temperature.memory",
+        valid=_TEMP,
+    ),
     _f("slowdown_temp_c", "C", GAUGE, 158, (_D + "SLOWDOWN_TEMP", _D + "GPU_TEMP_SLOWDOWN_CELSIUS"), "SDTMP", valid=_TEMP),
     _f("shutdown_temp_c", "C", GAUGE, 159, (_D + "SHUTDOWN_TEMP", _D + "GPU_TEMP_SHUTDOWN_CELSIUS"), "SHTMP", valid=_TEMP),
     _f("gpu_max_op_temp_c", "C", GAUGE, 152, (_D + "GPU_MAX_OP_TEMP", _D + "GPU_MAX_OP_TEMP_CELSIUS"), valid=_TEMP),
     # power and energy
-    _f("power_w", "W", GAUGE, 155, (_D + "POWER_USAGE", _D + "BOARD_POWER_WATTS"), "POWER", "pwr",
-       ("power.draw", "power.draw.average"), valid=_WATTS),
-    _f("power_instant_w", "W", GAUGE, 157, (_D + "POWER_USAGE_INSTANT", _D + "BOARD_POWER_RAW_WATTS"), "POWINST", None,
-       "power.draw.instant", valid=_WATTS),
+    _f(
+        "power_w",
+        "W",
+        GAUGE,
+        155,
+        (_D + "POWER_USAGE", _D + "BOARD_POWER_WATTS"),
+        "POWER",
+        "pwr",
+        ("power.draw", "power.draw.average"),
+        valid=_WATTS,
+    ),
+    _f(
+        "power_instant_w",
+        "W",
+        GAUGE,
+        157,
+        (_D + "POWER_USAGE_INSTANT", _D + "BOARD_POWER_RAW_WATTS"),
+        "POWINST",
+        None,
+        "power.draw.instant",
+        valid=_WATTS,
+    ),
     _f("energy_mj", "mJ", COUNTER, 156, _D + "TOTAL_ENERGY_CONSUMPTION", "TOTEC", doc="since the driver was loaded"),
-    _f("power_limit_w", "W", GAUGE, 160, (_D + "POWER_MGMT_LIMIT", _D + "BOARD_POWER_LIMIT_REQUESTED_WATTS"), "PMLMT", None,
-       ("power.limit", "power.management.limit"), valid=_WATTS),
-    _f("default_power_limit_w", "W", GAUGE, 163, (_D + "POWER_MGMT_LIMIT_DEF", _D + "BOARD_POWER_LIMIT_DEFAULT_WATTS"), "PMDEF",
-       None, ("power.default_limit", "power.default.limit"), valid=_WATTS),
-    _f("max_power_limit_w", "W", GAUGE, 162, (_D + "POWER_MGMT_LIMIT_MAX", _D + "BOARD_POWER_LIMIT_MAX_WATTS"), "PMMAX", None,
-       ("power.max_limit",), valid=_WATTS),
-    _f("enforced_power_limit_w", "W", GAUGE, 164, (_D + "ENFORCED_POWER_LIMIT", _D + "BOARD_POWER_LIMIT_ENFORCED_WATTS"), "EPLMT",
-       None, "enforced.power.limit", valid=_WATTS),
+    _f(
+        "power_limit_w",
+        "W",
+        GAUGE,
+        160,
+        (_D + "POWER_MGMT_LIMIT", _D + "BOARD_POWER_LIMIT_REQUESTED_WATTS"),
+        "PMLMT",
+        None,
+        ("power.limit", "power.management.limit"),
+        valid=_WATTS,
+    ),
+    _f(
+        "default_power_limit_w",
+        "W",
+        GAUGE,
+        163,
+        (_D + "POWER_MGMT_LIMIT_DEF", _D + "BOARD_POWER_LIMIT_DEFAULT_WATTS"),
+        "PMDEF",
+        None,
+        ("power.default_limit", "power.default.limit"),
+        valid=_WATTS,
+    ),
+    _f(
+        "max_power_limit_w",
+        "W",
+        GAUGE,
+        162,
+        (_D + "POWER_MGMT_LIMIT_MAX", _D + "BOARD_POWER_LIMIT_MAX_WATTS"),
+        "PMMAX",
+        None,
+        ("power.max_limit",),
+        valid=_WATTS,
+    ),
+    _f(
+        "enforced_power_limit_w",
+        "W",
+        GAUGE,
+        164,
+        (_D + "ENFORCED_POWER_LIMIT", _D + "BOARD_POWER_LIMIT_ENFORCED_WATTS"),
+        "EPLMT",
+        None,
+        "enforced.power.limit",
+        valid=_WATTS,
+    ),
     # utilisation
-    _f("gpu_util_pct", "%", GAUGE, 203, (_D + "GPU_UTIL", _D + "GPU_UTIL_RATIO"), "GPUTL", "sm", "utilization.gpu", valid=_PCT,
-       doc="percent of time at least one kernel ran (NVML definition; not SM occupancy)"),
+    _f(
+        "gpu_util_pct",
+        "%",
+        GAUGE,
+        203,
+        (_D + "GPU_UTIL", _D + "GPU_UTIL_RATIO"),
+        "GPUTL",
+        "sm",
+        "utilization.gpu",
+        valid=_PCT,
+        doc="percent of time at least one kernel ran (NVML definition; not SM occupancy)",
+    ),
     _f("mem_copy_util_pct", "%", GAUGE, 204, _D + "MEM_COPY_UTIL", "MCUTL", "mem", "utilization.memory", valid=_PCT),
     _f("enc_util_pct", "%", GAUGE, 206, _D + "ENC_UTIL", "ECUTL", "enc", "utilization.encoder", valid=_PCT),
     _f("dec_util_pct", "%", GAUGE, 207, _D + "DEC_UTIL", "DCUTL", "dec", "utilization.decoder", valid=_PCT),
@@ -122,50 +222,159 @@ FIELDS: tuple[GpuField, ...] = (
     _f("cc_protected_mem_used_mib", "MiB", GAUGE, None, (), None, "ccpm"),
     # PCIe
     _f("pcie_replay_count", "count", COUNTER, 202, (_D + "PCIE_REPLAY_COUNTER", _D + "PCIE_REPLAY_TOTAL"), "RPCTR", "pci"),
-    _f("pcie_link_gen", "gen", GAUGE, 237, _D + "PCIE_LINK_GEN", "PCILG", None, ("pcie.link.gen.gpucurrent", "pcie.link.gen.current"),
-       valid=(1, 8)),
+    _f(
+        "pcie_link_gen",
+        "gen",
+        GAUGE,
+        237,
+        _D + "PCIE_LINK_GEN",
+        "PCILG",
+        None,
+        ("pcie.link.gen.gpucurrent", "pcie.link.gen.current"),
+        valid=(1, 8),
+    ),
     _f("pcie_link_width", "lanes", GAUGE, 238, _D + "PCIE_LINK_WIDTH", "PCILW", None, "pcie.link.width.current", valid=(1, 32)),
-    _f("pcie_max_link_gen", "gen", GAUGE, 235, _D + "PCIE_MAX_LINK_GEN", "PCIMG", None, "pcie.link.gen.max", valid=(1, 8),
-       doc="highest generation the GPU and the host slot both support"),
+    _f(
+        "pcie_max_link_gen",
+        "gen",
+        GAUGE,
+        235,
+        _D + "PCIE_MAX_LINK_GEN",
+        "PCIMG",
+        None,
+        "pcie.link.gen.max",
+        valid=(1, 8),
+        doc="highest generation the GPU and the host slot both support",
+    ),
     _f("pcie_gpu_max_link_gen", "gen", GAUGE, None, (), None, None, "pcie.link.gen.gpumax", valid=(1, 8)),
     _f("pcie_max_link_width", "lanes", GAUGE, 236, _D + "PCIE_MAX_LINK_WIDTH", "PCIMW", None, "pcie.link.width.max", valid=(1, 32)),
-    _f("pcie_tx_bytes_per_s", "B/s", GAUGE, 1009, _P + "PCIE_TX_BYTES", "PCITX", "txpci", scale=1e6,
-       doc="device-to-host, headers included; nvidia-smi dmon txpci is MB/s"),
+    _f(
+        "pcie_tx_bytes_per_s",
+        "B/s",
+        GAUGE,
+        1009,
+        _P + "PCIE_TX_BYTES",
+        "PCITX",
+        "txpci",
+        scale=1e6,
+        doc="device-to-host, headers included; nvidia-smi dmon txpci is MB/s",
+    ),
     _f("pcie_rx_bytes_per_s", "B/s", GAUGE, 1010, _P + "PCIE_RX_BYTES", "PCIRX", "rxpci", scale=1e6),
     # NVLink
     _f("nvlink_tx_bytes_per_s", "B/s", GAUGE, 1011, _P + "NVLINK_TX_BYTES", "NVLTX"),
     _f("nvlink_rx_bytes_per_s", "B/s", GAUGE, 1012, _P + "NVLINK_RX_BYTES", "NVLRX"),
-    _f("nvlink_bandwidth_total_mb_per_s", "MB/s", GAUGE, 449, (_D + "NVLINK_BANDWIDTH_TOTAL", _D + "NVLINK_THROUGHPUT_TOTAL"),
-       "NBWLT", doc="DCGM 4.x unit MB/s; older exporter help calls it a counter: compare it only against peers"),
-    _f("nvlink_crc_flit_errors", "count", COUNTER, 409, (_D + "NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", _D + "NVLINK_CRC_FLIT_ERROR_TOTAL"),
-       "NFELT"),
-    _f("nvlink_crc_data_errors", "count", COUNTER, 419, (_D + "NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", _D + "NVLINK_CRC_DATA_ERROR_TOTAL"),
-       "NDELT"),
-    _f("nvlink_replay_errors", "count", COUNTER, 429, (_D + "NVLINK_REPLAY_ERROR_COUNT_TOTAL", _D + "NVLINK_REPLAY_ERROR_TOTAL"),
-       "NRELT"),
-    _f("nvlink_recovery_errors", "count", COUNTER, 439,
-       (_D + "NVLINK_RECOVERY_ERROR_COUNT_TOTAL", _D + "NVLINK_RECOVERY_ERROR_TOTAL"), "NRCLT"),
+    _f(
+        "nvlink_bandwidth_total_mb_per_s",
+        "MB/s",
+        GAUGE,
+        449,
+        (_D + "NVLINK_BANDWIDTH_TOTAL", _D + "NVLINK_THROUGHPUT_TOTAL"),
+        "NBWLT",
+        doc="DCGM 4.x unit MB/s; older exporter help calls it a counter: compare it only against peers",
+    ),
+    _f(
+        "nvlink_crc_flit_errors",
+        "count",
+        COUNTER,
+        409,
+        (_D + "NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", _D + "NVLINK_CRC_FLIT_ERROR_TOTAL"),
+        "NFELT",
+    ),
+    _f(
+        "nvlink_crc_data_errors",
+        "count",
+        COUNTER,
+        419,
+        (_D + "NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", _D + "NVLINK_CRC_DATA_ERROR_TOTAL"),
+        "NDELT",
+    ),
+    _f("nvlink_replay_errors", "count", COUNTER, 429, (_D + "NVLINK_REPLAY_ERROR_COUNT_TOTAL", _D + "NVLINK_REPLAY_ERROR_TOTAL"), "NRELT"),
+    _f(
+        "nvlink_recovery_errors",
+        "count",
+        COUNTER,
+        439,
+        (_D + "NVLINK_RECOVERY_ERROR_COUNT_TOTAL", _D + "NVLINK_RECOVERY_ERROR_TOTAL"),
+        "NRCLT",
+    ),
     # errors
-    _f("xid_errors", "xid", EVENT, 230, (_D + "XID_ERRORS", _D + "XID_ERROR"), "XIDER", valid=(0, 1e6),
-       doc="the last XID code seen (0: none), not a count"),
+    _f(
+        "xid_errors",
+        "xid",
+        EVENT,
+        230,
+        (_D + "XID_ERRORS", _D + "XID_ERROR"),
+        "XIDER",
+        valid=(0, 1e6),
+        doc="the last XID code seen (0: none), not a count",
+    ),
     _f("xid_events_count", "count", COUNTER, None, "DCGM_EXP_XID_ERRORS_COUNT", doc="exporter-owned, one series per xid label"),
     _f("ecc_sbe_volatile", "count", COUNTER, 310, _D + "ECC_SBE_VOL_TOTAL", "ESVTL", "sbecc", "ecc.errors.corrected.volatile.total"),
     _f("ecc_dbe_volatile", "count", COUNTER, 311, _D + "ECC_DBE_VOL_TOTAL", "EDVTL", "dbecc", "ecc.errors.uncorrected.volatile.total"),
     _f("ecc_sbe_aggregate", "count", COUNTER, 312, _D + "ECC_SBE_AGG_TOTAL", "ESATL", None, "ecc.errors.corrected.aggregate.total"),
-    _f("ecc_dbe_aggregate", "count", COUNTER, 313, _D + "ECC_DBE_AGG_TOTAL", "EDATL", None,
-       "ecc.errors.uncorrected.aggregate.total"),
-    _f("retired_pages_sbe", "pages", COUNTER, 390, (_D + "RETIRED_SBE", _D + "PAGE_RETIRED_SBE_TOTAL"), "RPSBE", None,
-       ("retired_pages.sbe", "retired_pages.single_bit_ecc.count")),
-    _f("retired_pages_dbe", "pages", COUNTER, 391, (_D + "RETIRED_DBE", _D + "PAGE_RETIRED_DBE_TOTAL"), "RPDBE", None,
-       ("retired_pages.dbe", "retired_pages.double_bit.count")),
-    _f("retired_pages_pending", "bool", GAUGE, 392, (_D + "RETIRED_PENDING", _D + "PAGE_RETIRED_PENDING"), "RPPEN", None,
-       "retired_pages.pending", valid=(0, 1)),
-    _f("remapped_rows_uncorrectable", "rows", COUNTER, 393,
-       (_D + "UNCORRECTABLE_REMAPPED_ROWS", _D + "ROW_REMAP_UNCORRECTABLE_TOTAL"), "URMPS", None, "remapped_rows.uncorrectable"),
-    _f("remapped_rows_correctable", "rows", COUNTER, 394, (_D + "CORRECTABLE_REMAPPED_ROWS", _D + "ROW_REMAP_CORRECTABLE_TOTAL"),
-       "CRMPS", None, "remapped_rows.correctable"),
-    _f("row_remap_failure", "bool", GAUGE, 395, (_D + "ROW_REMAP_FAILURE", _D + "ROW_REMAP_FAILED"), "RRF", None,
-       "remapped_rows.failure", valid=(0, 1)),
+    _f("ecc_dbe_aggregate", "count", COUNTER, 313, _D + "ECC_DBE_AGG_TOTAL", "EDATL", None, "ecc.errors.uncorrected.aggregate.total"),
+    _f(
+        "retired_pages_sbe",
+        "pages",
+        COUNTER,
+        390,
+        (_D + "RETIRED_SBE", _D + "PAGE_RETIRED_SBE_TOTAL"),
+        "RPSBE",
+        None,
+        ("retired_pages.sbe", "retired_pages.single_bit_ecc.count"),
+    ),
+    _f(
+        "retired_pages_dbe",
+        "pages",
+        COUNTER,
+        391,
+        (_D + "RETIRED_DBE", _D + "PAGE_RETIRED_DBE_TOTAL"),
+        "RPDBE",
+        None,
+        ("retired_pages.dbe", "retired_pages.double_bit.count"),
+    ),
+    _f(
+        "retired_pages_pending",
+        "bool",
+        GAUGE,
+        392,
+        (_D + "RETIRED_PENDING", _D + "PAGE_RETIRED_PENDING"),
+        "RPPEN",
+        None,
+        "retired_pages.pending",
+        valid=(0, 1),
+    ),
+    _f(
+        "remapped_rows_uncorrectable",
+        "rows",
+        COUNTER,
+        393,
+        (_D + "UNCORRECTABLE_REMAPPED_ROWS", _D + "ROW_REMAP_UNCORRECTABLE_TOTAL"),
+        "URMPS",
+        None,
+        "remapped_rows.uncorrectable",
+    ),
+    _f(
+        "remapped_rows_correctable",
+        "rows",
+        COUNTER,
+        394,
+        (_D + "CORRECTABLE_REMAPPED_ROWS", _D + "ROW_REMAP_CORRECTABLE_TOTAL"),
+        "CRMPS",
+        None,
+        "remapped_rows.correctable",
+    ),
+    _f(
+        "row_remap_failure",
+        "bool",
+        GAUGE,
+        395,
+        (_D + "ROW_REMAP_FAILURE", _D + "ROW_REMAP_FAILED"),
+        "RRF",
+        None,
+        "remapped_rows.failure",
+        valid=(0, 1),
+    ),
     _f("row_remap_pending", "bool", GAUGE, 396, _D + "ROW_REMAP_PENDING", "RRP", None, "remapped_rows.pending", valid=(0, 1)),
     # violation counters (NVML violation time is nanoseconds; old DCGM/exporter help texts said usec)
     _f("power_violation_ns", "ns", COUNTER, 240, _D + "POWER_VIOLATION", "PVIOL"),
@@ -277,8 +486,9 @@ def _codes(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return codes.astype(np.int64), enc.dictionary.take(pa.array(order, pa.int64()))
 
 
-def build_samples(run_id: str, host: pa.Array, gpu: pa.Array, metric: pa.Array, ts_ns: np.ndarray, value: np.ndarray,
-                  path: str) -> tuple[pa.Table, list[Caveat]]:
+def build_samples(
+    run_id: str, host: pa.Array, gpu: pa.Array, metric: pa.Array, ts_ns: np.ndarray, value: np.ndarray, path: str
+) -> tuple[pa.Table, list[Caveat]]:
     """The canonical ``samples`` table from parsed columns, with the registry's rules applied.
 
     Blank (``SENTINEL_RULE``) and out-of-range values become null, counted per metric in a caveat; names not in
@@ -309,14 +519,25 @@ def build_samples(run_id: str, host: pa.Array, gpu: pa.Array, metric: pa.Array, 
             blank_total[name] = int(blank.sum())
         value[rows[bad]] = np.nan
     if blank_total:
-        caveats.append(Caveat("dcgm_blank_values", f"{sum(blank_total.values())} blank (not supported / not found) values read "
-                              f"as missing: {_top(blank_total)}", path))
+        caveats.append(
+            Caveat(
+                "dcgm_blank_values",
+                f"{sum(blank_total.values())} blank (not supported / not found) values read as missing: {_top(blank_total)}",
+                path,
+            )
+        )
     if range_total:
-        caveats.append(Caveat("out_of_range_values", f"{sum(range_total.values())} values outside the field's physical range "
-                              f"read as missing (wrong unit?): {_top(range_total)}", path))
+        caveats.append(
+            Caveat(
+                "out_of_range_values",
+                f"{sum(range_total.values())} values outside the field's physical range read as missing (wrong unit?): {_top(range_total)}",
+                path,
+            )
+        )
     if unknown:
-        caveats.append(Caveat("unknown_metric", f"{len(unknown)} metric name(s) not in the GPU field registry, kept as "
-                              f"written: {_top(unknown)}", path))
+        caveats.append(
+            Caveat("unknown_metric", f"{len(unknown)} metric name(s) not in the GPU field registry, kept as written: {_top(unknown)}", path)
+        )
     h_codes, h_dict = _codes(host)
     g_codes, g_dict = _codes(gpu)
     key = (h_codes + 1) * (len(g_dict) + 1) * (len(m_dict) + 1) + (g_codes + 1) * (len(m_dict) + 1) + (m_codes + 1)
@@ -329,8 +550,14 @@ def build_samples(run_id: str, host: pa.Array, gpu: pa.Array, metric: pa.Array, 
         v_sorted = value[order]
         equal = same_as_next[:-1] & ((v_sorted[:-1] == v_sorted[1:]) | (np.isnan(v_sorted[:-1]) & np.isnan(v_sorted[1:])))
         n_dup, n_conflict = int(equal.sum()), int(same_as_next.sum() - equal.sum())
-        caveats.append(Caveat("duplicate_samples", f"{n_dup + n_conflict} samples repeat a series at the same time: {n_dup} "
-                              f"identical (dropped), {n_conflict} with a different value (the last one in file order kept)", path))
+        caveats.append(
+            Caveat(
+                "duplicate_samples",
+                f"{n_dup + n_conflict} samples repeat a series at the same time: {n_dup} "
+                f"identical (dropped), {n_conflict} with a different value (the last one in file order kept)",
+                path,
+            )
+        )
         order = order[~same_as_next]
     idx = pa.array(order)
     valid = ~np.isnan(value[order])

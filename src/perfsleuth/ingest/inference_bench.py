@@ -51,8 +51,10 @@ from perfsleuth.ingest.source import SourceData, register, sniff_text
 from perfsleuth.model import RECORDS
 
 NAME = "inference_bench"
-DESCRIPTION = ("serving benchmark result: vllm bench serve JSON, SGLang bench_serving JSONL, genai-perf/AIPerf JSON, "
-               "and the console summaries of vllm bench serve, SGLang bench_serving and trtllm-bench")
+DESCRIPTION = (
+    "serving benchmark result: vllm bench serve JSON, SGLang bench_serving JSONL, genai-perf/AIPerf JSON, "
+    "and the console summaries of vllm bench serve, SGLang bench_serving and trtllm-bench"
+)
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
@@ -63,8 +65,11 @@ INFERENCE_RECORDS = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("time_ns", pa.int64(), metadata={"unit": "ns", "doc": "benchmark date (the tool's local clock, read as UTC)"}),
-        pa.field("source_format", pa.string(), metadata={"doc": "vllm_bench, sglang_bench, genai_perf; console summaries: "
-                                                                     "vllm_bench_text, sglang_bench_text, trtllm_bench"}),
+        pa.field(
+            "source_format",
+            pa.string(),
+            metadata={"doc": "vllm_bench, sglang_bench, genai_perf; console summaries: vllm_bench_text, sglang_bench_text, trtllm_bench"},
+        ),
         pa.field("backend", pa.string()),
         pa.field("model", pa.string()),
         pa.field("tokenizer", pa.string()),
@@ -115,16 +120,26 @@ INFERENCE_REQUESTS = pa.schema(
 )
 
 _VLLM_KEYS = ("mean_ttft_ms", "median_tpot_ms", "request_throughput", "output_throughput", "mean_itl_ms")
-_GENAI_KEYS = ("time_to_first_token", "inter_token_latency", "request_latency", "output_token_throughput",
-               "request_throughput")
+_GENAI_KEYS = ("time_to_first_token", "inter_token_latency", "request_latency", "output_token_throughput", "request_throughput")
 _LAT_KEY = re.compile(r"^(mean|median|std|max|min|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms$")
-_SETUP = {"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
-          "burstiness", "max_concurrency", "dataset_name", "model", "tokenizer"}
-_ARRAYS = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-           "generated_texts", "errors"}
+_SETUP = {
+    "date",
+    "endpoint_type",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "dataset_name",
+    "model",
+    "tokenizer",
+}
+_ARRAYS = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "generated_texts", "errors"}
 _TIME_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3, "seconds": 1e3}
-_GENAI_METRIC = {"time_to_first_token": "ttft", "inter_token_latency": "tpot", "request_latency": "e2el",
-                 "inter_chunk_latency": "itl"}
+_GENAI_METRIC = {"time_to_first_token": "ttft", "inter_token_latency": "tpot", "request_latency": "e2el", "inter_chunk_latency": "itl"}
 _GENAI_STAT = {"avg": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99", "max": "max", "std": "std"}
 
 
@@ -186,10 +201,18 @@ def read_bench(path: str | Path, slo: Mapping[str, float] | None = None, run_id:
         if reqs:
             data.tables["inference_requests"] = pa.Table.from_pylist(reqs, schema=INFERENCE_REQUESTS)
     except UnicodeEncodeError as exc:  # JSON may escape half a UTF-16 pair ("\udcff"): valid syntax, not text
-        raise InputError(p, f"a string holds {exc.object[exc.start:exc.end]!r}, half of a UTF-16 surrogate pair, which is "
-                         "not a character", hint="the file was damaged or written by a broken encoder") from None
-    data.meta.update({"source_format": sorted({r["source_format"] for r in rows}), "results": len(rows),
-                      "models": sorted({r["model"] for r in rows if r.get("model")})})
+        raise InputError(
+            p,
+            f"a string holds {exc.object[exc.start : exc.end]!r}, half of a UTF-16 surrogate pair, which is not a character",
+            hint="the file was damaged or written by a broken encoder",
+        ) from None
+    data.meta.update(
+        {
+            "source_format": sorted({r["source_format"] for r in rows}),
+            "results": len(rows),
+            "models": sorted({r["model"] for r in rows if r.get("model")}),
+        }
+    )
     return data
 
 
@@ -197,8 +220,11 @@ def _fit_integers(rows: list[dict[str, Any]], schema: pa.Schema, what: str, p: P
     """Numbers too large for their integer column (a count of 1e300, a latency of 1e12 s) are read as missing, with a
     caveat: the rest of the result is still good. Lists of integers (``itls_ns``) lose only the values that do not fit."""
     limits = {f.name: 2 ** (f.type.bit_width - 1) for f in schema if pa.types.is_integer(f.type)}
-    lists = {f.name: 2 ** (f.type.value_type.bit_width - 1) for f in schema
-             if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)}
+    lists = {
+        f.name: 2 ** (f.type.value_type.bit_width - 1)
+        for f in schema
+        if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)
+    }
     dropped: dict[str, int] = {}
     for r in rows:
         for name, limit in limits.items():
@@ -212,8 +238,14 @@ def _fit_integers(rows: list[dict[str, Any]], schema: pa.Schema, what: str, p: P
                 r[name] = [x for x in v if -limit <= x < limit]
                 dropped[name] = dropped.get(name, 0) + 1
     if dropped:
-        caveats.append(Caveat("value_does_not_fit", f"{what}: values too large for their integer column were read as missing: "
-                              + ", ".join(f"{k} in {n} row(s)" for k, n in dropped.items()), str(p)))
+        caveats.append(
+            Caveat(
+                "value_does_not_fit",
+                f"{what}: values too large for their integer column were read as missing: "
+                + ", ".join(f"{k} in {n} row(s)" for k, n in dropped.items()),
+                str(p),
+            )
+        )
 
 
 def _undecodable(exc: Exception) -> str:
@@ -245,8 +277,9 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
     if not text.lstrip().startswith("{") and inference_text.sniff(text):
         docs, text_caveats = inference_text.parse(text, str(p))
         if not docs:
-            raise InputError(p, "a benchmark summary banner without any result line after it",
-                             hint="the run may have failed before printing its results")
+            raise InputError(
+                p, "a benchmark summary banner without any result line after it", hint="the run may have failed before printing its results"
+            )
         return docs, text_caveats
     caveats: list[Caveat] = []
     try:
@@ -254,16 +287,26 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
     except json.JSONDecodeError as whole:
         lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
         if len(lines) < 2:
-            raise InputError(p, f"not valid JSON ({whole.msg}); the file looks truncated" if whole.pos >= len(text.rstrip())
-                             else f"not valid JSON ({whole.msg})", place=f"line {whole.lineno} column {whole.colno}") from None
+            raise InputError(
+                p,
+                f"not valid JSON ({whole.msg}); the file looks truncated"
+                if whole.pos >= len(text.rstrip())
+                else f"not valid JSON ({whole.msg})",
+                place=f"line {whole.lineno} column {whole.colno}",
+            ) from None
         docs: list[tuple[int, dict]] = []
         for k, (n, ln) in enumerate(lines):
             try:
                 docs.append((n, json.loads(ln)))
             except json.JSONDecodeError as e:
                 if k == len(lines) - 1 and docs:
-                    caveats.append(Caveat("truncated_result", f"line {n} is not complete JSON ({e.msg}): dropped; "
-                                          f"the file was probably cut while being written", str(p)))
+                    caveats.append(
+                        Caveat(
+                            "truncated_result",
+                            f"line {n} is not complete JSON ({e.msg}): dropped; the file was probably cut while being written",
+                            str(p),
+                        )
+                    )
                     continue
                 raise InputError(p, f"not valid JSON lines ({e.msg})", place=f"line {n}") from None
             except (RecursionError, ValueError) as e:
@@ -305,18 +348,22 @@ def _kind(doc: dict) -> str | None:
     if "mean_e2e_latency_ms" in doc or ("concurrency" in doc and "model_id" not in doc and "request_throughput" in doc):
         return "sglang_bench"
     if any(k in doc for k in ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")) or (
-            "request_throughput" in doc and "completed" in doc):
+        "request_throughput" in doc and "completed" in doc
+    ):
         return "vllm_bench"
     return None
 
 
-def _parse_doc(doc: dict, rid: str, p: Path, place: str | None, slo: Mapping[str, float] | None,
-               caveats: list[Caveat]) -> _Parsed:
+def _parse_doc(doc: dict, rid: str, p: Path, place: str | None, slo: Mapping[str, float] | None, caveats: list[Caveat]) -> _Parsed:
     kind = _kind(doc)
     if kind is None:
-        raise InputError(p, "not a serving benchmark result: none of the keys vllm bench serve, SGLang bench_serving "
-                         "or genai-perf write (mean_ttft_ms, request_throughput + completed, time_to_first_token)",
-                         place=place, hint=f"top-level keys are: {', '.join(list(doc)[:12])}")
+        raise InputError(
+            p,
+            "not a serving benchmark result: none of the keys vllm bench serve, SGLang bench_serving "
+            "or genai-perf write (mean_ttft_ms, request_throughput + completed, time_to_first_token)",
+            place=place,
+            hint=f"top-level keys are: {', '.join(list(doc)[:12])}",
+        )
     row: dict[str, Any] = {"run_id": rid, "source_format": kind}
     parsed = _Parsed(row)
     if kind == "genai_perf":
@@ -358,10 +405,24 @@ def _vllm_like(doc: dict, row: dict, dims: dict, kind: str) -> None:
     row["max_concurrent_requests"] = _int(doc.get("max_concurrent_requests"))
     row["mean_concurrency"] = _num(doc.get("concurrency"))
     extra: dict[str, float] = {}
-    consumed = {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-                "request_goodput", "request_goodput:", "input_throughput", "output_throughput", "total_token_throughput",
-                "total_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "concurrency",
-                inference_text.FORMAT_KEY}
+    consumed = {
+        "duration",
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "request_goodput",
+        "request_goodput:",
+        "input_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "total_throughput",
+        "max_output_tokens_per_s",
+        "max_concurrent_requests",
+        "concurrency",
+        inference_text.FORMAT_KEY,
+    }
     for key, val in doc.items():
         m = _LAT_KEY.match(key)
         if m is not None:
@@ -395,8 +456,12 @@ def _setup_dims(row: dict, dims: dict, kind: str) -> None:
     for col in ("model", "backend", "tokenizer"):
         if row.get(col):
             dims[col] = row[col]
-    for col, key in (("request_rate_rps", "request_rate"), ("max_concurrency", "max_concurrency"),
-                     ("num_prompts", "num_prompts"), ("burstiness", "burstiness")):
+    for col, key in (
+        ("request_rate_rps", "request_rate"),
+        ("max_concurrency", "max_concurrency"),
+        ("num_prompts", "num_prompts"),
+        ("burstiness", "burstiness"),
+    ):
         if row.get(col) is not None:
             dims[key] = str(row[col])
 
@@ -474,8 +539,11 @@ def _requests(doc: dict, rid: str, p: Path, place: str | None, caveats: list[Cav
     arrays = {k: doc.get(k) for k in ("input_lens", "output_lens", "itls", "latencies", "start_times", "errors")}
     for k, v in list(arrays.items()):
         if v is not None and (not isinstance(v, list) or len(v) != n):
-            caveats.append(Caveat("inconsistent_arrays", f"{k} has {len(v) if isinstance(v, list) else 'no'} entries "
-                                  f"for {n} requests: ignored", str(p)))
+            caveats.append(
+                Caveat(
+                    "inconsistent_arrays", f"{k} has {len(v) if isinstance(v, list) else 'no'} entries for {n} requests: ignored", str(p)
+                )
+            )
             arrays[k] = None
     starts = [_num(s) for s in arrays["start_times"]] if arrays["start_times"] else None
     t0 = min((s for s in starts if s is not None), default=None) if starts else None
@@ -492,13 +560,22 @@ def _requests(doc: dict, rid: str, p: Path, place: str | None, caveats: list[Cav
         e2e = lat if lat is not None and lat > 0 else (ttft + sum(itl) if success and ttft is not None else None)
         tpot = ((e2e - ttft) / (out - 1)) if success and e2e is not None and out is not None and out > 1 else None
         start = starts[i] if starts else None
-        rows.append({
-            "run_id": rid, "request_index": i, "success": success, "error": err or None,
-            "input_tokens": _int(arrays["input_lens"][i]) if arrays["input_lens"] else None, "output_tokens": out,
-            "start_offset_ns": _ns(start - t0) if start is not None and t0 is not None else None,
-            "ttft_ns": _ns(ttft) if success else None, "e2e_ns": _ns(e2e), "tpot_ns": tpot * 1e9 if tpot is not None else None,
-            "itls_ns": [ns for ns in map(_ns, itl) if ns is not None], "slo_met": None,
-        })
+        rows.append(
+            {
+                "run_id": rid,
+                "request_index": i,
+                "success": success,
+                "error": err or None,
+                "input_tokens": _int(arrays["input_lens"][i]) if arrays["input_lens"] else None,
+                "output_tokens": out,
+                "start_offset_ns": _ns(start - t0) if start is not None and t0 is not None else None,
+                "ttft_ns": _ns(ttft) if success else None,
+                "e2e_ns": _ns(e2e),
+                "tpot_ns": tpot * 1e9 if tpot is not None else None,
+                "itls_ns": [ns for ns in map(_ns, itl) if ns is not None],
+                "slo_met": None,
+            }
+        )
     return rows
 
 
@@ -543,19 +620,35 @@ def _check_units(row: dict, requests: list[dict], p: Path, place: str | None, ca
         for col in _latency_cols():
             if row.get(col) is not None:
                 row[col] *= 1e3
-        caveats.append(Caveat("suspect_units", f"latencies labelled ms are implausibly small{where} (median TTFT "
-                              f"{ttft} ms, TPOT {step} ms): they look like seconds and were read as seconds", str(p)))
+        caveats.append(
+            Caveat(
+                "suspect_units",
+                f"latencies labelled ms are implausibly small{where} (median TTFT "
+                f"{ttft} ms, TPOT {step} ms): they look like seconds and were read as seconds",
+                str(p),
+            )
+        )
     dur = row.get("duration_s")
     e2e = row.get("e2el_mean_ms")
     if dur and e2e is not None and e2e > dur * 1e3 * 1.05:
-        caveats.append(Caveat("suspect_units", f"mean E2E latency {e2e:.0f} ms is longer than the whole benchmark "
-                              f"({dur:.1f} s){where}: one of the two has the wrong unit", str(p)))
+        caveats.append(
+            Caveat(
+                "suspect_units",
+                f"mean E2E latency {e2e:.0f} ms is longer than the whole benchmark ({dur:.1f} s){where}: one of the two has the wrong unit",
+                str(p),
+            )
+        )
     if dur and row.get("completed") and row.get("request_throughput_rps"):
         implied = row["completed"] / dur
         if abs(implied / row["request_throughput_rps"] - 1e-3) < 2e-4:
             row["duration_s"] = dur / 1e3
-            caveats.append(Caveat("suspect_units", f"duration {dur} looks like milliseconds (completed / duration is "
-                                  f"1/1000 of request_throughput){where}: read as ms", str(p)))
+            caveats.append(
+                Caveat(
+                    "suspect_units",
+                    f"duration {dur} looks like milliseconds (completed / duration is 1/1000 of request_throughput){where}: read as ms",
+                    str(p),
+                )
+            )
     ok = [r for r in requests if r["success"] and r["ttft_ns"] is not None]
     if ok and row.get("ttft_median_ms"):
         med_ms = float(np.median([r["ttft_ns"] for r in ok])) / 1e6
@@ -567,8 +660,13 @@ def _check_units(row: dict, requests: list[dict], p: Path, place: str | None, ca
                         r[k] = int(r[k] / 1e3)
                 r["tpot_ns"] = r["tpot_ns"] / 1e3 if r["tpot_ns"] is not None else None
                 r["itls_ns"] = [int(x / 1e3) for x in r["itls_ns"]]
-            caveats.append(Caveat("suspect_units", f"per-request ttfts are 1000x the summary's median{where}: the arrays "
-                                  "were read as milliseconds, not seconds", str(p)))
+            caveats.append(
+                Caveat(
+                    "suspect_units",
+                    f"per-request ttfts are 1000x the summary's median{where}: the arrays were read as milliseconds, not seconds",
+                    str(p),
+                )
+            )
 
 
 def _goodput(row: dict, requests: list[dict], slo: Mapping[str, float] | None, p: Path, caveats: list[Caveat]) -> None:
@@ -578,8 +676,13 @@ def _goodput(row: dict, requests: list[dict], slo: Mapping[str, float] | None, p
         return
     ok = [r for r in requests if r["success"]]
     if not ok:
-        caveats.append(Caveat("goodput_not_computed", "SLOs were given but the file has no per-request data "
-                              "(vllm bench serve --save-detailed): goodput is the file's, if any", str(p)))
+        caveats.append(
+            Caveat(
+                "goodput_not_computed",
+                "SLOs were given but the file has no per-request data (vllm bench serve --save-detailed): goodput is the file's, if any",
+                str(p),
+            )
+        )
         return
     good = 0
     for r in requests:
@@ -597,19 +700,31 @@ def _goodput(row: dict, requests: list[dict], slo: Mapping[str, float] | None, p
         row["request_goodput_rps"] = good / row["duration_s"]
 
 
-_CORE = ("request_throughput_rps", "output_throughput_tps", "ttft_median_ms", "ttft_mean_ms", "tpot_median_ms",
-         "tpot_mean_ms", "e2el_mean_ms", "e2el_median_ms")
+_CORE = (
+    "request_throughput_rps",
+    "output_throughput_tps",
+    "ttft_median_ms",
+    "ttft_mean_ms",
+    "tpot_median_ms",
+    "tpot_mean_ms",
+    "e2el_mean_ms",
+    "e2el_median_ms",
+)
 
 
 def _missing(row: dict, p: Path, place: str | None, caveats: list[Caveat]) -> None:
     if not any(row.get(k) is not None for k in _CORE):
-        raise InputError(p, "benchmark result without any throughput or latency value", place=place,
-                         hint="expected request_throughput, output_throughput or the *_ttft_ms / *_tpot_ms keys")
-    lacking = [k for k in ("duration_s", "completed", "request_throughput_rps", "ttft_median_ms", "tpot_median_ms")
-               if row.get(k) is None]
+        raise InputError(
+            p,
+            "benchmark result without any throughput or latency value",
+            place=place,
+            hint="expected request_throughput, output_throughput or the *_ttft_ms / *_tpot_ms keys",
+        )
+    lacking = [k for k in ("duration_s", "completed", "request_throughput_rps", "ttft_median_ms", "tpot_median_ms") if row.get(k) is None]
     if lacking:
-        caveats.append(Caveat("missing_keys", f"{row['run_id']}: no {', '.join(lacking)} in the result; analyses that "
-                              "need them are skipped", str(p)))
+        caveats.append(
+            Caveat("missing_keys", f"{row['run_id']}: no {', '.join(lacking)} in the result; analyses that need them are skipped", str(p))
+        )
     if row.get("completed") == 0:
         caveats.append(Caveat("no_completed_requests", f"{row['run_id']}: every request failed", str(p)))
 
@@ -637,9 +752,15 @@ def _record(x: _Parsed) -> dict[str, Any]:
     step_ms = r.get("itl_median_ms") or r.get("tpot_median_ms")
     n_gpu = gpu_count(x.dims)
     tps = r.get("output_throughput_tps")
-    return {"run_id": r["run_id"], "time_ns": r.get("time_ns"), "unit": "benchmark", "dims": x.dims,
-            "step_time_ns": step_ms * 1e6 if step_ms is not None else None,
-            "tokens_per_s_per_gpu": tps / n_gpu if tps is not None and n_gpu else None, "mfu": None}
+    return {
+        "run_id": r["run_id"],
+        "time_ns": r.get("time_ns"),
+        "unit": "benchmark",
+        "dims": x.dims,
+        "step_time_ns": step_ms * 1e6 if step_ms is not None else None,
+        "tokens_per_s_per_gpu": tps / n_gpu if tps is not None and n_gpu else None,
+        "mfu": None,
+    }
 
 
 register(NAME, DESCRIPTION, detect, read)

@@ -44,26 +44,46 @@ _STAT_LINE = re.compile(r"^(Mean|Median|Std|Max|Min|P\d+(?:\.\d+)?) (TTFT|TPOT|I
 _BREAKDOWN = re.compile(r"^\[(TPOT|TTFT|Latency)\]\s*(MINIMUM|MAXIMUM|AVERAGE|P\d+(?:\.\d+)?)\s*:\s*(\S+)\s*$")
 
 _VLLM_KEYS = {
-    "successful requests": "completed", "failed requests": "failed", "benchmark duration (s)": "duration",
-    "total input tokens": "total_input_tokens", "total generated tokens": "total_output_tokens",
-    "request throughput (req/s)": "request_throughput", "request goodput (req/s)": "request_goodput",
-    "output token throughput (tok/s)": "output_throughput", "input token throughput (tok/s)": "input_throughput",
+    "successful requests": "completed",
+    "failed requests": "failed",
+    "benchmark duration (s)": "duration",
+    "total input tokens": "total_input_tokens",
+    "total generated tokens": "total_output_tokens",
+    "request throughput (req/s)": "request_throughput",
+    "request goodput (req/s)": "request_goodput",
+    "output token throughput (tok/s)": "output_throughput",
+    "input token throughput (tok/s)": "input_throughput",
     "total token throughput (tok/s)": "total_token_throughput",
-    "peak output token throughput (tok/s)": "max_output_tokens_per_s", "peak concurrent requests": "max_concurrent_requests",
-    "maximum request concurrency": "max_concurrency", "max request concurrency": "max_concurrency",
-    "traffic request rate": "request_rate", "backend": "backend", "concurrency": "concurrency", "model": "model_id",
+    "peak output token throughput (tok/s)": "max_output_tokens_per_s",
+    "peak concurrent requests": "max_concurrent_requests",
+    "maximum request concurrency": "max_concurrency",
+    "max request concurrency": "max_concurrency",
+    "traffic request rate": "request_rate",
+    "backend": "backend",
+    "concurrency": "concurrency",
+    "model": "model_id",
     "burstiness factor": "burstiness",
 }
 _TRT_KEYS = {
-    "request throughput (req/sec)": "request_throughput", "total output throughput (tokens/sec)": "output_throughput",
-    "token throughput (tokens/sec)": "output_throughput", "total token throughput (tokens/sec)": "total_token_throughput",
-    "average request latency (ms)": "mean_e2el_ms", "average time-to-first-token [ttft] (ms)": "mean_ttft_ms",
-    "average time-per-output-token [tpot] (ms)": "mean_tpot_ms", "number of requests": "completed",
-    "model": "model_id", "tp size": "tp", "pp size": "pp", "ep size": "ep", "backend": "backend",
-    "max runtime batch size": "max_batch_size", "max runtime tokens": "max_num_tokens",
+    "request throughput (req/sec)": "request_throughput",
+    "total output throughput (tokens/sec)": "output_throughput",
+    "token throughput (tokens/sec)": "output_throughput",
+    "total token throughput (tokens/sec)": "total_token_throughput",
+    "average request latency (ms)": "mean_e2el_ms",
+    "average time-to-first-token [ttft] (ms)": "mean_ttft_ms",
+    "average time-per-output-token [tpot] (ms)": "mean_tpot_ms",
+    "number of requests": "completed",
+    "model": "model_id",
+    "tp size": "tp",
+    "pp size": "pp",
+    "ep size": "ep",
+    "backend": "backend",
+    "max runtime batch size": "max_batch_size",
+    "max runtime tokens": "max_num_tokens",
     "per gpu output throughput (tokens/sec/gpu)": "output_throughput_per_gpu",
     "per user output throughput (tokens/sec/user)": "output_throughput_per_user",
-    "average input length (tokens)": "mean_input_tokens", "average output length (tokens)": "mean_output_tokens",
+    "average input length (tokens)": "mean_input_tokens",
+    "average output length (tokens)": "mean_output_tokens",
     "concurrency": "max_concurrency",
 }
 _TRT_METRIC = {"TPOT": "tpot", "TTFT": "ttft", "Latency": "e2el"}
@@ -104,8 +124,7 @@ def parse(text: str, path: str) -> tuple[list[tuple[int, dict]], list[Caveat]]:
         if any(isinstance(v, float) for k, v in cur.items() if k not in (FORMAT_KEY,)):
             docs.append((start, cur))
         else:
-            caveats.append(Caveat("truncated_result", f"the summary at line {start} ends before its first number: dropped",
-                                  path))
+            caveats.append(Caveat("truncated_result", f"the summary at line {start} ends before its first number: dropped", path))
         cur = None
 
     lines = text.splitlines()

@@ -41,8 +41,11 @@ def trace_formats() -> tuple[TraceFormat, ...]:
     """Most specific first: the Kineto sniff accepts any Chrome-trace JSON, a JAX one included."""
     from perfsleuth.ingest import jax_trace, kineto, nsys
 
-    return (TraceFormat("jax", jax_trace.detect, jax_trace.choose_forms), TraceFormat("nsys", nsys.detect),
-            TraceFormat("kineto", kineto.detect))
+    return (
+        TraceFormat("jax", jax_trace.detect, jax_trace.choose_forms),
+        TraceFormat("nsys", nsys.detect),
+        TraceFormat("kineto", kineto.detect),
+    )
 
 
 @dataclass(slots=True)
@@ -122,20 +125,28 @@ def classify_inputs(paths: Sequence[str | Path]) -> JobInputs:
     out.others = _series_by_folder(out.others)
     if len(traces) > 1:
         kinds = ", ".join(f"{k} ({len(v)} files)" for k, v in traces.items())
-        raise InputError(Path(paths[0]) if paths else None, f"traces of more than one format in one job: {kinds}",
-                         hint="analyse one trace format per job")
+        raise InputError(
+            Path(paths[0]) if paths else None,
+            f"traces of more than one format in one job: {kinds}",
+            hint="analyse one trace format per job",
+        )
     if traces:
         name, files = next(iter(traces.items()))
         fmt = next(f for f in formats if f.name == name)
         out.trace_format, out.trace_files = name, fmt.choose(files)
     if not out.trace_files and not out.others:
         where = ", ".join(str(p) for p in paths) or "<nothing>"
-        raise InputError(Path(paths[0]) if len(paths) == 1 else None,
-                         f"no signal files perfsleuth reads in {where}",
-                         hint="traces (*.json[.gz] with traceEvents, .xplane.pb, nsys .sqlite) or the files "
-                              "`perfsleuth formats` lists")
+        raise InputError(
+            Path(paths[0]) if len(paths) == 1 else None,
+            f"no signal files perfsleuth reads in {where}",
+            hint="traces (*.json[.gz] with traceEvents, .xplane.pb, nsys .sqlite) or the files `perfsleuth formats` lists",
+        )
     if skipped:
         names = ", ".join(f.name for f in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
-        out.caveats.append(Caveat("inputs_skipped", f"{len(skipped)} file(s) in the given directories are not a signal "
-                                  f"format perfsleuth reads and were skipped: {names}"))
+        out.caveats.append(
+            Caveat(
+                "inputs_skipped",
+                f"{len(skipped)} file(s) in the given directories are not a signal format perfsleuth reads and were skipped: {names}",
+            )
+        )
     return out

@@ -74,11 +74,21 @@ _STEPS_LINE = "Steps"
 _DRIVER = re.compile(r"^cu[A-Z]")
 _RUNTIME = re.compile(r"^(?:cuda|hip)[A-Z]")
 _NCCL_KERNEL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
-_HLO_COLLECTIVE = re.compile(r"^%?(ragged-all-to-all|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
-                             r"collective-broadcast|send|recv)(?:-start|-done)?(?=$|[.\-_])")
-HLO_COLLECTIVE_OP = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
-                     "all-to-all": "alltoall", "ragged-all-to-all": "alltoall", "collective-permute": "sendrecv",
-                     "collective-broadcast": "broadcast", "send": "send", "recv": "recv"}
+_HLO_COLLECTIVE = re.compile(
+    r"^%?(ragged-all-to-all|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
+    r"collective-broadcast|send|recv)(?:-start|-done)?(?=$|[.\-_])"
+)
+HLO_COLLECTIVE_OP = {
+    "all-reduce": "allreduce",
+    "all-gather": "allgather",
+    "reduce-scatter": "reducescatter",
+    "all-to-all": "alltoall",
+    "ragged-all-to-all": "alltoall",
+    "collective-permute": "sendrecv",
+    "collective-broadcast": "broadcast",
+    "send": "send",
+    "recv": "recv",
+}
 _MEMCPY_BYTES = re.compile(r"(?:^|\s)size:(\d+)")
 _MEMSET_BYTES = re.compile(r"(?:^|\s)num_bytes:(\d+)")
 _TRAILING_INT = re.compile(r"(\d+)\s*$")
@@ -149,12 +159,12 @@ def _looks_like_xspace(head: bytes) -> bool:
     size, pos = _varint(head, 1)
     if size <= 0:
         return False
-    if head[pos:pos + 1] == b"\x08":
+    if head[pos : pos + 1] == b"\x08":
         _, pos = _varint(head, pos + 1)
-    if head[pos:pos + 1] != b"\x12":
+    if head[pos : pos + 1] != b"\x12":
         return False
     n, pos = _varint(head, pos + 1)
-    name = head[pos:pos + max(n, 0)]
+    name = head[pos : pos + max(n, 0)]
     return 0 < n <= 256 and (name.startswith(b"/host:") or name.startswith(b"/device:"))
 
 
@@ -196,8 +206,11 @@ def _xplane_to_json(path: Path, workdir: Path) -> Path:
     try:
         from xprof.convert import raw_to_tool_data
     except ImportError:
-        raise InputError(path, "reading .xplane.pb needs the optional xprof package (the XProf converter)",
-                         hint="pip install 'perfsleuth[jax]', or pass the <host>.trace.json.gz jax.profiler wrote beside it") from None
+        raise InputError(
+            path,
+            "reading .xplane.pb needs the optional xprof package (the XProf converter)",
+            hint="pip install 'perfsleuth[jax]', or pass the <host>.trace.json.gz jax.profiler wrote beside it",
+        ) from None
     local = workdir / ("input" + XPLANE_SUFFIX)
     try:
         local.symlink_to(path.resolve())
@@ -269,22 +282,25 @@ def _decode_json(json_path: Path, report_as: Path) -> _Raw:
             if not keep:
                 continue
             args = list(map(get_args, keep))
-            batches.append(pa.RecordBatch.from_pydict({
-                "pid": _int_list(list(map(attrgetter("pid"), keep)), unread, "pid", labels=True),
-                "tid": _int_list(list(map(attrgetter("tid"), keep)), unread, "tid", labels=True),
-                "name": pa.array(list(map(attrgetter("name"), keep)), pa.string()),
-                "ts": pa.array(list(map(attrgetter("ts"), keep)), pa.float64()),
-                "dur": pa.array(list(map(attrgetter("dur"), keep)), pa.float64()),
-                "correlation": _int_list(list(map(attrgetter("correlation_id"), args)), unread, "args.correlation_id"),
-                "step_num": _int_list(list(map(attrgetter("step_num"), args)), unread, "args.step_num"),
-                "hlo_op": pa.array(list(map(attrgetter("hlo_op"), args)), pa.string()),
-                "memcpy": pa.array(list(map(attrgetter("memcpy_details"), args)), pa.string()),
-                "memset": pa.array(list(map(attrgetter("memset_details"), args)), pa.string()),
-            }))
+            batches.append(
+                pa.RecordBatch.from_pydict(
+                    {
+                        "pid": _int_list(list(map(attrgetter("pid"), keep)), unread, "pid", labels=True),
+                        "tid": _int_list(list(map(attrgetter("tid"), keep)), unread, "tid", labels=True),
+                        "name": pa.array(list(map(attrgetter("name"), keep)), pa.string()),
+                        "ts": pa.array(list(map(attrgetter("ts"), keep)), pa.float64()),
+                        "dur": pa.array(list(map(attrgetter("dur"), keep)), pa.float64()),
+                        "correlation": _int_list(list(map(attrgetter("correlation_id"), args)), unread, "args.correlation_id"),
+                        "step_num": _int_list(list(map(attrgetter("step_num"), args)), unread, "args.step_num"),
+                        "hlo_op": pa.array(list(map(attrgetter("hlo_op"), args)), pa.string()),
+                        "memcpy": pa.array(list(map(attrgetter("memcpy_details"), args)), pa.string()),
+                        "memset": pa.array(list(map(attrgetter("memset_details"), args)), pa.string()),
+                    }
+                )
+            )
     except InputError as exc:  # name the file the user gave, and a JAX hint
         raise InputError(report_as, exc.cause, place=exc.place, hint=_HINT) from None
-    return _Raw(batches, processes, threads, dict(stream.metadata), list(stream.bad_events), unread,
-                stream.literal_caveats())
+    return _Raw(batches, processes, threads, dict(stream.metadata), list(stream.bad_events), unread, stream.literal_caveats())
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +358,7 @@ def _first_int(pattern: re.Pattern[str]):
     def parse(text: str | None) -> int:
         m = pattern.search(text or "")
         return int(m.group(1)) if m else -1
+
     return parse
 
 
@@ -374,6 +391,7 @@ def _collective_ops(t: pa.Table, role: np.ndarray, name_codes: np.ndarray, names
             if op not in vocab:
                 vocab.append(op)
             return vocab.index(op)
+
         return of
 
     hlo_codes, hlo_values = _dictionary(t["hlo_op"].combine_chunks())
@@ -406,13 +424,34 @@ def _events_table(raw: _Raw, path: Path) -> tuple[pa.Table, list[Caveat]]:
     op, op_vocab = _collective_ops(t, role, name_codes, names)
     k = _KIND_CODE
     kind = np.select(
-        [host & flag(lambda v: v.startswith("$")), host & flag(_RUNTIME.match), host & flag(_DRIVER.match),
-         host & corr.is_valid().to_numpy(zero_copy_only=False), host & step_num.is_valid().to_numpy(zero_copy_only=False),
-         host, stream & (flag(lambda v: v.startswith("Memcpy")) | memcpy.is_valid().to_numpy(zero_copy_only=False)),
-         stream & (flag(lambda v: v.startswith("Memset")) | memset.is_valid().to_numpy(zero_copy_only=False)),
-         op > 0, stream | (role == "device_ops"), role == "derived"],
-        [k["python"], k["runtime"], k["driver"], k["runtime"], k["annotation"], k["cpu_op"], k["memcpy"], k["memset"],
-         k["collective"], k["kernel"], k["gpu_annotation"]], -1)
+        [
+            host & flag(lambda v: v.startswith("$")),
+            host & flag(_RUNTIME.match),
+            host & flag(_DRIVER.match),
+            host & corr.is_valid().to_numpy(zero_copy_only=False),
+            host & step_num.is_valid().to_numpy(zero_copy_only=False),
+            host,
+            stream & (flag(lambda v: v.startswith("Memcpy")) | memcpy.is_valid().to_numpy(zero_copy_only=False)),
+            stream & (flag(lambda v: v.startswith("Memset")) | memset.is_valid().to_numpy(zero_copy_only=False)),
+            op > 0,
+            stream | (role == "device_ops"),
+            role == "derived",
+        ],
+        [
+            k["python"],
+            k["runtime"],
+            k["driver"],
+            k["runtime"],
+            k["annotation"],
+            k["cpu_op"],
+            k["memcpy"],
+            k["memset"],
+            k["collective"],
+            k["kernel"],
+            k["gpu_annotation"],
+        ],
+        -1,
+    )
     nbytes = np.full(len(kind), -1, np.int64)
     for kind_name, details, pattern in (("memcpy", memcpy, _MEMCPY_BYTES), ("memset", memset, _MEMSET_BYTES)):
         rows = kind == k[kind_name]
@@ -423,29 +462,48 @@ def _events_table(raw: _Raw, path: Path) -> tuple[pa.Table, list[Caveat]]:
     ts_ns, dur_ns, timed = _times(t, kind >= 0, raw.unread)
     tid = t["tid"].combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
     cols = {
-        "kind": kind, "category": category, "name": name,
+        "kind": kind,
+        "category": category,
+        "name": name,
         "device": np.where(host, -1, line_device),
         "stream": np.where(host, -1, np.array([ln.stream for ln in lines], np.int64)[line_of]),
-        "tid": np.where(host, tid, -1), "ts_ns": ts_ns, "dur_ns": dur_ns,
-        "correlation": corr.fill_null(-1).to_numpy(zero_copy_only=False), "bytes": nbytes, "coll_op": op,
+        "tid": np.where(host, tid, -1),
+        "ts_ns": ts_ns,
+        "dur_ns": dur_ns,
+        "correlation": corr.fill_null(-1).to_numpy(zero_copy_only=False),
+        "bytes": nbytes,
+        "coll_op": op,
     }
     keep = (kind >= 0) & timed
     main = _chunk_table({c: (v.filter(pa.array(keep)) if isinstance(v, pa.Array) else v[keep]) for c, v in cols.items()}, op_vocab)
-    steps, step_caveat = _step_rows(host & timed & step_num.is_valid().to_numpy(zero_copy_only=False), step_num, role,
-                                    category, name, ts_ns, dur_ns, tid)
+    steps, step_caveat = _step_rows(
+        host & timed & step_num.is_valid().to_numpy(zero_copy_only=False), step_num, role, category, name, ts_ns, dur_ns, tid
+    )
     caveats = [step_caveat] if step_caveat else []
     devices = sorted(set(line_device[keep & ~host].tolist()))
     if len(devices) > 1:
-        caveats.append(Caveat("devices_per_rank", f"this process drove {len(devices)} devices ({devices}): its GPU "
-                              "breakdown is over all of them together (busy = union of their work)", str(path)))
+        caveats.append(
+            Caveat(
+                "devices_per_rank",
+                f"this process drove {len(devices)} devices ({devices}): its GPU "
+                "breakdown is over all of them together (busy = union of their work)",
+                str(path),
+            )
+        )
     unknown = int(np.array([ln.role == "skip" and ln.device < 0 for ln in lines], dtype=bool)[line_of].sum())
     if unknown:
-        caveats.append(Caveat("events_unknown_process", f"{unknown} events on processes not named /host: or /device: "
-                              "were skipped", str(path)))
+        caveats.append(
+            Caveat("events_unknown_process", f"{unknown} events on processes not named /host: or /device: were skipped", str(path))
+        )
     if raw.malformed:
         first_index, why = raw.malformed[0]
-        caveats.append(Caveat("events_malformed", f"{len(raw.malformed)} events could not be read and were skipped "
-                              f"(first: event #{first_index}: {why})", str(path)))
+        caveats.append(
+            Caveat(
+                "events_malformed",
+                f"{len(raw.malformed)} events could not be read and were skipped (first: event #{first_index}: {why})",
+                str(path),
+            )
+        )
     caveats.extend(raw.literals + raw.unread.caveats(path))
     return pa.concat_tables([main, steps]).unify_dictionaries(), caveats
 
@@ -490,12 +548,19 @@ def _chunk_table(cols: dict[str, Any], op_vocab: Sequence[str] = ("",)) -> pa.Ta
         "bytes": pa.array(nbytes, pa.int64(), mask=nbytes < 0),
         "coll_op": pa.DictionaryArray.from_arrays(pa.array(op, pa.int32(), mask=op <= 0), pa.array(list(op_vocab), pa.string())),
     }
-    return pa.table({f.name: arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in _CHUNK_SCHEMA},
-                    schema=_CHUNK_SCHEMA)
+    return pa.table({f.name: arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in _CHUNK_SCHEMA}, schema=_CHUNK_SCHEMA)
 
 
-def _step_rows(is_step: np.ndarray, step_num: pa.Array, role: np.ndarray, category: pa.Array, name: pa.Array,
-               ts_ns: np.ndarray, dur_ns: np.ndarray, tid: np.ndarray) -> tuple[pa.Table, Caveat | None]:
+def _step_rows(
+    is_step: np.ndarray,
+    step_num: pa.Array,
+    role: np.ndarray,
+    category: pa.Array,
+    name: pa.Array,
+    ts_ns: np.ndarray,
+    dur_ns: np.ndarray,
+    tid: np.ndarray,
+) -> tuple[pa.Table, Caveat | None]:
     """``ProfilerStep#N`` annotations: from StepTraceAnnotation spans, else from the device Steps line."""
     caveat = None
     rows = np.flatnonzero(is_step)
@@ -508,17 +573,29 @@ def _step_rows(is_step: np.ndarray, step_num: pa.Array, role: np.ndarray, catego
         if len(rows) == 0:
             return _CHUNK_SCHEMA.empty_table(), None
         rows = rows[np.argsort(ts_ns[rows], kind="stable")]
-        caveat = Caveat("steps_from_device_line", "no StepTraceAnnotation on the host: steps are the device 'Steps' "
-                        "line that the converter derived; host work is assigned to them by time")
+        caveat = Caveat(
+            "steps_from_device_line",
+            "no StepTraceAnnotation on the host: steps are the device 'Steps' "
+            "line that the converter derived; host work is assigned to them by time",
+        )
         numbers = _steps_line_numbers(name.take(pa.array(rows)).to_pylist()) or list(range(len(rows)))
         row_tid = np.full(len(rows), -1, np.int64)
     n = len(rows)
-    table = _chunk_table({
-        "kind": np.full(n, _KIND_CODE["annotation"]), "category": pa.array([STEP_CATEGORY] * n, pa.string()),
-        "name": pa.array([f"ProfilerStep#{int(s)}" for s in numbers], pa.string()),
-        "device": np.full(n, -1), "stream": np.full(n, -1), "tid": row_tid, "ts_ns": ts_ns[rows], "dur_ns": dur_ns[rows],
-        "correlation": np.full(n, -1), "bytes": np.full(n, -1, np.int64), "coll_op": np.zeros(n, np.int32),
-    })
+    table = _chunk_table(
+        {
+            "kind": np.full(n, _KIND_CODE["annotation"]),
+            "category": pa.array([STEP_CATEGORY] * n, pa.string()),
+            "name": pa.array([f"ProfilerStep#{int(s)}" for s in numbers], pa.string()),
+            "device": np.full(n, -1),
+            "stream": np.full(n, -1),
+            "tid": row_tid,
+            "ts_ns": ts_ns[rows],
+            "dur_ns": dur_ns[rows],
+            "correlation": np.full(n, -1),
+            "bytes": np.full(n, -1, np.int64),
+            "coll_op": np.zeros(n, np.int32),
+        }
+    )
     return table, caveat
 
 
@@ -541,8 +618,9 @@ def _rank_of(path: Path) -> int | None:
     return None
 
 
-def read_rank_file(path: str | Path, *, single_file: bool = True, rank: int | None = None,
-                   rank_source: str | None = None) -> kineto.RankFile:
+def read_rank_file(
+    path: str | Path, *, single_file: bool = True, rank: int | None = None, rank_source: str | None = None
+) -> kineto.RankFile:
     """One JAX profile file -> the same ``RankFile`` the Kineto reader returns (events without
     run_id/rank columns), so ``analyze_rank`` and ``combine_ranks`` take it unchanged.
 
@@ -569,11 +647,19 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, rank: int | No
             rank, rank_source = found, "file name"
         elif single_file:
             rank, rank_source = 0, "single file"
-            caveats.append(Caveat("rank_assumed", "a JAX profile does not record jax.process_index() and the path names "
-                                  "no process: analysed as rank 0", str(path)))
+            caveats.append(
+                Caveat(
+                    "rank_assumed",
+                    "a JAX profile does not record jax.process_index() and the path names no process: analysed as rank 0",
+                    str(path),
+                )
+            )
         else:
-            raise InputError(path, "cannot tell which JAX process this file is: no process number in its path",
-                             hint="put the profiles of each process in folders named process_<index>, or use analyze_jax")
+            raise InputError(
+                path,
+                "cannot tell which JAX process this file is: no process number in its path",
+                hint="put the profiles of each process in folders named process_<index>, or use analyze_jax",
+            )
     table = kineto.finish_rank(events.to_batches())  # launches and steps exactly as for Kineto
     span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
     meta: dict[str, Any] = {k: v for k, v in raw.metadata.items() if isinstance(v, str | int | float)}
@@ -658,10 +744,12 @@ def plan_ranks(files: Sequence[Path]) -> tuple[dict[str, tuple[int, str]], list[
     if all(v is not None for v in found.values()):
         return {k: (v, "file name") for k, v in found.items()}, []
     order = sorted(files, key=lambda f: (host_of(f), str(f)))
-    caveat = Caveat("rank_from_host_order", "JAX profiles do not record jax.process_index(): ranks are the hosts in "
-                    f"name order ({', '.join(host_of(f) for f in order[:4])}{', ...' if len(order) > 4 else ''})")
+    caveat = Caveat(
+        "rank_from_host_order",
+        "JAX profiles do not record jax.process_index(): ranks are the hosts in "
+        f"name order ({', '.join(host_of(f) for f in order[:4])}{', ...' if len(order) > 4 else ''})",
+    )
     return {str(f): (i, "host order") for i, f in enumerate(order)}, [caveat]
 
 
-register(FORMAT, "JAX/XLA profiler output: <host>.xplane.pb (via xprof) or its trace-viewer JSON (<host>.trace.json.gz)",
-         detect, read)
+register(FORMAT, "JAX/XLA profiler output: <host>.xplane.pb (via xprof) or its trace-viewer JSON (<host>.trace.json.gz)", detect, read)

@@ -94,9 +94,15 @@ def unique_run_id(run_id: str, sha256: str, taken: bool) -> str:
 def setup_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """What differs between two jobs' setups (GPU model, world size, versions), as phrases; empty when
     the two agree or a side does not say."""
-    labels = (("gpu_sku", "GPU"), ("world_size", "world size"), ("cuda_runtime", "CUDA runtime"),
-              ("cuda_driver_api", "CUDA driver API"), ("nvidia_driver", "NVIDIA driver"), ("nccl", "NCCL"),
-              ("torch", "PyTorch"))
+    labels = (
+        ("gpu_sku", "GPU"),
+        ("world_size", "world size"),
+        ("cuda_runtime", "CUDA runtime"),
+        ("cuda_driver_api", "CUDA driver API"),
+        ("nvidia_driver", "NVIDIA driver"),
+        ("nccl", "NCCL"),
+        ("torch", "PyTorch"),
+    )
     out = []
     for key, label in labels:
         x, y = a.get(key), b.get(key)

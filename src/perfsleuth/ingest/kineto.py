@@ -45,8 +45,11 @@ RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_ ]?(\d+)", re.IGNORECASE)
 _NCCL_KERNEL = re.compile(r"(?:nccl|rccl|msccl)(?:Symk?)?(?:Dev)?Kernel_([A-Za-z]+)|^(?:void )?(?:nccl|rccl)", re.IGNORECASE)
 # Communication kernels outside NCCL: PyTorch symmetric-memory / NVLS all-reduce and vLLM's and
 # TensorRT-LLM's custom all-reduce. HTA counts these as compute.
-_CUSTOM_ALLREDUCE = re.compile(r"multimem_all_reduce|one_?shot_?all_?reduce|two_?shot_?all_?reduce|cross_device_reduce|"
-                               r"custom_?all_?reduce|allreduce_fusion_kernel|lamport_all_reduce", re.IGNORECASE)
+_CUSTOM_ALLREDUCE = re.compile(
+    r"multimem_all_reduce|one_?shot_?all_?reduce|two_?shot_?all_?reduce|cross_device_reduce|"
+    r"custom_?all_?reduce|allreduce_fusion_kernel|lamport_all_reduce",
+    re.IGNORECASE,
+)
 _GPU_SIDE = frozenset({"kernel", "collective", "memcpy", "memset", "sync", "gpu_annotation"})
 PARALLEL_MIN_BYTES = 16 << 20
 
@@ -87,8 +90,7 @@ class RankFile:
 
     def without_events(self) -> RankFile:
         """The same file's facts without its events (what crosses back from a worker)."""
-        return RankFile(self.path, self.rank, self.rank_source, self.metadata, self.events.schema.empty_table(),
-                        self.caveats, self.span_ns)
+        return RankFile(self.path, self.rank, self.rank_source, self.metadata, self.events.schema.empty_table(), self.caveats, self.span_ns)
 
 
 def _as_int(value: Any, default: int = -1) -> int:
@@ -132,13 +134,21 @@ class Unread:
             self.first.setdefault(name, example)
 
     def caveats(self, path: str | Path) -> list[Caveat]:
-        return [Caveat("values_out_of_range", f"{name}: {n} event{'s' if n > 1 else ''} had a value perfsleuth cannot use "
-                                              f"(first: {self.first[name]!r}); {_UNREAD_EFFECT.get(name, 'read as missing')}",
-                       str(path)) for name, n in sorted(self.counts.items())]
+        return [
+            Caveat(
+                "values_out_of_range",
+                f"{name}: {n} event{'s' if n > 1 else ''} had a value perfsleuth cannot use "
+                f"(first: {self.first[name]!r}); {_UNREAD_EFFECT.get(name, 'read as missing')}",
+                str(path),
+            )
+            for name, n in sorted(self.counts.items())
+        ]
 
 
-_UNREAD_EFFECT = {"ts": "outside any plausible clock (beyond 2100 as an epoch time, or not finite): those events were skipped",
-                  "dur": "negative, not finite or longer than any run: those events were skipped"}
+_UNREAD_EFFECT = {
+    "ts": "outside any plausible clock (beyond 2100 as an epoch time, or not finite): those events were skipped",
+    "dur": "negative, not finite or longer than any run: those events were skipped",
+}
 _UNREAD_EFFECT |= {"start": _UNREAD_EFFECT["ts"], "end - start": _UNREAD_EFFECT["dur"]}  # the same, as nsys's columns
 
 
@@ -163,8 +173,7 @@ def int_column(values: list[Any], unread: Unread | None = None, name: str = "", 
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         ints = [None if v is None else int64_or_none(v) for v in values]
-        bad = [v for v, i in zip(values, ints, strict=True)
-               if v is not None and i is None and not (labels and isinstance(v, str))]
+        bad = [v for v, i in zip(values, ints, strict=True) if v is not None and i is None and not (labels and isinstance(v, str))]
         if unread is not None and bad:
             unread.add(name, len(bad), bad[0])
         return pa.array(ints, pa.int64())
@@ -223,8 +232,9 @@ def _pluck(objs: list[Any], field: str) -> list[Any]:
     return list(map(attrgetter(field), objs))
 
 
-def _subset_int(args: list[fmt.Args], rows: np.ndarray, field: str, n: int, unread: Unread | None = None, *,
-                labels: bool = False) -> pa.Array:
+def _subset_int(
+    args: list[fmt.Args], rows: np.ndarray, field: str, n: int, unread: Unread | None = None, *, labels: bool = False
+) -> pa.Array:
     """An int64 column that only ``rows`` can carry: read the field there, null elsewhere."""
     values = np.zeros(n, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
@@ -256,8 +266,9 @@ def _profiler_steps_as_annotations(kind: np.ndarray, names: pa.DictionaryArray) 
     return np.where(row_is_step & (kind == _CPU_OP), _ANNOTATION, kind)
 
 
-def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
-                 unread: Unread | None = None) -> pa.RecordBatch | None:
+def _chunk_batch(
+    events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int], unread: Unread | None = None
+) -> pa.RecordBatch | None:
     """One Arrow batch from one chunk of decoded events.
 
     Speed matters here (it is most of the ingest time): the Python work per event is a handful of
@@ -298,8 +309,9 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
         if norm not in op_vocab:
             op_vocab.append(norm)
         row_op[i] = op_vocab.index(norm)
-    coll_op = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row_op, 0), pa.int32(), mask=row_op < 0),
-                                             pa.array(op_vocab or [""], pa.string()))
+    coll_op = pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(row_op, 0), pa.int32(), mask=row_op < 0), pa.array(op_vocab or [""], pa.string())
+    )
     gpu_side = np.isin(kind, _GPU_SIDE_CODES)
     gpu_rows = np.flatnonzero(gpu_side)
     pid = int_column(list(map(_PID, keep)), unread, "pid", labels=True).fill_null(-1).to_numpy()
@@ -349,8 +361,16 @@ def _chunk_batch(events: list[fmt.Event], kinds: _KindCache, colls: CollectiveOp
     return batch if valid.all() else batch.filter(pa.array(valid))
 
 
-def _native_int(values: np.ndarray, tags: np.ndarray, strings: list[str], rows: np.ndarray | None, n: int,
-                unread: Unread | None, name: str, bigs: list[int] = ()) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[assignment]
+def _native_int(
+    values: np.ndarray,
+    tags: np.ndarray,
+    strings: list[str],
+    rows: np.ndarray | None,
+    n: int,
+    unread: Unread | None,
+    name: str,
+    bigs: list[int] = (),
+) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[assignment]
     """An int64 column from the native reader's cells, as ``int_column``/``_subset_int`` read the same
     values: strings (labels such as ``"stream 7"``) parsed where they are numbers, uncounted;
     integers beyond int64 null and counted in ``unread``; null outside ``rows`` (None: every row).
@@ -391,8 +411,9 @@ def _or(cell: tuple[np.ndarray, np.ndarray], default: int) -> np.ndarray:
     return values if ok.all() else np.where(ok, values, default)
 
 
-def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int],
-                  unread: Unread | None = None) -> pa.RecordBatch | None:
+def _native_batch(
+    c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache, dropped: list[int], unread: Unread | None = None
+) -> pa.RecordBatch | None:
     """One Arrow batch from the native reader's columns (``kineto_native``): the same derivation as
     ``_chunk_batch`` gives the oracle's decoded events, done on whole columns."""
     from perfsleuth.ingest.kineto_native import dict_column, str_or_null
@@ -434,8 +455,9 @@ def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache
                 op_vocab.append(norm)
             lut[code] = op_vocab.index(norm)
         row_op[coll_rows] = lut[coll_codes[coll_rows]]
-    coll_op = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row_op, 0), pa.int32(), mask=row_op < 0),
-                                             pa.array(op_vocab or [""], pa.string()))
+    coll_op = pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(row_op, 0), pa.int32(), mask=row_op < 0), pa.array(op_vocab or [""], pa.string())
+    )
     gpu_side = np.isin(kind, _GPU_SIDE_CODES)
     gpu_rows = np.flatnonzero(gpu_side)
 
@@ -493,8 +515,9 @@ def _native_batch(c: dict[str, Any], kinds: _KindCache, colls: CollectiveOpCache
     return batch if valid.all() else batch.filter(pa.array(valid))
 
 
-def plausible_times(ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray,
-                     unread: Unread | None) -> tuple[np.ndarray, np.ndarray]:
+def plausible_times(
+    ts: pa.Array, dur: pa.Array, event: np.ndarray, ts_ok: np.ndarray, dur_ok: np.ndarray, unread: Unread | None
+) -> tuple[np.ndarray, np.ndarray]:
     """``ts_ok``/``dur_ok`` less the times no clock gives (beyond 2100 as epoch ns, not finite) and the
     durations no event has (negative, not finite, longer than that): counted in ``unread``, never cast
     (a 9.2e18 µs ``ts`` would wrap around int64 and land anywhere)."""
@@ -527,9 +550,12 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
     if isinstance(info, dict) and info.get("rank") is not None:
         rank = _as_int(info.get("rank"))
         if rank > INT32_MAX:
-            raise InputError(path, f"distributedInfo.rank is {rank}, beyond any job's size", place="distributedInfo.rank",
-                             hint="the file's metadata is damaged; name the rank in the file name (rank-3.json) "
-                                  "and remove the bad value")
+            raise InputError(
+                path,
+                f"distributedInfo.rank is {rank}, beyond any job's size",
+                place="distributedInfo.rank",
+                hint="the file's metadata is damaged; name the rank in the file name (rank-3.json) and remove the bad value",
+            )
         if rank >= 0:
             return rank, "distributedInfo"
     m = RANK_IN_NAME.search(path.name)
@@ -537,8 +563,11 @@ def _rank_of(path: Path, meta: dict[str, Any], single_file: bool) -> tuple[int, 
         return int(m.group(1)), "file name"
     if single_file:
         return 0, "single file"
-    raise InputError(path, "cannot tell which rank this file is: no distributedInfo.rank and no rank in the file name",
-                     hint="name rank files like rank-3.json, or profile with torch.distributed initialised")
+    raise InputError(
+        path,
+        "cannot tell which rank this file is: no distributedInfo.rank and no rank in the file name",
+        hint="name rank files like rank-3.json, or profile with torch.distributed initialised",
+    )
 
 
 SAMPLED_COVERAGE = 0.5
@@ -569,9 +598,15 @@ class EventNumbers:
         span = self.high - self.low + 1
         if span < 1000 or self.count >= SAMPLED_COVERAGE * span:
             return []
-        return [Caveat("events_sampled", f"the profiler numbered {span} host events (args 'Ev Idx' {self.low}..{self.high}) "
-                       f"but the file holds {self.count}: {1 - self.count / span:.0%} were removed (a sampled or filtered "
-                       "trace)", str(path))]
+        return [
+            Caveat(
+                "events_sampled",
+                f"the profiler numbered {span} host events (args 'Ev Idx' {self.low}..{self.high}) "
+                f"but the file holds {self.count}: {1 - self.count / span:.0%} were removed (a sampled or filtered "
+                "trace)",
+                str(path),
+            )
+        ]
 
 
 def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: int | None = None) -> RankFile:
@@ -587,8 +622,7 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     dropped, unread = [0], Unread()
     batch = _native_batch(parsed.cols, _KindCache(), CollectiveOpCache(), dropped, unread)
     numbered = EventNumbers(parsed.ev_count, parsed.ev_low, parsed.ev_high)
-    return _rank_file(path, single_file, parsed.stream, parsed.lenient, [batch] if batch is not None else [],
-                      numbered, dropped[0], unread)
+    return _rank_file(path, single_file, parsed.stream, parsed.lenient, [batch] if batch is not None else [], numbered, dropped[0], unread)
 
 
 def read_rank_file_oracle(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
@@ -613,16 +647,29 @@ def read_rank_file_oracle(path: str | Path, *, single_file: bool = True, block_b
     return _rank_file(path, single_file, stream, lenient, batches, numbered, dropped[0], unread)
 
 
-def _rank_file(path: Path, single_file: bool, stream: ChromeTraceStream, lenient: fmt.LenientEvents, batches: list[pa.RecordBatch],
-               numbered: EventNumbers, dropped: int, unread: Unread) -> RankFile:
+def _rank_file(
+    path: Path,
+    single_file: bool,
+    stream: ChromeTraceStream,
+    lenient: fmt.LenientEvents,
+    batches: list[pa.RecordBatch],
+    numbered: EventNumbers,
+    dropped: int,
+    unread: Unread,
+) -> RankFile:
     """The rank file's table and caveats, whichever reader decoded it."""
     caveats: list[Caveat] = numbered.caveats(path)
     if dropped:
         caveats.append(Caveat("events_missing_fields", f"{dropped} complete events had no ts or dur and were skipped", str(path)))
     if stream.bad_events:
         first_index, why = stream.bad_events[0]
-        caveats.append(Caveat("events_malformed", f"{len(stream.bad_events)} events could not be read and were skipped "
-                              f"(first: event #{first_index}: {why})", str(path)))
+        caveats.append(
+            Caveat(
+                "events_malformed",
+                f"{len(stream.bad_events)} events could not be read and were skipped (first: event #{first_index}: {why})",
+                str(path),
+            )
+        )
     caveats.extend(stream.literal_caveats())
     for key, values in lenient.dropped.items():
         unread.add(f"args.{key}", len(values), values[0])
@@ -712,8 +759,7 @@ def repeated(ids: np.ndarray) -> np.ndarray:
 _GPU_WORK = ("kernel", "collective", "memcpy", "memset")
 
 
-def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path,
-                        name: str = "args.correlation") -> list[Caveat]:
+def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path, name: str = "args.correlation") -> list[Caveat]:
     """Say when launches cannot be joined to GPU work: correlation ids two launches share (a damaged or
     merged trace; those GPU events are not joined, see ``join_launches``) or GPU work without an id
     (launch delays and host-launch idle are then not measured for it). Many kernels sharing one
@@ -725,15 +771,26 @@ def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path,
     shared = repeated(corr[launch])
     if len(shared):
         n = int((gpu & np.isin(corr, shared)).sum())
-        out.append(Caveat("correlation_duplicated", f"{name}: {len(shared)} id{'s are' if len(shared) > 1 else ' is'} "
-                          f"carried by more than one launch (first: {int(shared[0])}); the {n} GPU events with them are not "
-                          "joined to a launch, so their steps come from their own times and launch delays leave them out",
-                          str(path)))
+        out.append(
+            Caveat(
+                "correlation_duplicated",
+                f"{name}: {len(shared)} id{'s are' if len(shared) > 1 else ' is'} "
+                f"carried by more than one launch (first: {int(shared[0])}); the {n} GPU events with them are not "
+                "joined to a launch, so their steps come from their own times and launch delays leave them out",
+                str(path),
+            )
+        )
     missing = int((gpu & (corr < 0)).sum())
     if missing and host.any():
-        out.append(Caveat("correlation_missing", f"{name}: {missing} of {int(gpu.sum())} GPU events have no "
-                          "correlation id: they are not joined to their launches (no launch delay, no host-launch idle "
-                          "for them)", str(path)))
+        out.append(
+            Caveat(
+                "correlation_missing",
+                f"{name}: {missing} of {int(gpu.sum())} GPU events have no "
+                "correlation id: they are not joined to their launches (no launch delay, no host-launch idle "
+                "for them)",
+                str(path),
+            )
+        )
     return out
 
 
@@ -741,8 +798,12 @@ def _world_size(path: str, value: Any) -> int:
     """``distributedInfo.world_size`` as a number of ranks, or an error naming the file when it is none."""
     size = _as_int(value)
     if not 0 < size <= INT32_MAX:
-        raise InputError(path, f"distributedInfo.world_size is {value!r}, not a number of ranks",
-                         place="distributedInfo.world_size", hint="the file's metadata is damaged")
+        raise InputError(
+            path,
+            f"distributedInfo.world_size is {value!r}, not a number of ranks",
+            place="distributedInfo.world_size",
+            hint="the file's metadata is damaged",
+        )
     return size
 
 
@@ -838,8 +899,11 @@ def check_one_job(ranks: Sequence[RankFile]) -> tuple[int, list[Caveat]]:
     by_rank: dict[int, RankFile] = {}
     for r in ranks:
         if r.rank in by_rank:
-            raise InputError(r.path, f"rank {r.rank} also comes from {by_rank[r.rank].path}",
-                             hint="two files of the same rank: pass the files of one job only")
+            raise InputError(
+                r.path,
+                f"rank {r.rank} also comes from {by_rank[r.rank].path}",
+                hint="two files of the same rank: pass the files of one job only",
+            )
         by_rank[r.rank] = r
     world_sizes = {}
     for r in ranks:
@@ -849,8 +913,11 @@ def check_one_job(ranks: Sequence[RankFile]) -> tuple[int, list[Caveat]]:
     if len(set(world_sizes.values())) > 1:
         ordered = sorted(world_sizes.items(), key=lambda kv: kv[1])
         (p1, w1), (p2, w2) = ordered[0], ordered[-1]
-        raise InputError(p2, f"world size {w2} differs from {w1} in {p1}",
-                         hint="these rank files come from different jobs; analyse each job's directory separately")
+        raise InputError(
+            p2,
+            f"world size {w2} differs from {w1} in {p1}",
+            hint="these rank files come from different jobs; analyse each job's directory separately",
+        )
     _check_same_time(ranks)
     world = max(world_sizes.values()) if world_sizes else len(by_rank)
     if world_sizes and len(by_rank) < world:
@@ -871,8 +938,9 @@ def assemble_job(ranks: list[RankFile], *, run_id: str) -> KinetoJob:
         tables.append(t.select(EVENTS.names).cast(EVENTS))
     events = pa.concat_tables(tables).unify_dictionaries() if tables else EVENTS.empty_table()
     runs = runs_table(run_id, ranks, world)
-    return KinetoJob(runs, events, {r: by_rank[r].path for r in sorted(by_rank)},
-                     {r: by_rank[r].metadata for r in sorted(by_rank)}, caveats)
+    return KinetoJob(
+        runs, events, {r: by_rank[r].path for r in sorted(by_rank)}, {r: by_rank[r].metadata for r in sorted(by_rank)}, caveats
+    )
 
 
 def _check_same_time(ranks: Sequence[RankFile]) -> None:
@@ -885,8 +953,11 @@ def _check_same_time(ranks: Sequence[RankFile]) -> None:
     if gap_ns > 60 * 10**9:
         late = max(spans, key=lambda s: s[0])
         early = min(spans, key=lambda s: s[1])
-        raise InputError(late[2], f"its events start {gap_ns / 1e9:.0f} s after those of {early[2]} end",
-                         hint="these rank files come from different runs; analyse each run separately")
+        raise InputError(
+            late[2],
+            f"its events start {gap_ns / 1e9:.0f} s after those of {early[2]} end",
+            hint="these rank files come from different runs; analyse each run separately",
+        )
 
 
 EPOCH_RANGE_NS = (1_420_070_400 * 10**9, 4_102_444_800 * 10**9)

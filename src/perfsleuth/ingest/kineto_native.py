@@ -49,8 +49,11 @@ _KEY = b'"traceEvents"'
 
 def native() -> Any:
     if _native is None:  # pragma: no cover
-        raise InputError(None, f"perfsleuth's native Kineto reader is not built ({_IMPORT_ERROR})",
-                         hint="install perfsleuth with pip (pip install -e .), which compiles it")
+        raise InputError(
+            None,
+            f"perfsleuth's native Kineto reader is not built ({_IMPORT_ERROR})",
+            hint="install perfsleuth with pip (pip install -e .), which compiles it",
+        )
     return _native
 
 
@@ -101,8 +104,12 @@ def _gunzip(path: Path, fh: Any, block_bytes: int) -> Iterator[bytes]:
         if started and not d.eof:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
     except (EOFError, zlib.error, _inflate.error, gzip.BadGzipFile, OSError) as exc:
-        raise InputError(path, f"cannot decompress: {exc}", place=f"after byte {out}",
-                         hint="the file is truncated or not gzip; re-copy it or write the trace again") from None
+        raise InputError(
+            path,
+            f"cannot decompress: {exc}",
+            place=f"after byte {out}",
+            hint="the file is truncated or not gzip; re-copy it or write the trace again",
+        ) from None
 
 
 # --- one file -----------------------------------------------------------------------------------
@@ -135,19 +142,32 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     except RecursionError:  # an irregular event nested beyond any trace's depth (its Python form is refused)
         raise InputError(path, "an event nests arrays or objects too deeply to decode", hint="the trace is corrupted") from None
     if out["error"] == "too deep":
-        raise InputError(path, "an event nests arrays or objects too deeply to decode", place=f"after event #{out['error_pos']}",
-                         hint="the trace is corrupted")
+        raise InputError(
+            path,
+            "an event nests arrays or objects too deeply to decode",
+            place=f"after event #{out['error_pos']}",
+            hint="the trace is corrupted",
+        )
     if out["error"] is not None:
-        raise InputError(path, f"the traceEvents array is not valid JSON ({out['error']})", place=f"byte {offset + out['error_pos']}",
-                         hint="the trace is truncated or corrupted")
+        raise InputError(
+            path,
+            f"the traceEvents array is not valid JSON ({out['error']})",
+            place=f"byte {offset + out['error_pos']}",
+            hint="the trace is truncated or corrupted",
+        )
     if not out["closed"]:
-        raise InputError(path, "the file ends inside the traceEvents array", place=f"byte {offset + out['end_offset']}",
-                         hint="the trace is truncated (the profiler or the copy did not finish)")
+        raise InputError(
+            path,
+            "the file ends inside the traceEvents array",
+            place=f"byte {offset + out['end_offset']}",
+            hint="the trace is truncated (the profiler or the copy did not finish)",
+        )
     tail = out["tail"] + b"".join(blocks)
     if stream._bare:
         if tail.strip():
-            raise InputError(path, "text after the events array", place=f"byte {offset + out['tail_offset']}",
-                             hint="the trace is corrupted")
+            raise InputError(
+                path, "text after the events array", place=f"byte {offset + out['tail_offset']}", hint="the trace is corrupted"
+            )
     else:
         _check_tail(path, tail, offset + out["tail_offset"])
         stream._parse_tail(tail, offset + out["tail_offset"])
@@ -167,10 +187,13 @@ def _check_tail(path: Path, tail: bytes, offset: int) -> None:
     if text == b"}" or text.startswith(b","):
         return
     if not text:
-        raise InputError(path, "the file ends inside the traceEvents array", place=f"byte {offset}",
-                         hint="the trace is truncated (the profiler or the copy did not finish)")
-    raise InputError(path, "the traceEvents array is not valid JSON", place=f"byte {offset}",
-                     hint="the trace is truncated or corrupted")
+        raise InputError(
+            path,
+            "the file ends inside the traceEvents array",
+            place=f"byte {offset}",
+            hint="the trace is truncated (the profiler or the copy did not finish)",
+        )
+    raise InputError(path, "the traceEvents array is not valid JSON", place=f"byte {offset}", hint="the trace is truncated or corrupted")
 
 
 def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes]) -> tuple[bytes, int]:
@@ -178,25 +201,25 @@ def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes]
     its offset in the file's text."""
     buf = next(blocks, b"")
     lead = re.match(rb"\s*", buf).end()  # type: ignore[union-attr]
-    if buf[lead:lead + 1] == b"[":  # the JSON Array Format: a bare list of events
+    if buf[lead : lead + 1] == b"[":  # the JSON Array Format: a bare list of events
         stream._bare = True
-        return buf[lead + 1:], lead + 1
+        return buf[lead + 1 :], lead + 1
     while (pos := buf.find(_KEY)) < 0:
         more = next(blocks, b"")
         if not more or len(buf) > MAX_HEADER_BYTES:
             stream._raise_not_trace(buf)
         buf += more
-    rest = buf[pos + len(_KEY):]
+    rest = buf[pos + len(_KEY) :]
     while not ((m := re.match(rb"\s*:\s*", rest)) and len(rest) > m.end()):
         more = next(blocks, b"")
         if not more:
             raise InputError(path, "file ends right after the traceEvents key", hint="the file is truncated")
         rest += more
-    if rest[m.end():m.end() + 1] != b"[":
+    if rest[m.end() : m.end() + 1] != b"[":
         raise InputError(path, "traceEvents is not a JSON array", place=f"byte {pos}")
     stream._parse_header(buf[:pos])
     start = pos + len(_KEY) + m.end() + 1
-    return rest[m.end() + 1:], start
+    return rest[m.end() + 1 :], start
 
 
 # --- columns ------------------------------------------------------------------------------------
@@ -205,9 +228,19 @@ def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes]
 def _columns(out: dict[str, Any]) -> dict[str, Any]:
     """numpy views of the native buffers (no copy) and the interned strings."""
     c: dict[str, Any] = {"n": out["rows"], "strings": out["strings"], "bigs": out["bigs"]}
-    for key, dtype in (("index", np.int64), ("cat", np.int32), ("name", np.int32), ("ts", np.float64), ("dur", np.float64),
-                       ("ts_ok", np.bool_), ("dur_ok", np.bool_), ("pid", np.int64), ("tid", np.int64),
-                       ("pid_tag", np.uint8), ("tid_tag", np.uint8)):
+    for key, dtype in (
+        ("index", np.int64),
+        ("cat", np.int32),
+        ("name", np.int32),
+        ("ts", np.float64),
+        ("dur", np.float64),
+        ("ts_ok", np.bool_),
+        ("dur_ok", np.bool_),
+        ("pid", np.int64),
+        ("tid", np.int64),
+        ("pid_tag", np.uint8),
+        ("tid_tag", np.uint8),
+    ):
         c[key] = np.frombuffer(out[key], dtype=dtype)
     c["int"] = {k: np.frombuffer(v, dtype=np.int64) for k, v in out["int_args"].items()}
     c["tag"] = {k: np.frombuffer(v, dtype=np.uint8) for k, v in out["int_tags"].items()}
@@ -218,8 +251,15 @@ def _columns(out: dict[str, Any]) -> dict[str, Any]:
 _STRING_FIELDS = {"cat": "cat", "name": "name"}
 
 
-def _with_irregular(path: Path, stream: ChromeTraceStream, lenient: fmt.LenientEvents, cols: dict[str, Any], ev: list[int],
-                    irregular: list[tuple[int, Any, Any]], base: int) -> tuple[dict[str, Any], list[int]]:
+def _with_irregular(
+    path: Path,
+    stream: ChromeTraceStream,
+    lenient: fmt.LenientEvents,
+    cols: dict[str, Any],
+    ev: list[int],
+    irregular: list[tuple[int, Any, Any]],
+    base: int,
+) -> tuple[dict[str, Any], list[int]]:
     """Coerce the events the native reader could not type (as the msgspec reader's lenient path did),
     read them again natively and merge their rows in file order."""
     fixed: list[fmt.Event] = []
@@ -231,8 +271,12 @@ def _with_irregular(path: Path, stream: ChromeTraceStream, lenient: fmt.LenientE
             try:
                 obj = msgspec.json.decode(text)
             except (msgspec.DecodeError, RecursionError):
-                raise InputError(path, "the traceEvents array is not valid JSON", place=f"after byte {offset}",
-                                 hint="the trace is truncated or corrupted") from None
+                raise InputError(
+                    path,
+                    "the traceEvents array is not valid JSON",
+                    place=f"after byte {offset}",
+                    hint="the trace is truncated or corrupted",
+                ) from None
             stream.non_json.update(counts)
             if first >= 0:
                 stream._first_at(offset + first)
@@ -332,13 +376,15 @@ def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray) -> pa.D
     sub = codes[rows] if len(rows) else np.zeros(0, dtype=np.int32)
     present = sub[sub >= 0]
     if not len(present):
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32), pa.int32(), mask=np.ones(n, dtype=bool)),
-                                              pa.array([], pa.string()))
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, dtype=np.int32), pa.int32(), mask=np.ones(n, dtype=bool)), pa.array([], pa.string())
+        )
     used, first = np.unique(present, return_index=True)
     order = used[np.argsort(first, kind="stable")]
     lut = np.full(len(strings) + 1, -1, dtype=np.int32)
     lut[order] = np.arange(len(order), dtype=np.int32)
     idx = np.full(n, -1, dtype=np.int32)
     idx[rows] = lut[np.where(sub >= 0, sub, len(strings))]
-    return pa.DictionaryArray.from_arrays(pa.array(np.maximum(idx, 0), pa.int32(), mask=idx < 0),
-                                          pa.array([strings[i] for i in order.tolist()], pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(idx, 0), pa.int32(), mask=idx < 0), pa.array([strings[i] for i in order.tolist()], pa.string())
+    )

@@ -30,12 +30,12 @@ from datetime import UTC, datetime
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 """CSI sequences (colours, cursor moves), OSC titles and two-byte escapes."""
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-                                       "Dec"), start=1)}
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
 _CTIME = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<cmon>[A-Z][a-z]{2}) +(?P<cday>\d{1,2}) (?P<ctime>\d\d:\d\d:\d\d) (?P<cyear>\d{4})"
 _MPI_TAG = re.compile(
     r"^(?:" + _CTIME + r")?"
-    r"(?:\[(?P<prte>[^\],\[\]]*@)?(?P<job>\d+),(?P<rank>\d+)\])?<(?P<stream>stdout|stderr|stddiag)>:(?(prte) ?)")
+    r"(?:\[(?P<prte>[^\],\[\]]*@)?(?P<job>\d+),(?P<rank>\d+)\])?<(?P<stream>stdout|stderr|stddiag)>:(?(prte) ?)"
+)
 """Open MPI ``--tag-output`` / ``--timestamp-output`` (either or both), Open MPI 5 with a PRRTE job name."""
 _MPI_BARE = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\](?::|\s)")
 """``[1,0]:`` / ``[1,0] ``: the tag without the stream (older Open MPI ``--tag-output`` on some systems)."""
@@ -52,12 +52,35 @@ _PDSH = re.compile(r"^(?P<host>[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*): ")
 _RANK_WORD = re.compile(r"(?i)rank_?(\d+)")
 _RFC3339 = re.compile(r"^(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?P<f>[.,]\d{1,9})?(?P<z>Z|[+-]\d\d:?\d\d)?\s+")
 """``kubectl logs --timestamps``, docker ``-t``, ``ts '%Y-%m-%d %H:%M:%S'``: an unbracketed stamp in front."""
-_SYSLOG = re.compile(r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) (?P<t>\d\d:\d\d:\d\d)"
-                     r"(?P<f>\.\d+)?(?: (?P<host>[A-Za-z0-9][\w.-]*) (?P<prog>[\w./-]+)(?:\[(?P<pid>\d+)\])?:)? ")
+_SYSLOG = re.compile(
+    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) (?P<t>\d\d:\d\d:\d\d)"
+    r"(?P<f>\.\d+)?(?: (?P<host>[A-Za-z0-9][\w.-]*) (?P<prog>[\w./-]+)(?:\[(?P<pid>\d+)\])?:)? "
+)
 """syslog / journald (``Nov 29 10:11:12 node07 python[123]: ``) and moreutils ``ts`` (``Nov 29 10:11:12 ``)."""
 
-_LEVEL_WORDS = frozenset({"info", "warning", "warn", "error", "debug", "trace", "note", "fatal", "critical", "notice",
-                          "traceback", "exception", "http", "https", "file", "id", "step", "epoch", "iteration"})
+_LEVEL_WORDS = frozenset(
+    {
+        "info",
+        "warning",
+        "warn",
+        "error",
+        "debug",
+        "trace",
+        "note",
+        "fatal",
+        "critical",
+        "notice",
+        "traceback",
+        "exception",
+        "http",
+        "https",
+        "file",
+        "id",
+        "step",
+        "epoch",
+        "iteration",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +165,7 @@ def unwrap(line: str) -> Unwrapped:
             time_ns = _ctime_ns(m) or time_ns
             tag = m.group(0)
             if m.group("cmon"):
-                tag = tag[m.end("cyear"):]
+                tag = tag[m.end("cyear") :]
             prefix.append(tag.strip())
         elif m := _TORCHRUN.match(text):
             kinds.append("torchrun")
@@ -184,9 +207,8 @@ def unwrap(line: str) -> Unwrapped:
             prefix.append(m.group(0).strip())
         else:
             break
-        text = text[m.end():]
-    return Unwrapped(text, "".join(prefix) if len(prefix) < 2 else " ".join(prefix), rank, local_rank, host, stream,
-                     time_ns, tuple(kinds))
+        text = text[m.end() :]
+    return Unwrapped(text, "".join(prefix) if len(prefix) < 2 else " ".join(prefix), rank, local_rank, host, stream, time_ns, tuple(kinds))
 
 
 def unwrap_all(lines: Iterable[str]) -> Iterator[Unwrapped]:

@@ -151,12 +151,18 @@ def check_fits(path: str | Path, *, concurrent: int = 1) -> MemoryNeed | None:
     total = need.needed_bytes * max(concurrent, 1)
     if free is not None and total > free:
         workers = f" ({concurrent} files at once, one per worker)" if concurrent > 1 else ""
-        hint = (f"estimated as {need.decoded_bytes / 1e9:.2f} GB of {need.container} x {need.factor} + "
-                f"{BASELINE_BYTES / 1e9:.2f} GB; free memory, run on a larger machine"
-                + (", or pass --workers 1" if concurrent > 1 else ", or profile fewer steps per file")
-                + f"; set {SKIP_ENV}=1 to read it anyway")
-        raise InputError(need.path, f"needs about {total / 1e9:.1f} GB of memory to read{workers}, "
-                         f"{free / 1e9:.1f} GB available", place="memory check", hint=hint)
+        hint = (
+            f"estimated as {need.decoded_bytes / 1e9:.2f} GB of {need.container} x {need.factor} + "
+            f"{BASELINE_BYTES / 1e9:.2f} GB; free memory, run on a larger machine"
+            + (", or pass --workers 1" if concurrent > 1 else ", or profile fewer steps per file")
+            + f"; set {SKIP_ENV}=1 to read it anyway"
+        )
+        raise InputError(
+            need.path,
+            f"needs about {total / 1e9:.1f} GB of memory to read{workers}, {free / 1e9:.1f} GB available",
+            place="memory check",
+            hint=hint,
+        )
     return need
 
 

@@ -44,8 +44,12 @@ ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree
 PROTOCOLS = ("LL", "LL128", "Simple")
 """NCCL_PROTO_* codes 0..2."""
 
-_ALGO_NAMES = {a.lower(): a for a in ALGORITHMS} | {"collnet": "CollNetDirect", "nvls_tree": "NVLSTree",
-                                                   "collnet_direct": "CollNetDirect", "collnet_chain": "CollNetChain"}
+_ALGO_NAMES = {a.lower(): a for a in ALGORITHMS} | {
+    "collnet": "CollNetDirect",
+    "nvls_tree": "NVLSTree",
+    "collnet_direct": "CollNetDirect",
+    "collnet_chain": "CollNetChain",
+}
 _PROTO_NAMES = {p.lower(): p for p in PROTOCOLS}
 
 
@@ -71,63 +75,75 @@ def _f(name: str, typ: pa.DataType, doc: str, unit: str | None = None) -> pa.Fie
     return pa.field(name, typ, metadata=meta)
 
 
-NCCL_LOG = pa.schema([
-    _f("run_id", pa.string(), "the log file (one job launch)"),
-    _f("file", pa.string(), "path of the file read"),
-    _f("host", pa.string(), "host name from the line prefix (None for lines without one)"),
-    _f("pid", pa.int64(), "process id from the line prefix"),
-    _f("cuda_dev", pa.int32(), "CUDA device from the line prefix's [n] (not the rank)"),
-    _f("comm", pa.string(), "communicator pointer as printed (0x...), empty when the log never names it"),
-    _f("rank", pa.int32(), "rank in this communicator"),
-    _f("nranks", pa.int32(), "ranks in this communicator"),
-    _f("nnodes", pa.int32(), "nodes in this communicator (NCCL 2.19+)"),
-    _f("local_ranks", pa.int32(), "ranks of this communicator on this node"),
-    _f("nccl_version", pa.string(), "e.g. 2.18.3"),
-    _f("cuda_version", pa.string(), "CUDA NCCL was built for, e.g. 12.2"),
-    _f("network", pa.string(), "network transport: IB, Socket or a plugin's name (from its NET connections, else "
-       "'Using network'); inter-node traffic uses it when nnodes > 1"),
-    _f("net_devices", pa.string(), "devices the network plugin listed, as printed (e.g. [0]mlx5_0:1/IB [1]mlx5_1:1/IB)"),
-    _f("ib_device_found", pa.bool_(), "NET/IB listed at least one device (False after 'NET/IB : No device found.')"),
-    _f("gdr", pa.bool_(), "GPUDirect RDMA in use for network transfers (None when not stated)"),
-    _f("gdr_note", pa.string(), "why GDR is off when NCCL says: e.g. 'no module', 'distance 5 > 4'"),
-    _f("pxn", pa.int32(), "PXN flag from 'Connected all rings, use ring PXN p GDR g'"),
-    _f("channels", pa.int32(), "collective channels (rings) of the communicator"),
-    _f("nvls_channels", pa.int32(), "NVLS channels (NCCL 2.18+)"),
-    _f("p2p_channels", pa.int32(), "point-to-point channels"),
-    _f("transports", pa.string(), "transports of the channel connections, sorted, comma-separated (NET/IB, P2P/IPC, SHM, ...)"),
-    _f("net_connections", pa.int32(), "channel connections over the network"),
-    _f("net_gdr_connections", pa.int32(), "of which with /GDRDMA"),
-    _f("init_complete", pa.bool_(), "'Init COMPLETE' seen for this communicator"),
-    _f("env", pa.map_(pa.string(), pa.string()), "NCCL_* variables NCCL reports as set by the environment"),
-    _f("warnings", pa.int32(), "NCCL WARN lines of this process and device"),
-    _f("first_line", pa.int32(), "first line of the file naming this communicator"),
-], metadata={"table": "nccl_log", "schema_version": "1"})
+NCCL_LOG = pa.schema(
+    [
+        _f("run_id", pa.string(), "the log file (one job launch)"),
+        _f("file", pa.string(), "path of the file read"),
+        _f("host", pa.string(), "host name from the line prefix (None for lines without one)"),
+        _f("pid", pa.int64(), "process id from the line prefix"),
+        _f("cuda_dev", pa.int32(), "CUDA device from the line prefix's [n] (not the rank)"),
+        _f("comm", pa.string(), "communicator pointer as printed (0x...), empty when the log never names it"),
+        _f("rank", pa.int32(), "rank in this communicator"),
+        _f("nranks", pa.int32(), "ranks in this communicator"),
+        _f("nnodes", pa.int32(), "nodes in this communicator (NCCL 2.19+)"),
+        _f("local_ranks", pa.int32(), "ranks of this communicator on this node"),
+        _f("nccl_version", pa.string(), "e.g. 2.18.3"),
+        _f("cuda_version", pa.string(), "CUDA NCCL was built for, e.g. 12.2"),
+        _f(
+            "network",
+            pa.string(),
+            "network transport: IB, Socket or a plugin's name (from its NET connections, else "
+            "'Using network'); inter-node traffic uses it when nnodes > 1",
+        ),
+        _f("net_devices", pa.string(), "devices the network plugin listed, as printed (e.g. [0]mlx5_0:1/IB [1]mlx5_1:1/IB)"),
+        _f("ib_device_found", pa.bool_(), "NET/IB listed at least one device (False after 'NET/IB : No device found.')"),
+        _f("gdr", pa.bool_(), "GPUDirect RDMA in use for network transfers (None when not stated)"),
+        _f("gdr_note", pa.string(), "why GDR is off when NCCL says: e.g. 'no module', 'distance 5 > 4'"),
+        _f("pxn", pa.int32(), "PXN flag from 'Connected all rings, use ring PXN p GDR g'"),
+        _f("channels", pa.int32(), "collective channels (rings) of the communicator"),
+        _f("nvls_channels", pa.int32(), "NVLS channels (NCCL 2.18+)"),
+        _f("p2p_channels", pa.int32(), "point-to-point channels"),
+        _f("transports", pa.string(), "transports of the channel connections, sorted, comma-separated (NET/IB, P2P/IPC, SHM, ...)"),
+        _f("net_connections", pa.int32(), "channel connections over the network"),
+        _f("net_gdr_connections", pa.int32(), "of which with /GDRDMA"),
+        _f("init_complete", pa.bool_(), "'Init COMPLETE' seen for this communicator"),
+        _f("env", pa.map_(pa.string(), pa.string()), "NCCL_* variables NCCL reports as set by the environment"),
+        _f("warnings", pa.int32(), "NCCL WARN lines of this process and device"),
+        _f("first_line", pa.int32(), "first line of the file naming this communicator"),
+    ],
+    metadata={"table": "nccl_log", "schema_version": "1"},
+)
 
-NCCL_TUNING = pa.schema([
-    _f("run_id", pa.string(), "the log file"),
-    _f("file", pa.string(), "path of the file read"),
-    _f("host", pa.string(), "host name"),
-    _f("pid", pa.int64(), "process id"),
-    _f("cuda_dev", pa.int32(), "CUDA device"),
-    _f("rank", pa.int32(), "rank of that process and device in its largest communicator (NCCL prints TUNING on rank 0)"),
-    _f("collective", pa.string(), "allreduce, allgather, ... (None in NCCL 2.20-2.22, which did not print it)"),
-    _f("bytes", pa.int64(), "bytes of the call as NCCL printed them (count x type size)", "bytes"),
-    _f("algo", pa.string(), "algorithm NCCL chose: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT"),
-    _f("proto", pa.string(), "protocol NCCL chose: LL, LL128, Simple"),
-    _f("channel_lo", pa.int32(), "first channel used (2.24+)"),
-    _f("channel_hi", pa.int32(), "last channel used (2.24+)"),
-    _f("model_time_us", pa.float64(), "NCCL's modelled time for the call (2.20-2.23)", "us"),
-    _f("calls", pa.int64(), "calls with this choice"),
-    _f("first_line", pa.int32(), "first line with this choice"),
-], metadata={"table": "nccl_tuning", "schema_version": "1"})
+NCCL_TUNING = pa.schema(
+    [
+        _f("run_id", pa.string(), "the log file"),
+        _f("file", pa.string(), "path of the file read"),
+        _f("host", pa.string(), "host name"),
+        _f("pid", pa.int64(), "process id"),
+        _f("cuda_dev", pa.int32(), "CUDA device"),
+        _f("rank", pa.int32(), "rank of that process and device in its largest communicator (NCCL prints TUNING on rank 0)"),
+        _f("collective", pa.string(), "allreduce, allgather, ... (None in NCCL 2.20-2.22, which did not print it)"),
+        _f("bytes", pa.int64(), "bytes of the call as NCCL printed them (count x type size)", "bytes"),
+        _f("algo", pa.string(), "algorithm NCCL chose: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT"),
+        _f("proto", pa.string(), "protocol NCCL chose: LL, LL128, Simple"),
+        _f("channel_lo", pa.int32(), "first channel used (2.24+)"),
+        _f("channel_hi", pa.int32(), "last channel used (2.24+)"),
+        _f("model_time_us", pa.float64(), "NCCL's modelled time for the call (2.20-2.23)", "us"),
+        _f("calls", pa.int64(), "calls with this choice"),
+        _f("first_line", pa.int32(), "first line with this choice"),
+    ],
+    metadata={"table": "nccl_tuning", "schema_version": "1"},
+)
 
 
 # --- line prefix --------------------------------------------------------------------------------
 
 _TAG = r"(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?\s*|\d+:\s+)?"  # mpirun --tag-output, srun --label
 _STAMP = r"(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s+)?"
-PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,19}):(?P<tid>\d+) \[(?P<dev>\d{1,10})\] "
-                       r"(?:(?P<where>\S+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<msg>.*)$")
+PREFIX_RE = re.compile(
+    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,19}):(?P<tid>\d+) \[(?P<dev>\d{1,10})\] "
+    r"(?:(?P<where>\S+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<msg>.*)$"
+)
 BARE_RE = re.compile(r"^\s*" + _TAG + _STAMP + r"(?:\[(?P<dev>\d{1,10})\] )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
 """A line without the host:pid:tid prefix (some launchers and docs strip it)."""
 
@@ -163,7 +179,7 @@ def split_line(line: str, known_hosts: Collection[str] = ()) -> tuple[str, LogLi
                 host = tail
             elif g := _GLUED_NUMBER.match(host):
                 cut += g.end()
-                host = host[g.end():]
+                host = host[g.end() :]
         return line[:cut], LogLine(host, int(m["pid"]), int(m["dev"]), m["level"], m["msg"].rstrip())
     b = BARE_RE.match(line)
     if b:
@@ -202,29 +218,47 @@ def _p(kind: str, trigger: str, full: str) -> Pattern:
 _INT = r"(\d+)"
 PATTERNS: tuple[Pattern, ...] = (
     _p("version", r"^NCCL version\b", r"^NCCL version (\d+\.\d+\.\d+)\S*?(?:\+cuda(\d+\.\d+))?\s*$"),
-    _p("topology", r"^comm \S+ rank \S+ nRanks \S+ nNodes\b",
-       r"^comm (0x[0-9a-fA-F]+|\(nil\)) rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+) localRank (\d+)"),
+    _p(
+        "topology",
+        r"^comm \S+ rank \S+ nRanks \S+ nNodes\b",
+        r"^comm (0x[0-9a-fA-F]+|\(nil\)) rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+) localRank (\d+)",
+    ),
     _p("init_start", r"\bInit START$", r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)"),
-    _p("init_complete", r"\bInit COMPLETE$",
-       r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)?(?: busId ([0-9a-fA-F]+))?"),
+    _p(
+        "init_complete",
+        r"\bInit COMPLETE$",
+        r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)?(?: busId ([0-9a-fA-F]+))?",
+    ),
     _p("ib_using", r"^NET/IB ?: ?Using\b", r"^NET/IB ?: ?Using(.*?)(?:;\s*OOB.*)?$"),
     _p("ib_none", r"^NET/IB ?: ?No device found", r"^NET/IB ?: ?No device found\.?$"),
     _p("socket_using", r"^NET/Socket ?: ?Using\b", r"^NET/Socket ?: ?Using (\[\d+\].*)$"),
     _p("using_network", r"^Using network\b", r"^Using network (.+?)\s*$"),
-    _p("gdr", r"GPU Direct RDMA (?:Enabled|Disabled)",
-       r"^(?:NET/(\S+?) ?: ?)?GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+ / )?HCA (\d+)(?: '([^']*)')?"
-       r"(?:\s*\((.*?)\))?"),
+    _p(
+        "gdr",
+        r"GPU Direct RDMA (?:Enabled|Disabled)",
+        r"^(?:NET/(\S+?) ?: ?)?GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+ / )?HCA (\d+)(?: '([^']*)')?"
+        r"(?:\s*\((.*?)\))?",
+    ),
     _p("ring_list", r"^Channel \d+(?:/\d+)? :\s*\d[\d\s]*$", r"^Channel (\d+)(?:/(\d+))? :((?:\s+\d+)+)\s*$"),
-    _p("transport", r"^(?:Channel|Ring) \d+\S* : .* via ",
-       r"^(?:Channel|Ring) (\d+)(?:/(\d+))? : (\d+)(?:\[\w+\])? -> (\d+)(?:\[\w+\])? (?:\[(send|receive)\] )?via (.+?)\s*$"),
+    _p(
+        "transport",
+        r"^(?:Channel|Ring) \d+\S* : .* via ",
+        r"^(?:Channel|Ring) (\d+)(?:/(\d+))? : (\d+)(?:\[\w+\])? -> (\d+)(?:\[\w+\])? (?:\[(send|receive)\] )?via (.+?)\s*$",
+    ),
     _p("connected_rings", r"^Connected all rings", r"^Connected all rings(?:, use ring PXN (\d+) GDR (\d+))?\s*$"),
-    _p("channels", r"^\d+ coll channels,",
-       r"^(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels, "
-       r"(\d+) p2p channels per peer"),
+    _p(
+        "channels",
+        r"^\d+ coll channels,",
+        r"^(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels, "
+        r"(\d+) p2p channels per peer",
+    ),
     _p("env", r"^NCCL_\w+ set (?:by environment )?to\b", r"^(NCCL_\w+) set (?:by environment )?to (.*?)\.?\s*$"),
-    _p("tuning", r"\bBytes -> Algo\b",
-       r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
-       r"(?: time (-?\d+(?:\.\d*)?(?:e[+-]?\d+)?))?\s*$"),
+    _p(
+        "tuning",
+        r"\bBytes -> Algo\b",
+        r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
+        r"(?: time (-?\d+(?:\.\d*)?(?:e[+-]?\d+)?))?\s*$",
+    ),
 )
 KNOWN_NOISE = re.compile(
     r"^(Bootstrap|NET/Plugin|Plugin|cudaDriverVersion|Ring \d+ : \d+ -> \d+ -> \d+|Trees|Tree \d+|Pattern |"
@@ -233,7 +267,8 @@ KNOWN_NOISE = re.compile(
     r"Init timings|CC |Launch mode|Check P2P|MNNVL|NCCL_\w+ set to|ENV/Plugin|TUNER/|PROFILER/|RAS |"
     r"Assigned NET|Initialized NET|Failed to initialize NET|Topology detection|TOPO/|===|CPU/|GPU/|NET/|\+ |  |"
     r"Could not|Allocated|Using |DMA-BUF|ncclCommInitRank|Comm config|dlvsym|\s*\d+ : |ncclTopo|ncclP2p|\[Proxy|"
-    r"CUDA Dev|include/|[\w./]+\.cc?:\d+ -> \d)")
+    r"CUDA Dev|include/|[\w./]+\.cc?:\d+ -> \d)"
+)
 """Lines NCCL prints that the tables do not need: recognised so they are not counted as unknown."""
 
 
@@ -506,14 +541,34 @@ class LogParser:
         channels = c.ring_total or (max(c.ring_ids) + 1 if c.ring_ids else None) or c.coll_channels
         devices = proc.ib_devices if network == "IB" or (network is None and proc.ib_found) else proc.socket_devices
         return {
-            "run_id": self.run_id, "file": self.path, "host": host, "pid": pid, "cuda_dev": cdev, "comm": c.comm,
-            "rank": c.rank, "nranks": c.nranks, "nnodes": c.nnodes, "local_ranks": c.local_ranks,
-            "nccl_version": proc.version, "cuda_version": proc.cuda, "network": network, "net_devices": devices,
-            "ib_device_found": proc.ib_found, "gdr": gdr, "gdr_note": dev.gdr_note if gdr is not True else None,
-            "pxn": c.pxn, "channels": channels, "nvls_channels": c.nvls_channels, "p2p_channels": c.p2p_channels,
-            "transports": ",".join(sorted(c.transports)) or None, "net_connections": c.net_connections,
-            "net_gdr_connections": c.net_gdr, "init_complete": c.complete, "env": list(proc.env.items()) or None,
-            "warnings": dev.warnings, "first_line": c.first_line,
+            "run_id": self.run_id,
+            "file": self.path,
+            "host": host,
+            "pid": pid,
+            "cuda_dev": cdev,
+            "comm": c.comm,
+            "rank": c.rank,
+            "nranks": c.nranks,
+            "nnodes": c.nnodes,
+            "local_ranks": c.local_ranks,
+            "nccl_version": proc.version,
+            "cuda_version": proc.cuda,
+            "network": network,
+            "net_devices": devices,
+            "ib_device_found": proc.ib_found,
+            "gdr": gdr,
+            "gdr_note": dev.gdr_note if gdr is not True else None,
+            "pxn": c.pxn,
+            "channels": channels,
+            "nvls_channels": c.nvls_channels,
+            "p2p_channels": c.p2p_channels,
+            "transports": ",".join(sorted(c.transports)) or None,
+            "net_connections": c.net_connections,
+            "net_gdr_connections": c.net_gdr,
+            "init_complete": c.complete,
+            "env": list(proc.env.items()) or None,
+            "warnings": dev.warnings,
+            "first_line": c.first_line,
         }
 
     def tuning_table(self) -> pa.Table:
@@ -521,18 +576,36 @@ class LogParser:
         for (key, coll, nbytes, algo, proto, lo, hi), (calls, first, t) in self.tuning.items():
             host, pid, cdev = key
             main = self._main_comm(self.devs[key]) if key in self.devs else None
-            rows.append({"run_id": self.run_id, "file": self.path, "host": host, "pid": pid, "cuda_dev": cdev,
-                         "rank": main.rank if main else None, "collective": coll, "bytes": nbytes, "algo": algo,
-                         "proto": proto, "channel_lo": lo, "channel_hi": hi, "model_time_us": t, "calls": calls,
-                         "first_line": first})
+            rows.append(
+                {
+                    "run_id": self.run_id,
+                    "file": self.path,
+                    "host": host,
+                    "pid": pid,
+                    "cuda_dev": cdev,
+                    "rank": main.rank if main else None,
+                    "collective": coll,
+                    "bytes": nbytes,
+                    "algo": algo,
+                    "proto": proto,
+                    "channel_lo": lo,
+                    "channel_hi": hi,
+                    "model_time_us": t,
+                    "calls": calls,
+                    "first_line": first,
+                }
+            )
         return pa.Table.from_pylist(rows, schema=NCCL_TUNING)
 
     def caveats(self) -> list[Caveat]:
         out = []
         for kind, lines in self.malformed.items():
             where = ", ".join(str(n) for n in lines[:5]) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
-            out.append(Caveat("nccl_log_malformed_line", f"{len(lines)} '{kind}' line(s) did not parse (line {where}); "
-                              "they were skipped", self.path))
+            out.append(
+                Caveat(
+                    "nccl_log_malformed_line", f"{len(lines)} '{kind}' line(s) did not parse (line {where}); they were skipped", self.path
+                )
+            )
         return out
 
     def into(self, data: SourceData) -> None:
@@ -545,8 +618,13 @@ class LogParser:
         if self.tuning:
             data.tables["nccl_tuning"] = self.tuning_table()
         data.caveats.extend(self.caveats())
-        data.meta.update({"nccl_lines": self.lines, "nccl_unknown_lines": self.unknown,
-                          "nccl_malformed_lines": sum(len(v) for v in self.malformed.values())})
+        data.meta.update(
+            {
+                "nccl_lines": self.lines,
+                "nccl_unknown_lines": self.unknown,
+                "nccl_malformed_lines": sum(len(v) for v in self.malformed.values()),
+            }
+        )
         versions = sorted({p.version for p in self.procs.values() if p.version})
         if versions:
             data.meta["nccl_version"] = versions[0] if len(versions) == 1 else versions
@@ -609,14 +687,20 @@ def read(path: Path) -> SourceData:
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     if parser.lines == 0:
-        raise InputError(path, "no NCCL log lines (host:pid:tid [dev] NCCL INFO ...)",
-                         hint="run the job with NCCL_DEBUG=INFO and keep its stdout/stderr")
+        raise InputError(
+            path, "no NCCL log lines (host:pid:tid [dev] NCCL INFO ...)", hint="run the job with NCCL_DEBUG=INFO and keep its stdout/stderr"
+        )
     parser.into(data)
     wrappers.into(data.meta)
     data.meta["other_lines"] = other
     if "nccl_log" not in data.tables:
-        data.caveats.append(Caveat("nccl_log_no_init", "NCCL lines but no communicator facts (version, network, "
-                                   "channels): NCCL_DEBUG_SUBSYS may exclude INIT", str(path)))
+        data.caveats.append(
+            Caveat(
+                "nccl_log_no_init",
+                "NCCL lines but no communicator facts (version, network, channels): NCCL_DEBUG_SUBSYS may exclude INIT",
+                str(path),
+            )
+        )
     return data
 
 

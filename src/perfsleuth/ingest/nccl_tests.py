@@ -50,53 +50,77 @@ def _f(name: str, typ: pa.DataType, doc: str, unit: str | None = None) -> pa.Fie
     return pa.field(name, typ, metadata={"doc": doc} | ({"unit": unit} if unit else {}))
 
 
-NCCL_TESTS = pa.schema([
-    _f("run_id", pa.string(), "file name #run index: one run of one nccl-tests binary"),
-    _f("file", pa.string(), "path of the file read"),
-    _f("run_index", pa.int32(), "position of the run in the file, from 0"),
-    _f("line", pa.int32(), "line of the row in the file (0 for JSON)"),
-    _f("collective", pa.string(), "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv, ..."),
-    _f("nranks", pa.int32(), "ranks in the test (the '# Rank' lines; inferred from busbw/algbw when absent)"),
-    _f("nhosts", pa.int32(), "distinct hosts among the ranks"),
-    _f("hosts", pa.string(), "the hosts, sorted, comma-separated"),
-    _f("gpu_model", pa.string(), "device name of the ranks (the most common one)"),
-    _f("nccl_version", pa.string(), "NCCL library version, e.g. 2.28.9 (header, JSON or INFO line)"),
-    _f("tests_version", pa.string(), "nccl-tests version"),
-    _f("size_bytes", pa.int64(), "message size as nccl-tests prints it (total for allgather/reducescatter/alltoall)", "bytes"),
-    _f("count", pa.int64(), "elements", "elements"),
-    _f("dtype", pa.string(), "element type (float, half, bfloat16, ...)"),
-    _f("redop", pa.string(), "reduction (sum, prod, max, min, avg, none); None when the layout has no such column"),
-    _f("root", pa.int32(), "root rank; -1 for collectives without one; None when the layout has no such column"),
-    _f("placement", pa.string(), "out_of_place or in_place"),
-    _f("time_us", pa.float64(), "mean time per iteration", "us"),
-    _f("time_is_cpu", pa.bool_(), "time is host wall time (-C 1 'cputime'), not GPU time"),
-    _f("algbw_gbs", pa.float64(), "algorithm bandwidth size/time", "GB/s"),
-    _f("busbw_gbs", pa.float64(), "bus bandwidth algbw x collective factor", "GB/s"),
-    _f("wrong", pa.float64(), "#wrong: elements with a wrong result (older 'error': max error); None when not checked (N/A)"),
-    _f("i_min_us", pa.float64(), "-I 1: fastest iteration", "us"),
-    _f("i_max_us", pa.float64(), "-I 1: slowest iteration", "us"),
-    _f("i_p99_us", pa.float64(), "-I 1: 99th percentile iteration", "us"),
-    _f("i_cv_pct", pa.float64(), "-I 1: coefficient of variation of iterations", "%"),
-    _f("iters", pa.int32(), "timed iterations per size"),
-    _f("warmup_iters", pa.int32(), "warm-up iterations per size"),
-    _f("algo_env", pa.string(), "NCCL_ALGO in force for the run (None: NCCL chose)"),
-    _f("proto_env", pa.string(), "NCCL_PROTO in force for the run (None: NCCL chose)"),
-    _f("chosen_algo", pa.string(), "algorithm NCCL chose for this size, from TUNING lines in the run"),
-    _f("chosen_proto", pa.string(), "protocol NCCL chose for this size, from TUNING lines in the run"),
-    _f("avg_busbw_gbs", pa.float64(), "the run's '# Avg bus bandwidth' footer", "GB/s"),
-    _f("oob_values", pa.int32(), "the run's '# Out of bounds values' footer"),
-    _f("complete", pa.bool_(), "the run's footer was seen (False: cut off)"),
-    _f("units_ok", pa.bool_(), "size/time agrees with algbw for this run (False: numbers do not hold together)"),
-    _f("source_format", pa.string(), "text or json"),
-], metadata={"table": "nccl_tests", "schema_version": "1"})
+NCCL_TESTS = pa.schema(
+    [
+        _f("run_id", pa.string(), "file name #run index: one run of one nccl-tests binary"),
+        _f("file", pa.string(), "path of the file read"),
+        _f("run_index", pa.int32(), "position of the run in the file, from 0"),
+        _f("line", pa.int32(), "line of the row in the file (0 for JSON)"),
+        _f("collective", pa.string(), "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv, ..."),
+        _f("nranks", pa.int32(), "ranks in the test (the '# Rank' lines; inferred from busbw/algbw when absent)"),
+        _f("nhosts", pa.int32(), "distinct hosts among the ranks"),
+        _f("hosts", pa.string(), "the hosts, sorted, comma-separated"),
+        _f("gpu_model", pa.string(), "device name of the ranks (the most common one)"),
+        _f("nccl_version", pa.string(), "NCCL library version, e.g. 2.28.9 (header, JSON or INFO line)"),
+        _f("tests_version", pa.string(), "nccl-tests version"),
+        _f("size_bytes", pa.int64(), "message size as nccl-tests prints it (total for allgather/reducescatter/alltoall)", "bytes"),
+        _f("count", pa.int64(), "elements", "elements"),
+        _f("dtype", pa.string(), "element type (float, half, bfloat16, ...)"),
+        _f("redop", pa.string(), "reduction (sum, prod, max, min, avg, none); None when the layout has no such column"),
+        _f("root", pa.int32(), "root rank; -1 for collectives without one; None when the layout has no such column"),
+        _f("placement", pa.string(), "out_of_place or in_place"),
+        _f("time_us", pa.float64(), "mean time per iteration", "us"),
+        _f("time_is_cpu", pa.bool_(), "time is host wall time (-C 1 'cputime'), not GPU time"),
+        _f("algbw_gbs", pa.float64(), "algorithm bandwidth size/time", "GB/s"),
+        _f("busbw_gbs", pa.float64(), "bus bandwidth algbw x collective factor", "GB/s"),
+        _f("wrong", pa.float64(), "#wrong: elements with a wrong result (older 'error': max error); None when not checked (N/A)"),
+        _f("i_min_us", pa.float64(), "-I 1: fastest iteration", "us"),
+        _f("i_max_us", pa.float64(), "-I 1: slowest iteration", "us"),
+        _f("i_p99_us", pa.float64(), "-I 1: 99th percentile iteration", "us"),
+        _f("i_cv_pct", pa.float64(), "-I 1: coefficient of variation of iterations", "%"),
+        _f("iters", pa.int32(), "timed iterations per size"),
+        _f("warmup_iters", pa.int32(), "warm-up iterations per size"),
+        _f("algo_env", pa.string(), "NCCL_ALGO in force for the run (None: NCCL chose)"),
+        _f("proto_env", pa.string(), "NCCL_PROTO in force for the run (None: NCCL chose)"),
+        _f("chosen_algo", pa.string(), "algorithm NCCL chose for this size, from TUNING lines in the run"),
+        _f("chosen_proto", pa.string(), "protocol NCCL chose for this size, from TUNING lines in the run"),
+        _f("avg_busbw_gbs", pa.float64(), "the run's '# Avg bus bandwidth' footer", "GB/s"),
+        _f("oob_values", pa.int32(), "the run's '# Out of bounds values' footer"),
+        _f("complete", pa.bool_(), "the run's footer was seen (False: cut off)"),
+        _f("units_ok", pa.bool_(), "size/time agrees with algbw for this run (False: numbers do not hold together)"),
+        _f("source_format", pa.string(), "text or json"),
+    ],
+    metadata={"table": "nccl_tests", "schema_version": "1"},
+)
 
 
 # --- layout -------------------------------------------------------------------------------------
 
-_CANON = {"size": "size", "bytes": "size", "count": "count", "n": "count", "elements": "count", "type": "type",
-          "redop": "redop", "op": "redop", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw",
-          "busbw": "busbw", "#wrong": "wrong", "wrong": "wrong", "error": "wrong", "errors": "wrong", "res": "wrong",
-          "i_min": "i_min_us", "i_max": "i_max_us", "i_p99": "i_p99_us", "i_cv%": "i_cv_pct", "timestamp": "timestamp"}
+_CANON = {
+    "size": "size",
+    "bytes": "size",
+    "count": "count",
+    "n": "count",
+    "elements": "count",
+    "type": "type",
+    "redop": "redop",
+    "op": "redop",
+    "root": "root",
+    "time": "time",
+    "cputime": "time",
+    "algbw": "algbw",
+    "busbw": "busbw",
+    "#wrong": "wrong",
+    "wrong": "wrong",
+    "error": "wrong",
+    "errors": "wrong",
+    "res": "wrong",
+    "i_min": "i_min_us",
+    "i_max": "i_max_us",
+    "i_p99": "i_p99_us",
+    "i_cv%": "i_cv_pct",
+    "timestamp": "timestamp",
+}
 KEY_COLUMNS = ("size", "count", "type", "redop", "root")
 
 
@@ -140,10 +164,14 @@ def parse_layout(line: str) -> Layout | None:
 _VERSION_RE = re.compile(r"^#\s*nccl-tests version (\S+)(?: \(\w+\))?(?: nccl-headers=(\d+))?(?: nccl-library=(\d+))?")
 _START_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _END_RE = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
-_NTHREAD_RE = re.compile(r"^#\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+) step: (\d+)\((\w+)\) "
-                         r"warmup iters: (\d+) iters: (\d+)")
-_RANK_RE = re.compile(r"^#\s+Rank\s+(\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+\d+)?\s+on\s+(\S+)\s+device\s+(\d+)\s+"
-                      r"\[([^\]]*)\]\s*(.*?)\s*$")
+_NTHREAD_RE = re.compile(
+    r"^#\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+) step: (\d+)\((\w+)\) "
+    r"warmup iters: (\d+) iters: (\d+)"
+)
+_RANK_RE = re.compile(
+    r"^#\s+Rank\s+(\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+\d+)?\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+    r"\[([^\]]*)\]\s*(.*?)\s*$"
+)
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _COMMAND_RE = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
@@ -194,8 +222,7 @@ def looks_like_nccl_tests(text: str) -> bool:
     bare = 0
     for line in text.splitlines():
         line = unwrap(line).text.strip()
-        if (_HEADER_RE.match(line) or _NTHREAD_RE.match(line) or _START_RE.match(line) or _AVG_RE.match(line)
-                or _VERSION_RE.match(line)):
+        if _HEADER_RE.match(line) or _NTHREAD_RE.match(line) or _START_RE.match(line) or _AVG_RE.match(line) or _VERSION_RE.match(line):
             return True
         if line[:1].isdigit() and bare_layout(line.split()) is not None:
             bare += 1
@@ -205,6 +232,7 @@ def looks_like_nccl_tests(text: str) -> bool:
 
 
 # --- one run --------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _Run:
@@ -275,7 +303,7 @@ def parse_row(tokens: list[str], layout: Layout) -> dict[str, Any] | None:
             return None
         placements = PLACEMENTS if groups == 2 else ("in_place",)
         for i, pl in enumerate(placements):
-            vals = meas[i * gw:(i + 1) * gw]
+            vals = meas[i * gw : (i + 1) * gw]
             rec = {}
             for col, tok in zip(layout.group, vals, strict=True):
                 rec[col] = _num(tok)
@@ -346,8 +374,13 @@ class _Reader:
         if run.rows:
             self.runs.append(run)
         elif run.layout is not None:
-            self.caveats.append(Caveat("nccl_tests_empty_run", f"run at line {run.first_line} printed a results header "
-                                       "but no results (crashed or cut off)", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_empty_run",
+                    f"run at line {run.first_line} printed a results header but no results (crashed or cut off)",
+                    str(self.path),
+                )
+            )
 
     def _header_line(self, lineno: int) -> None:
         """A run header line: it opens a new run unless the current one has not begun its table."""
@@ -453,8 +486,13 @@ class _Reader:
         elif _HEADER_RE.match(line):
             layout = parse_layout(line)
             if layout is None:
-                self.caveats.append(Caveat("nccl_tests_unknown_layout", f"line {lineno}: results header with columns "
-                                           "this reader does not know; the table was skipped", str(self.path)))
+                self.caveats.append(
+                    Caveat(
+                        "nccl_tests_unknown_layout",
+                        f"line {lineno}: results header with columns this reader does not know; the table was skipped",
+                        str(self.path),
+                    )
+                )
                 return
             if run.rows:
                 self._new_run(lineno)
@@ -469,8 +507,9 @@ class _Reader:
             try:
                 run.avg_busbw = float(m.group(1))
             except ValueError:
-                self.caveats.append(Caveat("nccl_tests_garbled_footer", f"line {lineno}: Avg bus bandwidth "
-                                           f"{m.group(1)!r} is not a number", str(self.path)))
+                self.caveats.append(
+                    Caveat("nccl_tests_garbled_footer", f"line {lineno}: Avg bus bandwidth {m.group(1)!r} is not a number", str(self.path))
+                )
             run.complete = True
         elif _END_RE.match(line):
             run.complete = True
@@ -485,9 +524,15 @@ class _Reader:
                 return
             layout = run.layout = guessed
             cols = " ".join(guessed.keys)
-            self.caveats.append(Caveat("nccl_tests_no_header", f"results from line {lineno} have no column header "
-                                       f"(output cut at its start, or rows pasted alone); read by their shape as "
-                                       f"{cols} + out-of-place and in-place time algbw busbw wrong", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_no_header",
+                    f"results from line {lineno} have no column header "
+                    f"(output cut at its start, or rows pasted alone); read by their shape as "
+                    f"{cols} + out-of-place and in-place time algbw busbw wrong",
+                    str(self.path),
+                )
+            )
         if run.complete:  # results after a footer without a new header: another run
             self._new_run(lineno)
             self.run.layout = layout
@@ -543,21 +588,45 @@ class _Reader:
         self._flush_pending()
         self._close()
         if self.rejoined:
-            self.caveats.append(Caveat("nccl_tests_rows_rejoined", f"{self.rejoined} result row(s) were broken over "
-                                       "several lines (other output or NCCL lines in between) and were put back "
-                                       "together", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_rows_rejoined",
+                    f"{self.rejoined} result row(s) were broken over "
+                    "several lines (other output or NCCL lines in between) and were put back "
+                    "together",
+                    str(self.path),
+                )
+            )
         if self.lost_rows:
-            self.caveats.append(Caveat("nccl_tests_split_rows_lost", f"{len(self.lost_rows)} result row(s) were cut "
-                                       "off and their rest never came (first at line "
-                                       f"{self.lost_rows[0]}): those sizes are missing", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_split_rows_lost",
+                    f"{len(self.lost_rows)} result row(s) were cut "
+                    "off and their rest never came (first at line "
+                    f"{self.lost_rows[0]}): those sizes are missing",
+                    str(self.path),
+                )
+            )
         if self.duplicate_headers:
-            self.caveats.append(Caveat("nccl_tests_duplicate_header", f"{self.duplicate_headers} header(s) printed "
-                                       "twice before results: several processes wrote into one output (nccl-tests "
-                                       "built without MPI under mpirun runs one test per process)", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_duplicate_header",
+                    f"{self.duplicate_headers} header(s) printed "
+                    "twice before results: several processes wrote into one output (nccl-tests "
+                    "built without MPI under mpirun runs one test per process)",
+                    str(self.path),
+                )
+            )
         if self.headerless_rows:
-            self.caveats.append(Caveat("nccl_tests_rows_without_header", f"{len(self.headerless_rows)} result-like "
-                                       f"line(s) before any column header (first at line {self.headerless_rows[0]}) "
-                                       "were skipped", str(self.path)))
+            self.caveats.append(
+                Caveat(
+                    "nccl_tests_rows_without_header",
+                    f"{len(self.headerless_rows)} result-like "
+                    f"line(s) before any column header (first at line {self.headerless_rows[0]}) "
+                    "were skipped",
+                    str(self.path),
+                )
+            )
         return self.runs
 
 
@@ -577,8 +646,12 @@ def _load_json(path: Path) -> dict[str, Any]:
         try:  # nccl-tests writes doubles with %lf: an infinite bandwidth becomes a bare 'inf'
             doc = json.loads(_BARE_NONFINITE.sub("null", text))
         except json.JSONDecodeError as exc:
-            raise InputError(path, f"not valid JSON: {exc.msg}", place=f"line {exc.lineno} column {exc.colno}",
-                             hint="a -J file is complete only when the test ends; a crashed run leaves it cut off") from None
+            raise InputError(
+                path,
+                f"not valid JSON: {exc.msg}",
+                place=f"line {exc.lineno} column {exc.colno}",
+                hint="a -J file is complete only when the test ends; a crashed run leaves it cut off",
+            ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise InputError(path, "JSON without a 'results' list: not nccl-tests -J output")
     return doc
@@ -617,8 +690,14 @@ def _json_run(path: Path, doc: dict[str, Any], caveats: list[Caveat]) -> _Run:
             continue
         try:
             root = int(str(r.get("root", "")).strip()) if str(r.get("root", "")).strip() else None
-            row: dict[str, Any] = {"size_bytes": int(r["size"]), "count": int(r["count"]), "dtype": str(r.get("type")),
-                                   "redop": r.get("redop"), "root": root, "line": 0}
+            row: dict[str, Any] = {
+                "size_bytes": int(r["size"]),
+                "count": int(r["count"]),
+                "dtype": str(r.get("type")),
+                "redop": r.get("redop"),
+                "root": root,
+                "line": 0,
+            }
         except (KeyError, TypeError, ValueError):
             run.garbled.append(i)
             continue
@@ -627,12 +706,20 @@ def _json_run(path: Path, doc: dict[str, Any], caveats: list[Caveat]) -> _Run:
             if not isinstance(m, dict):
                 continue
             cpu = cpu or "cpu_time" in m
-            rec = {"time": _jnum(m.get("time", m.get("cpu_time"))), "algbw": _jnum(m.get("alg_bw")),
-                   "busbw": _jnum(m.get("bus_bw")), "wrong": _jnum(m.get("nwrong"))}
+            rec = {
+                "time": _jnum(m.get("time", m.get("cpu_time"))),
+                "algbw": _jnum(m.get("alg_bw")),
+                "busbw": _jnum(m.get("bus_bw")),
+                "wrong": _jnum(m.get("nwrong")),
+            }
             it = r.get(f"{pl}_per_iter")
             if isinstance(it, dict):
-                rec |= {"i_min_us": _jnum(it.get("min_us")), "i_max_us": _jnum(it.get("max_us")),
-                        "i_p99_us": _jnum(it.get("p99_us")), "i_cv_pct": _jnum(it.get("cv_pct"))}
+                rec |= {
+                    "i_min_us": _jnum(it.get("min_us")),
+                    "i_max_us": _jnum(it.get("max_us")),
+                    "i_p99_us": _jnum(it.get("p99_us")),
+                    "i_cv_pct": _jnum(it.get("cv_pct")),
+                }
             if rec["time"] is None:
                 run.garbled.append(i)
                 continue
@@ -654,6 +741,7 @@ def _json_run(path: Path, doc: dict[str, Any], caveats: list[Caveat]) -> _Run:
 
 # --- runs -> table --------------------------------------------------------------------------------
 
+
 def _chosen(run: _Run, size: int, nranks: int | None, collective: str | None) -> tuple[str | None, str | None]:
     """The (algo, proto) NCCL chose most often at this size, from the run's TUNING lines (which count
     per-rank bytes for allgather and reducescatter)."""
@@ -672,20 +760,30 @@ def _finish_run(run: _Run, path: Path, caveats: list[Caveat]) -> list[dict[str, 
     nranks: int | None = len(run.devices) or None
     points = [(r["size_bytes"], r[pl]) for r in run.rows for pl in PLACEMENTS if pl in r]
     # units: algbw must be size / time. Old versions printed ms; anything else means garbled columns.
-    implied = [s / (m["time"] * 1e3) / m["algbw"] for s, m in points
-               if m.get("algbw") and m["algbw"] >= 0.05 and m["time"] > 0 and s > 0]
+    implied = [s / (m["time"] * 1e3) / m["algbw"] for s, m in points if m.get("algbw") and m["algbw"] >= 0.05 and m["time"] > 0 and s > 0]
     scale = 1.0
     if len(implied) >= 2:
         med = float(np.median(implied))
         if 500 <= med <= 2500:
             scale = 1e3
-            caveats.append(Caveat("nccl_tests_time_in_ms", f"{where}: times are in ms (size/time is 1000x algbw), "
-                                  "as the first nccl-tests versions printed them; converted to us", p))
+            caveats.append(
+                Caveat(
+                    "nccl_tests_time_in_ms",
+                    f"{where}: times are in ms (size/time is 1000x algbw), as the first nccl-tests versions printed them; converted to us",
+                    p,
+                )
+            )
         elif not 0.45 <= med <= 2.6:
             run.units_ok = False
-            caveats.append(Caveat("nccl_tests_inconsistent_units", f"{where}: size/time is {med:.3g}x the printed "
-                                  "algbw; the time or bandwidth columns are in other units or garbled: the run is "
-                                  "kept but not used for judgements", p))
+            caveats.append(
+                Caveat(
+                    "nccl_tests_inconsistent_units",
+                    f"{where}: size/time is {med:.3g}x the printed "
+                    "algbw; the time or bandwidth columns are in other units or garbled: the run is "
+                    "kept but not used for judgements",
+                    p,
+                )
+            )
     ratios = [m["busbw"] / m["algbw"] for _, m in points if m.get("algbw") and m["algbw"] >= 0.05 and m.get("busbw")]
     ratio = float(np.median(ratios)) if ratios else None
     if nranks is None and ratio is not None and 1.0 < ratio < 2.0:
@@ -694,41 +792,84 @@ def _finish_run(run: _Run, path: Path, caveats: list[Caveat]) -> list[dict[str, 
     if collective is None:
         collective, source = _infer_collective(run, ratio, nranks, path)
         if collective is None:
-            caveats.append(Caveat("nccl_tests_unknown_collective", f"{where}: which collective was measured is not "
-                                  "stated and cannot be told from the columns", p))
+            caveats.append(
+                Caveat(
+                    "nccl_tests_unknown_collective",
+                    f"{where}: which collective was measured is not stated and cannot be told from the columns",
+                    p,
+                )
+            )
         elif source == "from the file name":
-            caveats.append(Caveat("nccl_tests_collective_from_name", f"{where}: collective {collective} taken from "
-                                  "the file name", p))
+            caveats.append(Caveat("nccl_tests_collective_from_name", f"{where}: collective {collective} taken from the file name", p))
     if collective and nranks and nranks > 1 and ratio is not None and run.units_ok:
         try:
             want = busbw_factor(collective, nranks)
         except ValueError:
             want = None
         if want and abs(ratio / want - 1) > 0.05 and not (collective in ("allgather", "reducescatter") and ratio <= 1.0):
-            caveats.append(Caveat("nccl_tests_busbw_factor", f"{where}: busbw/algbw is {ratio:.3f}, not {want:.3f} "
-                                  f"for {collective} over {nranks} ranks", p))
+            caveats.append(
+                Caveat(
+                    "nccl_tests_busbw_factor",
+                    f"{where}: busbw/algbw is {ratio:.3f}, not {want:.3f} for {collective} over {nranks} ranks",
+                    p,
+                )
+            )
     if run.garbled:
-        caveats.append(Caveat("nccl_tests_garbled_rows", f"{where}: {len(run.garbled)} row(s) did not parse and were "
-                              f"skipped (first: {'line ' if run.source_format == 'text' else 'result '}{run.garbled[0]})", p))
+        caveats.append(
+            Caveat(
+                "nccl_tests_garbled_rows",
+                f"{where}: {len(run.garbled)} row(s) did not parse and were "
+                f"skipped (first: {'line ' if run.source_format == 'text' else 'result '}{run.garbled[0]})",
+                p,
+            )
+        )
     if not run.complete:
-        caveats.append(Caveat("nccl_tests_truncated_run", f"{where}: no footer: the run was cut off after "
-                              f"{len(run.rows)} size(s); their rows are kept", p))
+        caveats.append(
+            Caveat(
+                "nccl_tests_truncated_run", f"{where}: no footer: the run was cut off after {len(run.rows)} size(s); their rows are kept", p
+            )
+        )
     wrong = sum(1 for _, m in points if (m.get("wrong") or 0) > 0)
     if wrong:
-        caveats.append(Caveat("nccl_tests_wrong_results", f"{where}: {wrong} measurement(s) report wrong elements: "
-                              "results were incorrect there; their bandwidth is suspect", p))
+        caveats.append(
+            Caveat(
+                "nccl_tests_wrong_results",
+                f"{where}: {wrong} measurement(s) report wrong elements: results were incorrect there; their bandwidth is suspect",
+                p,
+            )
+        )
     sizes = [r["size_bytes"] for r in run.rows]
     if any(b < a for a, b in zip(sizes, sizes[1:], strict=False)) and len({(r["dtype"], r["redop"]) for r in run.rows}) == 1:
-        caveats.append(Caveat("nccl_tests_unordered_rows", f"{where}: sizes are not in increasing order: outputs of "
-                              "several processes or runs are interleaved", p))
+        caveats.append(
+            Caveat(
+                "nccl_tests_unordered_rows",
+                f"{where}: sizes are not in increasing order: outputs of several processes or runs are interleaved",
+                p,
+            )
+        )
     run_id = f"{path.name}#{run.index}"
-    base = {"run_id": run_id, "file": p, "run_index": run.index, "collective": collective, "nranks": nranks,
-            "nhosts": len(hosts) or None, "hosts": ",".join(hosts) or None,
-            "gpu_model": models.most_common(1)[0][0] if models else None, "nccl_version": run.nccl_version,
-            "tests_version": run.tests_version, "time_is_cpu": run.layout.cputime if run.layout else False,
-            "iters": run.iters, "warmup_iters": run.warmup, "algo_env": run.env.get("NCCL_ALGO"),
-            "proto_env": run.env.get("NCCL_PROTO"), "avg_busbw_gbs": run.avg_busbw, "oob_values": run.oob,
-            "complete": run.complete, "units_ok": run.units_ok, "source_format": run.source_format}
+    base = {
+        "run_id": run_id,
+        "file": p,
+        "run_index": run.index,
+        "collective": collective,
+        "nranks": nranks,
+        "nhosts": len(hosts) or None,
+        "hosts": ",".join(hosts) or None,
+        "gpu_model": models.most_common(1)[0][0] if models else None,
+        "nccl_version": run.nccl_version,
+        "tests_version": run.tests_version,
+        "time_is_cpu": run.layout.cputime if run.layout else False,
+        "iters": run.iters,
+        "warmup_iters": run.warmup,
+        "algo_env": run.env.get("NCCL_ALGO"),
+        "proto_env": run.env.get("NCCL_PROTO"),
+        "avg_busbw_gbs": run.avg_busbw,
+        "oob_values": run.oob,
+        "complete": run.complete,
+        "units_ok": run.units_ok,
+        "source_format": run.source_format,
+    }
     out = []
     for r in run.rows:
         algo, proto = _chosen(run, r["size_bytes"], nranks, collective)
@@ -736,16 +877,33 @@ def _finish_run(run: _Run, path: Path, caveats: list[Caveat]) -> list[dict[str, 
             m = r.get(pl)
             if m is None:
                 continue
-            out.append(base | {
-                "line": r["line"], "size_bytes": r["size_bytes"], "count": r["count"], "dtype": r["dtype"],
-                "redop": r["redop"] or None, "root": r["root"], "placement": pl, "time_us": m["time"] * scale,
-                "algbw_gbs": m.get("algbw"), "busbw_gbs": m.get("busbw"), "wrong": m.get("wrong"),
-                "i_min_us": m.get("i_min_us"), "i_max_us": m.get("i_max_us"), "i_p99_us": m.get("i_p99_us"),
-                "i_cv_pct": m.get("i_cv_pct"), "chosen_algo": algo, "chosen_proto": proto})
+            out.append(
+                base
+                | {
+                    "line": r["line"],
+                    "size_bytes": r["size_bytes"],
+                    "count": r["count"],
+                    "dtype": r["dtype"],
+                    "redop": r["redop"] or None,
+                    "root": r["root"],
+                    "placement": pl,
+                    "time_us": m["time"] * scale,
+                    "algbw_gbs": m.get("algbw"),
+                    "busbw_gbs": m.get("busbw"),
+                    "wrong": m.get("wrong"),
+                    "i_min_us": m.get("i_min_us"),
+                    "i_max_us": m.get("i_max_us"),
+                    "i_p99_us": m.get("i_p99_us"),
+                    "i_cv_pct": m.get("i_cv_pct"),
+                    "chosen_algo": algo,
+                    "chosen_proto": proto,
+                }
+            )
     return out
 
 
 # --- the adapter ----------------------------------------------------------------------------------
+
 
 def _head(path: Path) -> str | None:
     head = sniff(path)
@@ -787,8 +945,12 @@ def read(path: Path) -> SourceData:
         log = reader.log
     rows = [row for run in runs for row in _finish_run(run, path, data.caveats)]
     if not rows:
-        raise InputError(path, "no nccl-tests results in this file", place=f"{len(runs)} run(s) with results",
-                         hint="expected the table all_reduce_perf and friends print (# size count type ...) or their -J JSON")
+        raise InputError(
+            path,
+            "no nccl-tests results in this file",
+            place=f"{len(runs)} run(s) with results",
+            hint="expected the table all_reduce_perf and friends print (# size count type ...) or their -J JSON",
+        )
     data.tables["nccl_tests"] = pa.Table.from_pylist(rows, schema=NCCL_TESTS)
     if log is not None:
         log.into(data)

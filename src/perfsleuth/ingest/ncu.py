@@ -81,8 +81,12 @@ KERNEL_METRICS = pa.schema(
         _f("flop_count_fp64", pa.float64(), "dadd + dmul + 2 x dfma thread instructions (CUDA cores)", "FLOP"),
         _f("flop_count_fp32", pa.float64(), "fadd + fmul + 2 x ffma thread instructions (CUDA cores)", "FLOP"),
         _f("flop_count_fp16", pa.float64(), "hadd + hmul + 2 x hfma thread instructions (CUDA cores)", "FLOP"),
-        _f("flop_count", pa.float64(), "sum of the counted CUDA-core FLOPs; null when no FLOP counter was collected "
-           "(Tensor Core work is never in it)", "FLOP"),
+        _f(
+            "flop_count",
+            pa.float64(),
+            "sum of the counted CUDA-core FLOPs; null when no FLOP counter was collected (Tensor Core work is never in it)",
+            "FLOP",
+        ),
         _f("tensor_inst_count", pa.float64(), "warp instructions issued to the Tensor Core pipe", "instructions"),
     ],
     metadata={"table": "kernel_metrics", "source": "ncu"},
@@ -118,12 +122,21 @@ FIELDS: tuple[Field, ...] = (
     Field("dram_frequency_hz", "freq", ("dram__cycles_elapsed.avg.per_second", "DRAM Frequency")),
     Field("sm_throughput_pct", "pct", ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) Throughput")),
     Field("memory_throughput_pct", "pct", ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory Throughput")),
-    Field("dram_throughput_pct", "pct", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                                         "dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM Throughput")),
+    Field(
+        "dram_throughput_pct",
+        "pct",
+        ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM Throughput"),
+    ),
     Field("l1tex_throughput_pct", "pct", ("l1tex__throughput.avg.pct_of_peak_sustained_active", "L1/TEX Cache Throughput")),
     Field("l2_throughput_pct", "pct", ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "L2 Cache Throughput")),
-    Field("tensor_pipe_active_pct", "pct", ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
-                                            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")),
+    Field(
+        "tensor_pipe_active_pct",
+        "pct",
+        (
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+        ),
+    ),
     Field("achieved_occupancy_pct", "pct", ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved Occupancy")),
     Field("theoretical_occupancy_pct", "pct", ("sm__maximum_warps_per_active_cycle_pct", "Theoretical Occupancy")),
     Field("grid_size", "count", ("launch__grid_size", "Grid Size")),
@@ -157,14 +170,27 @@ FLOP_SOURCES: dict[str, dict[str, tuple[str, str]]] = {
 """CUDA-core FLOP counters per precision and op: the sm__ and smsp__ spellings count the same."""
 
 KNOWN_METRICS = frozenset(
-    [s for f in FIELDS for s in f.sources] + list(_SMEM_PARTS)
-    + [s for ops in FLOP_SOURCES.values() for pair in ops.values() for s in pair] + ["device__attribute_display_name"]
+    [s for f in FIELDS for s in f.sources]
+    + list(_SMEM_PARTS)
+    + [s for ops in FLOP_SOURCES.values() for pair in ops.values() for s in pair]
+    + ["device__attribute_display_name"]
 )
-_KIND = {s: f.kind for f in FIELDS for s in f.sources} | {s: "bytes" for s in _SMEM_PARTS} | {
-    s: "count" for ops in FLOP_SOURCES.values() for pair in ops.values() for s in pair}
+_KIND = (
+    {s: f.kind for f in FIELDS for s in f.sources}
+    | {s: "bytes" for s in _SMEM_PARTS}
+    | {s: "count" for ops in FLOP_SOURCES.values() for pair in ops.values() for s in pair}
+)
 
-IDENTITY = {"ID": "kernel_id", "Process ID": "process_id", "Host Name": "host", "Kernel Name": "kernel_name",
-            "Context": "context", "Stream": "stream", "Device": "device_index", "CC": "compute_capability"}
+IDENTITY = {
+    "ID": "kernel_id",
+    "Process ID": "process_id",
+    "Host Name": "host",
+    "Kernel Name": "kernel_name",
+    "Context": "context",
+    "Stream": "stream",
+    "Device": "device_index",
+    "CC": "compute_capability",
+}
 DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 SUMMARY_COLUMNS = ("Minimum", "Maximum", "Average")
@@ -173,8 +199,20 @@ SUMMARY_COLUMNS = ("Minimum", "Maximum", "Average")
 
 _SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BIN = {"K": 2.0**10, "k": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40}
-_TIME = {"ns": 1.0, "nsecond": 1.0, "nanosecond": 1.0, "us": 1e3, "usecond": 1e3, "microsecond": 1e3,
-         "ms": 1e6, "msecond": 1e6, "millisecond": 1e6, "s": 1e9, "second": 1e9, "cycle": None}
+_TIME = {
+    "ns": 1.0,
+    "nsecond": 1.0,
+    "nanosecond": 1.0,
+    "us": 1e3,
+    "usecond": 1e3,
+    "microsecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "millisecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+    "cycle": None,
+}
 _BYTES_RE = re.compile(r"^(?P<p>[kKMGT]?)(?P<i>i?)(?:byte|B)(?:/(?:block|thread|warp|request|sector|SM))?$")
 _FREQ_RE = re.compile(r"^(?P<p>[kKMGT]?)hz$", re.IGNORECASE)
 _PER_TIME_RE = re.compile(r"^cycle/(?P<t>[a-z]+)$")
@@ -250,8 +288,11 @@ def _text(path: Path) -> str:
         except (OSError, EOFError) as exc:
             raise InputError(path, f"truncated or corrupt gzip: {exc}") from exc
     if b"\x00" in data[:4096]:
-        raise InputError(path, "binary file, not an Nsight Compute CSV",
-                         hint="an .ncu-rep report must be exported first: ncu --import FILE.ncu-rep --csv --page raw")
+        raise InputError(
+            path,
+            "binary file, not an Nsight Compute CSV",
+            hint="an .ncu-rep report must be exported first: ncu --import FILE.ncu-rep --csv --page raw",
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -269,14 +310,26 @@ def _csv(path: Path) -> _Csv:
     if start is None:
         errors = [ln.strip() for ln in lines if ln.startswith("==ERROR==")]
         if errors:
-            hint = ("give the profiler access to GPU performance counters (run as root or set the nvidia module option "
-                    "NVreg_RestrictProfilingToAdminUsers=0)") if any("ERR_NVGPUCTRPERM" in e for e in errors) else None
+            hint = (
+                (
+                    "give the profiler access to GPU performance counters (run as root or set the nvidia module option "
+                    "NVreg_RestrictProfilingToAdminUsers=0)"
+                )
+                if any("ERR_NVGPUCTRPERM" in e for e in errors)
+                else None
+            )
             raise InputError(path, f"Nsight Compute reported an error and wrote no metrics: {errors[0][:200]}", hint=hint)
         if any(ln.startswith("==PROF==") for ln in lines):
-            raise InputError(path, "Nsight Compute output without a CSV table (no line starting \"ID\",...,\"Kernel Name\")",
-                             hint="profile with ncu --csv --page raw (or --page details), or --import the .ncu-rep with those options")
-        raise InputError(path, "not an Nsight Compute CSV: no header line with \"ID\" and \"Kernel Name\"",
-                         hint="perfsleuth reads the output of ncu --csv --page raw or --page details")
+            raise InputError(
+                path,
+                'Nsight Compute output without a CSV table (no line starting "ID",...,"Kernel Name")',
+                hint="profile with ncu --csv --page raw (or --page details), or --import the .ncu-rep with those options",
+            )
+        raise InputError(
+            path,
+            'not an Nsight Compute CSV: no header line with "ID" and "Kernel Name"',
+            hint="perfsleuth reads the output of ncu --csv --page raw or --page details",
+        )
     keep = [start] + [i for i in range(start + 1, len(lines)) if lines[i].startswith('"')]
     skipped = sum(1 for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i].startswith('"'))
     body = "\n".join(lines[i] for i in keep)
@@ -286,8 +339,12 @@ def _csv(path: Path) -> _Csv:
         msg = str(exc)
         m = re.search(r"line (\d+)", msg)
         place = f"line {keep[int(m[1]) - 1] + 1}" if m and int(m[1]) - 1 < len(keep) else None
-        raise InputError(path, f"malformed CSV row: {msg.splitlines()[-1][:200]}", place=place,
-                         hint="the file may be truncated or two outputs may be interleaved") from exc
+        raise InputError(
+            path,
+            f"malformed CSV row: {msg.splitlines()[-1][:200]}",
+            place=place,
+            hint="the file may be truncated or two outputs may be interleaved",
+        ) from exc
     # pandas pads a short row with blanks, but a cut-off row is a truncated file, not a launch. The details page
     # ends its metric rows after "Metric Value" (the rule columns are for rule rows): that much must be there.
     cols = list(frame.columns)
@@ -296,22 +353,34 @@ def _csv(path: Path) -> _Csv:
     # A row wider than the header is never a launch either: pandas would silently make its first field the index.
     odd = np.flatnonzero((widths < need) | (widths > len(cols)))
     if len(odd):
-        raise InputError(path, f"a row has {widths[odd[0]]} fields, the header {len(cols)}", place=f"line {keep[odd[0]] + 1}",
-                         hint="the file is truncated or two outputs are interleaved")
+        raise InputError(
+            path,
+            f"a row has {widths[odd[0]]} fields, the header {len(cols)}",
+            place=f"line {keep[odd[0]] + 1}",
+            hint="the file is truncated or two outputs are interleaved",
+        )
     return _Csv(frame.fillna(""), skipped)  # a short row's padding is blank, as ncu writes a value it lacks
 
 
 def _page(path: Path, cols: list[str]) -> str:
     cset = set(cols)
     if set(SUMMARY_COLUMNS) <= cset:
-        raise InputError(path, "this is ncu --print-summary output (Minimum/Maximum/Average per metric), not one row per launch",
-                         place="header", hint="profile with ncu --csv --page raw or --page details (no --print-summary)")
+        raise InputError(
+            path,
+            "this is ncu --print-summary output (Minimum/Maximum/Average per metric), not one row per launch",
+            place="header",
+            hint="profile with ncu --csv --page raw or --page details (no --print-summary)",
+        )
     if {"Metric Name", "Metric Value"} <= cset:
         return "details"
     if any("__" in c for c in cols):
         return "raw"
-    raise InputError(path, f"an Nsight Compute CSV of a page perfsleuth does not read (columns: {', '.join(cols[:12])})",
-                     place="header", hint="export with --page raw or --page details")
+    raise InputError(
+        path,
+        f"an Nsight Compute CSV of a page perfsleuth does not read (columns: {', '.join(cols[:12])})",
+        place="header",
+        hint="export with --page raw or --page details",
+    )
 
 
 # --- wide frames: one row per launch, one column per known ncu metric, base units -------------------
@@ -322,8 +391,13 @@ def _raw_wide(path: Path, df: pd.DataFrame, caveats: list[Caveat]) -> tuple[pd.D
     if len(df) and df["ID"].iloc[0].strip() == "":
         units, df = df.iloc[0], df.iloc[1:]
     else:
-        caveats.append(Caveat("ncu_no_units_row", "the raw page has no units row under the header: values are taken as "
-                              "base units (ns, bytes, Hz)", str(path)))
+        caveats.append(
+            Caveat(
+                "ncu_no_units_row",
+                "the raw page has no units row under the header: values are taken as base units (ns, bytes, Hz)",
+                str(path),
+            )
+        )
     metric_cols = [c for c in df.columns if "__" in c]
     known = [c for c in metric_cols if c in KNOWN_METRICS and c != "device__attribute_display_name"]
     if metric_cols and not known:
@@ -344,16 +418,26 @@ def _convert(path: Path, metric: str, raw: pd.Series, unit: str, caveats: list[C
         caveats.append(Caveat("ncu_unparsed_values", f"{bad} value(s) of {metric} are not numbers; they are left null", str(path)))
     scale = unit_scale(unit, _KIND[metric])
     if scale is None:
-        caveats.append(Caveat("ncu_unknown_unit", f"{metric} is in unit {unit!r}, which perfsleuth cannot convert to "
-                              f"{_base_unit(metric) or 'its base unit'}; its values are left null", str(path)))
+        caveats.append(
+            Caveat(
+                "ncu_unknown_unit",
+                f"{metric} is in unit {unit!r}, which perfsleuth cannot convert to "
+                f"{_base_unit(metric) or 'its base unit'}; its values are left null",
+                str(path),
+            )
+        )
         return pd.Series(np.nan, index=raw.index)
     return nums * scale
 
 
 def _unknown_metrics(path: Path, names: list[str]) -> Caveat:
     shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-    return Caveat("ncu_unknown_metrics", f"none of the {len(names)} metrics in the file is one perfsleuth reads ({shown}); "
-                  "collect the default set (no --metrics) or --section SpeedOfLight,LaunchStats,Occupancy", str(path))
+    return Caveat(
+        "ncu_unknown_metrics",
+        f"none of the {len(names)} metrics in the file is one perfsleuth reads ({shown}); "
+        "collect the default set (no --metrics) or --section SpeedOfLight,LaunchStats,Occupancy",
+        str(path),
+    )
 
 
 def _metric_key(name: str) -> str:
@@ -372,8 +456,7 @@ def _details_wide(path: Path, df: pd.DataFrame, caveats: list[Caveat]) -> tuple[
     is_known = metric[metric != ""].isin(KNOWN_METRICS)
     known = rows[is_known.to_numpy()].assign(metric=metric[metric != ""][is_known])
     if known.duplicated(["ID", "metric"]).any():
-        caveats.append(Caveat("ncu_duplicate_metrics", "some launches list one metric more than once; the first value is kept",
-                              str(path)))
+        caveats.append(Caveat("ncu_duplicate_metrics", "some launches list one metric more than once; the first value is kept", str(path)))
         known = known.drop_duplicates(["ID", "metric"], keep="first")
     nums, bad = parse_numbers(known["Metric Value"])
     if bad:
@@ -383,11 +466,10 @@ def _details_wide(path: Path, df: pd.DataFrame, caveats: list[Caveat]) -> tuple[
     scales = pairs.map({p: unit_scale(*p) for p in set(pairs)})
     unknown = known.loc[scales.isna(), ["metric", "Metric Unit"]].drop_duplicates()
     for m, u in unknown.itertuples(index=False):
-        caveats.append(Caveat("ncu_unknown_unit", f"{m} is in unit {u!r}, which perfsleuth cannot convert; its values are left null",
-                              str(path)))
-    wide = (known.assign(v=nums * scales.astype(float))
-            .pivot(index="ID", columns="metric", values="v")
-            .reindex(ident.index))
+        caveats.append(
+            Caveat("ncu_unknown_unit", f"{m} is in unit {u!r}, which perfsleuth cannot convert; its values are left null", str(path))
+        )
+    wide = known.assign(v=nums * scales.astype(float)).pivot(index="ID", columns="metric", values="v").reindex(ident.index)
     if all(p in wide for p in _SMEM_PARTS) and "launch__shared_mem_per_block" not in wide:
         wide["launch__shared_mem_per_block"] = wide[list(_SMEM_PARTS)].sum(axis=1, min_count=len(_SMEM_PARTS))
     return ident, wide
@@ -398,13 +480,19 @@ def _rules(path: Path, df: pd.DataFrame) -> pa.Table:
         return KERNEL_RULES.empty_table()
     r = df[df["Rule Name"].str.strip() != ""]
     speed, _ = parse_numbers(r["Estimated Speedup"])
-    return pa.table({
-        "kernel_id": pa.array(_int(path, r["ID"], "ID"), pa.int64()), "kernel_name": pa.array(r["Kernel Name"], pa.string()),
-        "section": pa.array(r["Section Name"], pa.string()), "rule": pa.array(r["Rule Name"], pa.string()),
-        "rule_type": pa.array(r["Rule Type"], pa.string()), "description": pa.array(r["Rule Description"], pa.string()),
-        "speedup_type": pa.array(_blank_none(r["Estimated Speedup Type"]), pa.string()),
-        "estimated_speedup_pct": pa.array(speed, pa.float64(), from_pandas=True),
-    }, schema=KERNEL_RULES)
+    return pa.table(
+        {
+            "kernel_id": pa.array(_int(path, r["ID"], "ID"), pa.int64()),
+            "kernel_name": pa.array(r["Kernel Name"], pa.string()),
+            "section": pa.array(r["Section Name"], pa.string()),
+            "rule": pa.array(r["Rule Name"], pa.string()),
+            "rule_type": pa.array(r["Rule Type"], pa.string()),
+            "description": pa.array(r["Rule Description"], pa.string()),
+            "speedup_type": pa.array(_blank_none(r["Estimated Speedup Type"]), pa.string()),
+            "estimated_speedup_pct": pa.array(speed, pa.float64(), from_pandas=True),
+        },
+        schema=KERNEL_RULES,
+    )
 
 
 # --- assembly --------------------------------------------------------------------------------------
@@ -467,13 +555,18 @@ def _fit_integers(path: Path, cols: dict[str, object], kernel_ids: np.ndarray, c
         bad = np.isnan(fit) & ~np.isnan(x)
         if bad.any():
             shown = ", ".join(str(k) for k in kernel_ids[bad][:5]) + (", ..." if bad.sum() > 5 else "")
-            caveats.append(Caveat("ncu_not_an_integer", f"{f.name}: {int(bad.sum())} value(s) are not whole numbers that fit "
-                                  f"{f.type} (e.g. {x[bad][0]!r}; launch ID {shown}); they are left null", str(path)))
+            caveats.append(
+                Caveat(
+                    "ncu_not_an_integer",
+                    f"{f.name}: {int(bad.sum())} value(s) are not whole numbers that fit "
+                    f"{f.type} (e.g. {x[bad][0]!r}; launch ID {shown}); they are left null",
+                    str(path),
+                )
+            )
         cols[f.name] = fit
 
 
-def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.Series | None,
-              caveats: list[Caveat]) -> pa.Table:
+def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.Series | None, caveats: list[Caveat]) -> pa.Table:
     idx = values.index
     cols: dict[str, object] = {"kernel_id": _int(path, ident["ID"], "ID").to_numpy()}
     cols["kernel_name"] = ident["Kernel Name"].astype(str).tolist()
@@ -498,8 +591,12 @@ def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.
     cols["flop_count"] = np.where(none_counted, np.nan, np.nansum(np.nan_to_num(per_prec), axis=0))
     _coverage_caveats(path, cols, counted, caveats)
     _fit_integers(path, cols, np.asarray(cols["kernel_id"]), caveats)
-    arrays = [pa.array(cols[f.name], type=f.type, from_pandas=True) if f.type != pa.string()
-              else pa.array(list(cols[f.name]), type=pa.string(), from_pandas=True) for f in KERNEL_METRICS]
+    arrays = [
+        pa.array(cols[f.name], type=f.type, from_pandas=True)
+        if f.type != pa.string()
+        else pa.array(list(cols[f.name]), type=pa.string(), from_pandas=True)
+        for f in KERNEL_METRICS
+    ]
     return pa.Table.from_arrays(arrays, schema=KERNEL_METRICS)
 
 
@@ -509,20 +606,36 @@ def _coverage_caveats(path: Path, cols: dict, counted: bool, caveats: list[Cavea
     if not n:
         return
     if not counted:
-        caveats.append(Caveat("ncu_no_flop_counters", "FLOP counts were not collected (no sm__sass_thread_inst_executed_op_* "
-                              "metrics): a roofline placement needs the kernels' FLOPs passed in, or, for CUDA-core work, "
-                              "--metrics sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum", str(path)))
+        caveats.append(
+            Caveat(
+                "ncu_no_flop_counters",
+                "FLOP counts were not collected (no sm__sass_thread_inst_executed_op_* "
+                "metrics): a roofline placement needs the kernels' FLOPs passed in, or, for CUDA-core work, "
+                "--metrics sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum",
+                str(path),
+            )
+        )
     else:
         tensor = np.nan_to_num(cols["tensor_inst_count"]) > 0
         if tensor.any():
-            caveats.append(Caveat("ncu_tensor_flops_uncounted", f"{int(tensor.sum())} kernel(s) issued Tensor-pipe instructions "
-                                  "(sm__inst_executed_pipe_tensor.sum > 0): flop_count holds CUDA-core FLOPs only, so matrix work "
-                                  "is missing from it (pass GEMM FLOPs to the roofline)", str(path)))
+            caveats.append(
+                Caveat(
+                    "ncu_tensor_flops_uncounted",
+                    f"{int(tensor.sum())} kernel(s) issued Tensor-pipe instructions "
+                    "(sm__inst_executed_pipe_tensor.sum > 0): flop_count holds CUDA-core FLOPs only, so matrix work "
+                    "is missing from it (pass GEMM FLOPs to the roofline)",
+                    str(path),
+                )
+            )
     if np.isnan(cols["dram_bytes"]).all():
-        how = ("they are estimated from DRAM throughput % for the roofline" if not np.isnan(cols["dram_throughput_pct"]).all()
-               else "no roofline placement is possible")
-        caveats.append(Caveat("ncu_no_dram_bytes", f"DRAM bytes were not collected (dram__bytes_read.sum / dram__bytes_write.sum): {how}",
-                              str(path)))
+        how = (
+            "they are estimated from DRAM throughput % for the roofline"
+            if not np.isnan(cols["dram_throughput_pct"]).all()
+            else "no roofline placement is possible"
+        )
+        caveats.append(
+            Caveat("ncu_no_dram_bytes", f"DRAM bytes were not collected (dram__bytes_read.sum / dram__bytes_write.sum): {how}", str(path))
+        )
 
 
 def read(path: Path) -> SourceData:
@@ -533,22 +646,35 @@ def read(path: Path) -> SourceData:
     cols = list(df.columns)
     page = _page(path, cols)
     if "ID" not in cols:
-        raise InputError(path, "no \"ID\" column: not one row per profiled launch", place="header",
-                         hint="profile with ncu --csv --page raw or --page details")
+        raise InputError(
+            path,
+            'no "ID" column: not one row per profiled launch',
+            place="header",
+            hint="profile with ncu --csv --page raw or --page details",
+        )
     if "Kernel Name" not in cols:  # the header line names it, but not as a field of its own (a damaged quote)
-        raise InputError(path, "no \"Kernel Name\" column", place="header", hint="the header line is damaged")
+        raise InputError(path, 'no "Kernel Name" column', place="header", hint="the header line is damaged")
     caveats: list[Caveat] = []
     if parsed.skipped_after_header:
-        caveats.append(Caveat("ncu_non_csv_lines", f"{parsed.skipped_after_header} line(s) after the CSV header are not CSV "
-                              "rows (program or profiler output interleaved) and were skipped", str(path)))
+        caveats.append(
+            Caveat(
+                "ncu_non_csv_lines",
+                f"{parsed.skipped_after_header} line(s) after the CSV header are not CSV "
+                "rows (program or profiler output interleaved) and were skipped",
+                str(path),
+            )
+        )
     rules = KERNEL_RULES.empty_table()
     if page == "raw":
         df, values = _raw_wide(path, df, caveats)
         ident = df
         device = df.get("device__attribute_display_name")
         if df["ID"].duplicated().any():
-            caveats.append(Caveat("ncu_duplicate_ids", "some launch IDs appear twice (outputs of two runs concatenated?); "
-                                  "every row is kept", str(path)))
+            caveats.append(
+                Caveat(
+                    "ncu_duplicate_ids", "some launch IDs appear twice (outputs of two runs concatenated?); every row is kept", str(path)
+                )
+            )
     else:
         for c in DETAILS_COLUMNS:
             if c not in cols:
@@ -556,8 +682,13 @@ def read(path: Path) -> SourceData:
         ident, values = _details_wide(path, df, caveats)
         device = None
         rules = _rules(path, df)
-        caveats.append(Caveat("ncu_no_device_name", "the details page does not name the GPU: pass it to the roofline "
-                              "(place_kernels(..., gpu='NVIDIA H200')) or use --page raw", str(path)))
+        caveats.append(
+            Caveat(
+                "ncu_no_device_name",
+                "the details page does not name the GPU: pass it to the roofline (place_kernels(..., gpu='NVIDIA H200')) or use --page raw",
+                str(path),
+            )
+        )
     table = _assemble(path, ident, values, device, caveats)
     if table.num_rows == 0:
         caveats.append(Caveat("ncu_no_kernels", "the CSV has a header but no profiled launch (ncu matched no kernel?)", str(path)))
@@ -582,9 +713,15 @@ def _unknown_gpus(path: Path, device: pa.ChunkedArray) -> list[Caveat]:
     if not unknown:
         return []
     rows = sum(1 for d in names if d in unknown)
-    return [Caveat("ncu_unknown_gpu", f"column device__attribute_display_name: {rows} row{'s' if rows > 1 else ''} name a GPU "
-                   f"perfsleuth has no peaks for ({', '.join(unknown)}): verdicts use ncu's % of peak only, no bandwidth "
-                   "or roofline place", str(path))]
+    return [
+        Caveat(
+            "ncu_unknown_gpu",
+            f"column device__attribute_display_name: {rows} row{'s' if rows > 1 else ''} name a GPU "
+            f"perfsleuth has no peaks for ({', '.join(unknown)}): verdicts use ncu's % of peak only, no bandwidth "
+            "or roofline place",
+            str(path),
+        )
+    ]
 
 
 def detect(path: Path) -> bool:

@@ -68,23 +68,46 @@ KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 # missing MEMCPY/MEMSET/SYNCHRONIZATION table only means none ran: no caveat for those.
 OPTIONAL_TABLES = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": "no CUDA runtime calls: launch times are unknown, so launch-bound and host-wait "
-                                   "analyses see nothing and GPU work gets its step from its own start",
+    "analyses see nothing and GPU work gets its step from its own start",
     "NVTX_EVENTS": "no NVTX ranges (profile with --trace=cuda,nvtx): no steps, operators or annotations",
     "TARGET_INFO_SESSION_START_TIME": "no session start time: times stay on the report's own clock, not rebased "
-                                      "to UTC (cross-rank alignment still uses matched collectives)",
+    "to UTC (cross-rank alignment still uses matched collectives)",
 }
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-_NSYS_TABLES = frozenset({KERNEL_TABLE, *OPTIONAL_TABLES, *ACTIVITY_TABLES, "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE",
-                          "TARGET_INFO_GPU", "ANALYSIS_DETAILS"})
+_NSYS_TABLES = frozenset(
+    {
+        KERNEL_TABLE,
+        *OPTIONAL_TABLES,
+        *ACTIVITY_TABLES,
+        "META_DATA_EXPORT",
+        "EXPORT_META_DATA",
+        "META_DATA_CAPTURE",
+        "TARGET_INFO_GPU",
+        "ANALYSIS_DETAILS",
+    }
+)
 _STRING_TABLES = ("StringIds", "StringTable", "Strings")
 _NAME_COLUMNS = ("demangledName", "shortName", "mangledName", "name")  # kernel name, best first
 _CHUNK_ROWS = 1 << 15  # rows per fetch: bounds the Python tuples alive at once
 
 # CUPTI / nsys enums, used when the export lacks its ENUM_* tables (nsys >= 2021 writes them)
-_COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-              9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
-             6: "Managed Static", 7: "Unknown"}
+_COPY_KIND = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "HtoD",
+    12: "DtoH",
+    13: "DtoD",
+}
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 _SYNC_KIND = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 _SYNC_LABEL = {"event": "Event Sync", "stream wait": "Stream Wait Event", "stream": "Stream Sync", "context": "Context Sync"}
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): ranges, thread naming, domain creation
@@ -95,9 +118,11 @@ _INVALID_STREAM = 0xFFFFFFFF
 _RUNTIME_VERSION = re.compile(r"_v\d{4,5}$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
 _OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids|input_dims|stack)\s*=.*$", re.DOTALL)
 # PyTorch operator ranges (Kineto cpu_op); every other NVTX range is a user annotation
-_CPU_OP = re.compile(r"^(?:aten|c10d|_c10d_functional|c10d_functional|autograd|prim|inductor|torch_dynamo|cudnn)::|"
-                     r"^(?:record_param_comms|CompiledFunction|CompiledFunctionBackward|TorchDynamo Cache Lookup|"
-                     r"Torch-Compiled Region|triton_)")
+_CPU_OP = re.compile(
+    r"^(?:aten|c10d|_c10d_functional|c10d_functional|autograd|prim|inductor|torch_dynamo|cudnn)::|"
+    r"^(?:record_param_comms|CompiledFunction|CompiledFunctionBackward|TorchDynamo Cache Lookup|"
+    r"Torch-Compiled Region|triton_)"
+)
 _STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _MPI_RANK = re.compile(r"\bMPI Rank (\d+)\b")
 _RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID", "MV2_COMM_WORLD_RANK")
@@ -105,8 +130,28 @@ _WORLD_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", 
 _ENV_VALUE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$')
 _NCCL_OP = re.compile(r"^nccl([A-Z][A-Za-z]*)$")
 # NVTX payload entry types (nvToolsExtPayload.h) -> (struct format, size)
-_PAYLOAD_TYPES = {1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q", 11: "b", 12: "B",
-                  13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q", 22: "Q", 23: "Q"}
+_PAYLOAD_TYPES = {
+    1: "b",
+    2: "B",
+    3: "h",
+    4: "H",
+    5: "i",
+    6: "I",
+    7: "q",
+    8: "Q",
+    9: "q",
+    10: "Q",
+    11: "b",
+    12: "B",
+    13: "h",
+    14: "H",
+    15: "i",
+    16: "I",
+    17: "q",
+    18: "Q",
+    22: "Q",
+    23: "Q",
+}
 _BLOB_HEADER = struct.Struct("<4Q")  # domain id, schema id, payload size, payload offset
 _CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
 _KIND_DICT = pa.array(EVENT_KINDS, pa.string())
@@ -199,7 +244,7 @@ class _Db:
             except (ValueError, TypeError, OverflowError):
                 raise _not_int64(self.path, table, chunk, done, names) from None
             for j, col in enumerate(cols):
-                col[done:done + len(chunk)] = block[:, j]
+                col[done : done + len(chunk)] = block[:, j]
             done += len(chunk)
         return _Columns([c[:done] for c in cols])
 
@@ -222,9 +267,12 @@ def _not_int64(path: Path, table: str, chunk: list[tuple], done: int, names: Seq
         for j, value in enumerate(row):
             if not (isinstance(value, int) and -(2**63) <= value < 2**63):
                 column = re.sub(r"^ifnull\((\w+),.*\)$", r"\1", names[j]) if j < len(names) else f"column {j + 1}"
-                return InputError(path, f"{column} is {value!r}, not an integer nsys writes (beyond int64, a real or text)",
-                                  place=f"{table}, row {done + i + 1}", hint="this is not the layout nsys export writes; "
-                                  "export the report again")
+                return InputError(
+                    path,
+                    f"{column} is {value!r}, not an integer nsys writes (beyond int64, a real or text)",
+                    place=f"{table}, row {done + i + 1}",
+                    hint="this is not the layout nsys export writes; export the report again",
+                )
     return InputError(path, "a value is not an int64 integer", place=table)
 
 
@@ -262,15 +310,26 @@ def _open(path: Path) -> _Db:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
         columns = {t: {r[1]: (r[2] or "").upper() for r in conn.execute(f"PRAGMA table_info({_q(t)})")} for t in tables}
     except (sqlite3.Error, UnicodeDecodeError) as exc:  # a table or column name that is not UTF-8: a damaged schema
-        raise InputError(path, f"unreadable SQLite database ({exc}): truncated or corrupt", place="sqlite_master",
-                         hint="export the report again; a copy cut short cannot be read") from None
+        raise InputError(
+            path,
+            f"unreadable SQLite database ({exc}): truncated or corrupt",
+            place="sqlite_master",
+            hint="export the report again; a copy cut short cannot be read",
+        ) from None
     db = _Db(path, conn, columns)
     if not set(columns) & _NSYS_TABLES:
-        raise InputError(path, "an SQLite database, but not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or "
-                         "NVTX_EVENTS tables)", hint=f"its tables are: {', '.join(sorted(columns)[:12]) or 'none'}")
+        raise InputError(
+            path,
+            "an SQLite database, but not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)",
+            hint=f"its tables are: {', '.join(sorted(columns)[:12]) or 'none'}",
+        )
     if not db.has(KERNEL_TABLE):
-        raise InputError(path, f"no {KERNEL_TABLE} table: the report has no CUDA kernel activity", place=KERNEL_TABLE,
-                         hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx) and export again")
+        raise InputError(
+            path,
+            f"no {KERNEL_TABLE} table: the report has no CUDA kernel activity",
+            place=KERNEL_TABLE,
+            hint="profile with CUDA tracing on (nsys profile --trace=cuda,nvtx) and export again",
+        )
     return db
 
 
@@ -317,8 +376,11 @@ def _enum(db: _Db, table: str, default: dict[int, str]) -> dict[int, str]:
 
 
 def _key_values(db: _Db, table: str) -> list[tuple[str, str]]:
-    return [(str(k), "" if v is None else str(v)) for k, v in db.rows(f"SELECT name, value FROM {_q(table)}")] \
-        if db.has(table, "name") and db.has(table, "value") else []
+    return (
+        [(str(k), "" if v is None else str(v)) for k, v in db.rows(f"SELECT name, value FROM {_q(table)}")]
+        if db.has(table, "name") and db.has(table, "value")
+        else []
+    )
 
 
 @dataclass
@@ -351,20 +413,43 @@ def _report(db: _Db, caveats: list[Caveat]) -> _Report:
             base = 0 if normalized or row[1] is None else int(row[1])
             offset, clock = int(row[0]) - base, "UTC epoch (TARGET_INFO_SESSION_START_TIME)"
             if not abs(int(row[0])) <= kineto.TIME_LIMIT_NS:  # a clock near 0 is fine: simulated reports use one
-                caveats.append(Caveat("nsys_clock_not_rebased", f"{t}.utcEpochNs is {row[0]}, later than any clock "
-                                      "(beyond 2100 as an epoch time): times are left on the report's own clock", str(db.path)))
+                caveats.append(
+                    Caveat(
+                        "nsys_clock_not_rebased",
+                        f"{t}.utcEpochNs is {row[0]}, later than any clock "
+                        "(beyond 2100 as an epoch time): times are left on the report's own clock",
+                        str(db.path),
+                    )
+                )
                 offset, clock = 0, "report clock (not rebased: the session start is no time a clock gives)"
     if offset is None:
         caveats.append(Caveat("nsys_clock_not_rebased", OPTIONAL_TABLES["TARGET_INFO_SESSION_START_TIME"], str(db.path)))
     gpus: dict[int, dict[str, Any]] = {}
     if db.has("TARGET_INFO_GPU", "id"):
-        wanted = [c for c in ("id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "uuid", "busLocation",
-                              "clockRate", "memoryBandwidth") if db.has("TARGET_INFO_GPU", c)]
+        wanted = [
+            c
+            for c in (
+                "id",
+                "name",
+                "totalMemory",
+                "smCount",
+                "computeMajor",
+                "computeMinor",
+                "uuid",
+                "busLocation",
+                "clockRate",
+                "memoryBandwidth",
+            )
+            if db.has("TARGET_INFO_GPU", c)
+        ]
         for row in db.rows(f"SELECT {', '.join(wanted)} FROM TARGET_INFO_GPU"):
             gpus[int(row[0])] = dict(zip(wanted, row, strict=True))
     t = "TARGET_INFO_CUDA_DEVICE"  # per process: its CUDA ordinals -> the GPUs (differ under CUDA_VISIBLE_DEVICES)
-    cuda_devices = ({(int(p), int(c)): int(g) for g, c, p in db.rows(f"SELECT gpuId, cudaId, pid FROM {t}") if g is not None}
-                    if all(db.has(t, c) for c in ("gpuId", "cudaId", "pid")) else {})
+    cuda_devices = (
+        {(int(p), int(c)): int(g) for g, c, p in db.rows(f"SELECT gpuId, cudaId, pid FROM {t}") if g is not None}
+        if all(db.has(t, c) for c in ("gpuId", "cudaId", "pid"))
+        else {}
+    )
     return _Report(offset or 0, clock, export, system, capture, gpus, cuda_devices)
 
 
@@ -391,9 +476,19 @@ class _Part:
         return len(self.ts)
 
     def take(self, rows: np.ndarray) -> _Part:
-        return _Part(self.kind[rows], self.category, self.name.take(pa.array(rows)), self.pid[rows], self.device[rows],
-                     self.stream[rows], self.tid[rows], self.ts[rows], self.dur[rows], self.correlation[rows],
-                     None if self.nbytes is None else self.nbytes.take(pa.array(rows)))
+        return _Part(
+            self.kind[rows],
+            self.category,
+            self.name.take(pa.array(rows)),
+            self.pid[rows],
+            self.device[rows],
+            self.stream[rows],
+            self.tid[rows],
+            self.ts[rows],
+            self.dur[rows],
+            self.correlation[rows],
+            None if self.nbytes is None else self.nbytes.take(pa.array(rows)),
+        )
 
 
 def _pid_expr(db: _Db, table: str) -> str:
@@ -407,8 +502,7 @@ def _corr_expr(db: _Db, table: str) -> str:
 
 
 def _gpu_table(db: _Db, table: str, extra: Sequence[str] = ()) -> _Columns:
-    cols = ["start", "end - start", "ifnull(deviceId, -1)", "ifnull(streamId, -1)", _corr_expr(db, table), _pid_expr(db, table),
-            *extra]
+    cols = ["start", "end - start", "ifnull(deviceId, -1)", "ifnull(streamId, -1)", _corr_expr(db, table), _pid_expr(db, table), *extra]
     return db.int_column_set(table, f"SELECT {', '.join(cols)} FROM {_q(table)} ORDER BY rowid", len(cols), cols)
 
 
@@ -441,12 +535,15 @@ def _memcpy(db: _Db) -> _Part | None:
     copy = {k: _copy_label(v) for k, v in _enum(db, "ENUM_CUDA_MEMCPY_OPER", _COPY_KIND).items()}
     mem = _enum(db, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
     combos, inverse = np.unique(a[:, 7:10], axis=0, return_inverse=True)
-    words = [f"Memcpy {copy.get(int(c), 'Unknown')} ({mem.get(int(s), 'Unknown')} -> {mem.get(int(d), 'Unknown')})"
-             for c, s, d in combos.tolist()]
+    words = [
+        f"Memcpy {copy.get(int(c), 'Unknown')} ({mem.get(int(s), 'Unknown')} -> {mem.get(int(d), 'Unknown')})"
+        for c, s, d in combos.tolist()
+    ]
     names = pa.DictionaryArray.from_arrays(pa.array(inverse.reshape(-1).astype(np.int32)), pa.array(words, pa.string()))
     kind = np.full(len(a), _KIND["memcpy"], np.int8)
-    return _Part(kind, "gpu_memcpy", names, a[:, 5], a[:, 2], _streams(a[:, 3]), np.full(len(a), -1), a[:, 0], a[:, 1],
-                 a[:, 4], pa.array(a[:, 6]))
+    return _Part(
+        kind, "gpu_memcpy", names, a[:, 5], a[:, 2], _streams(a[:, 3]), np.full(len(a), -1), a[:, 0], a[:, 1], a[:, 4], pa.array(a[:, 6])
+    )
 
 
 def _copy_label(name: str) -> str:
@@ -470,8 +567,9 @@ def _memset(db: _Db) -> _Part | None:
     words = [f"Memset ({mem.get(int(k), 'Unknown')})" for k in kinds.tolist()]
     names = pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), pa.array(words, pa.string()))
     kind = np.full(len(a), _KIND["memset"], np.int8)
-    return _Part(kind, "gpu_memset", names, a[:, 5], a[:, 2], _streams(a[:, 3]), np.full(len(a), -1), a[:, 0], a[:, 1],
-                 a[:, 4], pa.array(a[:, 6]))
+    return _Part(
+        kind, "gpu_memset", names, a[:, 5], a[:, 2], _streams(a[:, 3]), np.full(len(a), -1), a[:, 0], a[:, 1], a[:, 4], pa.array(a[:, 6])
+    )
 
 
 def _sync(db: _Db) -> _Part | None:
@@ -509,8 +607,9 @@ def _runtime(db: _Db, strings: _Strings) -> _Part | None:
     names = pa.DictionaryArray.from_arrays(raw.indices, clean)
     n = len(a)
     pid, tid = (a[:, 3] >> 24) & 0xFFFFFF, a[:, 3] & 0xFFFFFF
-    return _Part(np.full(n, _KIND["runtime"], np.int8), "cuda_runtime", names, pid, np.full(n, -1), np.full(n, -1), tid,
-                 a[:, 0], a[:, 1], a[:, 2])
+    return _Part(
+        np.full(n, _KIND["runtime"], np.int8), "cuda_runtime", names, pid, np.full(n, -1), np.full(n, -1), tid, a[:, 0], a[:, 1], a[:, 2]
+    )
 
 
 # --- NVTX ----------------------------------------------------------------------------------------
@@ -557,8 +656,7 @@ def _nvtx(db: _Db, strings: _Strings, step_pattern: re.Pattern[str], caveats: li
     text_id = "ifnull(textId, -1)" if db.has(t, "textId") else "-1"
     domain = "ifnull(domainId, 0)" if db.has(t, "domainId") else "0"
     # column 0 is filled below for NCCL's rows only (their rowids, to find their payloads)
-    a = db.int_columns(f"SELECT 0, start, ifnull(end, -1), eventType, {text_id}, ifnull(globalTid, 0), {domain} "
-                       f"FROM {t} ORDER BY rowid", 7)
+    a = db.int_columns(f"SELECT 0, start, ifnull(end, -1), eventType, {text_id}, ifnull(globalTid, 0), {domain} FROM {t} ORDER BY rowid", 7)
     # each row's message: its inline text, else its registered string (textId)
     names = pc.cast(strings.take(a[:, 4]), pa.string())
     if db.has(t, "text"):
@@ -586,13 +684,22 @@ def _nvtx(db: _Db, strings: _Strings, step_pattern: re.Pattern[str], caveats: li
         return _Nvtx(None, threads, nccl)
     # 'aten::mm, seq = 7, op_id = 40' -> 'aten::mm' (one regex pass in C++), then one code per name
     words = pc.replace_substring_regex(names.take(pa.array(keep)), _OP_SUFFIX.pattern, "").dictionary_encode()
-    kinds = np.array([_KIND["cpu_op"] if _CPU_OP.match(w or "") else _KIND["annotation"]
-                      for w in words.dictionary.to_pylist()], np.int8)
+    kinds = np.array([_KIND["cpu_op"] if _CPU_OP.match(w or "") else _KIND["annotation"] for w in words.dictionary.to_pylist()], np.int8)
     clean = _steps_from_pattern(words.dictionary, kinds, step_pattern)
     codes = words.indices.to_numpy(zero_copy_only=False)
     n = len(keep)
-    part = _Part(kinds[codes], "nvtx", pa.DictionaryArray.from_arrays(words.indices, clean), pid[keep],
-                 np.full(n, -1), np.full(n, -1), tid[keep], a[keep, 1], a[keep, 2] - a[keep, 1], np.full(n, -1))
+    part = _Part(
+        kinds[codes],
+        "nvtx",
+        pa.DictionaryArray.from_arrays(words.indices, clean),
+        pid[keep],
+        np.full(n, -1),
+        np.full(n, -1),
+        tid[keep],
+        a[keep, 1],
+        a[keep, 2] - a[keep, 1],
+        np.full(n, -1),
+    )
     return _Nvtx(part, threads, nccl)
 
 
@@ -637,9 +744,14 @@ def _nccl_ranges(db: _Db, a: np.ndarray, names: list[str | None], caveats: list[
         if comm is not None and "rank" in fields and "no. of ranks" in fields:
             out.comms.setdefault(int(out.pid[i]), {})[comm] = (int(fields["rank"]), int(fields["no. of ranks"]))
     if not payloads:
-        caveats.append(Caveat("nsys_nccl_without_payloads", "NCCL NVTX ranges carry no payloads (export without "
-                              "--include-blobs=true): collectives are matched across ranks by order, not communicator",
-                              str(db.path)))
+        caveats.append(
+            Caveat(
+                "nsys_nccl_without_payloads",
+                "NCCL NVTX ranges carry no payloads (export without "
+                "--include-blobs=true): collectives are matched across ranks by order, not communicator",
+                str(db.path),
+            )
+        )
     return out
 
 
@@ -655,8 +767,9 @@ def _payloads(db: _Db, rowids: np.ndarray) -> dict[int, dict[str, int]]:
         return {}
     schemas: dict[int, list[tuple[str, str, int]]] = {}
     seen = set()
-    for schema, idx, typ, name, off in db.rows("SELECT schemaId, idx, type, name, offset FROM NVTX_PAYLOAD_SCHEMA_ENTRIES "
-                                               "ORDER BY schemaId, idx"):
+    for schema, idx, typ, name, off in db.rows(
+        "SELECT schemaId, idx, type, name, offset FROM NVTX_PAYLOAD_SCHEMA_ENTRIES ORDER BY schemaId, idx"
+    ):
         if (schema, idx) in seen or typ not in _PAYLOAD_TYPES or name is None:
             continue
         seen.add((schema, idx))
@@ -665,8 +778,7 @@ def _payloads(db: _Db, rowids: np.ndarray) -> dict[int, dict[str, int]]:
     lo, hi = int(rowids.min()), int(rowids.max())
     wanted = set(rowids.tolist())
     out: dict[int, dict[str, int]] = {}
-    for rowid, blob in db.rows(f"SELECT rowid, binaryData FROM {t} WHERE binaryData IS NOT NULL AND rowid BETWEEN ? AND ?",
-                               (lo, hi)):
+    for rowid, blob in db.rows(f"SELECT rowid, binaryData FROM {t} WHERE binaryData IS NOT NULL AND rowid BETWEEN ? AND ?", (lo, hi)):
         if rowid not in wanted or not isinstance(blob, bytes | bytearray) or len(blob) < _BLOB_HEADER.size:
             continue
         _, schema, size, offset = _BLOB_HEADER.unpack_from(blob)
@@ -674,7 +786,7 @@ def _payloads(db: _Db, rowids: np.ndarray) -> dict[int, dict[str, int]]:
         if not entries:
             continue
         offset = offset if _BLOB_HEADER.size <= offset <= len(blob) else _BLOB_HEADER.size
-        payload = blob[offset:offset + size] if size else blob[offset:]
+        payload = blob[offset : offset + size] if size else blob[offset:]
         fields = {}
         for label, fmt, off in entries:
             width = struct.calcsize(fmt)
@@ -704,8 +816,9 @@ def _first_int(env: dict[str, str], keys: Sequence[str]) -> int | None:
     return None
 
 
-def _assign_ranks(path: Path, pids: list[int], report: _Report, nvtx: _Nvtx, devices: dict[int, list[int]],
-                  single_file: bool, caveats: list[Caveat]) -> tuple[dict[int, tuple[int, str]], int | None]:
+def _assign_ranks(
+    path: Path, pids: list[int], report: _Report, nvtx: _Nvtx, devices: dict[int, list[int]], single_file: bool, caveats: list[Caveat]
+) -> tuple[dict[int, tuple[int, str]], int | None]:
     """Global rank of each GPU process, and the world size when the report states it.
 
     Sources, first that answers: the launched process's environment (RANK, OMPI_COMM_WORLD_RANK,
@@ -735,14 +848,20 @@ def _assign_ranks(path: Path, pids: list[int], report: _Report, nvtx: _Nvtx, dev
         free = (r for r in range(len(pids) + len(taken)) if r not in taken)
         for pid in by_device:
             out[pid] = (next(free), "single file")
-        caveats.append(Caveat("rank_assumed", f"no rank in the report for process(es) {sorted(missing)}: ranks given in "
-                              "order of CUDA device", str(path)))
+        caveats.append(
+            Caveat(
+                "rank_assumed", f"no rank in the report for process(es) {sorted(missing)}: ranks given in order of CUDA device", str(path)
+            )
+        )
         missing = []
     if missing:
-        raise InputError(path, f"cannot tell which rank process(es) {sorted(missing)} are: no RANK in the capture "
-                         "environment, no 'MPI Rank N' thread, no NCCL communicator payload and no rank in the file name",
-                         hint="name reports like rank-3.sqlite (nsys profile -o rank-%q{RANK}), or export with "
-                              "--include-blobs=true so NCCL's payloads give the rank")
+        raise InputError(
+            path,
+            f"cannot tell which rank process(es) {sorted(missing)} are: no RANK in the capture "
+            "environment, no 'MPI Rank N' thread, no NCCL communicator payload and no rank in the file name",
+            hint="name reports like rank-3.sqlite (nsys profile -o rank-%q{RANK}), or export with "
+            "--include-blobs=true so NCCL's payloads give the rank",
+        )
     return out, world
 
 
@@ -767,8 +886,9 @@ def _assemble(parts: list[_Part], offset_ns: int) -> tuple[pa.Table, np.ndarray]
     dur = _drain(parts, "dur")
     cols: dict[str, pa.Array] = {
         "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT),
-        "category": pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths)),
-                                                   pa.array([p.category for p in parts], pa.string())),
+        "category": pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths)), pa.array([p.category for p in parts], pa.string())
+        ),
         "name": _merge_dictionaries([p.name for p in parts]),
         "device": pa.array(_drain(parts, "device").astype(np.int32)),
         "stream": pa.array(_drain(parts, "stream"), pa.int64()),
@@ -777,8 +897,12 @@ def _assemble(parts: list[_Part], offset_ns: int) -> tuple[pa.Table, np.ndarray]
         "dur_ns": pa.array(np.maximum(dur, 0, out=dur), pa.int64()),
         "correlation": pa.array(_drain(parts, "correlation"), pa.int64()),
         "external_id": pa.array(np.full(n, -1, np.int64)),
-        "bytes": pa.concat_arrays([p.nbytes.cast(pa.int64()) if p.nbytes is not None else _all_null(m, pa.int64(), zeros)
-                                   for p, m in zip(parts, lengths, strict=True)]),
+        "bytes": pa.concat_arrays(
+            [
+                p.nbytes.cast(pa.int64()) if p.nbytes is not None else _all_null(m, pa.int64(), zeros)
+                for p, m in zip(parts, lengths, strict=True)
+            ]
+        ),
     }
     for p in parts:
         p.name = p.nbytes = None
@@ -810,8 +934,9 @@ def _merge_dictionaries(arrays: list[pa.Array]) -> pa.DictionaryArray:
     merged = pa.concat_arrays([a.dictionary.cast(pa.string()) for a in arrays]).dictionary_encode()
     remap = merged.indices.to_numpy(zero_copy_only=False).astype(np.int32)
     offsets = np.cumsum([0] + [len(a.dictionary) for a in arrays[:-1]])
-    idx = np.concatenate([a.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) + off
-                          for a, off in zip(arrays, offsets, strict=True)])
+    idx = np.concatenate(
+        [a.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) + off for a, off in zip(arrays, offsets, strict=True)]
+    )
     null = np.concatenate([a.is_null().to_numpy(zero_copy_only=False) for a in arrays])
     codes = remap[idx] if len(remap) else np.zeros(len(idx), np.int32)
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=null if null.any() else None), merged.dictionary)
@@ -865,9 +990,14 @@ def _collectives(table: pa.Table, kind: np.ndarray, nccl: _NcclRanges, pid: int,
         if i < len(nccl.nbytes) and nccl.nbytes[i] is not None:
             nel[r] = int(nccl.nbytes[i])  # NCCL states bytes: counted as uint8 elements
     dtype = [None if v is None else "uint8" for v in nel]
-    for name, values, typ in (("coll_op", ops, pa.string()), ("coll_group", group, pa.string()),
-                              ("coll_group_size", size, pa.int32()), ("coll_in_nelems", nel, pa.int64()),
-                              ("coll_out_nelems", nel, pa.int64()), ("coll_dtype", dtype, pa.string())):
+    for name, values, typ in (
+        ("coll_op", ops, pa.string()),
+        ("coll_group", group, pa.string()),
+        ("coll_group_size", size, pa.int32()),
+        ("coll_in_nelems", nel, pa.int64()),
+        ("coll_out_nelems", nel, pa.int64()),
+        ("coll_dtype", dtype, pa.string()),
+    ):
         j = table.schema.get_field_index(name)
         table = table.set_column(j, table.schema.field(j), _at_rows(table.num_rows, rows, pa.array(values, typ)))
     return table
@@ -887,8 +1017,7 @@ def _at_rows(n: int, rows: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.array(out, values.type, mask=~valid)
 
 
-def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int,
-                 path: Path) -> tuple[pa.Table, list[Caveat]]:
+def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int, path: Path) -> tuple[pa.Table, list[Caveat]]:
     """One process's events: impossible times skipped, concatenated, NCCL kernels marked, launches joined,
     steps assigned; and the caveats the Kineto reader gives for the same faults (``values_out_of_range``,
     ``correlation_duplicated``, ``correlation_missing``)."""
@@ -896,8 +1025,7 @@ def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int
     table, kind = _assemble(_plausible_parts(parts, offset_ns, unread), offset_ns)
     table, kind = _mark_collectives(table, kind)
     table = _join_and_step(table, kind)
-    caveats = unread.caveats(path) + kineto.correlation_caveats(_KIND_NAMES[kind], table["correlation"].to_numpy(), path,
-                                                                  "correlationId")
+    caveats = unread.caveats(path) + kineto.correlation_caveats(_KIND_NAMES[kind], table["correlation"].to_numpy(), path, "correlationId")
     return _collectives(table, kind, nccl, pid, offset_ns), caveats
 
 
@@ -945,10 +1073,14 @@ def _mark_collectives(table: pa.Table, kind: np.ndarray) -> tuple[pa.Table, np.n
     is_coll = (kind == _KIND["kernel"]) & (row_op >= 0)
     kind = np.where(is_coll, _KIND["collective"], kind).astype(np.int8)
     row_op = np.where(is_coll, row_op, -1)
-    coll_op = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row_op, 0).astype(np.int32), mask=row_op < 0),
-                                             pa.array(vocab or [""], pa.string()))
-    table = table.set_column(table.schema.get_field_index("kind"), table.schema.field("kind"),
-                             pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT))
+    coll_op = pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(row_op, 0).astype(np.int32), mask=row_op < 0), pa.array(vocab or [""], pa.string())
+    )
+    table = table.set_column(
+        table.schema.get_field_index("kind"),
+        table.schema.field("kind"),
+        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT),
+    )
     return table.set_column(table.schema.get_field_index("coll_op"), table.schema.field("coll_op"), coll_op), kind
 
 
@@ -968,11 +1100,17 @@ def read_report(path: str | Path, *, single_file: bool = True, step_pattern: re.
     try:
         return _read(db, single_file, pattern)
     except sqlite3.Error as exc:
-        raise InputError(path, f"unreadable SQLite database ({exc}): truncated or corrupt",
-                         hint="export the report again; a copy cut short cannot be read") from None
+        raise InputError(
+            path,
+            f"unreadable SQLite database ({exc}): truncated or corrupt",
+            hint="export the report again; a copy cut short cannot be read",
+        ) from None
     except (ValueError, TypeError, OverflowError) as exc:  # a text or real where nsys writes integers
-        raise InputError(path, f"a table holds a value of an unexpected type ({exc})",
-                         hint="this is not the layout nsys export writes; export the report again") from None
+        raise InputError(
+            path,
+            f"a table holds a value of an unexpected type ({exc})",
+            hint="this is not the layout nsys export writes; export the report again",
+        ) from None
     finally:
         db.conn.close()
 
@@ -991,8 +1129,9 @@ def _read(db: _Db, single_file: bool, pattern: re.Pattern[str]) -> list[RankFile
     pids = np.unique(gpu_parts[0].pid).tolist()  # the processes that ran kernels are the ranks
     if not pids:
         pids = sorted({int(p) for part in gpu_parts for p in np.unique(part.pid)}) or [0]
-    devices = {pid: sorted({report.gpu_of(pid, int(d)) for part in gpu_parts for d in np.unique(part.device[part.pid == pid])})
-               for pid in pids}  # the GPUs (TARGET_INFO_GPU ids) each process used
+    devices = {
+        pid: sorted({report.gpu_of(pid, int(d)) for part in gpu_parts for d in np.unique(part.device[part.pid == pid])}) for pid in pids
+    }  # the GPUs (TARGET_INFO_GPU ids) each process used
     ranks, world = _assign_ranks(path, pids, report, nvtx, devices, single_file, caveats)
     sources = [*gpu_parts, *(p for p in (runtime, nvtx.part) if p is not None)]
     del gpu_parts, runtime  # ``sources`` alone holds the rows now: a part that is wholly one rank's is consumed
@@ -1013,8 +1152,9 @@ def _read(db: _Db, single_file: bool, pattern: re.Pattern[str]) -> list[RankFile
     return sorted(out, key=lambda r: r.rank)
 
 
-def _metadata(path: Path, report: _Report, rank: int, world: int | None, devices: list[int], pid: int, events: pa.Table,
-              nccl_payloads: bool) -> dict[str, Any]:
+def _metadata(
+    path: Path, report: _Report, rank: int, world: int | None, devices: list[int], pid: int, events: pa.Table, nccl_payloads: bool
+) -> dict[str, Any]:
     """Kineto-shaped metadata (``distributedInfo``, ``deviceProperties``) so ``runs_table`` reads it."""
     kinds = events["kind"].combine_chunks()  # dictionary-encoded against EVENT_KINDS (see _assemble)
     has_nccl = bool((kinds.indices.to_numpy(zero_copy_only=False) == _KIND["collective"]).any()) if events.num_rows else False
@@ -1032,9 +1172,12 @@ def _metadata(path: Path, report: _Report, rank: int, world: int | None, devices
         "clock": report.clock,
         "nccl_payloads": int(nccl_payloads),
     }
-    for key, src in (("host", report.system.get("Hostname")), ("nsys_version", report.export.get("EXPORT_PRODUCT_VERSION")),
-                     ("nsys_export_schema", report.export.get("EXPORT_SCHEMA_VERSION")),
-                     ("nvidia_driver", report.system.get("NvDriverVersion"))):
+    for key, src in (
+        ("host", report.system.get("Hostname")),
+        ("nsys_version", report.export.get("EXPORT_PRODUCT_VERSION")),
+        ("nsys_export_schema", report.export.get("EXPORT_SCHEMA_VERSION")),
+        ("nvidia_driver", report.system.get("NvDriverVersion")),
+    ):
         if src:
             meta[key] = src
     cuda_driver = report.system.get("CudaDriverVersion", "")
@@ -1048,8 +1191,9 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, step_pattern: 
     ``kineto.read_rank_file``. A report of several GPU processes raises: use ``read_report``."""
     ranks = read_report(path, single_file=single_file, step_pattern=step_pattern)
     if len(ranks) != 1:
-        raise InputError(path, f"the report holds {len(ranks)} ranks (GPU processes), not one",
-                         hint="read it with perfsleuth.ingest.nsys.read_report")
+        raise InputError(
+            path, f"the report holds {len(ranks)} ranks (GPU processes), not one", hint="read it with perfsleuth.ingest.nsys.read_report"
+        )
     return ranks[0]
 
 
@@ -1066,8 +1210,7 @@ def read(path: Path) -> SourceData:
     meta["ranks"] = [r.rank for r in ranks]
     from perfsleuth.ingest.traces import with_source_format
 
-    return SourceData(FORMAT, str(path), {"events": job.events, "runs": with_source_format(job.runs, FORMAT)},
-                      list(job.caveats), meta)
+    return SourceData(FORMAT, str(path), {"events": job.events, "runs": with_source_format(job.runs, FORMAT)}, list(job.caveats), meta)
 
 
 register(FORMAT, DESCRIPTION, detect, read)

@@ -38,12 +38,24 @@ DMON = "nvidia_smi_dmon"
 QUERY = "nvidia_smi_query"
 
 UNIT_FACTORS: dict[tuple[str, str], float] = {
-    ("MHz", "MHz"): 1.0, ("GHz", "MHz"): 1000.0, ("kHz", "MHz"): 1e-3,
-    ("W", "W"): 1.0, ("mW", "W"): 1e-3, ("kW", "W"): 1e3,
-    ("%", "%"): 1.0, ("C", "C"): 1.0,
-    ("MiB", "MiB"): 1.0, ("MB", "MiB"): 1.0, ("GiB", "MiB"): 1024.0, ("KiB", "MiB"): 1 / 1024,
-    ("MB/s", "B/s"): 1e6, ("KB/s", "B/s"): 1e3, ("GB/s", "B/s"): 1e9,
-    ("errs", "count"): 1.0, ("bool", "bool"): 1.0, ("Idx", "Idx"): 1.0,
+    ("MHz", "MHz"): 1.0,
+    ("GHz", "MHz"): 1000.0,
+    ("kHz", "MHz"): 1e-3,
+    ("W", "W"): 1.0,
+    ("mW", "W"): 1e-3,
+    ("kW", "W"): 1e3,
+    ("%", "%"): 1.0,
+    ("C", "C"): 1.0,
+    ("MiB", "MiB"): 1.0,
+    ("MB", "MiB"): 1.0,
+    ("GiB", "MiB"): 1024.0,
+    ("KiB", "MiB"): 1 / 1024,
+    ("MB/s", "B/s"): 1e6,
+    ("KB/s", "B/s"): 1e3,
+    ("GB/s", "B/s"): 1e9,
+    ("errs", "count"): 1.0,
+    ("bool", "bool"): 1.0,
+    ("Idx", "Idx"): 1.0,
 }
 """(unit written by nvidia-smi, canonical unit) -> factor. nvidia-smi writes MB for MiB in dmon."""
 
@@ -110,8 +122,9 @@ def _to_utc_ns(stamps: pd.Series, fmt: str, tz: str | None, path: Path, column: 
     except (pd.errors.OutOfBoundsDatetime, OverflowError):  # pandas reads any year; epoch ns end in 2262
         far = stamps[(parsed.dt.year < 1678) | (parsed.dt.year > 2261)]
         bad = far.iloc[0] if len(far) else stamps.iloc[0]
-        raise InputError(path, f"{column}: {bad!r} is outside the years 1678-2261 that epoch nanoseconds hold",
-                         place=f"column {column}") from None
+        raise InputError(
+            path, f"{column}: {bad!r} is outside the years 1678-2261 that epoch nanoseconds hold", place=f"column {column}"
+        ) from None
     return parsed.astype("int64").to_numpy()
 
 
@@ -127,8 +140,12 @@ def _factor(unit: str | None, field: GpuField, path: Path, column: str) -> float
 
 
 def _unit_error(unit: str, field: GpuField, path: Path, column: str) -> float:
-    raise InputError(path, f"column {column!r} is in {unit!r}, but {field.name} is in {field.unit!r} and no conversion is known",
-                     place=f"column {column}", hint="a different nvidia-smi version or an edited file; check the units line")
+    raise InputError(
+        path,
+        f"column {column!r} is in {unit!r}, but {field.name} is in {field.unit!r} and no conversion is known",
+        place=f"column {column}",
+        hint="a different nvidia-smi version or an edited file; check the units line",
+    )
 
 
 _MAX_GPU_INDEX = 2**31 - 1
@@ -142,8 +159,9 @@ def _gpu_indexes(raw: pd.Series, path: Path, column: str, lines: list[int]) -> n
     bad = ~(np.isfinite(x) & (x >= 0) & (x <= _MAX_GPU_INDEX) & (x == np.floor(x)))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(path, f"{column} column: {raw.iloc[i]!r} is not a GPU index (a whole number from 0)",
-                         place=f"line {lines[i]}, column {column}")
+        raise InputError(
+            path, f"{column} column: {raw.iloc[i]!r} is not a GPU index (a whole number from 0)", place=f"line {lines[i]}, column {column}"
+        )
     return x.astype(np.int64)
 
 
@@ -152,25 +170,36 @@ def _no_repeated_columns(names: list[str], path: Path, line: int) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise InputError(path, f"column {name!r} appears twice in the header", place=f"line {line}",
-                             hint="one nvidia-smi capture per file, as nvidia-smi wrote it")
+            raise InputError(
+                path,
+                f"column {name!r} appears twice in the header",
+                place=f"line {line}",
+                hint="one nvidia-smi capture per file, as nvidia-smi wrote it",
+            )
         seen.add(name)
 
 
 def _finish(fmt: str, path: Path, run_id: str | None, cols: dict[str, list], caveats: list[Caveat], meta: dict) -> SourceData:
     if not cols["metric"]:
         raise InputError(path, "no samples found", hint=f"expected {fmt} output")
-    table, more = build_samples(run_id or path.stem, pa.array(cols["host"], pa.string()), pa.array(cols["gpu"], pa.int32()),
-                                pa.array(cols["metric"], pa.string()), np.array(cols["ts"], np.int64),
-                                np.array(cols["value"], np.float64), str(path))
+    table, more = build_samples(
+        run_id or path.stem,
+        pa.array(cols["host"], pa.string()),
+        pa.array(cols["gpu"], pa.int32()),
+        pa.array(cols["metric"], pa.string()),
+        np.array(cols["ts"], np.int64),
+        np.array(cols["value"], np.float64),
+        str(path),
+    )
     return SourceData(fmt, str(path), {"samples": table}, caveats + more, meta)
 
 
 # --- nvidia-smi dmon -----------------------------------------------------------------------------------------
 
 
-def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None,
-              interval_ms: int = 1000) -> SourceData:
+def read_dmon(
+    path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None, interval_ms: int = 1000
+) -> SourceData:
     """``nvidia-smi dmon [-s ...] [-o DT]`` output as ``samples``."""
     path = Path(path)
     try:
@@ -204,8 +233,9 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         if len(tokens) != len(names):
             if n == len(lines) and not text.endswith("\n"):
                 continue  # the last line, cut while being written
-            raise InputError(path, f"row has {len(tokens)} fields, the header {len(names)}", place=f"line {n}",
-                             hint="a truncated or edited dmon table")
+            raise InputError(
+                path, f"row has {len(tokens)} fields, the header {len(names)}", place=f"line {n}", hint="a truncated or edited dmon table"
+            )
         rows.append((n, tokens))
     if names is None or units is None or len(units) != len(names):
         raise InputError(path, "no units line under the column names", hint="expected nvidia-smi dmon's two # header lines")
@@ -225,8 +255,13 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         k = frame.groupby(gpu).cumcount().to_numpy()
         end = path.stat().st_mtime_ns
         ts = end - (k.max() - k) * interval_ms * 1_000_000 if len(k) else np.zeros(0, np.int64)
-        caveats.append(Caveat("timestamps_reconstructed", f"no time column (-o DT): samples placed {interval_ms} ms apart, "
-                              "ending at the file's modification time", str(path)))
+        caveats.append(
+            Caveat(
+                "timestamps_reconstructed",
+                f"no time column (-o DT): samples placed {interval_ms} ms apart, ending at the file's modification time",
+                str(path),
+            )
+        )
     cols: dict[str, list] = {"host": [], "gpu": [], "metric": [], "ts": [], "value": []}
     unknown, missing = [], 0
     for name, unit in zip(names, units, strict=True):
@@ -254,8 +289,13 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     if missing:
         caveats.append(Caveat("not_available", f"{missing} values marked '-' (not reported by this GPU) read as missing", str(path)))
     if unknown:
-        caveats.append(Caveat("unknown_metric", "dmon columns not in the GPU field registry, kept as nvidia_smi_dmon.<name>: "
-                              + ", ".join(unknown), str(path)))
+        caveats.append(
+            Caveat(
+                "unknown_metric",
+                "dmon columns not in the GPU field registry, kept as nvidia_smi_dmon.<name>: " + ", ".join(unknown),
+                str(path),
+            )
+        )
     meta = {"source_names": {BY_SMI_DMON[c].name: [c] for c in names if c in BY_SMI_DMON}, "units": dict(zip(names, units, strict=True))}
     data = _finish(DMON, path, run_id, cols, caveats, meta)
     wrappers.into(data.meta)
@@ -288,16 +328,21 @@ def _query_values(raw: pd.Series, field: GpuField, header_unit: str | None, path
         units = parts[1].dropna().unique()
         for u in units:
             if header_unit is not None and u != header_unit:
-                raise InputError(path, f"column {column!r} says [{header_unit}] but a value is in {u!r}", place=f"column {column}",
-                                 hint="an edited file or a unit change mid-capture")
+                raise InputError(
+                    path,
+                    f"column {column!r} says [{header_unit}] but a value is in {u!r}",
+                    place=f"column {column}",
+                    hint="an edited file or a unit change mid-capture",
+                )
         unit = header_unit if header_unit is not None else (units[0] if len(units) else None)
         factor = _factor(unit, field, path, column)
         out[rest] = parts[0].astype(float).to_numpy() * factor
     return out, int(absent.sum())
 
 
-def read_query(path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None,
-               interval_ms: int = 1000) -> SourceData:
+def read_query(
+    path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None, interval_ms: int = 1000
+) -> SourceData:
     """``nvidia-smi --query-gpu=... --format=csv [-lms N]`` output as ``samples``."""
     path = Path(path)
     try:
@@ -318,8 +363,12 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
                 caveats.append(Caveat("truncated_line", "the last line is cut short and was skipped", str(path)))
                 rows = rows[:-1]
                 break
-            raise InputError(path, f"row has {len(r)} fields, the header {width}", place=f"line {numbered[i - 1][0]}",
-                             hint="a truncated or edited nvidia-smi CSV")
+            raise InputError(
+                path,
+                f"row has {len(r)} fields, the header {width}",
+                place=f"line {numbered[i - 1][0]}",
+                hint="a truncated or edited nvidia-smi CSV",
+            )
     frame = pd.DataFrame(rows[1:], columns=[c.strip() for c in rows[0]], dtype=str)
     headers = {c: _HEADER.match(c) for c in frame.columns}
     names = {c: m.group(1).strip() if m else c for c, m in headers.items()}
@@ -336,8 +385,13 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
     else:
         k = frame.groupby(gpu).cumcount().to_numpy()
         ts = path.stat().st_mtime_ns - (k.max() - k) * interval_ms * 1_000_000 if len(k) else np.zeros(0, np.int64)
-        caveats.append(Caveat("timestamps_reconstructed", f"no timestamp column: row k of a GPU placed {interval_ms} ms apart, "
-                              "ending at the file's modification time", str(path)))
+        caveats.append(
+            Caveat(
+                "timestamps_reconstructed",
+                f"no timestamp column: row k of a GPU placed {interval_ms} ms apart, ending at the file's modification time",
+                str(path),
+            )
+        )
     cols: dict[str, list] = {"host": [], "gpu": [], "metric": [], "ts": [], "value": []}
     unknown, missing = [], 0
     for col in frame.columns:
@@ -359,8 +413,13 @@ def read_query(path: Path, *, run_id: str | None = None, host: str | None = None
     if missing:
         caveats.append(Caveat("not_available", f"{missing} values nvidia-smi marked [N/A] / [Not Supported] read as missing", str(path)))
     if unknown:
-        caveats.append(Caveat("unknown_metric", "query fields not in the GPU field registry, kept as nvidia_smi_query.<name>: "
-                              + ", ".join(unknown), str(path)))
+        caveats.append(
+            Caveat(
+                "unknown_metric",
+                "query fields not in the GPU field registry, kept as nvidia_smi_query.<name>: " + ", ".join(unknown),
+                str(path),
+            )
+        )
     meta: dict[str, object] = {"source_names": {BY_SMI_QUERY[n].name: [n] for n in names.values() if n in BY_SMI_QUERY}}
     for ident in ("name", "pci.bus_id", "uuid"):
         if ident in by_name:

@@ -97,8 +97,11 @@ def trace_rank(rf: RankFile) -> TraceRank:
         offset, how = 0, "nsys session start (UTC epoch)"
     else:
         offset = epoch_offset_ns(meta, first)
-        how = ("Kineto baseTimeNanoseconds + ts" if "baseTimeNanoseconds" in meta else "epoch timestamps") if offset is not None \
+        how = (
+            ("Kineto baseTimeNanoseconds + ts" if "baseTimeNanoseconds" in meta else "epoch timestamps")
+            if offset is not None
             else "trace clock (no epoch)"
+        )
     host = meta.get("host") if isinstance(meta.get("host"), str) and meta.get("host") else None
     return TraceRank(rf.rank, rf.path, device, host, offset, rf.span_ns, how)
 
@@ -116,8 +119,7 @@ _NOT_HOSTS = re.compile(r"^(rank|gpu|cuda|dev|device|local|step|iter|proc|worker
 
 
 def _host_like(host: str) -> bool:
-    return (any(c.isalpha() for c in host) and not _NOT_HOSTS.match(host)
-            and host.split("-", 1)[0].lower() not in _NOT_HOST_WORDS)
+    return any(c.isalpha() for c in host) and not _NOT_HOSTS.match(host) and host.split("-", 1)[0].lower() not in _NOT_HOST_WORDS
 
 
 def host_from_file_name(name: str) -> tuple[str, int | None] | None:
@@ -145,8 +147,12 @@ def parse_placement_spec(text: str) -> dict[int, Slot]:
     for i, item in enumerate(p for p in text.split(",") if p.strip()):
         m = _SPEC_ITEM.match(item)
         if not m:
-            raise InputError(None, f"--placement item {item.strip()!r} is not RANK=HOST[:GPU]", place=f"item {i + 1}",
-                             hint="e.g. --placement 0=node-a:0,1=node-a:1, or a CSV/JSON file of rank,host,gpu")
+            raise InputError(
+                None,
+                f"--placement item {item.strip()!r} is not RANK=HOST[:GPU]",
+                place=f"item {i + 1}",
+                hint="e.g. --placement 0=node-a:0,1=node-a:1, or a CSV/JSON file of rank,host,gpu",
+            )
         _put(out, int(m["rank"]), Slot(m["host"], int(m["gpu"]) if m["gpu"] else None), None, f"item {i + 1}")
     if not out:
         raise InputError(None, "--placement is empty", hint="RANK=HOST[:GPU],... or a placement file")
@@ -155,8 +161,7 @@ def parse_placement_spec(text: str) -> dict[int, Slot]:
 
 def _put(out: dict[int, Slot], rank: int, slot: Slot, path: Path | None, place: str) -> None:
     if rank in out and out[rank] != slot:
-        raise InputError(path, f"rank {rank} is placed twice ({out[rank].host}:{out[rank].gpu} and {slot.host}:{slot.gpu})",
-                         place=place)
+        raise InputError(path, f"rank {rank} is placed twice ({out[rank].host}:{out[rank].gpu} and {slot.host}:{slot.gpu})", place=place)
     out[rank] = slot
 
 
@@ -250,7 +255,7 @@ def read_placement_file(path: str | Path) -> dict[int, Slot]:
             raise InputError(path, f"not valid JSON: {exc}") from exc
         rows = _rows_of_json(doc)
         if rows is None:
-            raise InputError(path, "not a placement: expected {\"0\": \"host:gpu\"} or [{\"rank\": 0, \"host\": ..., \"gpu\": 0}]")
+            raise InputError(path, 'not a placement: expected {"0": "host:gpu"} or [{"rank": 0, "host": ..., "gpu": 0}]')
         for place, row in rows:
             rank, slot = _slot_of(row, path, place)
             _put(out, rank, slot, path, place)
@@ -295,8 +300,13 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
         if slot is not None:
             host, host_from = slot.host, user_from
             if tr.host and not _same_host(tr.host, slot.host):
-                caveats.append(Caveat("placement_conflict", f"rank {tr.rank}: {user_from} says host {slot.host}, its nsys "
-                                      f"report says {tr.host}; using {user_from}", tr.path))
+                caveats.append(
+                    Caveat(
+                        "placement_conflict",
+                        f"rank {tr.rank}: {user_from} says host {slot.host}, its nsys report says {tr.host}; using {user_from}",
+                        tr.path,
+                    )
+                )
         elif tr.host:
             host, host_from = tr.host, "nsys report"
         elif named is not None:
@@ -308,9 +318,19 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
         start = end = None
         if tr.epoch_offset_ns is not None and tr.span_ns is not None:
             start, end = tr.span_ns[0] + tr.epoch_offset_ns, tr.span_ns[1] + tr.epoch_offset_ns
-        rows.append({"rank": tr.rank, "host": host, "gpu": gpu, "host_from": host_from, "gpu_from": gpu_from,
-                     "epoch_offset_ns": tr.epoch_offset_ns, "window_start_ns": start, "window_end_ns": end,
-                     "trace_file": tr.path})
+        rows.append(
+            {
+                "rank": tr.rank,
+                "host": host,
+                "gpu": gpu,
+                "host_from": host_from,
+                "gpu_from": gpu_from,
+                "epoch_offset_ns": tr.epoch_offset_ns,
+                "window_start_ns": start,
+                "window_end_ns": end,
+                "trace_file": tr.path,
+            }
+        )
     traced = {r["rank"] for r in rows}
     extra = sorted(set(user) - traced)
     if extra:
@@ -319,8 +339,13 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
     for (host, gpu), n in slots.items():
         if n > 1:
             clash = [r["rank"] for r in rows if (r["host"], r["gpu"]) == (host, gpu)]
-            caveats.append(Caveat("placement_ambiguous", f"ranks {clash} all map to {host} GPU {gpu} (CUDA_VISIBLE_DEVICES "
-                                  "renumbers devices): their GPUs are unknown, give them with --placement RANK=HOST:GPU"))
+            caveats.append(
+                Caveat(
+                    "placement_ambiguous",
+                    f"ranks {clash} all map to {host} GPU {gpu} (CUDA_VISIBLE_DEVICES "
+                    "renumbers devices): their GPUs are unknown, give them with --placement RANK=HOST:GPU",
+                )
+            )
             for r in rows:
                 if (r["host"], r["gpu"]) == (host, gpu):
                     r["gpu"], r["gpu_from"] = None, None

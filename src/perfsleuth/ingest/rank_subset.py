@@ -33,12 +33,12 @@ def parse_rank_spec(spec: str) -> frozenset[int]:
     for part in spec.split(","):
         m = _PART.match(part)
         if not m:
-            raise InvalidArgument(f"--ranks {spec!r}: {part.strip()!r} is not a rank or a range like 16-31 "
-                                  "(ranks are comma-separated non-negative integers)")
+            raise InvalidArgument(
+                f"--ranks {spec!r}: {part.strip()!r} is not a rank or a range like 16-31 (ranks are comma-separated non-negative integers)"
+            )
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo or hi - lo > MAX_SPAN:
-            raise InvalidArgument(f"--ranks {spec!r}: the range {part.strip()!r} runs backwards or spans more than "
-                                  f"{MAX_SPAN} ranks")
+            raise InvalidArgument(f"--ranks {spec!r}: the range {part.strip()!r} runs backwards or spans more than {MAX_SPAN} ranks")
         ranks.update(range(lo, hi + 1))
     return frozenset(ranks)
 
@@ -77,5 +77,10 @@ def restrict_job(job: KinetoJob, ranks: frozenset[int]) -> KinetoJob:
     from perfsleuth.ingest.kineto import KinetoJob
 
     mask = pc.is_in(job.events["rank"], value_set=pa.array(sorted(ranks), job.events.schema.field("rank").type))
-    return KinetoJob(job.runs, job.events.filter(mask), {r: p for r, p in job.rank_files.items() if r in ranks},
-                     {r: m for r, m in job.metadata.items() if r in ranks}, job.caveats)
+    return KinetoJob(
+        job.runs,
+        job.events.filter(mask),
+        {r: p for r, p in job.rank_files.items() if r in ranks},
+        {r: m for r, m in job.metadata.items() if r in ranks},
+        job.caveats,
+    )

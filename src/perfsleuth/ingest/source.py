@@ -46,8 +46,9 @@ class Adapter:
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def register(name: str, description: str, detect: Callable[[Path], bool], read: Callable[[Path], SourceData], *,
-             series: bool = False) -> None:
+def register(
+    name: str, description: str, detect: Callable[[Path], bool], read: Callable[[Path], SourceData], *, series: bool = False
+) -> None:
     """``series=True``: the format comes as periodic scrapes, one file each; ``read`` also accepts the
     folder that holds them (and reads only its own files there), so rates between scrapes can be taken."""
     if name in ADAPTERS:

@@ -46,8 +46,10 @@ from perfsleuth.ingest.source import SourceData, register, sniff_text
 from perfsleuth.model import RECORDS
 
 NAME = "steplog"
-DESCRIPTION = ("training step logs: Megatron-LM iteration lines, DeepSpeed step/throughput lines, torchtitan, Hugging Face "
-               "Trainer, NeMo, Lightning and TorchTune step lines, JSON Lines")
+DESCRIPTION = (
+    "training step logs: Megatron-LM iteration lines, DeepSpeed step/throughput lines, torchtitan, Hugging Face "
+    "Trainer, NeMo, Lightning and TorchTune step lines, JSON Lines"
+)
 DETECT_BYTES = 1 << 20
 """Megatron prints its whole argument list (and NCCL its banner) before the first iteration: sniff 1 MiB."""
 RECENT_STEPS = 4
@@ -206,8 +208,7 @@ class LineContext:
 
     __slots__ = ("line", "stream", "rank", "text", "_time", "_fallback")
 
-    def __init__(self, line: int, stream: str, rank: int, text: str, time_ns: int | None = None,
-                 fallback_ns: int | None = None):
+    def __init__(self, line: int, stream: str, rank: int, text: str, time_ns: int | None = None, fallback_ns: int | None = None):
         self.line, self.stream, self.rank, self.text = line, stream, rank, text
         self._time: int | None | bool = time_ns if time_ns is not None else False
         self._fallback = fallback_ns  # a wrapper's timestamp: used when the tool's own line has none
@@ -300,8 +301,7 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
         gz = fh.read(2) == b"\x1f\x8b"
     prev: tuple[int, str, bool] | None = None
     try:
-        with (gzip.open(path, "rt", encoding="utf-8", errors="replace") if gz
-              else open(path, encoding="utf-8", errors="replace")) as fh:
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") if gz else open(path, encoding="utf-8", errors="replace") as fh:
             for i, raw in enumerate(fh, start=1):
                 if prev is not None:
                     yield prev
@@ -368,16 +368,26 @@ def parse_text(path: Path) -> ParsedLog:
         if not text.strip():
             continue
         if not complete:
-            out.caveats.append(Caveat("truncated_line", f"the last line (line {number_}) ends without a newline: the "
-                                      "log was cut while being written" + ("" if text.rstrip().endswith("|") else
-                                                                           "; the line was ignored"), str(path)))
+            out.caveats.append(
+                Caveat(
+                    "truncated_line",
+                    f"the last line (line {number_}) ends without a newline: the "
+                    "log was cut while being written" + ("" if text.rstrip().endswith("|") else "; the line was ignored"),
+                    str(path),
+                )
+            )
             if not text.rstrip().endswith("|"):
                 break
         if "ank" in text and (tag := _RANK_TAG.search(text)) is not None:
             rank = int(tag.group(1) or tag.group(2))
         c = LineContext(number_, stream, rank, text, fallback_ns=u.time_ns)
-        if (lightning.feed(c) or megatron.feed(c) or ("time (ms)" in text and _timer_line(c, out, problems))
-                or deepspeed.feed(c) or trainers.feed(c)):
+        if (
+            lightning.feed(c)
+            or megatron.feed(c)
+            or ("time (ms)" in text and _timer_line(c, out, problems))
+            or deepspeed.feed(c)
+            or trainers.feed(c)
+        ):
             continue
         if (m := _SETTING.search(text)) is not None:
             out.settings.setdefault(m.group(1), m.group(2))
@@ -469,8 +479,7 @@ def _fits(value: object, limit: int) -> bool:
     return -limit <= int(value) < limit  # type: ignore[call-overload]
 
 
-def _fit_integers(df: pd.DataFrame, schema: pa.Schema, path: Path, caveats: list[Caveat],
-                  only: tuple[str, ...] | None = None) -> None:
+def _fit_integers(df: pd.DataFrame, schema: pa.Schema, path: Path, caveats: list[Caveat], only: tuple[str, ...] | None = None) -> None:
     """Integer columns hold values their type can: a number that does not fit (a garbled digit, a year-3024
     timestamp, an infinite step time) is read as missing with a caveat naming the column and lines, since the rest
     of its line is still good. In a key column (line, step, rank) it cannot be missing: the file is bad input there."""
@@ -488,14 +497,23 @@ def _fit_integers(df: pd.DataFrame, schema: pa.Schema, path: Path, caveats: list
         value = str(col.iat[bad[0]])
         value = value if len(value) <= 24 else value[:20] + "..."
         if not f.nullable:
-            raise InputError(path, f"{f.name} {value} is out of range (it must fit {f.type})", place=f"line {lines[0]}",
-                             hint="a garbled line; check the file around it")
+            raise InputError(
+                path,
+                f"{f.name} {value} is out of range (it must fit {f.type})",
+                place=f"line {lines[0]}",
+                hint="a garbled line; check the file around it",
+            )
         df[f.name] = col.astype(object)
         for i in bad:
             df.iat[i, df.columns.get_loc(f.name)] = None
         shown = ", ".join(map(str, lines[:MAX_EXAMPLES]))
-        caveats.append(Caveat("value_does_not_fit", f"{f.name}: {len(bad)} value(s) out of range for {f.type} (e.g. {value}) "
-                              f"read as missing, line(s) {shown}", str(path)))
+        caveats.append(
+            Caveat(
+                "value_does_not_fit",
+                f"{f.name}: {len(bad)} value(s) out of range for {f.type} (e.g. {value}) read as missing, line(s) {shown}",
+                str(path),
+            )
+        )
 
 
 _ROW_COLS = [f.name for f in StepRow.__dataclass_fields__.values()]  # type: ignore[attr-defined]
@@ -510,11 +528,22 @@ def _sessions(rows: pd.DataFrame, marks: pd.DataFrame, path: Path, caveats: list
         session, dup = _session_split(g, marks)
         g = g.assign(session=session)
         if dup.any():
-            caveats.append(Caveat("interleaved_ranks", f"{int(dup.sum())} iteration line(s) repeat a step number just "
-                                  f"logged{' in stream ' + repr(stream) if stream else ''}: several ranks write into this "
-                                  "file without a rank prefix; kept one row per step (the slowest)", str(path)))
-            g = (g.assign(_t=g["step_time_ns"].fillna(-1.0)).sort_values(["session", "step", "_t"], kind="stable")
-                 .drop_duplicates(["session", "step"], keep="last").drop(columns="_t").sort_values("line"))
+            caveats.append(
+                Caveat(
+                    "interleaved_ranks",
+                    f"{int(dup.sum())} iteration line(s) repeat a step number just "
+                    f"logged{' in stream ' + repr(stream) if stream else ''}: several ranks write into this "
+                    "file without a rank prefix; kept one row per step (the slowest)",
+                    str(path),
+                )
+            )
+            g = (
+                g.assign(_t=g["step_time_ns"].fillna(-1.0))
+                .sort_values(["session", "step", "_t"], kind="stable")
+                .drop_duplicates(["session", "step"], keep="last")
+                .drop(columns="_t")
+                .sort_values("line")
+            )
         parts.append(g)
     return pd.concat(parts) if parts else rows.assign(session=pd.Series(dtype="int32"))
 
@@ -592,8 +621,9 @@ def _int_array(col: pd.Series) -> pa.Array:
         x = col.to_numpy(dtype=float)
         missing = np.isnan(x)
         return pa.array(np.round(np.where(missing, 0, x)).astype(np.int64), mask=missing)
-    return pa.array([None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else int(round(v))
-                     for v in col], pa.int64())
+    return pa.array(
+        [None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else int(round(v)) for v in col], pa.int64()
+    )
 
 
 def _table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
@@ -660,15 +690,33 @@ def records_row(run_id: str, rows: pd.DataFrame, settings: dict[str, str], frame
         if len(tok):
             tps = float(tok.median()) / (step_ns / 1e9) / gpus
     dims = {"source_format": framework, "log": path.name}
-    for key in ("world_size", "seq_length", "global_batch_size", "tensor_model_parallel_size",
-                "pipeline_model_parallel_size", "train_batch_size"):
+    for key in (
+        "world_size",
+        "seq_length",
+        "global_batch_size",
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "train_batch_size",
+    ):
         if key in settings:
             dims[key] = str(settings[key])
     t0 = rows["time_ns"].dropna()
-    return pa.Table.from_pylist([{
-        "run_id": run_id, "time_ns": int(t0.min()) if len(t0) else None, "unit": "run", "dims": sorted(dims.items()),
-        "step_time_ns": step_ns, "tokens_per_s_per_gpu": tps, "mfu": None, "step_time_stat": "median", "gpus": gpus,
-    }], schema=RECORDS)
+    return pa.Table.from_pylist(
+        [
+            {
+                "run_id": run_id,
+                "time_ns": int(t0.min()) if len(t0) else None,
+                "unit": "run",
+                "dims": sorted(dims.items()),
+                "step_time_ns": step_ns,
+                "tokens_per_s_per_gpu": tps,
+                "mfu": None,
+                "step_time_stat": "median",
+                "gpus": gpus,
+            }
+        ],
+        schema=RECORDS,
+    )
 
 
 def build(parsed: ParsedLog, path: Path) -> SourceData:
@@ -680,8 +728,12 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
     marks = _frame(parsed.marks, _MARK_COLS, STEP_LOG_EVENTS, path, caveats)
     timers = _frame(parsed.timers, _TIMER_COLS, STEP_LOG_TIMERS, path, caveats)
     if rows.empty:
-        raise InputError(path, f"no iteration lines in this {parsed.framework} log", place=f"{parsed.lines} lines",
-                         hint="the job may have stopped before its first logged iteration")
+        raise InputError(
+            path,
+            f"no iteration lines in this {parsed.framework} log",
+            place=f"{parsed.lines} lines",
+            hint="the job may have stopped before its first logged iteration",
+        )
     rows = _sessions(rows, marks, path, caveats)
     rows["iterations"] = _iterations(rows, marks, parsed.settings)
     _fit_integers(rows, STEP_LOG, path, caveats, only=("iterations",))  # a step-number jump can exceed int32
@@ -692,8 +744,12 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
     marks = _attach_step(marks, rows, marks["kind"].isin(_SESSION_MARKS).to_numpy() if len(marks) else None)
     timers = timers.assign(step=timers["row_step"].fillna(-1), run_id=run_id)
     marks = marks.assign(run_id=run_id)
-    meta: dict[str, object] = {"framework": parsed.framework, "settings": dict(parsed.settings),
-                               "sessions": int(rows["session"].max()) + 1, "streams": sorted(rows["stream"].unique())}
+    meta: dict[str, object] = {
+        "framework": parsed.framework,
+        "settings": dict(parsed.settings),
+        "sessions": int(rows["session"].max()) + 1,
+        "streams": sorted(rows["stream"].unique()),
+    }
     if (g := gpu_count(parsed.settings)) is not None:
         meta["gpus"] = g
     if parsed.wrappers:
@@ -702,8 +758,9 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
         "step_log": _table(rows, STEP_LOG),
         "step_log_timers": _table(timers, STEP_LOG_TIMERS),
         "step_log_events": _table(marks, STEP_LOG_EVENTS),
-        "step_log_settings": pa.Table.from_pylist([{"run_id": run_id, "key": k, "value": v}
-                                                   for k, v in parsed.settings.items()], schema=STEP_LOG_SETTINGS),
+        "step_log_settings": pa.Table.from_pylist(
+            [{"run_id": run_id, "key": k, "value": v} for k, v in parsed.settings.items()], schema=STEP_LOG_SETTINGS
+        ),
         "records": records_row(run_id, rows, parsed.settings, parsed.framework, path),
     }
     return SourceData(NAME, str(path), tables, caveats, meta)
@@ -746,10 +803,20 @@ def step_time_history(step_log: pa.Table, *, run_id: str | None = None, stream: 
     elif stream not in set(df["stream"]):
         raise InputError(None, f"no stream {stream!r} in run {run!r}", hint=f"streams are {sorted(set(df['stream']))}")
     df = df[df["stream"] == stream].sort_values("line")
-    times = (df["time_ns"].to_numpy(dtype="int64").astype("datetime64[ns]") if df["time_ns"].notna().all()
-             else df["step"].to_numpy(dtype="int64"))
-    return StepTimeHistory(df["step_time_ns"].to_numpy(dtype=float) / 1e9, times, df["step"].to_numpy(dtype="int64"),
-                           "s", str(run), str(stream), int(df["rank"].iloc[0]))
+    times = (
+        df["time_ns"].to_numpy(dtype="int64").astype("datetime64[ns]")
+        if df["time_ns"].notna().all()
+        else df["step"].to_numpy(dtype="int64")
+    )
+    return StepTimeHistory(
+        df["step_time_ns"].to_numpy(dtype=float) / 1e9,
+        times,
+        df["step"].to_numpy(dtype="int64"),
+        "s",
+        str(run),
+        str(stream),
+        int(df["rank"].iloc[0]),
+    )
 
 
 # --- the adapter ------------------------------------------------------------------------------------
@@ -772,8 +839,14 @@ def detect(path: Path) -> bool:
         return False
     from perfsleuth.ingest import steplog_lightning, steplog_trainers
 
-    return (steplog_jsonl.sniff(text) or steplog_megatron.sniff(text) or steplog_deepspeed.sniff(text)
-            or steplog_trainers.sniff(text) or steplog_trainers.sniff_trainer_state(text) or steplog_lightning.sniff(text))
+    return (
+        steplog_jsonl.sniff(text)
+        or steplog_megatron.sniff(text)
+        or steplog_deepspeed.sniff(text)
+        or steplog_trainers.sniff(text)
+        or steplog_trainers.sniff_trainer_state(text)
+        or steplog_lightning.sniff(text)
+    )
 
 
 def read(path: Path) -> SourceData:

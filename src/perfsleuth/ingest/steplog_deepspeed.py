@@ -32,8 +32,10 @@ _PAIR = re.compile(r"(\w+)=([^,]+)")
 _OVERFLOW = re.compile(r"OVERFLOW! Rank (\d+) Skipping step\. Attempted loss scale: (\S+), reducing to (\S+)")
 _GLOBAL_STEP = re.compile(r"global_step(\d+)")
 _WORDS = re.compile(r"step|SamplesPerSec|OVERFLOW|heckpoint|DeepSpeed|TorchBackend")
-SNIFF = re.compile(r"step=\d+, skipped=\d+, lr=\[|global_step=\d+, RunningAvgSamplesPerSec=|\d+/\d+, SamplesPerSec="
-                   r"|steps: \d+ loss: \S+ .*iter time \(s\)")
+SNIFF = re.compile(
+    r"step=\d+, skipped=\d+, lr=\[|global_step=\d+, RunningAvgSamplesPerSec=|\d+/\d+, SamplesPerSec="
+    r"|steps: \d+ loss: \S+ .*iter time \(s\)"
+)
 
 _MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("start", re.compile(r"DeepSpeed info: version=|DeepSpeed(?:Engine|Light) configuration:|Initializing TorchBackend in DeepSpeed")),
@@ -123,14 +125,14 @@ class DeepSpeedLines:
             new = self._num(m.group(3), c)
             if new is not None:
                 self.loss_scale[c.stream] = new
-            self.out.marks.append(Mark(c.line, "overflow", c.stream, int(m.group(1)), c.time_ns, value=new,
-                                       detail=text.strip()[:160]))
+            self.out.marks.append(Mark(c.line, "overflow", c.stream, int(m.group(1)), c.time_ns, value=new, detail=text.strip()[:160]))
             return True
         for kind, pattern in _MARKS:
             if pattern.search(text):
                 g = _GLOBAL_STEP.search(text)
-                self.out.marks.append(Mark(c.line, kind, c.stream, c.rank, c.time_ns, int(g.group(1)) if g else None,
-                                           detail=text.strip()[:160]))
+                self.out.marks.append(
+                    Mark(c.line, kind, c.stream, c.rank, c.time_ns, int(g.group(1)) if g else None, detail=text.strip()[:160])
+                )
                 return True
         return False
 
@@ -171,8 +173,13 @@ class DeepSpeedLines:
             rows.append(row)
             prev[(stream, gen)] = rec
         if missing_batch:
-            self.out.caveats.append(Caveat("no_batch_size", f"{missing_batch} DeepSpeed throughput line(s) give samples/s "
-                                           "but the log has no train_batch_size (the config dump): step time left empty"))
+            self.out.caveats.append(
+                Caveat(
+                    "no_batch_size",
+                    f"{missing_batch} DeepSpeed throughput line(s) give samples/s "
+                    "but the log has no train_batch_size (the config dump): step time left empty",
+                )
+            )
         return rows
 
 

@@ -42,15 +42,27 @@ from perfsleuth.ingest.steplog import EVENT_KINDS, Mark, ParsedLog, Problems, St
 
 SNIFF_LINES = 20
 STEP_TIME_KEYS = {"step_time_s": 1e9, "step_time_ms": 1e6, "step_time_ns": 1.0}
-_FLOATS = {"tokens": "tokens", "samples": "samples", "loss": "loss", "grad_norm": "grad_norm", "loss_scale": "loss_scale",
-           "lr": "learning_rate", "learning_rate": "learning_rate", "tflops_per_gpu": "tflops_per_gpu",
-           "samples_per_s": "samples_per_s"}
+_FLOATS = {
+    "tokens": "tokens",
+    "samples": "samples",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "loss_scale": "loss_scale",
+    "lr": "learning_rate",
+    "learning_rate": "learning_rate",
+    "tflops_per_gpu": "tflops_per_gpu",
+    "samples_per_s": "samples_per_s",
+}
 _COUNTS = ("skipped", "nan")
 _SETTINGS = ("gpus", "world_size", "seq_length")
-_RESERVED = {"step", "time", "time_ns", "iterations", "rank", "event", "duration_s", *STEP_TIME_KEYS, *_FLOATS, *_COUNTS,
-             *_SETTINGS}
-_EVENT_ALIASES = {"checkpoint": "checkpoint_save", "save": "checkpoint_save", "load": "checkpoint_load",
-                  "restart": "start", "resume": "checkpoint_load"}
+_RESERVED = {"step", "time", "time_ns", "iterations", "rank", "event", "duration_s", *STEP_TIME_KEYS, *_FLOATS, *_COUNTS, *_SETTINGS}
+_EVENT_ALIASES = {
+    "checkpoint": "checkpoint_save",
+    "save": "checkpoint_save",
+    "load": "checkpoint_load",
+    "restart": "start",
+    "resume": "checkpoint_load",
+}
 IMPLAUSIBLE_RATIO = 30.0
 """A step time 30x off the time between rows is a unit mistake, not noise (1000x: ms under an _s key)."""
 PLAUSIBLE_RANGE_NS = {"step_time_s": (1e6, 6e11), "step_time_ms": (1e4, 6e12), "step_time_ns": (1e3, 6e12)}
@@ -140,8 +152,9 @@ def _step_row(doc: dict[str, Any], line: int, problems: Problems) -> tuple[StepR
         problems.add("bad_step", line)
         return None
     rank = _count(doc.get("rank"), line, problems)
-    row = StepRow(line=line, step=step, rank=rank if rank is not None else -1, stream=f"rank {rank}" if rank is not None
-                  and rank >= 0 else "")
+    row = StepRow(
+        line=line, step=step, rank=rank if rank is not None else -1, stream=f"rank {rank}" if rank is not None and rank >= 0 else ""
+    )
     if "time_ns" in doc:
         t = _float(doc["time_ns"], line, problems)
         row.time_ns = int(t) if t is not None and math.isfinite(t) and t > 0 else None
@@ -174,9 +187,16 @@ def _event(doc: dict[str, Any], line: int, problems: Problems) -> Mark | None:
     step = _count(doc.get("step"), line, problems) if "step" in doc else None
     dur = _float(doc.get("duration_s"), line, problems)
     rank = _count(doc.get("rank"), line, problems)
-    return Mark(line, kind, f"rank {rank}" if rank is not None and rank >= 0 else "", rank if rank is not None else -1,
-                _time_ns(doc.get("time_ns", doc.get("time")), line, problems), step,
-                int(dur * 1e9) if dur is not None and math.isfinite(dur) else None, detail=json.dumps(doc)[:160])
+    return Mark(
+        line,
+        kind,
+        f"rank {rank}" if rank is not None and rank >= 0 else "",
+        rank if rank is not None else -1,
+        _time_ns(doc.get("time_ns", doc.get("time")), line, problems),
+        step,
+        int(dur * 1e9) if dur is not None and math.isfinite(dur) else None,
+        detail=json.dumps(doc)[:160],
+    )
 
 
 def _unit_caveat(rows: list[StepRow], key: str, path: Path) -> Caveat | None:
@@ -194,14 +214,22 @@ def _unit_caveat(rows: list[StepRow], key: str, path: Path) -> Caveat | None:
             wall = float(np.median(dt[ok] / ds[ok]))
             ratio = median / wall
             if ratio > IMPLAUSIBLE_RATIO or ratio < 1 / IMPLAUSIBLE_RATIO:
-                return Caveat("implausible_unit", f"'{key}' has a median of {median / STEP_TIME_KEYS[key]:.4g} but the rows are "
-                              f"{wall / STEP_TIME_KEYS[key]:.4g} apart in 'time' per step ({ratio:.3g}x): the step times "
-                              f"are probably in another unit; kept as written", str(path))
+                return Caveat(
+                    "implausible_unit",
+                    f"'{key}' has a median of {median / STEP_TIME_KEYS[key]:.4g} but the rows are "
+                    f"{wall / STEP_TIME_KEYS[key]:.4g} apart in 'time' per step ({ratio:.3g}x): the step times "
+                    f"are probably in another unit; kept as written",
+                    str(path),
+                )
             return None
     lo, hi = PLAUSIBLE_RANGE_NS[key]
     if not lo <= median <= hi:
-        return Caveat("implausible_unit", f"'{key}' has a median of {median / STEP_TIME_KEYS[key]:.4g}, outside what a "
-                      f"training step takes in that unit: probably another unit; kept as written", str(path))
+        return Caveat(
+            "implausible_unit",
+            f"'{key}' has a median of {median / STEP_TIME_KEYS[key]:.4g}, outside what a "
+            f"training step takes in that unit: probably another unit; kept as written",
+            str(path),
+        )
     return None
 
 
@@ -219,8 +247,13 @@ def parse(path: Path) -> ParsedLog:
             doc = json.loads(raw)
         except ValueError:
             if not complete:
-                out.caveats.append(Caveat("truncated_line", f"the last line (line {i}) is cut off: the log was cut "
-                                          "while being written; the line was ignored", str(path)))
+                out.caveats.append(
+                    Caveat(
+                        "truncated_line",
+                        f"the last line (line {i}) is cut off: the log was cut while being written; the line was ignored",
+                        str(path),
+                    )
+                )
             else:
                 problems.add("bad_json", i)
             continue

@@ -39,9 +39,12 @@ _TUNE_BAR = re.compile(r"(?:^|\s)(\d+)\|(\d+)\|Loss: ([-+\deE.naif]+):\s+(\d+)%\
 _TUNE_STEP = re.compile(r"(?:^|\s)Step (\d+) \| ((?:\w+:\S+\s*)+)$")
 _RATE = re.compile(r"^\s*([\d.]+)\s*(it/s|s/it)\s*$")
 _ELAPSED = re.compile(r"^(?:(\d+):)?(\d+):(\d+)$")
-SNIFF = re.compile(r"Training epoch \d+, iteration \d+/\d+ \|.*(?:reduced_train_loss|train_step_timing|global_step)"
-                   r"|Epoch \d+:\s+\d+%\|.*\|\s*\d+/\d+ \[[^\]]*(?:it/s|s/it)"
-                   r"|\d+\|\d+\|Loss: \S+:\s+\d+%\||^Step \d+ \| loss:\S+ lr:", re.MULTILINE)
+SNIFF = re.compile(
+    r"Training epoch \d+, iteration \d+/\d+ \|.*(?:reduced_train_loss|train_step_timing|global_step)"
+    r"|Epoch \d+:\s+\d+%\|.*\|\s*\d+/\d+ \[[^\]]*(?:it/s|s/it)"
+    r"|\d+\|\d+\|Loss: \S+:\s+\d+%\||^Step \d+ \| loss:\S+ lr:",
+    re.MULTILINE,
+)
 
 _LOSS_KEYS = ("reduced_train_loss", "train_loss_step", "train_loss", "loss")
 _NEMO_KEYS = {"lr": "learning_rate", "global_batch_size": "samples"}
@@ -100,8 +103,18 @@ class LightningLines:
                 self.out.marks.append(Mark(c.line, "eval", c.stream, c.rank, c.time_ns, detail=text.strip()[:160]))
             return True
         if "Global Checkpoint Save" in text and (m := _NEMO_SAVE.search(text)):
-            self.out.marks.append(Mark(c.line, "checkpoint_save", c.stream, c.rank, c.time_ns, int(m.group(1)),
-                                       int(float(m.group(2)) * 1e9), detail=text.strip()[:160]))
+            self.out.marks.append(
+                Mark(
+                    c.line,
+                    "checkpoint_save",
+                    c.stream,
+                    c.rank,
+                    c.time_ns,
+                    int(m.group(1)),
+                    int(float(m.group(2)) * 1e9),
+                    detail=text.strip()[:160],
+                )
+            )
             return True
         if "%|" in text:
             if "|Loss:" in text and (m := _TUNE_BAR.search(text)):
@@ -120,8 +133,7 @@ class LightningLines:
                 fields[k.strip()] = v.strip()
         gs = _num(fields.get("global_step", ""))
         step = int(gs) if gs is not None else int(m.group(2))
-        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1,
-                      loss=self._loss(fields))
+        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1, loss=self._loss(fields))
         if (t := _num(fields.get("train_step_timing in s", ""))) is not None:
             row.step_time_ns = t * 1e9
         else:
@@ -151,8 +163,7 @@ class LightningLines:
             return True  # the bar before its first step: nothing measured yet
         gs = _num(post.get("global_step", ""))
         step = int(gs) if gs is not None else (epoch * total + batch if total else batch)  # NeMo's global_step is 0-based
-        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1,
-                      loss=self._loss(post))
+        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1, loss=self._loss(post))
         if (t := _num(post.get("train_step_timing in s", ""))) is not None:
             row.step_time_ns = t * 1e9
         else:
@@ -180,8 +191,7 @@ class LightningLines:
     def _tune_bar(self, c: LineContext, m: re.Match[str]) -> bool:
         epoch, step = int(m.group(1)), int(m.group(2))
         elapsed, per_it, _ = _bar_fields(m.group(7))
-        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1,
-                      loss=_num(m.group(3)))
+        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1, loss=_num(m.group(3)))
         if per_it is not None:
             row.step_time_ns = per_it * 1e9
             self.rate_rows += 1
@@ -198,9 +208,17 @@ class LightningLines:
         fields = dict(p.split(":", 1) for p in m.group(2).split())
         if "loss" not in fields:
             return False
-        row = StepRow(line=c.line, step=int(m.group(1)), stream=c.stream, rank=c.rank, time_ns=c.time_ns, iterations=1,
-                      loss=_num(fields["loss"]), learning_rate=_num(fields.get("lr", "")),
-                      grad_norm=_num(fields.get("grad_norm", "")))
+        row = StepRow(
+            line=c.line,
+            step=int(m.group(1)),
+            stream=c.stream,
+            rank=c.rank,
+            time_ns=c.time_ns,
+            iterations=1,
+            loss=_num(fields["loss"]),
+            learning_rate=_num(fields.get("lr", "")),
+            grad_norm=_num(fields.get("grad_norm", "")),
+        )
         for k, v in fields.items():
             if k in ("loss", "lr", "grad_norm") or (x := _num(v)) is None:
                 continue
@@ -212,10 +230,20 @@ class LightningLines:
 
     def finish(self, path) -> None:
         if self.rate_rows:
-            self.out.caveats.append(Caveat("step_time_from_bar_rate", f"{self.rate_rows} step time(s) are the progress "
-                                           "bar's rate: tqdm's smoothed average over recent steps, not each step's own time",
-                                           str(path)))
+            self.out.caveats.append(
+                Caveat(
+                    "step_time_from_bar_rate",
+                    f"{self.rate_rows} step time(s) are the progress "
+                    "bar's rate: tqdm's smoothed average over recent steps, not each step's own time",
+                    str(path),
+                )
+            )
         if self.no_time and self.out.framework in ("nemo", "torchtune"):
-            self.out.caveats.append(Caveat("step_time_missing", f"{self.no_time} step line(s) carry no time (NeMo without "
-                                           "train_step_timing, TorchTune's metric logger): their rows have no step time",
-                                           str(path)))
+            self.out.caveats.append(
+                Caveat(
+                    "step_time_missing",
+                    f"{self.no_time} step line(s) carry no time (NeMo without "
+                    "train_step_timing, TorchTune's metric logger): their rows have no step time",
+                    str(path),
+                )
+            )

@@ -67,8 +67,7 @@ class TrainerLines:
 
     def _titan(self, c: LineContext, m: re.Match[str]) -> bool:
         step = int(m.group(1))
-        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, loss=_num(m.group(2)),
-                      iterations=1)
+        row = StepRow(line=c.line, step=step, stream=c.stream, rank=c.rank, time_ns=c.time_ns, loss=_num(m.group(2)), iterations=1)
         for key, value, unit in _TITAN_PAIR.findall(m.group(3)):
             v = _num(value)
             if v is None:
@@ -108,9 +107,16 @@ class TrainerLines:
         if "loss" not in doc:
             return True  # eval dicts: not a training step
         self.hf_rows += 1
-        row = StepRow(line=c.line, step=self.hf_rows, stream=c.stream, rank=c.rank, time_ns=c.time_ns,
-                      loss=_float(doc.get("loss")), grad_norm=_float(doc.get("grad_norm")),
-                      learning_rate=_float(doc.get("learning_rate")))
+        row = StepRow(
+            line=c.line,
+            step=self.hf_rows,
+            stream=c.stream,
+            rank=c.rank,
+            time_ns=c.time_ns,
+            loss=_float(doc.get("loss")),
+            grad_norm=_float(doc.get("grad_norm")),
+            learning_rate=_float(doc.get("learning_rate")),
+        )
         if (e := _float(doc.get("epoch"))) is not None:
             row.extra["epoch"] = e
         self.out.rows.append(row)
@@ -128,17 +134,29 @@ class TrainerLines:
         steps = round(runtime * rate)
         if self.summary_line is None or steps < 1 or not runtime > 0:
             return None
-        self.out.caveats.append(Caveat("run_summary_only", f"no step lines, only the Trainer's final summary (line "
-                                       f"{self.summary_line}): one row for the run, {steps} step(s) = train_runtime "
-                                       f"{runtime:g} s x train_steps_per_second {rate:g} (printed rounded: the step "
-                                       "count and time per step are estimates)", str(path)))
+        self.out.caveats.append(
+            Caveat(
+                "run_summary_only",
+                f"no step lines, only the Trainer's final summary (line "
+                f"{self.summary_line}): one row for the run, {steps} step(s) = train_runtime "
+                f"{runtime:g} s x train_steps_per_second {rate:g} (printed rounded: the step "
+                "count and time per step are estimates)",
+                str(path),
+            )
+        )
         return StepRow(line=self.summary_line, step=steps, iterations=steps, step_time_ns=runtime / steps * 1e9)
 
     def finish(self, path: Path) -> None:
         if self.hf_rows:
-            self.out.caveats.append(Caveat("steps_by_order", f"{self.hf_rows} Hugging Face Trainer log dict(s) carry no step "
-                                           "number: numbered 1, 2, ... in order (multiply by logging_steps for the real "
-                                           "step; trainer_state.json has it)", str(path)))
+            self.out.caveats.append(
+                Caveat(
+                    "steps_by_order",
+                    f"{self.hf_rows} Hugging Face Trainer log dict(s) carry no step "
+                    "number: numbered 1, 2, ... in order (multiply by logging_steps for the real "
+                    "step; trainer_state.json has it)",
+                    str(path),
+                )
+            )
 
 
 def _float(v: Any) -> float | None:
@@ -170,8 +188,14 @@ def parse_trainer_state(path: Path) -> ParsedLog:
             continue
         if "loss" not in entry or not isinstance(entry.get("step"), int):
             continue
-        row = StepRow(line=i, step=entry["step"], iterations=max(1, entry["step"] - prev_step), loss=_float(entry.get("loss")),
-                      grad_norm=_float(entry.get("grad_norm")), learning_rate=_float(entry.get("learning_rate")))
+        row = StepRow(
+            line=i,
+            step=entry["step"],
+            iterations=max(1, entry["step"] - prev_step),
+            loss=_float(entry.get("loss")),
+            grad_norm=_float(entry.get("grad_norm")),
+            learning_rate=_float(entry.get("learning_rate")),
+        )
         if (e := _float(entry.get("epoch"))) is not None:
             row.extra["epoch"] = e
         prev_step = entry["step"]

@@ -83,5 +83,4 @@ def metric_values(table: pa.Table, metric: str, path: str | Path) -> tuple[np.nd
 def require_columns(table: pa.Table, columns: Sequence[str], path: str | Path) -> None:
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise InputError(path, f"no column(s) {', '.join(map(repr, missing))}",
-                         hint=f"columns are: {', '.join(table.column_names)}")
+        raise InputError(path, f"no column(s) {', '.join(map(repr, missing))}", hint=f"columns are: {', '.join(table.column_names)}")

@@ -67,8 +67,7 @@ REGISTRY: dict[str, MetricDef] = {
     "vllm:num_requests_running": MetricDef("gauge", "requests", ("sglang:num_running_reqs",)),
     "vllm:num_requests_waiting": MetricDef("gauge", "requests", ("sglang:num_queue_reqs",)),
     "vllm:num_requests_swapped": MetricDef("gauge", "requests"),
-    "vllm:kv_cache_usage_perc": MetricDef("gauge", "fraction", ("vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-                                          combine="max"),
+    "vllm:kv_cache_usage_perc": MetricDef("gauge", "fraction", ("vllm:gpu_cache_usage_perc", "sglang:token_usage"), combine="max"),
     "vllm:cpu_cache_usage_perc": MetricDef("gauge", "fraction", combine="max"),
     "vllm:num_preemptions": MetricDef("counter", "preemptions", ("vllm:num_preemption", "sglang:num_retracted_reqs")),
     "vllm:prompt_tokens": MetricDef("counter", "tokens", ("sglang:prompt_tokens",)),
@@ -77,9 +76,12 @@ REGISTRY: dict[str, MetricDef] = {
     "vllm:prefix_cache_queries": MetricDef("counter", "tokens", ("vllm:gpu_prefix_cache_queries",)),
     "vllm:prefix_cache_hits": MetricDef("counter", "tokens", ("vllm:gpu_prefix_cache_hits",)),
     "vllm:time_to_first_token_seconds": MetricDef("histogram", "s", ("sglang:time_to_first_token_seconds",)),
-    "vllm:inter_token_latency_seconds": MetricDef("histogram", "s", ("sglang:inter_token_latency_seconds",),
-                                                  fallback=("vllm:time_per_output_token_seconds",
-                                                            "sglang:time_per_output_token_seconds")),
+    "vllm:inter_token_latency_seconds": MetricDef(
+        "histogram",
+        "s",
+        ("sglang:inter_token_latency_seconds",),
+        fallback=("vllm:time_per_output_token_seconds", "sglang:time_per_output_token_seconds"),
+    ),
     "vllm:request_time_per_output_token_seconds": MetricDef("histogram", "s"),
     "vllm:e2e_request_latency_seconds": MetricDef("histogram", "s", ("sglang:e2e_request_latency_seconds",)),
     "vllm:request_queue_time_seconds": MetricDef("histogram", "s", ("sglang:queue_time_seconds",)),
@@ -116,25 +118,46 @@ INTERVALS = pa.schema(
         pa.field("start_ns", pa.int64(), metadata={"unit": "ns"}),
         pa.field("end_ns", pa.int64(), metadata={"unit": "ns"}),
         pa.field("dur_s", pa.float64(), metadata={"unit": "s"}),
-        *[pa.field(c, pa.float64(), metadata={"unit": u}) for c, u in (
-            ("running", "requests"), ("running_mean", "requests"), ("waiting", "requests"), ("waiting_mean", "requests"),
-            ("kv_usage", "fraction"), ("kv_usage_mean", "fraction"), ("kv_usage_max", "fraction"), ("kv_capacity_tokens", "tokens"),
-            ("gpu_memory_utilization", "fraction"),
-            ("preemptions", "count"), ("prompt_tokens", "tokens"), ("generation_tokens", "tokens"),
-            ("requests_finished", "requests"), ("steps", "engine steps"), ("step_tokens", "tokens"),
-            ("request_prompt_tokens", "tokens"),
-        )],
-        *[pa.field(f"{h}_{s}", pa.float64(), metadata={"unit": "count" if s == "count" else "s"})
-          for h in ("ttft", "itl", "e2e", "queue", "prefill", "decode", "inference") for s in ("count", "sum_s", "mean_s")],
+        *[
+            pa.field(c, pa.float64(), metadata={"unit": u})
+            for c, u in (
+                ("running", "requests"),
+                ("running_mean", "requests"),
+                ("waiting", "requests"),
+                ("waiting_mean", "requests"),
+                ("kv_usage", "fraction"),
+                ("kv_usage_mean", "fraction"),
+                ("kv_usage_max", "fraction"),
+                ("kv_capacity_tokens", "tokens"),
+                ("gpu_memory_utilization", "fraction"),
+                ("preemptions", "count"),
+                ("prompt_tokens", "tokens"),
+                ("generation_tokens", "tokens"),
+                ("requests_finished", "requests"),
+                ("steps", "engine steps"),
+                ("step_tokens", "tokens"),
+                ("request_prompt_tokens", "tokens"),
+            )
+        ],
+        *[
+            pa.field(f"{h}_{s}", pa.float64(), metadata={"unit": "count" if s == "count" else "s"})
+            for h in ("ttft", "itl", "e2e", "queue", "prefill", "decode", "inference")
+            for s in ("count", "sum_s", "mean_s")
+        ],
         *[pa.field(f"{h}_{q}_s", pa.float64(), metadata={"unit": "s"}) for h in ("ttft", "itl") for q in ("p50", "p90", "p99")],
     ],
     metadata={"table": "inference_intervals"},
 )
 
-_HIST_COLS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",
-              "e2e": "vllm:e2e_request_latency_seconds", "queue": "vllm:request_queue_time_seconds",
-              "prefill": "vllm:request_prefill_time_seconds", "decode": "vllm:request_decode_time_seconds",
-              "inference": "vllm:request_inference_time_seconds"}
+_HIST_COLS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "decode": "vllm:request_decode_time_seconds",
+    "inference": "vllm:request_inference_time_seconds",
+}
 _SNIFF = re.compile(r"^(?:# (?:TYPE|HELP) )?(?:vllm|sglang):[A-Za-z_]", re.MULTILINE)
 
 
@@ -183,8 +206,14 @@ def read(path: Path) -> SourceData:
         raise InputError(p, "the scrape has no samples")
     if unknown:
         shown = sorted(unknown)
-        caveats.append(Caveat("unknown_metric", f"{len(shown)} metric name(s) not in perfsleuth's vLLM/SGLang registry "
-                              f"were kept as written: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}", str(p)))
+        caveats.append(
+            Caveat(
+                "unknown_metric",
+                f"{len(shown)} metric name(s) not in perfsleuth's vLLM/SGLang registry "
+                f"were kept as written: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}",
+                str(p),
+            )
+        )
     samples = _samples_table(rows, run_id)
     data = SourceData(NAME, str(p), caveats=caveats)
     data.tables["samples"] = samples
@@ -192,10 +221,22 @@ def read(path: Path) -> SourceData:
     if intervals.num_rows:
         data.tables["inference_intervals"] = intervals
     else:
-        caveats.append(Caveat("single_scrape", "one scrape only: gauges are known, rates and interval latencies are not "
-                              "(scrape /metrics periodically, e.g. every 10 s, into a directory)", str(p)))
-    data.meta.update({"models": sorted(meta["models"]), "engines": len(meta["engines"]) or 1,
-                      "info": meta["info"], "scrapes": len(set(samples.column("ts_ns").to_pylist()))})
+        caveats.append(
+            Caveat(
+                "single_scrape",
+                "one scrape only: gauges are known, rates and interval latencies are not "
+                "(scrape /metrics periodically, e.g. every 10 s, into a directory)",
+                str(p),
+            )
+        )
+    data.meta.update(
+        {
+            "models": sorted(meta["models"]),
+            "engines": len(meta["engines"]) or 1,
+            "info": meta["info"],
+            "scrapes": len(set(samples.column("ts_ns").to_pylist())),
+        }
+    )
     return data
 
 
@@ -230,8 +271,14 @@ def _file_time_ns(f: Path, caveats: list[Caveat]) -> int:
             except ValueError:
                 continue
     if not any(c.code == "time_from_mtime" for c in caveats):
-        caveats.append(Caveat("time_from_mtime", "scrape times taken from file modification times (no timestamps in the "
-                              "samples or the file names): intervals are as exact as the copy preserved them", str(f)))
+        caveats.append(
+            Caveat(
+                "time_from_mtime",
+                "scrape times taken from file modification times (no timestamps in the "
+                "samples or the file names): intervals are as exact as the copy preserved them",
+                str(f),
+            )
+        )
     return int(os.stat(f).st_mtime_ns)
 
 
@@ -306,8 +353,12 @@ def parse_exposition(text: str, path: Path) -> list[Sample]:
         except (ValueError, OverflowError):
             value = None
         if m is None or labels is None or value is None:
-            raise InputError(path, f"not a Prometheus text exposition: cannot read {line[:80]!r}", place=f"line {n}",
-                             hint="save the body of GET /metrics as it is")
+            raise InputError(
+                path,
+                f"not a Prometheus text exposition: cannot read {line[:80]!r}",
+                place=f"line {n}",
+                hint="save the body of GET /metrics as it is",
+            )
         out.append(Sample(m.group(1), labels, value, stamp))
     return out
 
@@ -318,15 +369,27 @@ def _read_scrape(f: Path, caveats: list[Caveat], meta: dict, unknown: set[str]) 
         raise InputError(f, "the scrape is empty")
     if not text.endswith("\n"):
         cut = text.rfind("\n")
-        caveats.append(Caveat("truncated_scrape", f"{f.name} does not end with a newline: its last line "
-                              f"({text[cut + 1:][:60]!r}) was cut while being written and is dropped", str(f)))
+        caveats.append(
+            Caveat(
+                "truncated_scrape",
+                f"{f.name} does not end with a newline: its last line "
+                f"({text[cut + 1 :][:60]!r}) was cut while being written and is dropped",
+                str(f),
+            )
+        )
         text = text[: cut + 1]
     parsed = [x for x in parse_exposition(text, f) if not x.name.endswith("_created")]
     last = {(x.name, tuple(sorted(x.labels.items())), x.timestamp_s): x for x in parsed}
     if len(last) < len(parsed):  # scrapes appended to one file with no timestamps to tell them apart
-        caveats.append(Caveat("repeated_series", f"{f.name}: {len(parsed) - len(last)} series repeat without timestamps "
-                              "(several scrapes in one file?): only the last value of each is kept; save one scrape "
-                              "per file, or keep the samples' timestamps", str(f)))
+        caveats.append(
+            Caveat(
+                "repeated_series",
+                f"{f.name}: {len(parsed) - len(last)} series repeat without timestamps "
+                "(several scrapes in one file?): only the last value of each is kept; save one scrape "
+                "per file, or keep the samples' timestamps",
+                str(f),
+            )
+        )
     samples = list(last.values())
     present = {s.name for s in samples}
     present |= {s.name[: -len(x)] for s in samples for x in ("_total", *_HIST_SUFFIX) if s.name.endswith(x)}
@@ -372,16 +435,22 @@ def _read_scrape(f: Path, caveats: list[Caveat], meta: dict, unknown: set[str]) 
         elif d.kind == "histogram":
             hist_parts[_with_labels(canon, rest)].add(suffix)
             le = labels.get("le")
-            name = _with_labels(f"{canon}_bucket", {**rest, "le": _le(le)}) if suffix == "_bucket" else \
-                _with_labels(f"{canon}{suffix}", rest)
+            name = (
+                _with_labels(f"{canon}_bucket", {**rest, "le": _le(le)}) if suffix == "_bucket" else _with_labels(f"{canon}{suffix}", rest)
+            )
         else:
             name = _with_labels(canon, rest)
         out[(host, name, ts)].append(float(s.value))
         combine[name] = d.combine
     for hist, parts in hist_parts.items():
         if {"_sum", "_count"} - parts:
-            caveats.append(Caveat("incomplete_histogram", f"{f.name}: histogram {hist} lacks "
-                                  f"{', '.join(sorted({'_sum', '_count'} - parts))} (a cut scrape?)", str(f)))
+            caveats.append(
+                Caveat(
+                    "incomplete_histogram",
+                    f"{f.name}: histogram {hist} lacks {', '.join(sorted({'_sum', '_count'} - parts))} (a cut scrape?)",
+                    str(f),
+                )
+            )
     rows = []
     for (host, name, ts), vals in out.items():
         how = combine.get(name, "sum")
@@ -408,14 +477,17 @@ def _with_labels(name: str, labels: dict[str, str]) -> str:
 
 def _samples_table(rows: list[tuple[str | None, str, int, float]], run_id: str) -> pa.Table:
     hosts, names, ts, vals = zip(*rows, strict=True)
-    return pa.table({
-        "run_id": pa.array([run_id] * len(rows), pa.string()),
-        "host": pa.array(hosts, pa.string()),
-        "gpu": pa.array(np.full(len(rows), -1, dtype=np.int32)),
-        "metric": pa.array(names, pa.string()),
-        "ts_ns": pa.array(ts, pa.int64()),
-        "value": pa.array(vals, pa.float64()),
-    }, schema=SAMPLES)
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * len(rows), pa.string()),
+            "host": pa.array(hosts, pa.string()),
+            "gpu": pa.array(np.full(len(rows), -1, dtype=np.int32)),
+            "metric": pa.array(names, pa.string()),
+            "ts_ns": pa.array(ts, pa.int64()),
+            "value": pa.array(vals, pa.float64()),
+        },
+        schema=SAMPLES,
+    )
 
 
 # --- per-interval derivation -----------------------------------------------------------------------
@@ -468,17 +540,20 @@ def _delta(wide: pd.DataFrame, col: str, caveats: list[Caveat] | None, path: str
     if reset.any():
         d = np.where(reset, v[1:], d)  # a counter that went down restarted from zero (server restart)
         if caveats is not None and not any(c.code == "counter_reset" for c in caveats):
-            caveats.append(Caveat("counter_reset", f"{col} decreased between scrapes: the server restarted; the "
-                                  "increment after the restart is counted from zero", path))
+            caveats.append(
+                Caveat(
+                    "counter_reset",
+                    f"{col} decreased between scrapes: the server restarted; the increment after the restart is counted from zero",
+                    path,
+                )
+            )
     return d
 
 
-def _interval_rows(wide: pd.DataFrame, run_id: str, host: str | None, caveats: list[Caveat] | None,
-                   path: str | None) -> list[dict]:
+def _interval_rows(wide: pd.DataFrame, run_id: str, host: str | None, caveats: list[Caveat] | None, path: str | None) -> list[dict]:
     ts = wide.index.to_numpy(dtype=np.int64)
     n = len(ts) - 1
-    rows = {"run_id": [run_id] * n, "host": [host] * n, "start_ns": ts[:-1], "end_ns": ts[1:],
-            "dur_s": np.diff(ts) / 1e9}
+    rows = {"run_id": [run_id] * n, "host": [host] * n, "start_ns": ts[:-1], "end_ns": ts[1:], "dur_s": np.diff(ts) / 1e9}
 
     def gauge(col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if col not in wide:

@@ -71,10 +71,16 @@ class Contribution:
         return self.log_contribution != 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "level": self.level, "before": self.before, "after": self.after,
-                "log_contribution": self.log_contribution, "share": self.share,
-                "log_interval": self.log_interval.to_json() if self.log_interval else None,
-                "share_interval": self.share_interval.to_json() if self.share_interval else None}
+        return {
+            "name": self.name,
+            "level": self.level,
+            "before": self.before,
+            "after": self.after,
+            "log_contribution": self.log_contribution,
+            "share": self.share,
+            "log_interval": self.log_interval.to_json() if self.log_interval else None,
+            "share_interval": self.share_interval.to_json() if self.share_interval else None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +102,18 @@ class Attribution:
         return self.after / self.before
 
     def to_json(self) -> dict[str, Any]:
-        return {"top_line": self.top_line, "before": self.before, "after": self.after, "log_change": self.log_change,
-                "ratio": self.ratio, "change_interval": self.change_interval.to_json() if self.change_interval else None,
-                "factors": [c.to_json() for c in self.factors], "parts": [c.to_json() for c in self.parts],
-                "method": self.method, "notes": list(self.notes)}
+        return {
+            "top_line": self.top_line,
+            "before": self.before,
+            "after": self.after,
+            "log_change": self.log_change,
+            "ratio": self.ratio,
+            "change_interval": self.change_interval.to_json() if self.change_interval else None,
+            "factors": [c.to_json() for c in self.factors],
+            "parts": [c.to_json() for c in self.parts],
+            "method": self.method,
+            "notes": list(self.notes),
+        }
 
 
 def log_mean(a: float, b: float) -> float:
@@ -165,10 +179,13 @@ def attribute_change(before: RunParts, after: RunParts, top_line: str = "tokens_
         notes.append("part of the step time is not broken down on one side: it is attributed as a whole")
     if abs(total) <= NO_CHANGE:
         notes.append("no change: shares are undefined")
-    method = ("exact log-additive split: factors multiply to the top line; the step time's log change is split among "
-              "its additive parts with the logarithmic mean (LMDI-I, Ang & Liu 2001)")
-    return Attribution(top_line, yb, ya, total, _with_shares(list(factors or ()), total), _with_shares(parts, total),
-                       method, notes=tuple(notes))
+    method = (
+        "exact log-additive split: factors multiply to the top line; the step time's log change is split among "
+        "its additive parts with the logarithmic mean (LMDI-I, Ang & Liu 2001)"
+    )
+    return Attribution(
+        top_line, yb, ya, total, _with_shares(list(factors or ()), total), _with_shares(parts, total), method, notes=tuple(notes)
+    )
 
 
 def _percentile(x: np.ndarray, confidence: float, value: float, unit: str, method: str) -> Interval | None:
@@ -179,8 +196,15 @@ def _percentile(x: np.ndarray, confidence: float, value: float, unit: str, metho
     return Interval(value, float(np.quantile(x, alpha)), float(np.quantile(x, 1 - alpha)), unit, method)
 
 
-def attribute_runs(before: Sequence[RunParts], after: Sequence[RunParts], top_line: str = "tokens_per_s_per_gpu", *,
-                   confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0) -> Attribution:
+def attribute_runs(
+    before: Sequence[RunParts],
+    after: Sequence[RunParts],
+    top_line: str = "tokens_per_s_per_gpu",
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> Attribution:
     """``attribute_change`` between the average runs of two samples, with bootstrap intervals.
 
     Runs are the independent units: each resample draws runs with replacement within each arm
@@ -215,11 +239,19 @@ def attribute_runs(before: Sequence[RunParts], after: Sequence[RunParts], top_li
         out = []
         for c in cs:
             k = keys.index((view, c.name))
-            out.append(replace(c, log_interval=_percentile(contrib[:, k], confidence, c.log_contribution, "log", how),
-                               share_interval=(_percentile(shares[:, k], confidence, c.share, "fraction", how)
-                                               if c.share is not None else None)))
+            out.append(
+                replace(
+                    c,
+                    log_interval=_percentile(contrib[:, k], confidence, c.log_contribution, "log", how),
+                    share_interval=(_percentile(shares[:, k], confidence, c.share, "fraction", how) if c.share is not None else None),
+                )
+            )
         return tuple(out)
 
-    return replace(point, factors=with_intervals(point.factors, "factors"), parts=with_intervals(point.parts, "parts"),
-                   change_interval=_percentile(change, confidence, point.log_change, "log", how),
-                   method=f"{point.method}; {how}")
+    return replace(
+        point,
+        factors=with_intervals(point.factors, "factors"),
+        parts=with_intervals(point.parts, "parts"),
+        change_interval=_percentile(change, confidence, point.log_change, "log", how),
+        method=f"{point.method}; {how}",
+    )

@@ -27,17 +27,25 @@ from perfsleuth.errors import InputError, InvalidArgument
 ENV_VAR = "PERFSLEUTH_FABRIC_TABLE"
 
 _COLLECTIVE_ALIASES = {
-    "allreduce": "allreduce", "all_reduce": "allreduce",
-    "allgather": "allgather", "all_gather": "allgather",
-    "reducescatter": "reducescatter", "reduce_scatter": "reducescatter",
-    "alltoall": "alltoall", "all_to_all": "alltoall", "alltoallv": "alltoall",
-    "broadcast": "broadcast", "bcast": "broadcast",
+    "allreduce": "allreduce",
+    "all_reduce": "allreduce",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "reducescatter": "reducescatter",
+    "reduce_scatter": "reducescatter",
+    "alltoall": "alltoall",
+    "all_to_all": "alltoall",
+    "alltoallv": "alltoall",
+    "broadcast": "broadcast",
+    "bcast": "broadcast",
     "reduce": "reduce",
-    "sendrecv": "sendrecv", "send_recv": "sendrecv",
-    "gather": "gather", "scatter": "scatter", "hypercube": "hypercube",
+    "sendrecv": "sendrecv",
+    "send_recv": "sendrecv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
 }
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "gather",
-               "scatter", "hypercube")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "gather", "scatter", "hypercube")
 
 
 def normalize_collective(name: str | None) -> str | None:
@@ -123,8 +131,7 @@ class FabricTable:
                 return rule
         return None
 
-    def expected(self, collective: str, *, gpu_model: str | None, nranks: int, nnodes: int,
-                 network: str | None = None) -> Expected | None:
+    def expected(self, collective: str, *, gpu_model: str | None, nranks: int, nnodes: int, network: str | None = None) -> Expected | None:
         """Expected busbw of a run, or None when the GPU model matches no rule.
 
         Inside a node the NVLink (or PCIe) fabric bounds busbw. Across nodes a ring or tree crosses
@@ -157,25 +164,52 @@ class FabricTable:
 
 
 _NCCL_TESTS = "NVIDIA/nccl-tests doc/PERFORMANCE.md"
-DEFAULT_FABRICS: dict[str, Fabric] = {f.name: f for f in (
-    Fabric("nvlink3_a100", "intra", 300.0, 0.78, note=(
-        "A100 SXM4 8-GPU (NVLink3 + NVSwitch, 600 GB/s both directions per GPU). nccl-tests all_reduce busbw 235 GB/s at "
-        "8 GB on 8x A100-SXM4-40GB (microsoft/superbenchmark tests/data/nccl_allreduce.log)")),
-    Fabric("nvlink4_h100", "intra", 450.0, 0.80, note=(
-        "H100/H200 SXM 8-GPU (NVLink4 + NVSwitch, 900 GB/s both directions per GPU). Ring/Simple all_reduce reaches "
-        "~360 GB/s; NVLS (NVLink SHARP) all_reduce goes higher, so this is a floor for healthy runs, not a ceiling")),
-    Fabric("nvlink5_b200", "intra", 900.0, 0.80, note=(
-        "B200/B300 HGX 8-GPU (NVLink5, 1.8 TB/s both directions per GPU); efficiency assumed as NVLink4's")),
-    Fabric("pcie4", "intra", 25.0, 0.75, note="PCIe Gen4 x16 between GPUs through the host (32 GB/s raw per direction)"),
-    Fabric("pcie5", "intra", 50.0, 0.75, note="PCIe Gen5 x16 between GPUs through the host (64 GB/s raw per direction)"),
-    Fabric("ib_800g", "inter", 100.0, 0.90, rdma=True, note="XDR InfiniBand 800 Gb/s, one NIC per GPU"),
-    Fabric("ib_400g", "inter", 50.0, 0.90, rdma=True, note="NDR InfiniBand 400 Gb/s, one NIC per GPU (DGX/HGX H100 reference)"),
-    Fabric("ib_200g", "inter", 25.0, 0.90, rdma=True, note="HDR InfiniBand 200 Gb/s, one NIC per GPU (DGX A100 reference)"),
-    Fabric("roce_400g", "inter", 50.0, 0.85, rdma=True, note="RoCEv2 400 GbE per GPU; lossless-Ethernet tuning costs a few %"),
-    Fabric("roce_200g", "inter", 25.0, 0.85, rdma=True, note="RoCEv2 200 GbE per GPU"),
-    Fabric("socket_100g", "inter", 12.5, 0.35, note=(
-        "NCCL's TCP socket transport over 100 GbE: CPU copies through host memory; the 0.35 share is an estimate")),
-)}
+DEFAULT_FABRICS: dict[str, Fabric] = {
+    f.name: f
+    for f in (
+        Fabric(
+            "nvlink3_a100",
+            "intra",
+            300.0,
+            0.78,
+            note=(
+                "A100 SXM4 8-GPU (NVLink3 + NVSwitch, 600 GB/s both directions per GPU). nccl-tests all_reduce busbw 235 GB/s at "
+                "8 GB on 8x A100-SXM4-40GB (microsoft/superbenchmark tests/data/nccl_allreduce.log)"
+            ),
+        ),
+        Fabric(
+            "nvlink4_h100",
+            "intra",
+            450.0,
+            0.80,
+            note=(
+                "H100/H200 SXM 8-GPU (NVLink4 + NVSwitch, 900 GB/s both directions per GPU). Ring/Simple all_reduce reaches "
+                "~360 GB/s; NVLS (NVLink SHARP) all_reduce goes higher, so this is a floor for healthy runs, not a ceiling"
+            ),
+        ),
+        Fabric(
+            "nvlink5_b200",
+            "intra",
+            900.0,
+            0.80,
+            note=("B200/B300 HGX 8-GPU (NVLink5, 1.8 TB/s both directions per GPU); efficiency assumed as NVLink4's"),
+        ),
+        Fabric("pcie4", "intra", 25.0, 0.75, note="PCIe Gen4 x16 between GPUs through the host (32 GB/s raw per direction)"),
+        Fabric("pcie5", "intra", 50.0, 0.75, note="PCIe Gen5 x16 between GPUs through the host (64 GB/s raw per direction)"),
+        Fabric("ib_800g", "inter", 100.0, 0.90, rdma=True, note="XDR InfiniBand 800 Gb/s, one NIC per GPU"),
+        Fabric("ib_400g", "inter", 50.0, 0.90, rdma=True, note="NDR InfiniBand 400 Gb/s, one NIC per GPU (DGX/HGX H100 reference)"),
+        Fabric("ib_200g", "inter", 25.0, 0.90, rdma=True, note="HDR InfiniBand 200 Gb/s, one NIC per GPU (DGX A100 reference)"),
+        Fabric("roce_400g", "inter", 50.0, 0.85, rdma=True, note="RoCEv2 400 GbE per GPU; lossless-Ethernet tuning costs a few %"),
+        Fabric("roce_200g", "inter", 25.0, 0.85, rdma=True, note="RoCEv2 200 GbE per GPU"),
+        Fabric(
+            "socket_100g",
+            "inter",
+            12.5,
+            0.35,
+            note=("NCCL's TCP socket transport over 100 GbE: CPU copies through host memory; the 0.35 share is an estimate"),
+        ),
+    )
+}
 DEFAULT_GPU_RULES: tuple[GpuRule, ...] = (
     GpuRule(r"B200|B300|GB200|GB300", "nvlink5_b200", "ib_400g"),
     GpuRule(r"H100 PCIe|H100 NVL", "pcie5", "ib_400g"),
@@ -212,8 +246,9 @@ def _read_doc(path: Path) -> dict[str, Any]:
         try:
             import yaml
         except ImportError as exc:
-            raise InputError(path, "reading a YAML fabric table needs PyYAML", hint="pip install pyyaml, "
-                             "or write the table as JSON or TOML") from exc
+            raise InputError(
+                path, "reading a YAML fabric table needs PyYAML", hint="pip install pyyaml, or write the table as JSON or TOML"
+            ) from exc
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -235,8 +270,14 @@ def _fabric_from(name: str, spec: Any, base: Fabric | None, path: Path) -> Fabri
         if base is not None:
             fab = replace(base, **{k: v for k, v in spec.items() if k != "collective_efficiency"})
         else:
-            fab = Fabric(name, str(spec["scope"]), float(spec["link_gbs"]), float(spec.get("efficiency", 0.8)),
-                         bool(spec.get("rdma", False)), str(spec.get("note", "")))
+            fab = Fabric(
+                name,
+                str(spec["scope"]),
+                float(spec["link_gbs"]),
+                float(spec.get("efficiency", 0.8)),
+                bool(spec.get("rdma", False)),
+                str(spec.get("note", "")),
+            )
         fab = replace(fab, link_gbs=float(fab.link_gbs), efficiency=float(fab.efficiency))
         if "collective_efficiency" in spec:
             ce = {normalize_collective(k) or k: float(v) for k, v in dict(spec["collective_efficiency"]).items()}
@@ -246,8 +287,7 @@ def _fabric_from(name: str, spec: Any, base: Fabric | None, path: Path) -> Fabri
     except (TypeError, ValueError) as exc:
         raise InputError(path, f"bad value: {exc}", place=f"fabrics.{name}") from exc
     if fab.scope not in ("intra", "inter") or fab.link_gbs <= 0 or not 0 < fab.efficiency <= 1.5:
-        raise InputError(path, "scope must be intra or inter, link_gbs > 0 and efficiency in (0, 1.5]",
-                         place=f"fabrics.{name}")
+        raise InputError(path, "scope must be intra or inter, link_gbs > 0 and efficiency in (0, 1.5]", place=f"fabrics.{name}")
     return fab
 
 

@@ -51,9 +51,13 @@ class Decomposition:
         return next((t for t in self.terms if t.name == name), None)
 
     def to_json(self) -> dict:
-        return {"total": {self.total_name: self.total}, "unit": self.unit,
-                "terms": [{"name": t.name, "value": t.value, "share": t.share} for t in self.terms],
-                "residual": self.residual, "residual_share": self.residual_share}
+        return {
+            "total": {self.total_name: self.total},
+            "unit": self.unit,
+            "terms": [{"name": t.name, "value": t.value, "share": t.share} for t in self.terms],
+            "residual": self.residual,
+            "residual_share": self.residual_share,
+        }
 
 
 def decompose(total_name: str, total: float, unit: str, **terms: float) -> Decomposition:
@@ -66,8 +70,7 @@ def decompose(total_name: str, total: float, unit: str, **terms: float) -> Decom
     vals = {k: (0.0 if v is None or not math.isfinite(v) else float(v)) for k, v in terms.items()}
     share = (lambda v: v / total) if total else (lambda v: None)
     residual = float(total) - sum(vals.values())
-    return Decomposition(total_name, float(total), unit, tuple(Term(k, v, share(v)) for k, v in vals.items()),
-                         residual, share(residual))
+    return Decomposition(total_name, float(total), unit, tuple(Term(k, v, share(v)) for k, v in vals.items()), residual, share(residual))
 
 
 def ttft_tree(ttft_s: float, queue_s: float, prefill_s: float) -> Decomposition:
@@ -87,13 +90,13 @@ def server_e2e_tree(e2e_s: float, queue_s: float, prefill_s: float, decode_s: fl
     return decompose("e2e", e2e_s, "s", queue=queue_s, prefill=prefill_s, decode=decode_s)
 
 
-def decode_step_tree(step_s: float, weight_bytes: float, kv_bytes: float, hbm_bytes_per_s: float,
-                     prefill_s: float = 0.0) -> Decomposition:
+def decode_step_tree(step_s: float, weight_bytes: float, kv_bytes: float, hbm_bytes_per_s: float, prefill_s: float = 0.0) -> Decomposition:
     """A decode step against its HBM floor: reading the weights and the batch's KV once at peak
     bandwidth is the least a step can take; the residual is host, scheduler and kernel inefficiency."""
     _positive_rate(hbm_bytes_per_s, "HBM bandwidth")
-    return decompose("decode_step", step_s, "s", weights_read=weight_bytes / hbm_bytes_per_s,
-                     kv_read=kv_bytes / hbm_bytes_per_s, prefill=prefill_s)
+    return decompose(
+        "decode_step", step_s, "s", weights_read=weight_bytes / hbm_bytes_per_s, kv_read=kv_bytes / hbm_bytes_per_s, prefill=prefill_s
+    )
 
 
 def tokens_per_s_per_gpu(decode_batch: float, step_s: float, gpus: int = 1) -> float:
@@ -162,8 +165,7 @@ def model_bytes(model: str | None, params_b: float | None = None, dtype: str | N
     if (m := _ACTIVE.search(name)) is not None:
         return ModelBytes(float(m.group(1)) * 1e9, precision, f"active parameters read from the name {name!r}", moe=True)
     if (m := _MOE.search(name)) is not None:
-        return ModelBytes(2 * float(m.group(2)) * 1e9, precision, f"two experts' parameters read from the name {name!r}",
-                          moe=True)
+        return ModelBytes(2 * float(m.group(2)) * 1e9, precision, f"two experts' parameters read from the name {name!r}", moe=True)
     sizes = [float(v) * (1e9 if u.lower() == "b" else 1e6) for v, u in _PARAMS.findall(name)]
     sizes = [s for s in sizes if s >= 1e8]
     if not sizes:
@@ -182,8 +184,9 @@ def gpu_spec(name: str | None) -> tuple[GpuSpec | None, int]:
     return resolve(text.replace("_", " ")), count
 
 
-def kv_bytes_per_token(spec: GpuSpec, gpu_memory_utilization: float, weight_bytes: float, capacity_tokens: float,
-                       gpus: int = 1) -> float | None:
+def kv_bytes_per_token(
+    spec: GpuSpec, gpu_memory_utilization: float, weight_bytes: float, capacity_tokens: float, gpus: int = 1
+) -> float | None:
     """KV bytes per token from the KV pool vLLM sized: (utilization x HBM - weights) / tokens the pool holds.
 
     It ignores the activation reserve (a few GB), so it overestimates by a few percent: KV reads

@@ -41,14 +41,19 @@ if TYPE_CHECKING:
     from perfsleuth.trace.analysis import JobAnalysis
 
 BREAKDOWN_COLUMNS = {
-    "compute": "compute_ns", "exposed_comm": "exposed_communication_ns", "memcpy": "memcpy_ns",
-    "host_launch": "idle_host_launch_ns", "sync_idle": "idle_sync_ns", "idle_other": "idle_other_ns",
+    "compute": "compute_ns",
+    "exposed_comm": "exposed_communication_ns",
+    "memcpy": "memcpy_ns",
+    "host_launch": "idle_host_launch_ns",
+    "sync_idle": "idle_sync_ns",
+    "idle_other": "idle_other_ns",
 }
 """Step-time parts read from the ``steps`` table; they partition each window (see ``trace.breakdown``)."""
 
 CARVED = {"checkpoint": "lost_checkpoint_ns", "data_wait": "lost_dataloader_ns"}
 CARVE_FROM = ("host_launch", "idle_other", "sync_idle", "memcpy")
 """Where lost time under checkpoint / data-loader host spans is taken from, in this order."""
+
 
 @dataclass(frozen=True, slots=True)
 class JobParts:
@@ -133,12 +138,24 @@ def _step_log(source: SourceData) -> _StepLog:
     flops = median(mf.flops_from_rate(rows["tflops_per_gpu"], rows["step_time_ns"] / 1e9, gpus)) if gpus else None
     iters = rows["iterations"].fillna(1).sum() if len(rows) else None
     t0 = source.tables["step_log"].column("time_ns").to_pandas().dropna()
-    return _StepLog(step_ns, int(iters) if iters else None, median(rows["tokens"]), flops, gpus,
-                    _settings_precision(settings), int(t0.min()) if len(t0) else None)
+    return _StepLog(
+        step_ns,
+        int(iters) if iters else None,
+        median(rows["tokens"]),
+        flops,
+        gpus,
+        _settings_precision(settings),
+        int(t0.min()) if len(t0) else None,
+    )
 
 
-def job_parts(report: JobReport, *, tokens_per_step: float | None = None,
-              model_flops_per_step: float | ModelConfig | None = None, precision: str | None = None) -> JobParts:
+def job_parts(
+    report: JobReport,
+    *,
+    tokens_per_step: float | None = None,
+    model_flops_per_step: float | ModelConfig | None = None,
+    precision: str | None = None,
+) -> JobParts:
     """See the module docstring."""
     a = report.analysis
     caveats: list[Caveat] = []
@@ -160,13 +177,20 @@ def job_parts(report: JobReport, *, tokens_per_step: float | None = None,
         stat = "mean"
         time_ns = wall_clock_ns(runs.get("started_at_ns"), runs.get("dims")) or (log.time_ns if log else None)
         if runs.get("ranks_present") and runs.get("world_size") and runs["ranks_present"] < runs["world_size"]:
-            caveats.append(Caveat("tree_missing_ranks", f"{runs['ranks_present']} of {runs['world_size']} ranks read: "
-                                  "the step's parts are those of the ranks present"))
+            caveats.append(
+                Caveat(
+                    "tree_missing_ranks",
+                    f"{runs['ranks_present']} of {runs['world_size']} ranks read: the step's parts are those of the ranks present",
+                )
+            )
     elif log is not None and log.step_time_ns:
         parts_ns, step_ns, steps, stat, time_ns = {}, log.step_time_ns, log.steps, "median", log.time_ns
     else:
-        return JobParts(a.run_id, None, caveats=(*caveats, Caveat(
-            "tree_no_step_time", "neither a trace nor a step log timed this job's steps: no factor tree")))
+        return JobParts(
+            a.run_id,
+            None,
+            caveats=(*caveats, Caveat("tree_no_step_time", "neither a trace nor a step log timed this job's steps: no factor tree")),
+        )
 
     if tokens_per_step is None and log is not None:
         tokens_per_step = log.tokens_per_step
@@ -191,8 +215,15 @@ def job_parts(report: JobReport, *, tokens_per_step: float | None = None,
     if sku and precision and peak is None:
         caveats.append(Caveat("tree_no_precision_peak", f"{sku.display} has no {precision} peak in metrics.hardware"))
     if sku and not precision:
-        caveats.append(Caveat("tree_no_precision", "precision not given nor in the step log: no peak, MFU is null "
-                              "(pass precision='bf16', 'fp8', ...)"))
-    parts = RunParts(step_ns, parts_ns, tokens_per_step=tokens_per_step, gpus=float(gpus) if gpus else None,
-                     model_flops_per_step=model_flops_per_step, peak_flop_per_s=peak)
+        caveats.append(
+            Caveat("tree_no_precision", "precision not given nor in the step log: no peak, MFU is null (pass precision='bf16', 'fp8', ...)")
+        )
+    parts = RunParts(
+        step_ns,
+        parts_ns,
+        tokens_per_step=tokens_per_step,
+        gpus=float(gpus) if gpus else None,
+        model_flops_per_step=model_flops_per_step,
+        peak_flop_per_s=peak,
+    )
     return JobParts(a.run_id, parts, time_ns, steps, stat, sku.key if sku else None, precision, method, dims, tuple(caveats))

@@ -72,7 +72,7 @@ def _rate(v: float, unit: str) -> tuple[str, str]:
 
 
 def _of(achieved: float, peak: float, unit: str) -> str:
-    """"2.56 of 3.35 TB/s", or "5.2 GB/s of 3.35 TB/s" when the two need different prefixes."""
+    """ "2.56 of 3.35 TB/s", or "5.2 GB/s of 3.35 TB/s" when the two need different prefixes."""
     (a, au), (p, pu) = _rate(achieved, unit), _rate(peak, unit)
     return f"{a} of {p} {pu}" if au == pu else f"{a} {au} of {p} {pu}"
 
@@ -101,10 +101,19 @@ def place(flop_count: float, dram_bytes: float, duration_ns: float, gpu: GpuSpec
     bound = "memory" if ai * bw < peak else "compute"
     fraction = (dram_bytes / seconds) / bw if bound == "memory" else achieved / peak
     return Placement(
-        gpu=spec.key, precision=prec, flop_count=float(flop_count), dram_bytes=float(dram_bytes),
-        duration_ns=float(duration_ns), arithmetic_intensity_flop_per_byte=ai, achieved_flop_per_s=achieved,
-        achieved_dram_bytes_per_s=dram_bytes / seconds, peak_flop_per_s=peak, peak_dram_bytes_per_s=bw,
-        attainable_flop_per_s=attainable, bound=bound, roof_fraction=fraction,
+        gpu=spec.key,
+        precision=prec,
+        flop_count=float(flop_count),
+        dram_bytes=float(dram_bytes),
+        duration_ns=float(duration_ns),
+        arithmetic_intensity_flop_per_byte=ai,
+        achieved_flop_per_s=achieved,
+        achieved_dram_bytes_per_s=dram_bytes / seconds,
+        peak_flop_per_s=peak,
+        peak_dram_bytes_per_s=bw,
+        attainable_flop_per_s=attainable,
+        bound=bound,
+        roof_fraction=fraction,
     )
 
 
@@ -203,8 +212,13 @@ def _placed_note(row: Mapping[str, object], flop_source: str | None, dram_source
     return "; ".join(notes) or None
 
 
-def place_kernels(kernel_metrics: pa.Table, gpu: GpuSpec | str | None = None, *, precision: str = "bf16",
-                  flop_counts: Mapping[int | str, float] | None = None) -> pa.Table:
+def place_kernels(
+    kernel_metrics: pa.Table,
+    gpu: GpuSpec | str | None = None,
+    *,
+    precision: str = "bf16",
+    flop_counts: Mapping[int | str, float] | None = None,
+) -> pa.Table:
     """Every row of a ``kernel_metrics`` table on the roofline (``ROOFLINE`` schema).
 
     ``gpu`` overrides the file's device name (needed for ``--page details``, which does not write it).
@@ -219,8 +233,13 @@ def place_kernels(kernel_metrics: pa.Table, gpu: GpuSpec | str | None = None, *,
         kid, name = row["kernel_id"], row.get("kernel_name")
         dur = _num(row.get("duration_ns"))
         sol = sol_bound(_num(row.get("sm_throughput_pct")), _num(row.get("memory_throughput_pct")))
-        rec: dict[str, object] = {"kernel_id": kid, "kernel_name": name, "gpu": spec.key if spec else None,
-                                  "duration_ns": dur, "sol_bound": sol}
+        rec: dict[str, object] = {
+            "kernel_id": kid,
+            "kernel_name": name,
+            "gpu": spec.key if spec else None,
+            "duration_ns": dur,
+            "sol_bound": sol,
+        }
         flops, fsrc, prec = None, None, canonical_precision(precision)
         if kid in given or name in given:
             flops, fsrc = float(given[kid] if kid in given else given[name]), "given"
@@ -232,10 +251,15 @@ def place_kernels(kernel_metrics: pa.Table, gpu: GpuSpec | str | None = None, *,
         dram, dsrc = _num(row.get("dram_bytes")), "ncu dram__bytes"
         if dram is None and spec is not None and dur is not None and _num(row.get("dram_throughput_pct")) is not None:
             dram, dsrc = estimate_dram_bytes(_num(row.get("dram_throughput_pct")), dur, spec), "estimated from DRAM throughput %"
-        rec.update(precision=prec, flop_count=flops, flop_source=fsrc, dram_bytes=dram,
-                   dram_bytes_source=dsrc if dram is not None else None)
-        checks = (("the GPU's peaks (unknown device name: pass gpu=)", spec is not None), ("a duration", bool(dur)),
-                  ("a FLOP count", flops is not None), ("DRAM bytes", dram is not None))
+        rec.update(
+            precision=prec, flop_count=flops, flop_source=fsrc, dram_bytes=dram, dram_bytes_source=dsrc if dram is not None else None
+        )
+        checks = (
+            ("the GPU's peaks (unknown device name: pass gpu=)", spec is not None),
+            ("a duration", bool(dur)),
+            ("a FLOP count", flops is not None),
+            ("DRAM bytes", dram is not None),
+        )
         missing = [what for what, ok in checks if not ok]
         if spec is not None and spec.peak(prec) is None:
             missing.append(f"a {prec} rate on {spec.display}")
@@ -246,10 +270,18 @@ def place_kernels(kernel_metrics: pa.Table, gpu: GpuSpec | str | None = None, *,
             out.append(rec)
             continue
         p = place(flops, dram, dur, spec, prec)
-        rec.update(arithmetic_intensity_flop_per_byte=p.arithmetic_intensity_flop_per_byte, achieved_flop_per_s=p.achieved_flop_per_s,
-                   achieved_dram_bytes_per_s=p.achieved_dram_bytes_per_s, peak_flop_per_s=p.peak_flop_per_s,
-                   peak_dram_bytes_per_s=p.peak_dram_bytes_per_s, ridge_flop_per_byte=p.ridge_flop_per_byte,
-                   attainable_flop_per_s=p.attainable_flop_per_s, bound=p.bound, roof_pct=100 * p.roof_fraction,
-                   phrase=p.phrase(), note=_placed_note(row, fsrc, dsrc))
+        rec.update(
+            arithmetic_intensity_flop_per_byte=p.arithmetic_intensity_flop_per_byte,
+            achieved_flop_per_s=p.achieved_flop_per_s,
+            achieved_dram_bytes_per_s=p.achieved_dram_bytes_per_s,
+            peak_flop_per_s=p.peak_flop_per_s,
+            peak_dram_bytes_per_s=p.peak_dram_bytes_per_s,
+            ridge_flop_per_byte=p.ridge_flop_per_byte,
+            attainable_flop_per_s=p.attainable_flop_per_s,
+            bound=p.bound,
+            roof_pct=100 * p.roof_fraction,
+            phrase=p.phrase(),
+            note=_placed_note(row, fsrc, dsrc),
+        )
         out.append(rec)
     return pa.Table.from_pylist(out, schema=ROOFLINE)

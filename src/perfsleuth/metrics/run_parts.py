@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from perfsleuth.errors import InvalidArgument
 
 COMPONENTS = (
-    "compute", "exposed_comm", "memcpy", "host_launch", "sync_idle", "data_wait", "checkpoint", "idle_other",
+    "compute",
+    "exposed_comm",
+    "memcpy",
+    "host_launch",
+    "sync_idle",
+    "data_wait",
+    "checkpoint",
+    "idle_other",
     "straggler_wait",
 )
 """Disjoint parts of the step time, in the order reports list them:
@@ -68,8 +75,10 @@ class RunParts:
             raise InvalidArgument(f"step-time components must be finite and >= 0, got {bad}")
         total = math.fsum(self.components_ns.values())
         if total > self.step_time_ns * (1 + REL_TOL):
-            raise InvalidArgument(f"step-time components add up to {total:.6g} ns, more than the step time "
-                             f"{self.step_time_ns:.6g} ns: they must be disjoint parts of the step")
+            raise InvalidArgument(
+                f"step-time components add up to {total:.6g} ns, more than the step time "
+                f"{self.step_time_ns:.6g} ns: they must be disjoint parts of the step"
+            )
 
     def parts(self) -> dict[str, float]:
         """Every component (in ``COMPONENTS`` order) plus ``unattributed``; they add up to the step time."""
@@ -114,8 +123,10 @@ def mean_run(runs: list[RunParts]) -> RunParts:
     comps = {k: math.fsum(p.get(k, 0.0) for p in parts) / n for k in names}
     step = math.fsum(math.fsum(p.values()) for p in parts) / n
     return RunParts(
-        step_time_ns=step, components_ns=comps,
-        tokens_per_step=avg([r.tokens_per_step for r in runs]), gpus=avg([r.gpus for r in runs]),
+        step_time_ns=step,
+        components_ns=comps,
+        tokens_per_step=avg([r.tokens_per_step for r in runs]),
+        gpus=avg([r.gpus for r in runs]),
         model_flops_per_step=avg([r.model_flops_per_step for r in runs]),
         hardware_flops_per_step=avg([r.hardware_flops_per_step for r in runs]),
         peak_flop_per_s=avg([r.peak_flop_per_s for r in runs]),

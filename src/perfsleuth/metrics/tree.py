@@ -41,9 +41,15 @@ if TYPE_CHECKING:
     from perfsleuth.api import JobReport
 
 FRACTION_COLUMNS = {
-    "compute": "compute_fraction", "exposed_comm": "exposed_comm_fraction", "memcpy": "memcpy_fraction",
-    "host_launch": "host_launch_fraction", "sync_idle": "sync_idle_fraction", "data_wait": "data_wait_fraction",
-    "checkpoint": "checkpoint_fraction", "idle_other": "idle_other_fraction", "straggler_wait": "straggler_wait_fraction",
+    "compute": "compute_fraction",
+    "exposed_comm": "exposed_comm_fraction",
+    "memcpy": "memcpy_fraction",
+    "host_launch": "host_launch_fraction",
+    "sync_idle": "sync_idle_fraction",
+    "data_wait": "data_wait_fraction",
+    "checkpoint": "checkpoint_fraction",
+    "idle_other": "idle_other_fraction",
+    "straggler_wait": "straggler_wait_fraction",
 }
 """``records`` column of each step-time component (its share of the step time)."""
 
@@ -101,19 +107,26 @@ def tree_factors(parts: RunParts) -> TreeFactors:
         caveats.append(Caveat("tree_no_gpus", "GPU count unknown: tokens/s/GPU and MFU are not computed"))
     tokens = parts.tokens_per_step
     if tokens is None:
-        caveats.append(Caveat("tree_no_tokens", "tokens per step unknown: tokens/s/GPU is not computed "
-                              "(pass tokens_per_step, or log tokens or samples with seq_length)"))
+        caveats.append(
+            Caveat(
+                "tree_no_tokens",
+                "tokens per step unknown: tokens/s/GPU is not computed (pass tokens_per_step, or log tokens or samples with seq_length)",
+            )
+        )
     elif not _positive(tokens):
         caveats.append(Caveat("tree_zero_tokens", f"tokens per step is {tokens}: no training throughput to report"))
         tokens = None
     flops, peak = parts.model_flops_per_step, parts.peak_flop_per_s
     if not _positive(flops):
-        caveats.append(Caveat("tree_no_model_flops", "model FLOPs per step unknown: MFU is null (pass a model config "
-                              "or model_flops_per_step, or log Megatron's TFLOP/s/GPU)"))
+        caveats.append(
+            Caveat(
+                "tree_no_model_flops",
+                "model FLOPs per step unknown: MFU is null (pass a model config or model_flops_per_step, or log Megatron's TFLOP/s/GPU)",
+            )
+        )
         flops = None
     if not _positive(peak):
-        caveats.append(Caveat("tree_no_peak", "peak FLOP/s unknown (GPU not in metrics.hardware, or precision not "
-                              "given): MFU is null"))
+        caveats.append(Caveat("tree_no_peak", "peak FLOP/s unknown (GPU not in metrics.hardware, or precision not given): MFU is null"))
         peak = None
     hw = parts.hardware_flops_per_step if _positive(parts.hardware_flops_per_step) else None
     tps = tokens / gpus / step_s if tokens and gpus else None
@@ -133,8 +146,13 @@ def tree_factors(parts: RunParts) -> TreeFactors:
         caveats.append(Caveat("tree_no_compute", "no compute time in the step: the busy and hardware factors are undefined"))
     f_model = flops / hw if flops and hw else None
     if f_hw is not None and f_hw > 1.0:  # faster than the GPU's dense peak while computing: an input is wrong
-        caveats.append(Caveat("tree_above_peak", f"the FLOP rate while computing is {f_hw:.2f}x the GPU's dense peak: "
-                              "model FLOPs per step, the precision or the GPU model is wrong (MFU is kept as computed)"))
+        caveats.append(
+            Caveat(
+                "tree_above_peak",
+                f"the FLOP rate while computing is {f_hw:.2f}x the GPU's dense peak: "
+                "model FLOPs per step, the precision or the GPU model is wrong (MFU is kept as computed)",
+            )
+        )
     return TreeFactors(step_ns, tps, mfu, f_sync, f_busy, f_model, f_hw, per_compute, fractions, tuple(caveats))
 
 
@@ -154,18 +172,32 @@ class JobTree:
         j, f = self.job, self.factors
         p = j.parts
         row: dict[str, Any] = {name: None for name in RECORDS.names}
-        row.update(run_id=j.run_id, time_ns=j.time_ns, unit="run", dims=sorted({**j.dims, **(dims or {})}.items()),
-                   step_time_stat=j.step_time_stat, steps=j.steps, gpu_sku=j.gpu_sku, precision=j.precision,
-                   model_flops_method=j.model_flops_method)
+        row.update(
+            run_id=j.run_id,
+            time_ns=j.time_ns,
+            unit="run",
+            dims=sorted({**j.dims, **(dims or {})}.items()),
+            step_time_stat=j.step_time_stat,
+            steps=j.steps,
+            gpu_sku=j.gpu_sku,
+            precision=j.precision,
+            model_flops_method=j.model_flops_method,
+        )
         if p is None or f is None:
             return row
         gpus = p.gpus if _positive(p.gpus) else None
         row.update(
-            step_time_ns=f.step_time_ns, tokens_per_s_per_gpu=f.tokens_per_s_per_gpu, mfu=f.mfu,
+            step_time_ns=f.step_time_ns,
+            tokens_per_s_per_gpu=f.tokens_per_s_per_gpu,
+            mfu=f.mfu,
             gpus=int(round(gpus)) if gpus else None,
-            tokens_per_step=p.tokens_per_step, peak_flop_per_s=p.peak_flop_per_s,
-            model_flops_per_step=p.model_flops_per_step, hardware_flops_per_step=p.hardware_flops_per_step,
-            sync_factor=f.sync_factor, busy_fraction=f.busy_fraction, model_flop_ratio=f.model_flop_ratio,
+            tokens_per_step=p.tokens_per_step,
+            peak_flop_per_s=p.peak_flop_per_s,
+            model_flops_per_step=p.model_flops_per_step,
+            hardware_flops_per_step=p.hardware_flops_per_step,
+            sync_factor=f.sync_factor,
+            busy_fraction=f.busy_fraction,
+            model_flop_ratio=f.model_flop_ratio,
             hardware_flop_efficiency=f.hardware_flop_efficiency,
         )
         if j.steps is not None:
@@ -176,15 +208,26 @@ class JobTree:
         return row
 
 
-def job_tree(report: JobReport, *, tokens_per_step: float | None = None,
-             model_flops_per_step: float | ModelConfig | None = None, precision: str | None = None) -> JobTree:
+def job_tree(
+    report: JobReport,
+    *,
+    tokens_per_step: float | None = None,
+    model_flops_per_step: float | ModelConfig | None = None,
+    precision: str | None = None,
+) -> JobTree:
     """The factor tree of one analysed job (see ``job_record``)."""
     j = job_parts(report, tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step, precision=precision)
     return JobTree(j, tree_factors(j.parts) if j.parts is not None else None)
 
 
-def job_record(report: JobReport, dims: dict[str, str] | None = None, *, tokens_per_step: float | None = None,
-               model_flops_per_step: float | ModelConfig | None = None, precision: str | None = None) -> pa.Table:
+def job_record(
+    report: JobReport,
+    dims: dict[str, str] | None = None,
+    *,
+    tokens_per_step: float | None = None,
+    model_flops_per_step: float | ModelConfig | None = None,
+    precision: str | None = None,
+) -> pa.Table:
     """One ``records`` row (``model.RECORDS``) for a job analysed by ``perfsleuth.api.analyze``.
 
     The step time and its parts come from the trace breakdown when the job has traces (mean over
@@ -194,8 +237,7 @@ def job_record(report: JobReport, dims: dict[str, str] | None = None, *, tokens_
     (an inference benchmark) gives its sources' own ``records`` rows. What cannot be computed is
     null; why is in the table's schema metadata (``caveats``, JSON) and in ``job_tree(...).caveats``.
     """
-    tree = job_tree(report, tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,
-                    precision=precision)
+    tree = job_tree(report, tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step, precision=precision)
     if tree.job.parts is None:
         own = [s.tables["records"] for s in report.sources if "records" in s.tables]
         if own:

@@ -41,15 +41,18 @@ def _calls(r: DiffRow) -> str:
 def _per_call(r: DiffRow) -> str:
     def us(x: float | None) -> str:
         return "—" if x is None else f"{x / 1e3:.4g}"
+
     return f"{us(r.baseline.ns_per_call)}→{us(r.candidate.ns_per_call)}"
 
 
 def headline(d: TraceDiff) -> str:
     """One sentence: the step-time change, its interval and verdict (plain text, no untrusted strings)."""
     st = d.step_time
-    return (f"step time {_ms(st.baseline.mean.value)} → {_ms(st.candidate.mean.value)} ms (mean; median "
-            f"{_ms(d.baseline_median_ns)} → {_ms(d.candidate_median_ns)} ms): change {_ms(d.step_change_ns, True)} ms, "
-            f"{st.confidence:.0%} interval {_interval_ms(st.difference)} ms — {_WORD[st.verdict]}")
+    return (
+        f"step time {_ms(st.baseline.mean.value)} → {_ms(st.candidate.mean.value)} ms (mean; median "
+        f"{_ms(d.baseline_median_ns)} → {_ms(d.candidate_median_ns)} ms): change {_ms(d.step_change_ns, True)} ms, "
+        f"{st.confidence:.0%} interval {_interval_ms(st.difference)} ms — {_WORD[st.verdict]}"
+    )
 
 
 _ROW_HEADERS = ("row", "match", "base ms", "cand ms", "Δ ms", "interval", "share", "calls", "µs/call", "verdict")
@@ -58,15 +61,29 @@ _GROUP_HEADERS = ("", "baseline ms/step", "candidate ms/step", "change ms/step",
 
 def _row_cells(r: DiffRow) -> tuple[str, ...]:
     """The cells of a row except its (untrusted) name."""
-    return (r.match.match, _ms(r.baseline.time_ns_per_step), _ms(r.candidate.time_ns_per_step),
-            _ms(r.candidate.time_ns_per_step - r.baseline.time_ns_per_step, True), _interval_ms(r.delta),
-            _pct(r.share_of_step_change), _calls(r), _per_call(r), _WORD[r.verdict])
+    return (
+        r.match.match,
+        _ms(r.baseline.time_ns_per_step),
+        _ms(r.candidate.time_ns_per_step),
+        _ms(r.candidate.time_ns_per_step - r.baseline.time_ns_per_step, True),
+        _interval_ms(r.delta),
+        _pct(r.share_of_step_change),
+        _calls(r),
+        _per_call(r),
+        _WORD[r.verdict],
+    )
 
 
 def _group_cells(p: PhaseRow) -> tuple[str, ...]:
     c = p.comparison
-    return (_ms(c.baseline.mean.value), _ms(c.candidate.mean.value), _ms(c.candidate.mean.value - c.baseline.mean.value,
-            True), _interval_ms(c.difference), _pct(p.share_of_step_change), _WORD[c.verdict])
+    return (
+        _ms(c.baseline.mean.value),
+        _ms(c.candidate.mean.value),
+        _ms(c.candidate.mean.value - c.baseline.mean.value, True),
+        _interval_ms(c.difference),
+        _pct(p.share_of_step_change),
+        _WORD[c.verdict],
+    )
 
 
 def _notes(d: TraceDiff) -> list[str]:
@@ -77,18 +94,30 @@ def _notes(d: TraceDiff) -> list[str]:
 
 
 def render_text(d: TraceDiff, console: Console, top: int = 15) -> None:
-    console.print(Text.assemble(("perfsleuth diff", "bold"), " · baseline ", safe(d.baseline.label), " (",
-                                safe(d.baseline.source_format), f", {d.baseline.ranks} ranks, {d.baseline.n_steps} steps)"
-                                " · candidate ", safe(d.candidate.label), " (", safe(d.candidate.source_format),
-                                f", {d.candidate.ranks} ranks, {d.candidate.n_steps} steps)"))
+    console.print(
+        Text.assemble(
+            ("perfsleuth diff", "bold"),
+            " · baseline ",
+            safe(d.baseline.label),
+            " (",
+            safe(d.baseline.source_format),
+            f", {d.baseline.ranks} ranks, {d.baseline.n_steps} steps) · candidate ",
+            safe(d.candidate.label),
+            " (",
+            safe(d.candidate.source_format),
+            f", {d.candidate.ranks} ranks, {d.candidate.n_steps} steps)",
+        )
+    )
     console.print(Text(headline(d), style="bold"))
     for title, groups in (("Phases (the step-time breakdown)", d.phases), ("Classes", d.classes)):
         t = FitTable([Col(h, numeric=bool(h), left=h == "verdict") for h in _GROUP_HEADERS], title=title)
         for p in groups:
             t.add_row(safe(p.phase, 200), *_group_cells(p))
         console.print(t)
-    t = FitTable([Col(h, numeric=h != "row", left=h in ("match", "verdict")) for h in _ROW_HEADERS],
-                 title=f"Top {min(top, len(d.rows))} of {len(d.rows)} rows by change (ms per step)")
+    t = FitTable(
+        [Col(h, numeric=h != "row", left=h in ("match", "verdict")) for h in _ROW_HEADERS],
+        title=f"Top {min(top, len(d.rows))} of {len(d.rows)} rows by change (ms per step)",
+    )
     for r in d.rows[:top]:
         t.add_row(safe(r.match.row, KERNEL_NAME_CHARS), *_row_cells(r))
     console.print(t)
@@ -108,19 +137,24 @@ def _md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str
 
 
 def render_markdown(d: TraceDiff, top: int = 15) -> str:
-    lines = ["# perfsleuth diff", "",
-             f"Baseline: {markdown_text(d.baseline.label)} ({markdown_text(d.baseline.source_format)}, "
-             f"{d.baseline.ranks} ranks, {d.baseline.n_steps} steps); candidate: {markdown_text(d.candidate.label)} "
-             f"({markdown_text(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).", "",
-             f"**{markdown_text(headline(d))}**", ""]
+    lines = [
+        "# perfsleuth diff",
+        "",
+        f"Baseline: {markdown_text(d.baseline.label)} ({markdown_text(d.baseline.source_format)}, "
+        f"{d.baseline.ranks} ranks, {d.baseline.n_steps} steps); candidate: {markdown_text(d.candidate.label)} "
+        f"({markdown_text(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).",
+        "",
+        f"**{markdown_text(headline(d))}**",
+        "",
+    ]
     for title, groups in (("Phases", d.phases), ("Classes", d.classes)):
         lines += [f"## {title}", ""]
-        lines += _md_table(("phase" if title == "Phases" else "class", *_GROUP_HEADERS[1:]),
-                           [(markdown_text(p.phase), *_group_cells(p)) for p in groups])
+        lines += _md_table(
+            ("phase" if title == "Phases" else "class", *_GROUP_HEADERS[1:]), [(markdown_text(p.phase), *_group_cells(p)) for p in groups]
+        )
         lines.append("")
     lines += [f"## Top {min(top, len(d.rows))} of {len(d.rows)} rows", ""]
-    lines += _md_table(_ROW_HEADERS, [(markdown_text(r.match.row, 120), *(markdown_text(c) for c in _row_cells(r)))
-                                      for r in d.rows[:top]])
+    lines += _md_table(_ROW_HEADERS, [(markdown_text(r.match.row, 120), *(markdown_text(c) for c in _row_cells(r))) for r in d.rows[:top]])
     lines += ["", *(markdown_text(n) for n in _notes(d)), ""]
     lines += [f"- {markdown_text(c.code)}: {markdown_text(c.message)}" for c in d.caveats]
     return "\n".join(lines) + "\n"
@@ -137,14 +171,21 @@ def _html_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], esc: Call
 
 def render_html(d: TraceDiff, top: int = 15) -> str:
     e = html_text
-    parts = [f"<p>Baseline: <code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, {d.baseline.ranks} ranks, "
-             f"{d.baseline.n_steps} steps); candidate: <code>{e(d.candidate.label)}</code> "
-             f"({e(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).</p>",
-             f"<p><strong>{e(headline(d))}</strong></p>"]
+    parts = [
+        f"<p>Baseline: <code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, {d.baseline.ranks} ranks, "
+        f"{d.baseline.n_steps} steps); candidate: <code>{e(d.candidate.label)}</code> "
+        f"({e(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).</p>",
+        f"<p><strong>{e(headline(d))}</strong></p>",
+    ]
     for title, groups in (("Phases", d.phases), ("Classes", d.classes)):
         parts.append(f"<h2>{title}</h2>")
-        parts.append(_html_table(("phase" if title == "Phases" else "class", *_GROUP_HEADERS[1:]),
-                                 [(e(p.phase), *(e(c) for c in _group_cells(p))) for p in groups], e))
+        parts.append(
+            _html_table(
+                ("phase" if title == "Phases" else "class", *_GROUP_HEADERS[1:]),
+                [(e(p.phase), *(e(c) for c in _group_cells(p))) for p in groups],
+                e,
+            )
+        )
     parts.append(f"<h2>Top {min(top, len(d.rows))} of {len(d.rows)} rows</h2>")
     rows = []
     for r in d.rows[:top]:
@@ -154,8 +195,12 @@ def render_html(d: TraceDiff, top: int = 15) -> str:
     parts += [f"<p>{e(n)}</p>" for n in _notes(d)]
     if d.caveats:
         parts.append("<ul>" + "".join(f"<li>{e(c.code)}: {e(c.message)}</li>" for c in d.caveats) + "</ul>")
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}"
-             "td:first-child,th:first-child{text-align:left;max-width:40em;overflow-wrap:anywhere}")
-    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>perfsleuth diff</title>"
-            f"<style>{style}</style></head><body><h1>perfsleuth diff</h1>{''.join(parts)}</body></html>\n")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+        "margin:1em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}"
+        "td:first-child,th:first-child{text-align:left;max-width:40em;overflow-wrap:anywhere}"
+    )
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>perfsleuth diff</title>'
+        f"<style>{style}</style></head><body><h1>perfsleuth diff</h1>{''.join(parts)}</body></html>\n"
+    )

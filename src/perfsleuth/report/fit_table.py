@@ -103,17 +103,14 @@ class FitTable:
         return max([len(self.columns[i].header), *(r[i].cell_len for r in self.rows)])
 
     def _table(self, columns: list[int] | None = None, title: str | None = None) -> Table:
-        t = Table(title=title, title_justify="left", box=self.box, show_edge=False, padding=(0, 1), pad_edge=False,
-                  collapse_padding=True)
+        t = Table(title=title, title_justify="left", box=self.box, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
         chosen = list(range(len(self.columns))) if columns is None else columns
         for i in chosen:
             c = self.columns[i]
             if c.numeric:
-                t.add_column(c.header, justify="left" if c.left else "right", no_wrap=True, min_width=self._number_width(i),
-                             style=c.style)
+                t.add_column(c.header, justify="left" if c.left else "right", no_wrap=True, min_width=self._number_width(i), style=c.style)
             else:
-                t.add_column(c.header, justify="left", overflow="fold", min_width=min(NAME_MIN, self._widest_name(i)),
-                             style=c.style)
+                t.add_column(c.header, justify="left", overflow="fold", min_width=min(NAME_MIN, self._widest_name(i)), style=c.style)
         for r in self.rows:
             t.add_row(*(r[i] for i in chosen))
         return t

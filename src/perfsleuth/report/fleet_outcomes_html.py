@@ -33,9 +33,11 @@ def _cost_rows(costs: Any, price: float, currency: str, group: str | None) -> st
     rows = []
     for c in list(costs)[:TOP]:
         where = f'<td class="name">{esc(str(dict(c.group).get(group)))}</td>' if group else ""
-        rows.append(f'<tr><td class="name">{esc(c.fault)}</td>{where}<td>{c.runs:,}</td><td>{_num(c.gpu_hours)}</td>'
-                    f"<td>{_iv(c.lost_gpu_hours)}</td><td>{_iv(c.expected_lost_gpu_hours)}</td>"
-                    f"<td>{_num(c.lost_gpu_hours.value * price, 0)} {esc(currency)}</td></tr>")
+        rows.append(
+            f'<tr><td class="name">{esc(c.fault)}</td>{where}<td>{c.runs:,}</td><td>{_num(c.gpu_hours)}</td>'
+            f"<td>{_iv(c.lost_gpu_hours)}</td><td>{_iv(c.expected_lost_gpu_hours)}</td>"
+            f"<td>{_num(c.lost_gpu_hours.value * price, 0)} {esc(currency)}</td></tr>"
+        )
     more = f'<p class="note">and {len(costs) - TOP} more rows</p>' if len(costs) > TOP else ""
     return "".join(rows), more
 
@@ -45,9 +47,11 @@ def _cost_table(costs: Any, price: float, currency: str, group: str | None, capt
         return ""
     rows, more = _cost_rows(costs, price, currency, group)
     head = f'<th class="l">{esc(group)}</th>' if group else ""
-    return (f'<table><caption>{caption}</caption><tr><th class="l">fault class</th>{head}<th>runs</th>'
-            "<th>their GPU-hours</th><th>GPU-hours lost</th><th>confidence-weighted</th><th>cost</th></tr>"
-            f"{rows}</table>{more}")
+    return (
+        f'<table><caption>{caption}</caption><tr><th class="l">fault class</th>{head}<th>runs</th>'
+        "<th>their GPU-hours</th><th>GPU-hours lost</th><th>confidence-weighted</th><th>cost</th></tr>"
+        f"{rows}</table>{more}"
+    )
 
 
 def _missing(o: Any) -> str:
@@ -55,17 +59,26 @@ def _missing(o: Any) -> str:
         return '<p class="note">Every fault class was assessed on every diagnosed run.</p>'
     rows = []
     for m in list(o.missing)[:TOP]:
-        collect = "; ".join(f"{esc(s.group)}: {100 * s.overhead_gpu_bound:.1f}% / {100 * s.overhead_launch_bound:.1f}% "
-                            f"step-time overhead ({esc(s.how)})" for s in m.signals) or \
-            '<span class="muted">another source (telemetry, logs, benchmarks): no profiler cost</span>'
-        rows.append(f'<tr><td class="name">{esc(m.fault)}</td><td>{m.runs:,}</td><td>{_num(m.gpu_hours)}</td>'
-                    f'<td class="l">{esc(m.missing_signal)}</td><td class="l">{collect}</td></tr>')
+        collect = (
+            "; ".join(
+                f"{esc(s.group)}: {100 * s.overhead_gpu_bound:.1f}% / {100 * s.overhead_launch_bound:.1f}% "
+                f"step-time overhead ({esc(s.how)})"
+                for s in m.signals
+            )
+            or '<span class="muted">another source (telemetry, logs, benchmarks): no profiler cost</span>'
+        )
+        rows.append(
+            f'<tr><td class="name">{esc(m.fault)}</td><td>{m.runs:,}</td><td>{_num(m.gpu_hours)}</td>'
+            f'<td class="l">{esc(m.missing_signal)}</td><td class="l">{collect}</td></tr>'
+        )
     more = f'<p class="note">and {len(o.missing) - TOP} more classes</p>' if len(o.missing) > TOP else ""
-    return ("<table><caption>Fault classes not assessed for lack of a signal, by GPU-hours that ran without it: which "
-            "signals to collect first (overhead measured on an H200 for a GPU-bound / a launch-bound loop, "
-            "<code>perfsleuth signals</code>)</caption><tr><th class=\"l\">fault class</th><th>runs</th><th>GPU-hours "
-            "without the signal</th><th class=\"l\">what would decide it</th><th class=\"l\">profiler group carrying it"
-            f"</th></tr>{''.join(rows)}</table>{more}")
+    return (
+        "<table><caption>Fault classes not assessed for lack of a signal, by GPU-hours that ran without it: which "
+        "signals to collect first (overhead measured on an H200 for a GPU-bound / a launch-bound loop, "
+        '<code>perfsleuth signals</code>)</caption><tr><th class="l">fault class</th><th>runs</th><th>GPU-hours '
+        'without the signal</th><th class="l">what would decide it</th><th class="l">profiler group carrying it'
+        f"</th></tr>{''.join(rows)}</table>{more}"
+    )
 
 
 def _verdicts(o: Any) -> str:
@@ -74,13 +87,17 @@ def _verdicts(o: Any) -> str:
     rows = []
     for v in o.verdicts:
         c = dict(v.counts)
-        rows.append(f'<tr><td class="name">{esc(v.fault)}</td><td>{v.verifications}</td><td>{c["validated"]}</td>'
-                    f'<td>{c["partly"]}</td><td>{c["not_validated"]}</td><td>{c["inconclusive"]}</td>'
-                    f"<td>{_pct(v.mean_error)}</td><td>{_pct(v.mean_abs_error).lstrip('+')}</td></tr>")
-    return ("<table><caption>Fixes verified, per fault class (prediction error: measured − predicted saving, in points "
-            "of step time)</caption><tr><th class=\"l\">fault class</th><th>verified</th><th>validated</th><th>partly</th>"
-            "<th>not validated</th><th>inconclusive</th><th>mean error</th><th>mean |error|</th></tr>"
-            f"{''.join(rows)}</table>")
+        rows.append(
+            f'<tr><td class="name">{esc(v.fault)}</td><td>{v.verifications}</td><td>{c["validated"]}</td>'
+            f"<td>{c['partly']}</td><td>{c['not_validated']}</td><td>{c['inconclusive']}</td>"
+            f"<td>{_pct(v.mean_error)}</td><td>{_pct(v.mean_abs_error).lstrip('+')}</td></tr>"
+        )
+    return (
+        "<table><caption>Fixes verified, per fault class (prediction error: measured − predicted saving, in points "
+        'of step time)</caption><tr><th class="l">fault class</th><th>verified</th><th>validated</th><th>partly</th>'
+        "<th>not validated</th><th>inconclusive</th><th>mean error</th><th>mean |error|</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
 
 
 def render_outcomes(o: Any, price: float, currency: str) -> str:
@@ -88,13 +105,17 @@ def render_outcomes(o: Any, price: float, currency: str) -> str:
     if o is None:
         return ""
     if not o.runs_diagnosed:
-        return ('<h2 id="causes">Causes: GPU-hours lost per fault class</h2><p class="note">No diagnosis is stored for '
-                f"the runs in {esc(o.window)} (records written without one, or ingested by a perfsleuth that did not keep "
-                "findings): ingest the jobs again to see their causes, the signals they lacked and verified fixes.</p>"
-                + ('<h2 id="verdicts">Fixes verified</h2>' + _verdicts(o) if o.verdicts else ""))
-    parts = ['<h2 id="causes">Causes: GPU-hours lost per fault class</h2>',
-             f'<p class="note">From the diagnoses of {o.runs_diagnosed:,} runs ({_num(o.gpu_hours_diagnosed)} GPU-hours) '
-             f"in {esc(o.window)}: impact × each run's GPU-hours; 95% intervals combine the runs' impact intervals.</p>"]
+        return (
+            '<h2 id="causes">Causes: GPU-hours lost per fault class</h2><p class="note">No diagnosis is stored for '
+            f"the runs in {esc(o.window)} (records written without one, or ingested by a perfsleuth that did not keep "
+            "findings): ingest the jobs again to see their causes, the signals they lacked and verified fixes.</p>"
+            + ('<h2 id="verdicts">Fixes verified</h2>' + _verdicts(o) if o.verdicts else "")
+        )
+    parts = [
+        '<h2 id="causes">Causes: GPU-hours lost per fault class</h2>',
+        f'<p class="note">From the diagnoses of {o.runs_diagnosed:,} runs ({_num(o.gpu_hours_diagnosed)} GPU-hours) '
+        f"in {esc(o.window)}: impact × each run's GPU-hours; 95% intervals combine the runs' impact intervals.</p>",
+    ]
     if o.costs:
         parts.append(_cost_table(o.costs, price, currency, None, "Across the fleet"))
         parts.append(_cost_table(o.by_workload, price, currency, "workload", "Per workload"))

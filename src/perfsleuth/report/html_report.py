@@ -117,8 +117,7 @@ SEGMENTS = (
     ("unattributed", "not attributed", "#e8e8e8"),
 )
 # no red among them: red marks the straggler
-RANK_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#76b7b2", "#edc948", "#b07aa1", "#9c755f", "#17becf", "#bcbd22",
-                "#7f7f7f")
+RANK_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#76b7b2", "#edc948", "#b07aa1", "#9c755f", "#17becf", "#bcbd22", "#7f7f7f")
 STRAGGLER_COLOUR = "#d62728"
 MAX_LEGEND_RANKS = 16
 MAX_OPEN_TABLE_RANKS = 16
@@ -164,9 +163,11 @@ footer{margin-top:36px;color:var(--muted);font-size:12px}
 
 
 def _svg_open(width: int, height: int, title: str, desc: str, ident: str) -> str:
-    return (f'<svg class="chart" id="{ident}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-            f'role="img" aria-labelledby="{ident}-t {ident}-d"><title id="{ident}-t">{esc(title)}</title>'
-            f'<desc id="{ident}-d">{esc(desc)}</desc>')
+    return (
+        f'<svg class="chart" id="{ident}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-labelledby="{ident}-t {ident}-d"><title id="{ident}-t">{esc(title)}</title>'
+        f'<desc id="{ident}-d">{esc(desc)}</desc>'
+    )
 
 
 def _n(x: float) -> str:
@@ -212,15 +213,21 @@ def _header(analysis: JobAnalysis) -> str:
         ("workload", run.get("workload")),
         ("GPU", run.get("gpu_sku") or "unknown"),
         ("ranks read", ranks_phrase(run)),
-        ("backend", run.get("backend")), ("NCCL", run.get("nccl")), ("CUDA runtime", cuda_version(run.get("cuda"))),
-        ("CUDA driver API", cuda_version(run.get("driver"))), ("source format", run.get("source_format")),
+        ("backend", run.get("backend")),
+        ("NCCL", run.get("nccl")),
+        ("CUDA runtime", cuda_version(run.get("cuda"))),
+        ("CUDA driver API", cuda_version(run.get("driver"))),
+        ("source format", run.get("source_format")),
     ]
     rep = analysis.stragglers
     if rep.step_time is not None:
         facts.append(("step time", fmt_interval(rep.step_time, with_method=True)))
-    out = [f"<header><h1>perfsleuth · run {esc(run_id)}</h1>",
-           '<p class="muted">Why this job is slower than it should be: findings with their evidence first, then where '
-           "step time goes, per rank.</p>", '<dl class="facts">']
+    out = [
+        f"<header><h1>perfsleuth · run {esc(run_id)}</h1>",
+        '<p class="muted">Why this job is slower than it should be: findings with their evidence first, then where '
+        "step time goes, per rank.</p>",
+        '<dl class="facts">',
+    ]
     for label, value in facts:
         if value is not None and value != "":
             out.append(f"<dt>{esc(label)}</dt><dd>{esc(value)}</dd>")
@@ -232,17 +239,21 @@ def _header(analysis: JobAnalysis) -> str:
         out.append("</table></details>")
     if analysis.rank_files:
         out.append(f"<details><summary>{len(analysis.rank_files)} rank files</summary><table>")
-        out.extend(f'<tr><th>rank {int(r)}</th><td class="name">{esc(p)}</td></tr>'
-                   for r, p in sorted(analysis.rank_files.items()))
+        out.extend(f'<tr><th>rank {int(r)}</th><td class="name">{esc(p)}</td></tr>' for r, p in sorted(analysis.rank_files.items()))
         out.append("</table></details>")
     if analysis.caveats:
         out.append('<h2 id="caveats">Caveats</h2><ul>')
-        out.extend(f'<li class="caveat"><b>{esc(c.code)}</b>: {esc(c.message)}'
-                   + (f' <span class="muted">({esc(c.path)})</span>' if c.path else "") + "</li>"
-                   for c in analysis.caveats)
+        out.extend(
+            f'<li class="caveat"><b>{esc(c.code)}</b>: {esc(c.message)}'
+            + (f' <span class="muted">({esc(c.path)})</span>' if c.path else "")
+            + "</li>"
+            for c in analysis.caveats
+        )
         out.append("</ul>")
-    out.append('<nav><a href="#findings">findings</a><a href="#breakdown">breakdown</a><a href="#steps">step times</a>'
-               '<a href="#stragglers">stragglers</a><a href="#kernels">top kernels</a></nav></header>')
+    out.append(
+        '<nav><a href="#findings">findings</a><a href="#breakdown">breakdown</a><a href="#steps">step times</a>'
+        '<a href="#stragglers">stragglers</a><a href="#kernels">top kernels</a></nav></header>'
+    )
     return "".join(out)
 
 
@@ -251,9 +262,11 @@ def _header(analysis: JobAnalysis) -> str:
 
 def _finding(f: Finding, index: int) -> str:
     imp = f.impact
-    out = [f'<article class="finding" id="finding-{index}"><div class="head"><h3>{esc(f.fault)}</h3>',
-           f"<span>impact <b>{esc(fmt_interval(imp))}</b> of step time</span>",
-           f"<span>confidence <b>{f.confidence:.2f}</b></span></div>"]
+    out = [
+        f'<article class="finding" id="finding-{index}"><div class="head"><h3>{esc(f.fault)}</h3>',
+        f"<span>impact <b>{esc(fmt_interval(imp))}</b> of step time</span>",
+        f"<span>confidence <b>{f.confidence:.2f}</b></span></div>",
+    ]
     if imp.method:
         out.append(f'<div class="note">impact: {esc(imp.method)}</div>')
     out.append(f"<p>{esc(f.symptom)}</p>")
@@ -261,21 +274,29 @@ def _finding(f: Finding, index: int) -> str:
     if scope:
         out.append('<p class="note">scope: ' + "; ".join(f"{esc(k)} {esc(v)}" for k, v in scope) + "</p>")
     if f.evidence:
-        out.append('<table><caption class="l note">Evidence</caption><tr><th class="l">metric</th><th>value</th>'
-                   '<th class="l">measured by</th><th>baseline</th><th class="l">baseline from</th><th class="l">note</th></tr>')
+        out.append(
+            '<table><caption class="l note">Evidence</caption><tr><th class="l">metric</th><th>value</th>'
+            '<th class="l">measured by</th><th>baseline</th><th class="l">baseline from</th><th class="l">note</th></tr>'
+        )
         for e in f.evidence:
             base = e.baseline
-            out.append(f'<tr><td class="l">{esc(e.metric)}</td><td>{esc(fmt_interval(e.value))}</td>'
-                       f'<td class="l">{esc(e.value.method)}</td><td>{esc(fmt_interval(base)) if base else "—"}</td>'
-                       f'<td class="l">{esc(base.method) if base else ""}</td><td class="l">{esc(e.note)}</td></tr>')
+            out.append(
+                f'<tr><td class="l">{esc(e.metric)}</td><td>{esc(fmt_interval(e.value))}</td>'
+                f'<td class="l">{esc(e.value.method)}</td><td>{esc(fmt_interval(base)) if base else "—"}</td>'
+                f'<td class="l">{esc(base.method) if base else ""}</td><td class="l">{esc(e.note)}</td></tr>'
+            )
         out.append("</table>")
     if f.alternatives:
-        out.append('<table><caption class="l note">Alternatives considered</caption><tr><th class="l">explanation</th>'
-                   '<th class="l">verdict</th><th class="l">why</th></tr>')
+        out.append(
+            '<table><caption class="l note">Alternatives considered</caption><tr><th class="l">explanation</th>'
+            '<th class="l">verdict</th><th class="l">why</th></tr>'
+        )
         for a in f.alternatives:
             verdict = VERDICT_LABELS.get(a.verdict, a.verdict)
-            out.append(f'<tr><td class="l">{esc(a.fault)}</td><td class="l"><span class="badge v-{esc(a.verdict)}">'
-                       f'{esc(verdict)}</span></td><td class="l">{esc(a.reason)}</td></tr>')
+            out.append(
+                f'<tr><td class="l">{esc(a.fault)}</td><td class="l"><span class="badge v-{esc(a.verdict)}">'
+                f'{esc(verdict)}</span></td><td class="l">{esc(a.reason)}</td></tr>'
+            )
         out.append("</table>")
     if f.attached:
         out.append('<p class="note">Explains these symptoms too:</p><ul>')
@@ -296,9 +317,11 @@ def _findings(diagnosis: Diagnosis) -> str:
     out.extend(_finding(f, i) for i, f in enumerate(diagnosis.findings))
     if diagnosis.not_assessed:
         # collapsed: a trace-only job leaves 20-30 classes undecided, and the list must not push the data down
-        out.append(f'<details class="not-assessed"><summary>Not assessed: {len(diagnosis.not_assessed)} checks whose '
-                   'signal is missing from the input</summary><p class="note">Collecting the signal named would decide '
-                   "each.</p><ul>")
+        out.append(
+            f'<details class="not-assessed"><summary>Not assessed: {len(diagnosis.not_assessed)} checks whose '
+            'signal is missing from the input</summary><p class="note">Collecting the signal named would decide '
+            "each.</p><ul>"
+        )
         out.extend(f"<li><b>{esc(n.fault)}</b>: needs {esc(n.missing_signal)}</li>" for n in diagnosis.not_assessed)
         out.append("</ul></details>")
     out.append("</section>")
@@ -312,11 +335,21 @@ def _breakdown_rows(analysis: JobAnalysis) -> list[dict[str, Any]]:
     rows = []
     for r in analysis.rank_summary():
         b, idle = r["breakdown_ns"], r["idle_ns"]
-        row = {"rank": r["rank"], "steps": r["steps"], "total": b["total"], "p50": r["step_time_ns"]["median"],
-               "p90": r["step_time_ns"]["p90"], "overlap": r["comm_comp_overlap"],
-               "communication": b["communication"], "compute": b["compute"],
-               "exposed_communication": b["exposed_communication"], "memcpy": b["memcpy"],
-               "idle_host_launch": idle["host_launch"], "idle_sync": idle["sync"], "idle_other": idle["other"]}
+        row = {
+            "rank": r["rank"],
+            "steps": r["steps"],
+            "total": b["total"],
+            "p50": r["step_time_ns"]["median"],
+            "p90": r["step_time_ns"]["p90"],
+            "overlap": r["comm_comp_overlap"],
+            "communication": b["communication"],
+            "compute": b["compute"],
+            "exposed_communication": b["exposed_communication"],
+            "memcpy": b["memcpy"],
+            "idle_host_launch": idle["host_launch"],
+            "idle_sync": idle["sync"],
+            "idle_other": idle["other"],
+        }
         shown = sum(row[k] for k, _, _ in SEGMENTS[:-1])
         row["unattributed"] = max(b["total"] - shown, 0)
         rows.append(row)
@@ -324,8 +357,11 @@ def _breakdown_rows(analysis: JobAnalysis) -> list[dict[str, Any]]:
 
 
 def _legend(items: Sequence[tuple[str, str]]) -> str:
-    return ('<div class="legend">' + "".join(f'<span><span class="sw" style="background:{c}"></span>{esc(label)}</span>'
-                                              for label, c in items) + "</div>")
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><span class="sw" style="background:{c}"></span>{esc(label)}</span>' for label, c in items)
+        + "</div>"
+    )
 
 
 def _labelled(i: int, ranks: Sequence[int], every: int, straggler: int | None) -> bool:
@@ -346,13 +382,22 @@ def _breakdown_svg(rows: list[dict[str, Any]], straggler: int | None) -> str:
     label_w, plot_w, top, axis_h = 140, 620, 8, 30
     width, height = label_w + plot_w + 30, top + n * (bar_h + gap) + axis_h
     scale = max([1.0] + [sum(r[k] for k, _, _ in SEGMENTS) / r["total"] for r in rows if r["total"]])
-    out = [_svg_open(width, height, "Where step time goes, per rank",
-                     "One horizontal bar per rank; segments are shares of the rank's summed step time.", "breakdown-chart")]
+    out = [
+        _svg_open(
+            width,
+            height,
+            "Where step time goes, per rank",
+            "One horizontal bar per rank; segments are shares of the rank's summed step time.",
+            "breakdown-chart",
+        )
+    ]
     y_end = top + n * (bar_h + gap)
     for pct in (0, 25, 50, 75, 100):
         x = label_w + plot_w * pct / 100 / scale
-        out.append(f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{top}" y2="{y_end}"/>'
-                   f'<text x="{_n(x)}" y="{y_end + 14}" text-anchor="middle">{pct}%</text>')
+        out.append(
+            f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{top}" y2="{y_end}"/>'
+            f'<text x="{_n(x)}" y="{y_end + 14}" text-anchor="middle">{pct}%</text>'
+        )
     out.append(f'<text x="{label_w + plot_w / 2}" y="{y_end + 27}" text-anchor="middle">share of step time</text>')
     for i, r in enumerate(rows):
         y = top + i * (bar_h + gap)
@@ -371,8 +416,7 @@ def _breakdown_svg(rows: list[dict[str, Any]], straggler: int | None) -> str:
             share = value / total
             w = plot_w * share / scale
             tip = f"rank {rank} · {label}: {fmt_pct(share)} of step time ({fmt_ms(value)} ms over {r['steps']} steps)"
-            out.append(f'<rect x="{_n(x)}" y="{y}" width="{_n(w)}" height="{bar_h}" fill="{colour}">'
-                       f"<title>{esc(tip)}</title></rect>")
+            out.append(f'<rect x="{_n(x)}" y="{y}" width="{_n(w)}" height="{bar_h}" fill="{colour}"><title>{esc(tip)}</title></rect>')
             x += w
         out.append("</g>")
     out.append("</svg>")
@@ -382,9 +426,11 @@ def _breakdown_svg(rows: list[dict[str, Any]], straggler: int | None) -> str:
 def _breakdown(analysis: JobAnalysis) -> str:
     rows = _breakdown_rows(analysis)
     straggler = analysis.stragglers.straggler
-    out = ['<section><h2 id="breakdown">Where step time goes, per rank</h2>',
-           '<p class="note">Summed over each rank\'s step windows. Communication hidden under compute is counted as '
-           "compute; idle time is split by what the host was doing while the GPU waited.</p>"]
+    out = [
+        '<section><h2 id="breakdown">Where step time goes, per rank</h2>',
+        '<p class="note">Summed over each rank\'s step windows. Communication hidden under compute is counted as '
+        "compute; idle time is split by what the host was doing while the GPU waited.</p>",
+    ]
     if not rows:
         out.append("<p>No step windows: nothing to break down.</p></section>")
         return "".join(out)
@@ -393,15 +439,19 @@ def _breakdown(analysis: JobAnalysis) -> str:
     out.append(_breakdown_svg(rows, straggler))
     if len(rows) > MAX_OPEN_TABLE_RANKS:
         out.append(f"<details><summary>the numbers for all {len(rows)} ranks</summary>")
-    out.append('<table><tr><th>rank</th><th>steps</th><th>step ms p50</th><th>step ms p90</th>'
-               + "".join(f"<th>{esc(label)}</th>" for _, label, _ in used)
-               + "<th>comm overlapped</th></tr>")
+    out.append(
+        "<table><tr><th>rank</th><th>steps</th><th>step ms p50</th><th>step ms p90</th>"
+        + "".join(f"<th>{esc(label)}</th>" for _, label, _ in used)
+        + "<th>comm overlapped</th></tr>"
+    )
     for r in rows:
         total = r["total"] or 0
         cells = "".join(f"<td>{fmt_pct(r[k] / total) if total else '—'}</td>" for k, _, _ in used)
         mark = " ◀" if r["rank"] == straggler else ""
-        out.append(f"<tr><td>{int(r['rank'])}{mark}</td><td>{int(r['steps'])}</td><td>{fmt_ms(r['p50'])}</td>"
-                   f"<td>{fmt_ms(r['p90'])}</td>{cells}<td>{fmt_pct(r['overlap'])}</td></tr>")
+        out.append(
+            f"<tr><td>{int(r['rank'])}{mark}</td><td>{int(r['steps'])}</td><td>{fmt_ms(r['p50'])}</td>"
+            f"<td>{fmt_ms(r['p90'])}</td>{cells}<td>{fmt_pct(r['overlap'])}</td></tr>"
+        )
     out.append("</table>" + ("</details>" if len(rows) > MAX_OPEN_TABLE_RANKS else "") + "</section>")
     return "".join(out)
 
@@ -439,19 +489,30 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
     def py(ms: float) -> float:
         return top + plot_h * (1 - (ms - y0) / ((y1 - y0) or 1))
 
-    out = [_svg_open(width, height, "Step time per rank over steps",
-                     "One line per rank: step time in milliseconds at each profiled step.", "steps-chart")]
+    out = [
+        _svg_open(
+            width,
+            height,
+            "Step time per rank over steps",
+            "One line per rank: step time in milliseconds at each profiled step.",
+            "steps-chart",
+        )
+    ]
     for v in yt:
         y = py(v)
-        out.append(f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{_n(y)}" y2="{_n(y)}"/>'
-                   f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(v)}</text>')
+        out.append(
+            f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{_n(y)}" y2="{_n(y)}"/>'
+            f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(v)}</text>'
+        )
     xt = steps if len(steps) <= 20 else _ticks(s0, s1, 10)[2]
     for s in xt:
         if s0 <= s <= s1:
             out.append(f'<text x="{_n(px(s))}" y="{top + plot_h + 16}" text-anchor="middle">{_tick_label(s)}</text>')
-    out.append(f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"/>'
-               f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle">step</text>'
-               f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">step time (ms)</text>')
+    out.append(
+        f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"/>'
+        f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle">step</text>'
+        f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">step time (ms)</text>'
+    )
     markers = len(values_ms) <= MAX_MARKERS or len(steps) == 1
     # the straggler last, so it is drawn on top
     order = sorted(range(len(ranks)), key=lambda i: ranks[i] == straggler)
@@ -462,13 +523,19 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
         sw = 2.5 if rank == straggler else (1.5 if len(ranks) <= len(RANK_COLOURS) else 1)
         coords = " ".join(f"{_n(px(s))},{_n(py(t / 1e6))}" for s, t in pts)
         times = sorted(t for _, t in pts)
-        tip = (f"rank {rank}: {len(pts)} steps, step time {fmt_ms(times[0])}–{fmt_ms(times[-1])} ms"
-               + (" (straggler)" if rank == straggler else ""))
-        out.append(f'<g data-rank="{rank}"><polyline class="rank-line" data-rank="{rank}" points="{coords}" fill="none" '
-                   f'stroke="{colour}" stroke-width="{sw}" stroke-linejoin="round"><title>{esc(tip)}</title></polyline>')
+        tip = f"rank {rank}: {len(pts)} steps, step time {fmt_ms(times[0])}–{fmt_ms(times[-1])} ms" + (
+            " (straggler)" if rank == straggler else ""
+        )
+        out.append(
+            f'<g data-rank="{rank}"><polyline class="rank-line" data-rank="{rank}" points="{coords}" fill="none" '
+            f'stroke="{colour}" stroke-width="{sw}" stroke-linejoin="round"><title>{esc(tip)}</title></polyline>'
+        )
         if markers:
-            out.extend(f'<circle cx="{_n(px(s))}" cy="{_n(py(t / 1e6))}" r="2.5" fill="{colour}">'
-                       f"<title>rank {rank} · step {s}: {fmt_ms(t)} ms</title></circle>" for s, t in pts)
+            out.extend(
+                f'<circle cx="{_n(px(s))}" cy="{_n(py(t / 1e6))}" r="2.5" fill="{colour}">'
+                f"<title>rank {rank} · step {s}: {fmt_ms(t)} ms</title></circle>"
+                for s, t in pts
+            )
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
@@ -497,8 +564,14 @@ def _steps(analysis: JobAnalysis) -> str:
     if any(s < 0 for pts in series.values() for s, _ in pts):
         out.append('<p class="note">No ProfilerStep annotations: each rank is one window (its GPU span).</p>')
     if len(ranks) <= MAX_LEGEND_RANKS:
-        out.append(_legend([(f"rank {r}" + (" (straggler)" if r == straggler else ""),
-                             _rank_colour(r, i, len(ranks), straggler)) for i, r in enumerate(ranks)]))
+        out.append(
+            _legend(
+                [
+                    (f"rank {r}" + (" (straggler)" if r == straggler else ""), _rank_colour(r, i, len(ranks), straggler))
+                    for i, r in enumerate(ranks)
+                ]
+            )
+        )
     else:
         note = f"{len(ranks)} ranks, one grey line each"
         if straggler is not None:
@@ -547,23 +620,28 @@ def _heat_colour(frac: float) -> str:
     return "#" + "".join(f"{round(a + (b - a) * f):02x}" for a, b in zip(lo, hi, strict=True))
 
 
-def _heatmap_svg(cells: dict[tuple[int, int], list[int]], ranks: list[int], steps: list[int],
-                 straggler: int | None) -> str:
+def _heatmap_svg(cells: dict[tuple[int, int], list[int]], ranks: list[int], steps: list[int], straggler: int | None) -> str:
     vmax = max((c[0] for c in cells.values()), default=0) or 1
     cw = max(6, min(44, 640 // max(len(steps), 1)))
     ch = 18 if len(ranks) <= 32 else max(5, 600 // len(ranks))
     every = 1 if ch >= 10 else math.ceil(12 / ch)
     left, top = 100, 8
     width, height = left + cw * len(steps) + 20, top + ch * len(ranks) + 34
-    out = [_svg_open(width, height, "Straggler heat map: wait each rank imposed on the others, per step",
-                     "Rows are ranks, columns are steps; darker cells are steps where the other ranks waited longer "
-                     "at collectives this rank arrived last at.", "straggler-heatmap")]
+    out = [
+        _svg_open(
+            width,
+            height,
+            "Straggler heat map: wait each rank imposed on the others, per step",
+            "Rows are ranks, columns are steps; darker cells are steps where the other ranks waited longer "
+            "at collectives this rank arrived last at.",
+            "straggler-heatmap",
+        )
+    ]
     step_every = max(1, math.ceil(28 / cw))
     for j, s in enumerate(steps):
         if j % step_every == 0:
             label = "all" if s < 0 else str(s)
-            out.append(f'<text x="{_n(left + j * cw + cw / 2)}" y="{top + ch * len(ranks) + 14}" '
-                       f'text-anchor="middle">{label}</text>')
+            out.append(f'<text x="{_n(left + j * cw + cw / 2)}" y="{top + ch * len(ranks) + 14}" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{_n(left + cw * len(steps) / 2)}" y="{height - 4}" text-anchor="middle">step</text>')
     for i, rank in enumerate(ranks):
         y = top + i * ch
@@ -578,10 +656,13 @@ def _heatmap_svg(cells: dict[tuple[int, int], list[int]], ranks: list[int], step
             else:
                 wait, last, seen = cell
                 fill = "#f2f2f4" if wait <= 0 else _heat_colour(wait / vmax)
-                tip = (f"rank {rank} · step {'all' if s < 0 else s}: others waited {fmt_ms(wait)} ms for it "
-                       f"(last at {last} of {seen} collectives)")
-            out.append(f'<rect x="{left + j * cw}" y="{y}" width="{cw - 1}" height="{ch - 1}" fill="{fill}">'
-                       f"<title>{esc(tip)}</title></rect>")
+                tip = (
+                    f"rank {rank} · step {'all' if s < 0 else s}: others waited {fmt_ms(wait)} ms for it "
+                    f"(last at {last} of {seen} collectives)"
+                )
+            out.append(
+                f'<rect x="{left + j * cw}" y="{y}" width="{cw - 1}" height="{ch - 1}" fill="{fill}"><title>{esc(tip)}</title></rect>'
+            )
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
@@ -592,13 +673,17 @@ def _stragglers(analysis: JobAnalysis) -> str:
     al = analysis.alignment
     out = ['<section><h2 id="stragglers">Stragglers</h2>', f"<p>{esc(rep.note)}</p>"]
     if al.instances_used:
-        out.append(f'<p class="note">Clocks aligned on {al.instances_used} collectives ({esc(al.method)}); residual skew '
-                   f"p50 {esc(fmt_quantity(al.residual_p50_ns, 'ns'))}, p90 {esc(fmt_quantity(al.residual_p90_ns, 'ns'))}.</p>")
+        out.append(
+            f'<p class="note">Clocks aligned on {al.instances_used} collectives ({esc(al.method)}); residual skew '
+            f"p50 {esc(fmt_quantity(al.residual_p50_ns, 'ns'))}, p90 {esc(fmt_quantity(al.residual_p90_ns, 'ns'))}.</p>"
+        )
     if rep.straggler is not None and rep.step_time and rep.counterfactual_step_time:
-        out.append(f"<p>Had rank {int(rep.straggler)} run at the median rank's speed: step "
-                   f"{esc(fmt_interval(rep.step_time))} → <b>{esc(fmt_interval(rep.counterfactual_step_time))}</b>"
-                   + (f", saving {esc(fmt_interval(rep.saving_fraction))} of step time" if rep.saving_fraction else "")
-                   + ".</p>")
+        out.append(
+            f"<p>Had rank {int(rep.straggler)} run at the median rank's speed: step "
+            f"{esc(fmt_interval(rep.step_time))} → <b>{esc(fmt_interval(rep.counterfactual_step_time))}</b>"
+            + (f", saving {esc(fmt_interval(rep.saving_fraction))} of step time" if rep.saving_fraction else "")
+            + ".</p>"
+        )
     cells, ranks, steps = _wait_imposed(analysis.instances)
     if cells:
         notes = []
@@ -613,9 +698,12 @@ def _stragglers(analysis: JobAnalysis) -> str:
             notes.append(f"the first {MAX_HEAT_STEPS} steps of {len(steps)}")
             steps = steps[:MAX_HEAT_STEPS]
         vmax = max(c[0] for c in cells.values())
-        out.append('<p class="note">Each cell: the time the other ranks spent waiting at the collectives of that step '
-                   "where this rank arrived last (pipeline send/receive left out). Hover a cell for the numbers."
-                   + (f" Showing {esc('; '.join(notes))}." if notes else "") + "</p>")
+        out.append(
+            '<p class="note">Each cell: the time the other ranks spent waiting at the collectives of that step '
+            "where this rank arrived last (pipeline send/receive left out). Hover a cell for the numbers."
+            + (f" Showing {esc('; '.join(notes))}." if notes else "")
+            + "</p>"
+        )
         out.append(_legend([("0", "#f2f2f4")] + [(f"{fmt_ms(vmax * f)} ms", _heat_colour(f)) for f in (0.25, 0.5, 0.75, 1.0)]))
         out.append(_heatmap_svg(cells, ranks, steps, rep.straggler))
     else:
@@ -624,14 +712,18 @@ def _stragglers(analysis: JobAnalysis) -> str:
     if many:
         out.append(f"<details><summary>arrivals of all {rep.per_rank.num_rows} ranks</summary>")
     if rep.per_rank.num_rows:
-        out.append('<table><tr><th>rank</th><th>collectives</th><th>decisive</th><th>last at</th><th>lateness p50</th>'
-                   "<th>wait imposed</th><th>wait suffered</th><th>p (adjusted)</th></tr>")
+        out.append(
+            "<table><tr><th>rank</th><th>collectives</th><th>decisive</th><th>last at</th><th>lateness p50</th>"
+            "<th>wait imposed</th><th>wait suffered</th><th>p (adjusted)</th></tr>"
+        )
         for r in rep.per_rank.to_pylist():
             mark = " ◀" if r["rank"] == rep.straggler else ""
-            out.append(f"<tr><td>{int(r['rank'])}{mark}</td><td>{int(r['instances'])}</td><td>{int(r['decisive'])}</td>"
-                       f"<td>{fmt_pct(r['last_share'], 0)}</td><td>{esc(fmt_quantity(r['lateness_p50_ns'], 'ns'))}</td>"
-                       f"<td>{fmt_ms(r['wait_imposed_ns'])} ms</td><td>{fmt_ms(r['wait_suffered_ns'])} ms</td>"
-                       f"<td>{esc(fmt_quantity(r['p_value']))}</td></tr>")
+            out.append(
+                f"<tr><td>{int(r['rank'])}{mark}</td><td>{int(r['instances'])}</td><td>{int(r['decisive'])}</td>"
+                f"<td>{fmt_pct(r['last_share'], 0)}</td><td>{esc(fmt_quantity(r['lateness_p50_ns'], 'ns'))}</td>"
+                f"<td>{fmt_ms(r['wait_imposed_ns'])} ms</td><td>{fmt_ms(r['wait_suffered_ns'])} ms</td>"
+                f"<td>{esc(fmt_quantity(r['p_value']))}</td></tr>"
+            )
         out.append("</table>")
     if many:
         out.append("</details>")
@@ -658,26 +750,35 @@ def _kernels(analysis: JobAnalysis) -> str:
     straggler = analysis.stragglers.straggler
     shown = ([straggler] if straggler in by_rank else []) + [r for r in sorted(by_rank) if r != straggler]
     shown = shown[:MAX_KERNEL_RANKS]
-    out.append('<p class="note">By summed GPU time on each rank; share is of the rank\'s total kernel time '
-               "(kernels on different streams both count)."
-               + (f" Showing {len(shown)} of {len(by_rank)} ranks." if len(shown) < len(by_rank) else "") + "</p>")
+    out.append(
+        '<p class="note">By summed GPU time on each rank; share is of the rank\'s total kernel time '
+        "(kernels on different streams both count)."
+        + (f" Showing {len(shown)} of {len(by_rank)} ranks." if len(shown) < len(by_rank) else "")
+        + "</p>"
+    )
     for i, rank in enumerate(shown):
         label = f"rank {rank}" + (" (straggler)" if rank == straggler else "")
         out.append(f"<details{' open' if i == 0 else ''}><summary>{esc(label)}</summary>")
-        out.append('<table><tr><th class="l">kernel</th><th class="l">class</th><th>count</th><th>total ms</th>'
-                   "<th>mean</th><th>p50</th><th>max</th><th>share</th></tr>")
+        out.append(
+            '<table><tr><th class="l">kernel</th><th class="l">class</th><th>count</th><th>total ms</th>'
+            "<th>mean</th><th>p50</th><th>max</th><th>share</th></tr>"
+        )
         for k in by_rank[rank]:
-            out.append(f'<tr><td class="name" title="{esc(k["name"], 2000)}">{esc(k["name"], 160)}</td>'
-                       f'<td class="l">{esc(k["kernel_class"])}</td><td>{int(k["count"])}</td><td>{fmt_ms(k["total_ns"])}</td>'
-                       f"<td>{esc(fmt_quantity(k['mean_ns'], 'ns'))}</td><td>{esc(fmt_quantity(k['p50_ns'], 'ns'))}</td>"
-                       f"<td>{esc(fmt_quantity(k['max_ns'], 'ns'))}</td><td>{fmt_pct(k['share'])}</td></tr>")
+            out.append(
+                f'<tr><td class="name" title="{esc(k["name"], 2000)}">{esc(k["name"], 160)}</td>'
+                f'<td class="l">{esc(k["kernel_class"])}</td><td>{int(k["count"])}</td><td>{fmt_ms(k["total_ns"])}</td>'
+                f"<td>{esc(fmt_quantity(k['mean_ns'], 'ns'))}</td><td>{esc(fmt_quantity(k['p50_ns'], 'ns'))}</td>"
+                f"<td>{esc(fmt_quantity(k['max_ns'], 'ns'))}</td><td>{fmt_pct(k['share'])}</td></tr>"
+            )
             if k.get("ncu"):  # Nsight Compute's verdict on this kernel (diagnose.ncu_join)
                 out.append(f'<tr><td class="l note" colspan="8">ncu: {esc(k["ncu"])}</td></tr>')
         out.append("</table>")
         if classes.get(rank):
-            out.append('<p class="note">by class: ' + ", ".join(
-                f"{esc(c['kernel_class'])} {fmt_pct(c['share'])}" for c in sorted(classes[rank], key=lambda c: -c["total_ns"]))
-                + "</p>")
+            out.append(
+                '<p class="note">by class: '
+                + ", ".join(f"{esc(c['kernel_class'])} {fmt_pct(c['share'])}" for c in sorted(classes[rank], key=lambda c: -c["total_ns"]))
+                + "</p>"
+            )
         out.append("</details>")
     out.append("</section>")
     return "".join(out)
@@ -690,10 +791,17 @@ def render_html(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequence =
     """One self-contained HTML page (UTF-8 text) for one job: header, findings, what the non-trace
     ``sources`` contributed, breakdown, step times, straggler heat map and top kernels. Write it with
     ``encoding="utf-8"``."""
-    body = "".join([
-        _header(analysis), _findings(diagnosis), _sources(sources), _breakdown(analysis), _steps(analysis),
-        _stragglers(analysis), _kernels(analysis),
-    ])
+    body = "".join(
+        [
+            _header(analysis),
+            _findings(diagnosis),
+            _sources(sources),
+            _breakdown(analysis),
+            _steps(analysis),
+            _stragglers(analysis),
+            _kernels(analysis),
+        ]
+    )
     return page(f"perfsleuth · run {analysis.run_id}", body)
 
 
@@ -703,7 +811,7 @@ def _sources(sources: Sequence) -> str:
 
     out = []
     for fmt, path, counts, tables in previews(sources):
-        out.append(f"<section><h2>Read {esc(fmt)}</h2><p class=\"muted\">{esc(path)}: {esc(counts)}</p>")
+        out.append(f'<section><h2>Read {esc(fmt)}</h2><p class="muted">{esc(path)}: {esc(counts)}</p>')
         for title, cols, rows in tables:
             head = "".join(f"<th>{esc(c)}</th>" for c in cols)
             body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
@@ -715,12 +823,14 @@ def _sources(sources: Sequence) -> str:
 def page(title: str, body: str) -> str:
     """The self-contained page around ``body`` (already escaped HTML): the CSS inline and a
     Content-Security-Policy that forbids scripts and every network load."""
-    return ("<!DOCTYPE html>\n"
-            '<html lang="en"><head><meta charset="utf-8">'
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:; form-action 'none'; base-uri 'none'\">"
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<meta name="generator" content="perfsleuth {esc(__version__)}">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>{body}"
-            f"<footer>perfsleuth {esc(__version__)} · self-contained page: no scripts, nothing loaded from the network."
-            "</footer></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "img-src data:; form-action 'none'; base-uri 'none'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="perfsleuth {esc(__version__)}">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>{body}"
+        f"<footer>perfsleuth {esc(__version__)} · self-contained page: no scripts, nothing loaded from the network."
+        "</footer></body></html>\n"
+    )

@@ -33,17 +33,19 @@ def analysis_to_json(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, A
     stragglers = []
     if rep.straggler is not None:
         row = next(r for r in rep.per_rank.to_pylist() if r["rank"] == rep.straggler)
-        stragglers.append({
-            "rank": rep.straggler,
-            "last_arrival_share": row["last_share"],
-            "collectives": row["instances"],
-            "p_value": row["p_value"],
-            "lead_p50_ns": rep.lead_p50_ns,
-            "wait_imposed_ns": row["wait_imposed_ns"],
-            "step_time_ns": rep.step_time.to_json() if rep.step_time else None,
-            "counterfactual_step_time_ns": rep.counterfactual_step_time.to_json() if rep.counterfactual_step_time else None,
-            "saving_fraction": rep.saving_fraction.to_json() if rep.saving_fraction else None,
-        })
+        stragglers.append(
+            {
+                "rank": rep.straggler,
+                "last_arrival_share": row["last_share"],
+                "collectives": row["instances"],
+                "p_value": row["p_value"],
+                "lead_p50_ns": rep.lead_p50_ns,
+                "wait_imposed_ns": row["wait_imposed_ns"],
+                "step_time_ns": rep.step_time.to_json() if rep.step_time else None,
+                "counterfactual_step_time_ns": rep.counterfactual_step_time.to_json() if rep.counterfactual_step_time else None,
+                "saving_fraction": rep.saving_fraction.to_json() if rep.saving_fraction else None,
+            }
+        )
     doc = {
         "schema": SCHEMA,
         "run": run,

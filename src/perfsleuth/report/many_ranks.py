@@ -45,11 +45,18 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
     def share(key: str) -> np.ndarray:
         return np.array([r["breakdown_ns"][key] for r in summary], dtype=float) / total
 
-    t = FitTable((Col("over ranks", numeric=False), "min", "p50", "p90", "max"),
-                 title=f"Where step time goes, spread over {n} ranks (the JSON report has every rank)")
+    t = FitTable(
+        (Col("over ranks", numeric=False), "min", "p50", "p90", "max"),
+        title=f"Where step time goes, spread over {n} ranks (the JSON report has every rank)",
+    )
     t.add_row("step ms p50", *(_ms(v) for v in (step.min(), np.median(step), np.percentile(step, 90), step.max())))
-    for label, key in (("compute", "compute"), ("comm", "communication"), ("exposed comm", "exposed_communication"),
-                       ("memcpy", "memcpy"), ("idle", "idle")):
+    for label, key in (
+        ("compute", "compute"),
+        ("comm", "communication"),
+        ("exposed comm", "exposed_communication"),
+        ("memcpy", "memcpy"),
+        ("idle", "idle"),
+    ):
         t.add_row(label, *_spread(share(key)))
     console.print(t)
 
@@ -59,33 +66,60 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
         order, by = np.lexsort((-step, -imposed))[:TOP], "the wait they impose on their peers"
     else:
         order, by = np.argsort(-step, kind="stable")[:TOP], "step time"
-    top = FitTable(("rank", "step ms p50", "last at", "wait imposed ms", "wait suffered ms"),
-                   title=f"Top {TOP} ranks by {by}")
+    top = FitTable(("rank", "step ms p50", "last at", "wait imposed ms", "wait suffered ms"), title=f"Top {TOP} ranks by {by}")
     for i in order:
         rank = summary[i]["rank"]
         row = pr.loc[rank] if pr is not None and rank in pr.index else None
-        top.add_row(str(rank), _ms(step[i]),
-                    "—" if row is None else f"{int(row['last_count'])}/{int(row['decisive'])}",
-                    "—" if row is None else _ms(row["wait_imposed_ns"]), "—" if row is None else _ms(row["wait_suffered_ns"]))
+        top.add_row(
+            str(rank),
+            _ms(step[i]),
+            "—" if row is None else f"{int(row['last_count'])}/{int(row['decisive'])}",
+            "—" if row is None else _ms(row["wait_imposed_ns"]),
+            "—" if row is None else _ms(row["wait_suffered_ns"]),
+        )
     console.print(top)
 
     view = group_view(analysis.instances, analysis.steps)
     if view.nodes.num_rows:
-        nodes = FitTable((Col("node", numeric=False), "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
-                         title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})")
+        nodes = FitTable(
+            (Col("node", numeric=False), "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
+            title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})",
+        )
         for r in view.nodes.slice(0, TOP).to_pylist():
-            nodes.add_row(_inert(r["node"]), str(r["ranks"]), _ms(r["step_time_p50_ns"]), str(r["slowest_rank"]),
-                          _ms(r["wait_imposed_ns"]), _ms(r["wait_suffered_ns"]))
+            nodes.add_row(
+                _inert(r["node"]),
+                str(r["ranks"]),
+                _ms(r["step_time_p50_ns"]),
+                str(r["slowest_rank"]),
+                _ms(r["wait_imposed_ns"]),
+                _ms(r["wait_suffered_ns"]),
+            )
         console.print(nodes)
     if view.groups.num_rows:
         descs = analysis.process_groups
-        groups = FitTable(("group", Col("description", numeric=False), Col("ranks", numeric=False), "traced",
-                           "collectives", "wait ms", Col("most often last", numeric=False)),
-                          title=f"Top {TOP} of {view.groups.num_rows} process groups by time spent waiting in them")
+        groups = FitTable(
+            (
+                "group",
+                Col("description", numeric=False),
+                Col("ranks", numeric=False),
+                "traced",
+                "collectives",
+                "wait ms",
+                Col("most often last", numeric=False),
+            ),
+            title=f"Top {TOP} of {view.groups.num_rows} process groups by time spent waiting in them",
+        )
         for r in view.groups.slice(0, TOP).to_pylist():
             last = "—" if r["top_last_rank"] is None else f"rank {r['top_last_rank']} ({r['top_last_share']:.0%} of {r['decisive']})"
-            groups.add_row(_inert(r["group"]), _inert(descs.get(r["group"], "—")), r["ranks"], f"{r['traced']}/{r['size']}",
-                           str(r["instances"]), _ms(r["wait_ns"]), last)
+            groups.add_row(
+                _inert(r["group"]),
+                _inert(descs.get(r["group"], "—")),
+                r["ranks"],
+                f"{r['traced']}/{r['size']}",
+                str(r["instances"]),
+                _ms(r["wait_ns"]),
+                last,
+            )
         console.print(groups)
     _heat_map(analysis, [r["node"] for r in view.nodes.slice(0, TOP).to_pylist()], console)
 
@@ -95,12 +129,12 @@ def _heat_map(analysis: JobAnalysis, nodes: list[str], console: Console) -> None
     ns = node_step_wait(analysis.instances).to_pandas()
     if ns.empty or not nodes:
         return
-    grid = ns[ns["node"].isin(nodes)].pivot_table(index="node", columns="step", values="wait_imposed_ns", aggfunc="sum",
-                                                  fill_value=0)
+    grid = ns[ns["node"].isin(nodes)].pivot_table(index="node", columns="step", values="wait_imposed_ns", aggfunc="sum", fill_value=0)
     steps = sorted(ns["step"].unique())[:MAX_STEPS]
     grid = grid.reindex(index=nodes, columns=steps, fill_value=0)
-    t = FitTable((Col("node", numeric=False), *(f"step\n{s}" for s in steps)),
-                 title="Wait imposed per node and step, ms (top nodes × steps)")
+    t = FitTable(
+        (Col("node", numeric=False), *(f"step\n{s}" for s in steps)), title="Wait imposed per node and step, ms (top nodes × steps)"
+    )
     for node, row in grid.iterrows():
         t.add_row(_inert(node), *(_ms(v) if v else "·" for v in row.to_numpy()))
     console.print(t)

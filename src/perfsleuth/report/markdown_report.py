@@ -37,10 +37,16 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
 
 
 def _finding(f: Finding) -> list[str]:
-    out = [f"### {md(f.fault)}", "",
-           f"**Impact:** {md(fmt_interval(f.impact))} of step time"
-           + (f" ({md(f.impact.method)})" if f.impact.method else "") + f" · **confidence** {f.confidence:.2f}", "",
-           md(f.symptom), ""]
+    out = [
+        f"### {md(f.fault)}",
+        "",
+        f"**Impact:** {md(fmt_interval(f.impact))} of step time"
+        + (f" ({md(f.impact.method)})" if f.impact.method else "")
+        + f" · **confidence** {f.confidence:.2f}",
+        "",
+        md(f.symptom),
+        "",
+    ]
     scope = fmt_scope(f.scope)
     if scope:
         out += ["Scope: " + "; ".join(f"{md(k)} {md(v)}" for k, v in scope), ""]
@@ -48,14 +54,20 @@ def _finding(f: Finding) -> list[str]:
         rows = []
         for e in f.evidence:
             base = e.baseline
-            rows.append([md(e.metric), md(fmt_interval(e.value)), md(e.value.method),
-                         md(fmt_interval(base)) if base else "—", md(base.method) if base else "", md(e.note)])
-        out += ["**Evidence**", "", *_table(["metric", "value", "measured by", "baseline", "baseline from", "note"], rows,
-                                            "lrllll"), ""]
+            rows.append(
+                [
+                    md(e.metric),
+                    md(fmt_interval(e.value)),
+                    md(e.value.method),
+                    md(fmt_interval(base)) if base else "—",
+                    md(base.method) if base else "",
+                    md(e.note),
+                ]
+            )
+        out += ["**Evidence**", "", *_table(["metric", "value", "measured by", "baseline", "baseline from", "note"], rows, "lrllll"), ""]
     if f.alternatives:
         out += ["**Alternatives considered**", ""]
-        out += [f"- {md(a.fault)}: **{md(VERDICT_LABELS.get(a.verdict, a.verdict))}** — {md(a.reason)}"
-                for a in f.alternatives]
+        out += [f"- {md(a.fault)}: **{md(VERDICT_LABELS.get(a.verdict, a.verdict))}** — {md(a.reason)}" for a in f.alternatives]
         out.append("")
     if f.attached:
         out += ["**Also explains**", "", *(f"- {md(s)}" for s in f.attached), ""]
@@ -69,14 +81,17 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequen
     non-trace inputs) get a section showing what each contributed."""
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
     rep = analysis.stragglers
-    out = [f"## perfsleuth: run {md(run.get('run_id') or analysis.run_id)}", "",
-           f"GPU {md(run.get('gpu_sku') or 'unknown')} · {md(ranks_phrase(run))}"
-           + (f" · step time {md(fmt_interval(rep.step_time))}" if rep.step_time else ""), ""]
+    out = [
+        f"## perfsleuth: run {md(run.get('run_id') or analysis.run_id)}",
+        "",
+        f"GPU {md(run.get('gpu_sku') or 'unknown')} · {md(ranks_phrase(run))}"
+        + (f" · step time {md(fmt_interval(rep.step_time))}" if rep.step_time else ""),
+        "",
+    ]
     for fmt, path, counts, tables in previews(sources):
         out += [f"### Read {md(fmt)}: {md(path)}", "", md(counts), ""]
         for title, cols, rows in tables:
-            out += [f"**{md(title)}**", "", *_table([md(c) for c in cols], [[md(v) for v in r] for r in rows],
-                                                    "l" * len(cols)), ""]
+            out += [f"**{md(title)}**", "", *_table([md(c) for c in cols], [[md(v) for v in r] for r in rows], "l" * len(cols)), ""]
     if analysis.caveats:
         by_message: dict[str, list[str]] = {}  # one line per message: "no trace events" limits several checks
         for c in analysis.caveats:
@@ -104,14 +119,43 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequen
                 return fmt_pct(ns / total) if total else "—"
 
             mark = " (straggler)" if r["rank"] == rep.straggler else ""
-            rows.append([f"{int(r['rank'])}{mark}", str(int(r["steps"])) if r["steps"] else "whole trace",
-                         fmt_ms(r["step_time_ns"]["median"]),
-                         fmt_ms(r["step_time_ns"]["p90"]), share(b["compute"]), share(b["exposed_communication"]),
-                         share(b["memcpy"]), share(idle["host_launch"]), share(idle["sync"]), share(idle["other"]),
-                         fmt_pct(r["comm_comp_overlap"])])
-        out += ["### Per rank (share of step time)", "",
-                *_table(["rank", "steps", "step ms p50", "step ms p90", "compute", "exposed comm", "memcpy",
-                         "idle host", "idle sync", "idle other", "comm overlapped"], rows, "rrrrrrrrrrr"), ""]
+            rows.append(
+                [
+                    f"{int(r['rank'])}{mark}",
+                    str(int(r["steps"])) if r["steps"] else "whole trace",
+                    fmt_ms(r["step_time_ns"]["median"]),
+                    fmt_ms(r["step_time_ns"]["p90"]),
+                    share(b["compute"]),
+                    share(b["exposed_communication"]),
+                    share(b["memcpy"]),
+                    share(idle["host_launch"]),
+                    share(idle["sync"]),
+                    share(idle["other"]),
+                    fmt_pct(r["comm_comp_overlap"]),
+                ]
+            )
+        out += [
+            "### Per rank (share of step time)",
+            "",
+            *_table(
+                [
+                    "rank",
+                    "steps",
+                    "step ms p50",
+                    "step ms p90",
+                    "compute",
+                    "exposed comm",
+                    "memcpy",
+                    "idle host",
+                    "idle sync",
+                    "idle other",
+                    "comm overlapped",
+                ],
+                rows,
+                "rrrrrrrrrrr",
+            ),
+            "",
+        ]
     if rep.note:
         out += [f"Stragglers: {md(rep.note)}", ""]
 
@@ -119,9 +163,10 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequen
     if top.num_rows:
         ranks = sorted({int(r) for r in top["rank"].to_pylist()})
         rank = rep.straggler if rep.straggler in ranks else ranks[0]
-        rows = [[md(k["name"], KERNEL_NAME_LIMIT), md(k["kernel_class"]), str(int(k["count"])), fmt_ms(k["total_ns"]),
-                 fmt_pct(k["share"])]
-                for k in top.to_pylist() if k["rank"] == rank][:TOP_KERNELS]
-        out += [f"### Top kernels, rank {rank}", "", *_table(["kernel", "class", "count", "total ms", "share"], rows, "llrrr"),
-                ""]
+        rows = [
+            [md(k["name"], KERNEL_NAME_LIMIT), md(k["kernel_class"]), str(int(k["count"])), fmt_ms(k["total_ns"]), fmt_pct(k["share"])]
+            for k in top.to_pylist()
+            if k["rank"] == rank
+        ][:TOP_KERNELS]
+        out += [f"### Top kernels, rank {rank}", "", *_table(["kernel", "class", "count", "total ms", "share"], rows, "llrrr"), ""]
     return "\n".join(out).rstrip() + "\n"

@@ -22,10 +22,15 @@ def job_openmetrics(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
     reg = CollectorRegistry(auto_describe=True)
     run = analysis.run_id
     workload = (analysis.runs["workload"][0].as_py() if analysis.runs.num_rows else None) or ""
-    step = Gauge("perfsleuth_step_time_seconds", "Step time per rank (median or p90 over its steps)",
-                 ["run_id", "workload", "rank", "stat"], registry=reg)
-    share = Gauge("perfsleuth_step_share_ratio", "Share of step time per rank, by part",
-                  ["run_id", "workload", "rank", "part"], registry=reg)
+    step = Gauge(
+        "perfsleuth_step_time_seconds",
+        "Step time per rank (median or p90 over its steps)",
+        ["run_id", "workload", "rank", "stat"],
+        registry=reg,
+    )
+    share = Gauge(
+        "perfsleuth_step_share_ratio", "Share of step time per rank, by part", ["run_id", "workload", "rank", "part"], registry=reg
+    )
     for r in analysis.rank_summary():
         if not r["steps"]:
             continue
@@ -38,17 +43,26 @@ def job_openmetrics(analysis: JobAnalysis, diagnosis: Diagnosis) -> str:
         if total:
             for part in ("compute", "communication", "exposed_communication", "memcpy", "idle"):
                 share.labels(run, workload, rank, part).set(b[part] / total)
-    impact = Gauge("perfsleuth_finding_impact_ratio", "Fraction of step time a finding's cause costs",
-                   ["run_id", "workload", "fault", "bound"], registry=reg)
-    conf = Gauge("perfsleuth_finding_confidence_ratio", "How sure perfsleuth is of a finding (0-1)",
-                 ["run_id", "workload", "fault"], registry=reg)
+    impact = Gauge(
+        "perfsleuth_finding_impact_ratio",
+        "Fraction of step time a finding's cause costs",
+        ["run_id", "workload", "fault", "bound"],
+        registry=reg,
+    )
+    conf = Gauge(
+        "perfsleuth_finding_confidence_ratio", "How sure perfsleuth is of a finding (0-1)", ["run_id", "workload", "fault"], registry=reg
+    )
     for f in diagnosis.findings:
         for bound, value in (("value", f.impact.value), ("low", f.impact.low), ("high", f.impact.high)):
             if value is not None:
                 impact.labels(run, workload, f.fault, bound).set(value)
         conf.labels(run, workload, f.fault).set(f.confidence)
-    missing = Gauge("perfsleuth_not_assessed", "1 for a fault class the job's signals could not decide",
-                    ["run_id", "workload", "fault", "reason"], registry=reg)
+    missing = Gauge(
+        "perfsleuth_not_assessed",
+        "1 for a fault class the job's signals could not decide",
+        ["run_id", "workload", "fault", "reason"],
+        registry=reg,
+    )
     for n in diagnosis.not_assessed:
         missing.labels(run, workload, n.fault, n.reason).set(1)
     return generate_latest(reg).decode("utf-8")

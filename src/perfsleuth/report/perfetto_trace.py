@@ -80,9 +80,18 @@ def _trace_events(events: pa.Table, origin: int) -> list[dict[str, Any]]:
         kind = cols["kind"][i]
         gpu = kind in _GPU_KINDS
         tid = _GPU_TID_BASE + max(int(cols["stream"][i] or 0), 0) if gpu else int(cols["tid"][i] or 0)
-        out.append({"ph": "X", "pid": int(cols["rank"][i]), "tid": tid, "name": str(cols["name"][i] or kind),
-                    "cat": str(cols["category"][i] or kind), "ts": _us(cols["ts_ns"][i] - origin),
-                    "dur": _us(max(int(cols["dur_ns"][i] or 0), 0)), "args": {"kind": kind}})
+        out.append(
+            {
+                "ph": "X",
+                "pid": int(cols["rank"][i]),
+                "tid": tid,
+                "name": str(cols["name"][i] or kind),
+                "cat": str(cols["category"][i] or kind),
+                "ts": _us(cols["ts_ns"][i] - origin),
+                "dur": _us(max(int(cols["dur_ns"][i] or 0), 0)),
+                "args": {"kind": kind},
+            }
+        )
     return out
 
 
@@ -109,11 +118,31 @@ def _overlay(analysis: JobAnalysis, diagnosis: Diagnosis, events: pa.Table, orig
         rank, start, end = int(s["rank"]), int(s["start_ns"]), int(s["end_ns"])
         windows[(rank, int(s["step"]))] = (start, end)
         args = {k: v for k, v in s.items() if k.endswith("_ns") or k == "comm_comp_overlap"}
-        out.append({"ph": "X", "pid": rank, "tid": STEP_TID, "name": f"step {s['step']}", "cat": "perfsleuth",
-                    "ts": _us(start - origin), "dur": _us(end - start), "args": args})
-        out.append({"ph": "C", "pid": rank, "name": "perfsleuth step (ms)", "ts": _us(start - origin),
-                    "args": {"step_time": s["step_time_ns"] / 1e6, "exposed_communication": s["exposed_communication_ns"] / 1e6,
-                             "idle": s["idle_ns"] / 1e6}})
+        out.append(
+            {
+                "ph": "X",
+                "pid": rank,
+                "tid": STEP_TID,
+                "name": f"step {s['step']}",
+                "cat": "perfsleuth",
+                "ts": _us(start - origin),
+                "dur": _us(end - start),
+                "args": args,
+            }
+        )
+        out.append(
+            {
+                "ph": "C",
+                "pid": rank,
+                "name": "perfsleuth step (ms)",
+                "ts": _us(start - origin),
+                "args": {
+                    "step_time": s["step_time_ns"] / 1e6,
+                    "exposed_communication": s["exposed_communication_ns"] / 1e6,
+                    "idle": s["idle_ns"] / 1e6,
+                },
+            }
+        )
     for rank in sorted({int(r) for r in pc.unique(events["rank"]).to_pylist()}):
         mine = events.filter(pc.equal(events["rank"], rank))
         spans = {}
@@ -122,8 +151,18 @@ def _overlay(analysis: JobAnalysis, diagnosis: Diagnosis, events: pa.Table, orig
             ts = ev["ts_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
             spans[kind] = (ts, ts + ev["dur_ns"].to_numpy(zero_copy_only=False).astype(np.int64))
         for s, e in exposed_intervals(spans["collective"], spans["kernel"]):
-            out.append({"ph": "X", "pid": rank, "tid": EXPOSED_TID, "name": "exposed communication", "cat": "perfsleuth",
-                        "ts": _us(s - origin), "dur": _us(e - s), "args": {"exposed_ns": e - s}})
+            out.append(
+                {
+                    "ph": "X",
+                    "pid": rank,
+                    "tid": EXPOSED_TID,
+                    "name": "exposed communication",
+                    "cat": "perfsleuth",
+                    "ts": _us(s - origin),
+                    "dur": _us(e - s),
+                    "args": {"exposed_ns": e - s},
+                }
+            )
     for f in diagnosis.findings:
         ranks = f.scope.get("ranks") or sorted({r for r, _ in windows})
         scoped = set(f.scope.get("steps") or [])
@@ -132,10 +171,25 @@ def _overlay(analysis: JobAnalysis, diagnosis: Diagnosis, events: pa.Table, orig
             if not mine:
                 continue
             start, end = min(w[0] for w in mine), max(w[1] for w in mine)
-            out.append({"ph": "X", "pid": int(rank), "tid": FINDING_TID, "name": f.fault, "cat": "perfsleuth",
-                        "ts": _us(start - origin), "dur": _us(end - start),
-                        "args": {"symptom": f.symptom, "impact": f.impact.value, "impact_low": f.impact.low,
-                                 "impact_high": f.impact.high, "confidence": f.confidence, "action": f.action}})
+            out.append(
+                {
+                    "ph": "X",
+                    "pid": int(rank),
+                    "tid": FINDING_TID,
+                    "name": f.fault,
+                    "cat": "perfsleuth",
+                    "ts": _us(start - origin),
+                    "dur": _us(end - start),
+                    "args": {
+                        "symptom": f.symptom,
+                        "impact": f.impact.value,
+                        "impact_low": f.impact.low,
+                        "impact_high": f.impact.high,
+                        "confidence": f.confidence,
+                        "action": f.action,
+                    },
+                }
+            )
     return out
 
 
@@ -150,11 +204,21 @@ def perfetto_document(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, 
     for rank in ranks:
         head.append(_meta(rank, None, "process_name", f"rank {rank}"))
         head.append({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": rank}})
-        for tid, name in ((STEP_TID, "perfsleuth: steps"), (EXPOSED_TID, "perfsleuth: exposed communication"),
-                          (FINDING_TID, "perfsleuth: findings")):
+        for tid, name in (
+            (STEP_TID, "perfsleuth: steps"),
+            (EXPOSED_TID, "perfsleuth: exposed communication"),
+            (FINDING_TID, "perfsleuth: findings"),
+        ):
             head.append(_meta(rank, tid, "thread_name", name))
             head.append({"ph": "M", "pid": rank, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": -tid}})
     body = _threads(events) + _trace_events(events, origin) + _overlay(analysis, diagnosis, events, origin)
-    return {"traceEvents": head + body, "displayTimeUnit": "ms",
-            "metadata": {"producer": "perfsleuth", "run_id": analysis.run_id, "origin_ns": origin,
-                         "findings": [f.fault for f in diagnosis.findings]}}
+    return {
+        "traceEvents": head + body,
+        "displayTimeUnit": "ms",
+        "metadata": {
+            "producer": "perfsleuth",
+            "run_id": analysis.run_id,
+            "origin_ns": origin,
+            "findings": [f.fault for f in diagnosis.findings],
+        },
+    }

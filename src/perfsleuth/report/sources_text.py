@@ -19,8 +19,21 @@ from perfsleuth.report.fit_table import Col, FitTable
 
 ROWS_SHOWN = 8
 COLUMNS_SHOWN = 7
-_SKIP = {"run_id", "dims", "source_format", "file", "path", "line", "run_index", "process_id", "context", "stream",
-         "kernel_id", "device_index", "host"}  # where a row came from, not what it measured
+_SKIP = {
+    "run_id",
+    "dims",
+    "source_format",
+    "file",
+    "path",
+    "line",
+    "run_index",
+    "process_id",
+    "context",
+    "stream",
+    "kernel_id",
+    "device_index",
+    "host",
+}  # where a row came from, not what it measured
 
 
 def _cell(value: object) -> str:
@@ -65,8 +78,9 @@ def render_sources(sources: Sequence, console: Console) -> None:
     """One block per source: what was read and its first rows."""
     for s in sources:
         counts = ", ".join(f"{n:,} {name}" for name, n in ((k, t.num_rows) for k, t in s.tables.items()))
-        console.print(Text.assemble(("Read ", "bold"), terminal_text(s.format), " ", terminal_text(s.path, 200),
-                                    f": {counts or 'no rows'}"))
+        console.print(
+            Text.assemble(("Read ", "bold"), terminal_text(s.format), " ", terminal_text(s.path, 200), f": {counts or 'no rows'}")
+        )
         for name, t in s.tables.items():
             cols = _shown_columns(t)
             if not t.num_rows or not cols:

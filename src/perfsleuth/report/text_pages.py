@@ -14,10 +14,12 @@ import re
 from perfsleuth.report.escape import html_text, markdown_text, terminal_block
 
 _BACKTICKS = re.compile(r"`+")
-_CSS = ("body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:72rem;"
-        "padding:0 1rem;color:#1d2330}h1{font-size:1.3rem}pre{font-family:ui-monospace,SFMono-Regular,Menlo,"
-        "Consolas,monospace;font-size:.85rem;line-height:1.35;background:#f6f7f9;border:1px solid #dde1e6;"
-        "padding:1rem;overflow-x:auto;white-space:pre}")
+_CSS = (
+    "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:72rem;"
+    "padding:0 1rem;color:#1d2330}h1{font-size:1.3rem}pre{font-family:ui-monospace,SFMono-Regular,Menlo,"
+    "Consolas,monospace;font-size:.85rem;line-height:1.35;background:#f6f7f9;border:1px solid #dde1e6;"
+    "padding:1rem;overflow-x:auto;white-space:pre}"
+)
 
 
 def _body(text: str) -> str:
@@ -35,10 +37,12 @@ def markdown_page(title: str, text: str) -> str:
 
 def html_page(title: str, text: str) -> str:
     """One self-contained page: ``text`` escaped in a ``<pre>``, styled by the page's own CSS."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-            f"<title>{html_text(title)}</title><style>{_CSS}</style></head>\n"
-            f"<body><h1>{html_text(title)}</h1>\n<pre>{html_text(_body(text))}</pre>\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{html_text(title)}</title><style>{_CSS}</style></head>\n"
+        f"<body><h1>{html_text(title)}</h1>\n<pre>{html_text(_body(text))}</pre>\n</body></html>\n"
+    )
 
 
 def page(format: str, title: str, text: str) -> str:

@@ -49,8 +49,17 @@ def make_console(file=None) -> Console:
 def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console, sources: Sequence = ()) -> None:
     """The job's report; ``sources`` (the non-trace inputs, ``JobReport.sources``) get a section of their own."""
     run = analysis.runs.to_pylist()[0] if analysis.runs.num_rows else {}
-    console.print(Text.assemble(("perfsleuth", "bold"), " · run ", safe(run.get("run_id")), " · ",
-                                safe(run.get("gpu_sku") or "GPU unknown"), " · ", safe(ranks_phrase(run))))
+    console.print(
+        Text.assemble(
+            ("perfsleuth", "bold"),
+            " · run ",
+            safe(run.get("run_id")),
+            " · ",
+            safe(run.get("gpu_sku") or "GPU unknown"),
+            " · ",
+            safe(ranks_phrase(run)),
+        )
+    )
     if sources:
         from perfsleuth.report.sources_text import render_sources
 
@@ -62,17 +71,41 @@ def render(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console, source
 
 def _render_trace(analysis: JobAnalysis, console: Console) -> None:
 
-    t = FitTable(("rank", "steps", "step ms\np50", "step ms\np90", "compute", "comm", "exposed\ncomm", "overlap",
-                  "memcpy", "idle", "idle\nhost", "idle\nsync"), title="Where step time goes (share of step time, per rank)")
+    t = FitTable(
+        (
+            "rank",
+            "steps",
+            "step ms\np50",
+            "step ms\np90",
+            "compute",
+            "comm",
+            "exposed\ncomm",
+            "overlap",
+            "memcpy",
+            "idle",
+            "idle\nhost",
+            "idle\nsync",
+        ),
+        title="Where step time goes (share of step time, per rank)",
+    )
     summary = analysis.rank_summary()
     for r in summary if len(summary) <= MANY_RANKS else []:
         b, total = r["breakdown_ns"], r["breakdown_ns"]["total"] or 1
         whole = r["steps"] == 0  # no ProfilerStep: one window, the whole trace, not a step
-        t.add_row(str(r["rank"]), "whole trace" if whole else str(r["steps"]), _ms(r["step_time_ns"]["median"]),
-                  "—" if whole else _ms(r["step_time_ns"]["p90"]),
-                  _pct(b["compute"] / total), _pct(b["communication"] / total), _pct(b["exposed_communication"] / total),
-                  _pct(r["comm_comp_overlap"]), _pct(b["memcpy"] / total), _pct(b["idle"] / total),
-                  _pct(r["idle_ns"]["host_launch"] / total), _pct(r["idle_ns"]["sync"] / total))
+        t.add_row(
+            str(r["rank"]),
+            "whole trace" if whole else str(r["steps"]),
+            _ms(r["step_time_ns"]["median"]),
+            "—" if whole else _ms(r["step_time_ns"]["p90"]),
+            _pct(b["compute"] / total),
+            _pct(b["communication"] / total),
+            _pct(b["exposed_communication"] / total),
+            _pct(r["comm_comp_overlap"]),
+            _pct(b["memcpy"] / total),
+            _pct(b["idle"] / total),
+            _pct(r["idle_ns"]["host_launch"] / total),
+            _pct(r["idle_ns"]["sync"] / total),
+        )
     if len(summary) > MANY_RANKS:  # one screen for a big job (report.many_ranks); the JSON keeps every rank
         render_many_ranks(analysis, summary, console)
     else:
@@ -80,8 +113,10 @@ def _render_trace(analysis: JobAnalysis, console: Console) -> None:
 
     al = analysis.alignment
     if al.instances_used:
-        console.print(f"Clocks aligned on {al.instances_used} collectives; residual skew p50 {al.residual_p50_ns / 1e3:.1f} µs, "
-                      f"p90 {al.residual_p90_ns / 1e3:.1f} µs.")
+        console.print(
+            f"Clocks aligned on {al.instances_used} collectives; residual skew p50 {al.residual_p50_ns / 1e3:.1f} µs, "
+            f"p90 {al.residual_p90_ns / 1e3:.1f} µs."
+        )
     console.print(Text("Stragglers: ") + safe(analysis.stragglers.note, None))
     rep = analysis.stragglers
     if rep.straggler is not None and rep.counterfactual_step_time and rep.step_time:
@@ -90,19 +125,21 @@ def _render_trace(analysis: JobAnalysis, console: Console) -> None:
         console.print(f"  Had rank {rep.straggler} run at the median rank's speed: step {_ms(st.value)} ms → {_ms(cf.value)} ms{ci}.")
 
     if analysis.top_kernels.num_rows:
-        k = FitTable((Col("kernel", numeric=False), "class", "count", "total ms", "share"),
-                     title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")")
+        k = FitTable(
+            (Col("kernel", numeric=False), "class", "count", "total ms", "share"),
+            title="Top kernels (rank " + str(analysis.top_kernels["rank"][0].as_py()) + ")",
+        )
         first = analysis.top_kernels["rank"][0].as_py()
         for row in analysis.top_kernels.to_pylist():
             if row["rank"] != first:
                 continue
-            k.add_row(safe(row["name"], KERNEL_NAME_CHARS), row["kernel_class"], f"{row['count']:,}", _ms(row["total_ns"]),
-                      _pct(row["share"]))
+            k.add_row(
+                safe(row["name"], KERNEL_NAME_CHARS), row["kernel_class"], f"{row['count']:,}", _ms(row["total_ns"]), _pct(row["share"])
+            )
         console.print(k)
         for row in analysis.top_kernels.to_pylist():  # Nsight Compute's verdict on a kernel (diagnose.ncu_join)
             if row["rank"] == first and row.get("ncu"):
                 console.print(Text.assemble("  ncu ", safe(row["name"], 50), ": ", safe(row["ncu"], 200)), style="dim")
-
 
 
 def _render_findings(analysis: JobAnalysis, diagnosis: Diagnosis, console: Console) -> None:
@@ -112,8 +149,11 @@ def _render_findings(analysis: JobAnalysis, diagnosis: Diagnosis, console: Conso
     for f in diagnosis.findings:
         imp = f.impact
         ci = f" [{_pct(imp.low)}–{_pct(imp.high)}]" if imp.low is not None else ""
-        console.print(Text.assemble("  ● ", (terminal_text(f.fault), "bold red"), f"  impact {_pct(imp.value)} of step time{ci}, "
-                                    f"confidence {f.confidence:.2f}"))
+        console.print(
+            Text.assemble(
+                "  ● ", (terminal_text(f.fault), "bold red"), f"  impact {_pct(imp.value)} of step time{ci}, confidence {f.confidence:.2f}"
+            )
+        )
         console.print(Text("    ") + safe(f.symptom, None))  # finding texts quote kernel, host and model names
         for alt in f.alternatives:
             console.print(Text("    ") + safe(f"vs {alt.fault}: {alt.verdict} — {alt.reason}", None))
@@ -131,8 +171,13 @@ def _render_findings(analysis: JobAnalysis, diagnosis: Diagnosis, console: Conso
         console.print(safe(f"  insufficient evidence: {', '.join(faults)} (would decide it: {reason})", None), style="dim")
     missing = [n.fault for n in diagnosis.missing_signals]
     if missing:  # what each needs is in --format json / md; here one line keeps the findings in view
-        console.print(Text(f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
-                           "--format json names the file that would decide each", style="dim"))
+        console.print(
+            Text(
+                f"  not assessed for lack of a signal ({len(missing)}): {', '.join(missing)} — "
+                "--format json names the file that would decide each",
+                style="dim",
+            )
+        )
     by_message: dict[str, list[str]] = {}  # one line per message: "no trace events" limits several checks
     for c in analysis.caveats:
         codes = by_message.setdefault(c.message, [])

@@ -11,5 +11,4 @@ from perfsleuth.segment.lattice import Culprit, LatticeResult, search
 from perfsleuth.segment.localize import Localization, localize
 from perfsleuth.segment.mixrate import LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
-__all__ = ["Culprit", "LatticeResult", "LeafSpec", "Localization", "MixRate", "decompose", "leaf_table", "leaf_terms",
-           "localize", "search"]
+__all__ = ["Culprit", "LatticeResult", "LeafSpec", "Localization", "MixRate", "decompose", "leaf_table", "leaf_terms", "localize", "search"]

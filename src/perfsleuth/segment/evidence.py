@@ -36,10 +36,12 @@ from perfsleuth.engine import to_arrow
 from perfsleuth.segment.lattice import Element, element_label, element_mask
 from perfsleuth.segment.mixrate import LeafSpec, MixRate
 
-WORKLOAD_PATTERN = re.compile(r"(^|_)(model|arch|tp|pp|dp|ep|cp|sp|vpp|batch|mbs|gbs|micro_batch|global_batch|seq|seq_len|"
-                              r"seqlen|job|job_type|workload|task|precision|dtype|parallel\w*)($|_)", re.I)
-LOCATION_PATTERN = re.compile(r"(^|_)(cluster|rack|node|host|hostname|region|zone|pod|site|dc|datacenter|switch|row)($|_)",
-                              re.I)
+WORKLOAD_PATTERN = re.compile(
+    r"(^|_)(model|arch|tp|pp|dp|ep|cp|sp|vpp|batch|mbs|gbs|micro_batch|global_batch|seq|seq_len|"
+    r"seqlen|job|job_type|workload|task|precision|dtype|parallel\w*)($|_)",
+    re.I,
+)
+LOCATION_PATTERN = re.compile(r"(^|_)(cluster|rack|node|host|hostname|region|zone|pod|site|dc|datacenter|switch|row)($|_)", re.I)
 BOOT_BUCKETS = 50  # runs are dealt into this many buckets; buckets are resampled
 BOOT_REPS = 1000
 LEVEL = 0.95
@@ -69,15 +71,25 @@ class Support:
     denominator_name: str | None
 
     def to_json(self) -> dict:
-        out = {"cells": self.cells, "cells_baseline": self.cells_baseline, "cells_current": self.cells_current,
-               "runs_baseline": self.runs_baseline, "runs_current": self.runs_current}
+        out = {
+            "cells": self.cells,
+            "cells_baseline": self.cells_baseline,
+            "cells_current": self.cells_current,
+            "runs_baseline": self.runs_baseline,
+            "runs_current": self.runs_current,
+        }
         if self.denominator_name:
-            out |= {"denominator": self.denominator_name, "denominator_baseline": _f(self.denominator_baseline),
-                    "denominator_current": _f(self.denominator_current)}
+            out |= {
+                "denominator": self.denominator_name,
+                "denominator_baseline": _f(self.denominator_baseline),
+                "denominator_current": _f(self.denominator_current),
+            }
             hours = _gpu_hours_factor(self.denominator_name)
             if hours:
-                out |= {"gpu_hours_baseline": _f((self.denominator_baseline or 0.0) * hours),
-                        "gpu_hours_current": _f((self.denominator_current or 0.0) * hours)}
+                out |= {
+                    "gpu_hours_baseline": _f((self.denominator_baseline or 0.0) * hours),
+                    "gpu_hours_current": _f((self.denominator_current or 0.0) * hours),
+                }
         return out
 
 
@@ -106,15 +118,23 @@ class CulpritEvidence:
         return element_label(self.elements)
 
     def to_json(self) -> dict:
-        return {"elements": dict(self.elements), "label": self.label, "layer": self.layer, "kind": self.kind,
-                "contribution": _f(self.contribution), "share_of_change": _f(self.share_of_change),
-                "share_of_rate": _f(self.share_of_rate), "support": self.support.to_json(),
-                "rate_baseline": self.rate_baseline.to_json(), "rate_current": self.rate_current.to_json(),
-                "relative_change": self.relative_change.to_json(),
-                "counterfactual_without": _f(self.counterfactual_without),
-                "siblings": {"relative_change": _f(self.siblings_relative_change), "cells": self.siblings_cells},
-                "selection_frequency": _f(self.selection_frequency),
-                "inseparable_from": list(self.inseparable_from)}
+        return {
+            "elements": dict(self.elements),
+            "label": self.label,
+            "layer": self.layer,
+            "kind": self.kind,
+            "contribution": _f(self.contribution),
+            "share_of_change": _f(self.share_of_change),
+            "share_of_rate": _f(self.share_of_rate),
+            "support": self.support.to_json(),
+            "rate_baseline": self.rate_baseline.to_json(),
+            "rate_current": self.rate_current.to_json(),
+            "relative_change": self.relative_change.to_json(),
+            "counterfactual_without": _f(self.counterfactual_without),
+            "siblings": {"relative_change": _f(self.siblings_relative_change), "cells": self.siblings_cells},
+            "selection_frequency": _f(self.selection_frequency),
+            "inseparable_from": list(self.inseparable_from),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +151,16 @@ class Confounding:
     message: str
 
     def to_json(self) -> dict:
-        return {"dim": self.dim, "value": self.value, "apparent_gap": _f(self.apparent_gap),
-                "own_change": _f(self.own_change), "location": self.location,
-                "location_share": _f(self.location_share), "location_baseline_gap": _f(self.location_baseline_gap),
-                "message": self.message}
+        return {
+            "dim": self.dim,
+            "value": self.value,
+            "apparent_gap": _f(self.apparent_gap),
+            "own_change": _f(self.own_change),
+            "location": self.location,
+            "location_share": _f(self.location_share),
+            "location_baseline_gap": _f(self.location_baseline_gap),
+            "message": self.message,
+        }
 
 
 def split_dims(dims: Sequence[str], workload_dims: Sequence[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -150,22 +176,47 @@ def location_dims(dims: Sequence[str]) -> tuple[str, ...]:
     return tuple(d for d in dims if LOCATION_PATTERN.search(d))
 
 
-def culprit_evidence(raw: ir.Table, terms: ir.Table, spec: LeafSpec, mix: MixRate, element: Element, layer: int,
-                     workload: Sequence[str], *, selection_frequency: float | None = None,
-                     seed: int = 0) -> CulpritEvidence:
+def culprit_evidence(
+    raw: ir.Table,
+    terms: ir.Table,
+    spec: LeafSpec,
+    mix: MixRate,
+    element: Element,
+    layer: int,
+    workload: Sequence[str],
+    *,
+    selection_frequency: float | None = None,
+    seed: int = 0,
+) -> CulpritEvidence:
     """The evidence for one element (``raw``: the input rows keyed like ``terms``; ``terms``: ``leaf_terms``)."""
     inside = terms.filter(element_mask(terms, element))
-    aggs = {"cells": _.count(), "c0": _.has0.cast("int64").sum(), "c1": _.has1.cast("int64").sum(),
-            "r0": _.rows0.sum(), "r1": _.rows1.sum(), "n0": _.n0.sum(), "n1": _.n1.sum(),
-            "rate": _.rate.sum(), "real": _.real.sum(), "predict": _.predict.sum()}
+    aggs = {
+        "cells": _.count(),
+        "c0": _.has0.cast("int64").sum(),
+        "c1": _.has1.cast("int64").sum(),
+        "r0": _.rows0.sum(),
+        "r1": _.rows1.sum(),
+        "n0": _.n0.sum(),
+        "n1": _.n1.sum(),
+        "rate": _.rate.sum(),
+        "real": _.real.sum(),
+        "predict": _.predict.sum(),
+    }
     if spec.ratio:
         aggs |= {"d0": _.d0.sum(), "d1": _.d1.sum(), "dw": (_.w1 * (_.r1 - _.r0)).sum()}
     else:
         aggs |= {"dw": _.rate.sum()}
     row = to_arrow(inside.aggregate(**aggs)).to_pylist()[0]
-    support = Support(int(row["cells"]), int(row["c0"] or 0), int(row["c1"] or 0), int(row["r0"] or 0),
-                      int(row["r1"] or 0), row.get("d0"), row.get("d1"),
-                      spec.current_denominator if spec.ratio else None)
+    support = Support(
+        int(row["cells"]),
+        int(row["c0"] or 0),
+        int(row["c1"] or 0),
+        int(row["r0"] or 0),
+        int(row["r1"] or 0),
+        row.get("d0"),
+        row.get("d1"),
+        spec.current_denominator if spec.ratio else None,
+    )
     rate0, rate1 = _rates_with_intervals(raw, spec, element, seed)
     rel = _same_cells_change(terms, spec, element, seed)
     contribution = row["rate"] or 0.0
@@ -173,9 +224,23 @@ def culprit_evidence(raw: ir.Table, terms: ir.Table, spec: LeafSpec, mix: MixRat
     sib_rel, sib_cells = _siblings(terms, element, workload)
     dims_in = {d for d, _v in element}
     kind = "workload" if dims_in <= set(workload) else ("mixed" if dims_in & set(workload) else "suspect")
-    return CulpritEvidence(element, layer, kind, support, rate0, rate1, rel, contribution,
-                           _safe_div(contribution, mix.delta), _safe_div(contribution, mix.rate), counterfactual,
-                           sib_rel, sib_cells, selection_frequency, _inseparable(terms, element, spec))
+    return CulpritEvidence(
+        element,
+        layer,
+        kind,
+        support,
+        rate0,
+        rate1,
+        rel,
+        contribution,
+        _safe_div(contribution, mix.delta),
+        _safe_div(contribution, mix.rate),
+        counterfactual,
+        sib_rel,
+        sib_cells,
+        selection_frequency,
+        _inseparable(terms, element, spec),
+    )
 
 
 def _rates_with_intervals(raw: ir.Table, spec: LeafSpec, element: Element, seed: int) -> tuple[Interval, Interval]:
@@ -188,11 +253,9 @@ def _rates_with_intervals(raw: ir.Table, spec: LeafSpec, element: Element, seed:
     cols = [spec.current, spec.baseline] + ([spec.current_denominator, spec.baseline_denominator] if spec.ratio else [])
     order = [*spec.dims, *cols]
     sel = sel.mutate(bucket=ibis.row_number().over(order_by=order) % BOOT_BUCKETS)
-    aggs = {"n1": sel[spec.current].cast("float64").sum(), "n0": sel[spec.baseline].cast("float64").sum(),
-            "rows": sel.count()}
+    aggs = {"n1": sel[spec.current].cast("float64").sum(), "n0": sel[spec.baseline].cast("float64").sum(), "rows": sel.count()}
     if spec.ratio:
-        aggs |= {"d1": sel[spec.current_denominator].cast("float64").sum(),
-                 "d0": sel[spec.baseline_denominator].cast("float64").sum()}
+        aggs |= {"d1": sel[spec.current_denominator].cast("float64").sum(), "d0": sel[spec.baseline_denominator].cast("float64").sum()}
     b = to_arrow(sel.group_by("bucket").aggregate(**aggs).order_by("bucket")).to_pydict()
     n0, n1 = _arr(b["n0"]), _arr(b["n1"])
     d0, d1 = (_arr(b["d0"]), _arr(b["d1"])) if spec.ratio else (np.ones_like(n0), np.ones_like(n1))
@@ -219,8 +282,9 @@ def _same_cells_change(terms: ir.Table, spec: LeafSpec, element: Element, seed: 
     """
     sel = terms.filter(element_mask(terms, element) & terms.has0 & terms.has1)
     sel = sel.mutate(bucket=ibis.row_number().over(order_by=list(spec.dims)) % BOOT_BUCKETS)
-    b = to_arrow(sel.group_by("bucket").aggregate(real=sel.real.sum(), predict=sel.predict.sum(), cells=sel.count())
-                 .order_by("bucket")).to_pydict()
+    b = to_arrow(
+        sel.group_by("bucket").aggregate(real=sel.real.sum(), predict=sel.predict.sum(), cells=sel.count()).order_by("bucket")
+    ).to_pydict()
     real, predict = _arr(b["real"]), _arr(b["predict"])
     if not predict.sum():
         return Interval(None)
@@ -257,14 +321,19 @@ def _inseparable(terms: ir.Table, element: Element, spec: LeafSpec) -> tuple[dic
     n_in = to_arrow(now.aggregate(n=now.inside.sum())).to_pylist()[0]["n"] or 0
     if not n_in:
         return ()
-    parts = [now.group_by(d).aggregate(n=now.count(), n_in=now.inside.sum())
-             .filter((_.n == n_in) & (_.n_in == n_in)).select(dim=ibis.literal(d), value=_[d].cast("string"))
-             for d in others]
+    parts = [
+        now.group_by(d)
+        .aggregate(n=now.count(), n_in=now.inside.sum())
+        .filter((_.n == n_in) & (_.n_in == n_in))
+        .select(dim=ibis.literal(d), value=_[d].cast("string"))
+        for d in others
+    ]
     return tuple({r["dim"]: r["value"]} for r in to_arrow(ibis.union(*parts)).to_pylist())
 
 
-def confounding(terms: ir.Table, spec: LeafSpec, workload: Sequence[str], suspect: Sequence[str], *,
-                min_gap: float = 0.03, min_share: float = 0.6) -> tuple[Confounding, ...]:
+def confounding(
+    terms: ir.Table, spec: LeafSpec, workload: Sequence[str], suspect: Sequence[str], *, min_gap: float = 0.03, min_share: float = 0.6
+) -> tuple[Confounding, ...]:
     """Version values that look slow only because of where they ran (ratio metrics).
 
     For each value of each suspect dimension that is not a place: its current rate against the other
@@ -293,11 +362,13 @@ def confounding(terms: ir.Table, spec: LeafSpec, workload: Sequence[str], suspec
             if share < min_share or place_gap is None or place_gap > -min_gap:
                 continue
             pd, pv = next(iter(place.items()))
-            msg = (f"{d}={value} looks {abs(gap):.0%} slower than other {d} values on the same workloads, but its "
-                   f"own cells changed {own:+.1%} between windows: {share:.0%} of its GPU time was on {pd}={pv}, "
-                   f"which was already {abs(place_gap):.0%} slower than comparable cells elsewhere (same workloads and hardware) "
-                   f"in the baseline window. "
-                   f"The gap is where it ran, not the {d}.")
+            msg = (
+                f"{d}={value} looks {abs(gap):.0%} slower than other {d} values on the same workloads, but its "
+                f"own cells changed {own:+.1%} between windows: {share:.0%} of its GPU time was on {pd}={pv}, "
+                f"which was already {abs(place_gap):.0%} slower than comparable cells elsewhere (same workloads and hardware) "
+                f"in the baseline window. "
+                f"The gap is where it ran, not the {d}."
+            )
             out.append(Confounding(d, value, gap, own, place, share, place_gap, msg))
     return tuple(out)
 
@@ -305,8 +376,7 @@ def confounding(terms: ir.Table, spec: LeafSpec, workload: Sequence[str], suspec
 def _version_gaps(cur: ir.Table, terms: ir.Table, d: str, workload: Sequence[str]) -> list[tuple[str, float | None, float | None]]:
     """Per value of ``d``: the workload-matched current-rate gap to the other values, and its own change."""
     work = list(workload)
-    values = to_arrow(terms.group_by(d).aggregate(real=_.real.sum(), predict=_.predict.sum(), d1=_.d1.sum())
-                      .order_by(d)).to_pylist()
+    values = to_arrow(terms.group_by(d).aggregate(real=_.real.sum(), predict=_.predict.sum(), d1=_.d1.sum()).order_by(d)).to_pylist()
     total_d1 = sum(v["d1"] or 0.0 for v in values)
     out = []
     for v in values:
@@ -317,21 +387,31 @@ def _version_gaps(cur: ir.Table, terms: ir.Table, d: str, workload: Sequence[str
         is_v = cur[d] == value
         cell = cur.group_by(work) if work else None
         if cell is not None:
-            g = cell.aggregate(nv=ibis.ifelse(is_v, cur.n1, 0.0).sum(), dv=ibis.ifelse(is_v, cur.d1, 0.0).sum(),
-                               no=ibis.ifelse(~is_v, cur.n1, 0.0).sum(), do=ibis.ifelse(~is_v, cur.d1, 0.0).sum())
+            g = cell.aggregate(
+                nv=ibis.ifelse(is_v, cur.n1, 0.0).sum(),
+                dv=ibis.ifelse(is_v, cur.d1, 0.0).sum(),
+                no=ibis.ifelse(~is_v, cur.n1, 0.0).sum(),
+                do=ibis.ifelse(~is_v, cur.d1, 0.0).sum(),
+            )
             g = g.filter((g.dv > 0) & (g.do > 0))
             row = to_arrow(g.aggregate(a=g.nv.sum(), b=(g.dv * g.no / g.do).sum())).to_pylist()[0]
         else:
-            row = to_arrow(cur.aggregate(a=ibis.ifelse(is_v, cur.n1, 0.0).sum(),
-                                         b=(ibis.ifelse(is_v, cur.d1, 0.0).sum() * ibis.ifelse(~is_v, cur.n1, 0.0).sum()
-                                            / ibis.ifelse(~is_v, cur.d1, 0.0).sum()))).to_pylist()[0]
+            row = to_arrow(
+                cur.aggregate(
+                    a=ibis.ifelse(is_v, cur.n1, 0.0).sum(),
+                    b=(
+                        ibis.ifelse(is_v, cur.d1, 0.0).sum() * ibis.ifelse(~is_v, cur.n1, 0.0).sum() / ibis.ifelse(~is_v, cur.d1, 0.0).sum()
+                    ),
+                )
+            ).to_pylist()[0]
         gap = row["a"] / row["b"] - 1.0 if row["a"] is not None and row["b"] else None
         out.append((value, gap, own))
     return out
 
 
-def _main_place(terms: ir.Table, d: str, value: str, places: Sequence[str],
-                workload: Sequence[str]) -> tuple[dict, float, float | None] | None:
+def _main_place(
+    terms: ir.Table, d: str, value: str, places: Sequence[str], workload: Sequence[str]
+) -> tuple[dict, float, float | None] | None:
     """The place holding most of the value's current GPU time, and how slow it was in the baseline.
 
     Among places with the largest share the most specific one (fewest cells) is taken: a rack rather
@@ -363,8 +443,9 @@ def _place_gap(terms: ir.Table, p: str, pv: str, d: str, workload: Sequence[str]
     inside = base.filter(base[p] == pv)
     fixed_dims = [x for x in base.columns if x in _dims_of(terms) and x not in (p, d, *workload)]
     if fixed_dims:
-        row = to_arrow(inside.aggregate(**{f"lo_{x}": inside[x].min() for x in fixed_dims},
-                                        **{f"hi_{x}": inside[x].max() for x in fixed_dims})).to_pylist()[0]
+        row = to_arrow(
+            inside.aggregate(**{f"lo_{x}": inside[x].min() for x in fixed_dims}, **{f"hi_{x}": inside[x].max() for x in fixed_dims})
+        ).to_pylist()[0]
         fixed = {x: row[f"lo_{x}"] for x in fixed_dims if row[f"lo_{x}"] is not None and row[f"lo_{x}"] == row[f"hi_{x}"]}
     else:
         fixed = {}
@@ -374,8 +455,12 @@ def _place_gap(terms: ir.Table, p: str, pv: str, d: str, workload: Sequence[str]
     pool = base.filter((base[p] == pv) | same_context)
     is_in = pool[p] == pv
     g = pool.group_by(list(workload)) if workload else None
-    sums = {"ni": ibis.ifelse(is_in, pool.n0, 0.0).sum(), "di": ibis.ifelse(is_in, pool.d0, 0.0).sum(),
-            "no": ibis.ifelse(~is_in, pool.n0, 0.0).sum(), "do": ibis.ifelse(~is_in, pool.d0, 0.0).sum()}
+    sums = {
+        "ni": ibis.ifelse(is_in, pool.n0, 0.0).sum(),
+        "di": ibis.ifelse(is_in, pool.d0, 0.0).sum(),
+        "no": ibis.ifelse(~is_in, pool.n0, 0.0).sum(),
+        "do": ibis.ifelse(~is_in, pool.d0, 0.0).sum(),
+    }
     agg = g.aggregate(**sums) if g is not None else pool.aggregate(**sums)
     agg = agg.filter((agg.di > 0) & (agg.do > 0))
     row = to_arrow(agg.aggregate(a=agg.ni.sum(), b=(agg.di * agg.no / agg.do).sum())).to_pylist()[0]
@@ -385,8 +470,26 @@ def _place_gap(terms: ir.Table, p: str, pv: str, d: str, workload: Sequence[str]
 
 
 def _dims_of(terms: ir.Table) -> set[str]:
-    internal = {"n0", "n1", "d0", "d1", "rows", "rows0", "rows1", "w0", "w1", "has0", "has1", "r0", "r1", "wbar", "mix",
-                "rate", "predict", "real"}
+    internal = {
+        "n0",
+        "n1",
+        "d0",
+        "d1",
+        "rows",
+        "rows0",
+        "rows1",
+        "w0",
+        "w1",
+        "has0",
+        "has1",
+        "r0",
+        "r1",
+        "wbar",
+        "mix",
+        "rate",
+        "predict",
+        "real",
+    }
     return {c for c in terms.columns if c not in internal}
 
 

@@ -128,12 +128,12 @@ def functional_dependencies(con: BaseBackend, table: str, dims: Sequence[str]) -
     One engine round trip: per dimension a group-by whose min/max per other dimension says whether it
     is constant within the group.
     """
+
     def build() -> ir.Table:
         t = con.table(table)
         parts = []
         for i, a in enumerate(dims):
-            g = t.group_by(a).aggregate(**{f"x{j}": (t[b].min() == t[b].max()).cast("int64")
-                                           for j, b in enumerate(dims) if j != i})
+            g = t.group_by(a).aggregate(**{f"x{j}": (t[b].min() == t[b].max()).cast("int64") for j, b in enumerate(dims) if j != i})
             aggs = {f"x{j}": (g[f"x{j}"].min() if j != i else ibis.literal(1, "int64")) for j in range(len(dims))}
             parts.append(g.aggregate(card=g.count(), **aggs).mutate(a=ibis.literal(i, "int64")))
         return ibis.union(*parts)
@@ -144,8 +144,15 @@ def functional_dependencies(con: BaseBackend, table: str, dims: Sequence[str]) -
     return card, deps
 
 
-def search(leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAULT_OPTIONS, *,
-           real: str = "real", predict: str = "predict", prune_nested: bool = True) -> LatticeResult:
+def search(
+    leaves: ir.Table,
+    dims: Sequence[str],
+    options: SearchOptions = DEFAULT_OPTIONS,
+    *,
+    real: str = "real",
+    predict: str = "predict",
+    prune_nested: bool = True,
+) -> LatticeResult:
     """Find the culprits of the change from ``predict`` to ``real`` over ``leaves`` (an Ibis table)."""
     con = backend_of(leaves)
     names = tuple(dims)
@@ -156,10 +163,8 @@ def search(leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAU
         materialize(con, _DEV, _dev_expr(leaves, names, gdims, real, predict), view=True)
     else:  # a plain table: the SQL is the same for every table of this name and shape
         key = ("dev", source, names, real, predict)
-        materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict)),
-                    view=True)
-    materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)),
-                view=True)
+        materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict)), view=True)
+    materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)), view=True)
     materialize(con, _BASE, compiled(con, ("base", gdims), lambda: _base_expr(con, gdims)))
     totals = run_sql(con, compiled(con, ("totals",), lambda: _totals_expr(con))).to_pylist()[0]
     queries = 5
@@ -227,12 +232,20 @@ def search(leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAU
     active, nested, constant = structure.active, structure.nested, structure.constant
     notes = []
     if structure.aliases:
-        notes.append("same split as an earlier dimension, not searched separately: "
-                     + ", ".join(real_name[a] for a in structure.aliases))
+        notes.append("same split as an earlier dimension, not searched separately: " + ", ".join(real_name[a] for a in structure.aliases))
     named = [replace(c, elements=tuple((real_name[d], v) for d, v in c.elements)) for c in culprits]
-    return LatticeResult(tuple(named), cutoff, total_change, abn_change, tuple(real_name[d] for d in active),
-                         tuple((real_name[a], real_name[b]) for a, b in nested), tuple(real_name[d] for d in constant),
-                         scanned, queries, tuple(notes))
+    return LatticeResult(
+        tuple(named),
+        cutoff,
+        total_change,
+        abn_change,
+        tuple(real_name[d] for d in active),
+        tuple((real_name[a], real_name[b]) for a, b in nested),
+        tuple(real_name[d] for d in constant),
+        scanned,
+        queries,
+        tuple(notes),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,8 +268,7 @@ def _structure(con: BaseBackend, gdims: tuple[str, ...], prune_nested: bool) -> 
     return _Structure(active, nested, constant, aliases)
 
 
-def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit],
-                    threshold: float) -> tuple[list[Culprit], int]:
+def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit], threshold: float) -> tuple[list[Culprit], int]:
     """Drop culprits that add less than the threshold once the others' leaves are set aside.
 
     The layer-by-layer scan takes a shallow element as soon as it passes, so a rack whose nodes mostly
@@ -281,9 +293,11 @@ def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit],
 
 
 def _dev_expr(leaves: ir.Table, names: tuple[str, ...], gdims: tuple[str, ...], real: str, predict: str) -> ir.Table:
-    src = leaves.select(**{g: leaves[d].cast("string") for g, d in zip(gdims, names, strict=True)},
-                        real=leaves[real].cast("float64").fill_null(0.0),
-                        predict=leaves[predict].cast("float64").fill_null(0.0))
+    src = leaves.select(
+        **{g: leaves[d].cast("string") for g, d in zip(gdims, names, strict=True)},
+        real=leaves[real].cast("float64").fill_null(0.0),
+        predict=leaves[predict].cast("float64").fill_null(0.0),
+    )
     scale = src.real.abs() + src.predict.abs()
     return src.mutate(dev=ibis.ifelse(scale > 0, 2.0 * (src.real - src.predict) / scale, 0.0))
 
@@ -305,20 +319,39 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     weight = ibis.ifelse(t.p == 1, t.dev.abs(), ibis.ifelse(t.scale > 0, (t.cut - t.dev).abs(), 0.0))
     nz = ((t.real != 0) & (t.predict != 0)).cast("float64")
     t = t.mutate(c=t.s * (t.real - t.predict), w=ibis.least(weight, 1.0), nz=nz)
-    return t.select(*gdims, "real", "predict", "dev", "p", "c", "nz", cut=t.cut, cp=t.c * t.p,
-                    cz=ibis.greatest(t.c, 0.0), wa=t.w * t.p, wn=t.w * (1 - t.p), rnz=t.real * t.nz,
-                    pnz=t.predict * t.nz)
+    return t.select(
+        *gdims,
+        "real",
+        "predict",
+        "dev",
+        "p",
+        "c",
+        "nz",
+        cut=t.cut,
+        cp=t.c * t.p,
+        cz=ibis.greatest(t.c, 0.0),
+        wa=t.w * t.p,
+        wn=t.w * (1 - t.p),
+        rnz=t.real * t.nz,
+        pnz=t.predict * t.nz,
+    )
 
 
 def _totals_expr(con: BaseBackend) -> ir.Table:
     t = con.table(_BASE)
-    return t.aggregate(cut=t.cut.max(), total=(t.real - t.predict).sum(),
-                       abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum(), wa=t.wa.sum(), p=t.p.sum(),
-                       n=t.count())
+    return t.aggregate(
+        cut=t.cut.max(),
+        total=(t.real - t.predict).sum(),
+        abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum(),
+        wa=t.wa.sum(),
+        p=t.p.sum(),
+        n=t.count(),
+    )
 
 
-def _materialize_rest(con: BaseBackend, gdims: tuple[str, ...], removed: list[Element],
-                      pruned: dict[str, set[str]], threshold: float, small: bool) -> None:
+def _materialize_rest(
+    con: BaseBackend, gdims: tuple[str, ...], removed: list[Element], pruned: dict[str, set[str]], threshold: float, small: bool
+) -> None:
     """The leaves not under a culprit yet, with a flag per dimension for values pruned from deeper layers.
 
     The culprits found so far and the pruned values travel as two small tables, so the view's SQL has
@@ -337,8 +370,7 @@ def _materialize_rest(con: BaseBackend, gdims: tuple[str, ...], removed: list[El
     # Before anything is removed or pruned the view is the base itself, and on a small base the filter
     # costs less than storing its result: both stay views.
     first = not removed and not any(pruned.values())
-    materialize(con, _REST, compiled(con, ("rest", gdims, first), lambda: _rest_expr(con, gdims, first)),
-                view=small or first)
+    materialize(con, _REST, compiled(con, ("rest", gdims, first), lambda: _rest_expr(con, gdims, first)), view=small or first)
 
 
 def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool) -> ir.Table:
@@ -366,20 +398,20 @@ def _layer_expr(con: BaseBackend, gdims: tuple[str, ...], filtered: bool) -> ir.
         t = t.filter(pruned == 0)
     keys = {f"k{i}": ibis.ifelse(t[f"m{i}"] == 1, t[g], ibis.null("string")) for i, g in enumerate(gdims)}
     t = t.mutate(**keys)
-    g = t.group_by(["cub_id", *keys]).aggregate(n=t.count().cast("float64"), thr=t.thr.max(),
-                                                **{c: t[c].sum() for c in _SUMS})
+    g = t.group_by(["cub_id", *keys]).aggregate(n=t.count().cast("float64"), thr=t.thr.max(), **{c: t[c].sum() for c in _SUMS})
     if filtered:
         g = g.filter((g.p > 0) & (g.c > g.thr))
     return g.select("cub_id", *keys, "n", *_SUMS)
 
 
-def _layer_rows(con: BaseBackend, gdims: tuple[str, ...], cuboids: list[tuple[str, ...]], layer: int,
-                per_query: int) -> tuple[list[dict], int]:
+def _layer_rows(
+    con: BaseBackend, gdims: tuple[str, ...], cuboids: list[tuple[str, ...]], layer: int, per_query: int
+) -> tuple[list[dict], int]:
     """Aggregates of the cuboids' elements (only candidates below layer 1), with keys in cuboid order."""
     rows: list[dict] = []
     queries = 0
     for start in range(0, len(cuboids), per_query):
-        chunk = cuboids[start:start + per_query]
+        chunk = cuboids[start : start + per_query]
         upload(con, _CUBS, _cuboid_table(gdims, chunk, start))
         sql = compiled(con, ("layer", gdims, layer > 1), lambda: _layer_expr(con, gdims, layer > 1))
         for r in run_sql(con, sql).to_pylist():
@@ -424,8 +456,7 @@ def _not_in_any(t: ir.Table, elements: Sequence[Element]) -> ir.BooleanValue:
     return mask
 
 
-def _candidates(rows: list[dict], cuboids: list[tuple[str, ...]], layer: int, threshold: float,
-                pruned: dict[str, set[str]]) -> list[dict]:
+def _candidates(rows: list[dict], cuboids: list[tuple[str, ...]], layer: int, threshold: float, pruned: dict[str, set[str]]) -> list[dict]:
     """Elements worth a risk check, largest explained change first.
 
     On layer 1 every element comes back (there are few), and those that cannot matter are pruned from
@@ -446,8 +477,9 @@ def _candidates(rows: list[dict], cuboids: list[tuple[str, ...]], layer: int, th
     return out
 
 
-def _first_risky(con: BaseBackend, gdims: tuple[str, ...], cands: list[dict], options: SearchOptions,
-                 abnormal_total: float, smoothing: float) -> tuple[Culprit | None, float, int]:
+def _first_risky(
+    con: BaseBackend, gdims: tuple[str, ...], cands: list[dict], options: SearchOptions, abnormal_total: float, smoothing: float
+) -> tuple[Culprit | None, float, int]:
     """The first candidate (in order) whose risk reaches the threshold, and its abnormal change.
 
     The misfit only lowers the risk, so only candidates whose high risk alone reaches the threshold are
@@ -462,14 +494,17 @@ def _first_risky(con: BaseBackend, gdims: tuple[str, ...], cands: list[dict], op
     queries = 0
     start, size = 0, options.batch
     while start < len(viable):
-        batch = viable[start:start + size]
+        batch = viable[start : start + size]
         lows = _ripple_misfit(con, gdims, [c for c, _h in batch])
         queries += 2
         for (cand, high), low in zip(batch, lows, strict=True):
             if high - low >= options.risk_threshold:
                 e = cand["element"]
-                return Culprit(e, len(e), cand["c"] / abnormal_total, cand["c"], high, low, int(cand["n"]),
-                               int(cand["p"])), cand["cp"], queries
+                return (
+                    Culprit(e, len(e), cand["c"] / abnormal_total, cand["c"], high, low, int(cand["n"]), int(cand["p"])),
+                    cand["cp"],
+                    queries,
+                )
         start, size = start + size, size * 2
     return None, 0.0, queries
 
@@ -489,8 +524,17 @@ def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], batch: list[dict]) 
         fixed = dict(cand["element"])
         for i, g in enumerate(gdims):
             values[f"v{i}"].append(fixed.get(g))
-    upload(con, _CAND, pa.table({"idx": pa.array(range(len(batch)), pa.int64()), "rho": pa.array(rho, pa.float64()),
-                                 **{k: pa.array(v, pa.string()) for k, v in values.items()}}))
+    upload(
+        con,
+        _CAND,
+        pa.table(
+            {
+                "idx": pa.array(range(len(batch)), pa.int64()),
+                "rho": pa.array(rho, pa.float64()),
+                **{k: pa.array(v, pa.string()) for k, v in values.items()},
+            }
+        ),
+    )
     rows = run_sql(con, compiled(con, ("misfit", gdims), lambda: _misfit_expr(con, gdims)))
     by_idx = {r["idx"]: r for r in rows.to_pylist()}
     out = []

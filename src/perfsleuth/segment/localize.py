@@ -56,24 +56,34 @@ class Localization:
         rate_left = None if self.explained_share is None else self.mix.rate * (1.0 - self.explained_share)
         return {
             "engine": self.engine,
-            "metric": {"kind": self.mix.kind, "current": self.spec.current, "baseline": self.spec.baseline,
-                       "current_denominator": self.spec.current_denominator,
-                       "baseline_denominator": self.spec.baseline_denominator},
-            "dimensions": {"workload": list(self.workload_dims), "suspect": list(self.suspect_dims),
-                           "searched": list(self.search.dims),
-                           "nested": [{"dim": a, "within": b} for a, b in self.search.dependencies],
-                           "constant": list(self.search.constant_dims)},
+            "metric": {
+                "kind": self.mix.kind,
+                "current": self.spec.current,
+                "baseline": self.spec.baseline,
+                "current_denominator": self.spec.current_denominator,
+                "baseline_denominator": self.spec.baseline_denominator,
+            },
+            "dimensions": {
+                "workload": list(self.workload_dims),
+                "suspect": list(self.suspect_dims),
+                "searched": list(self.search.dims),
+                "nested": [{"dim": a, "within": b} for a, b in self.search.dependencies],
+                "constant": list(self.search.constant_dims),
+            },
             "fleet": self.mix.to_json(),
             "mix": self.mix.mix,
             "rate": self.mix.rate,
             "culprits": [c.to_json() for c in self.culprits],
             "explained_share_of_rate": self.explained_share,
-            "unexplained": {"message": self.unexplained, "rate": rate_left} if self.unexplained else
-            {"message": None, "rate": rate_left},
+            "unexplained": {"message": self.unexplained, "rate": rate_left} if self.unexplained else {"message": None, "rate": rate_left},
             "confounded": [c.to_json() for c in self.confounded],
-            "search": {"cutoff": self.search.cutoff, "abnormal_change": self.search.abnormal_change,
-                       "cuboids_scanned": self.search.cuboids_scanned, "queries": self.search.queries,
-                       "notes": list(self.search.notes)},
+            "search": {
+                "cutoff": self.search.cutoff,
+                "abnormal_change": self.search.abnormal_change,
+                "cuboids_scanned": self.search.cuboids_scanned,
+                "queries": self.search.queries,
+                "notes": list(self.search.notes),
+            },
             "bootstrap_replicates": self.bootstrap,
             "caveats": [c.to_json() for c in self.caveats],
         }
@@ -85,19 +95,29 @@ def check_bootstrap(replicates: int) -> None:
         raise InputError(None, f"--bootstrap must be 0 or more, got {replicates}")
 
 
-def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | None = None,
-             options: SearchOptions = DEFAULT_OPTIONS, bootstrap: int = 20, seed: int = 0,
-             min_explained: float = 0.5, fleet_evidence: bool = False) -> Localization:
+def localize(
+    table: ir.Table,
+    spec: LeafSpec,
+    *,
+    workload_dims: Sequence[str] | None = None,
+    options: SearchOptions = DEFAULT_OPTIONS,
+    bootstrap: int = 20,
+    seed: int = 0,
+    min_explained: float = 0.5,
+    fleet_evidence: bool = False,
+) -> Localization:
     """Split the fleet change into mix and rate, find the culprits of the rate change, and back them up.
 
     ``fleet_evidence=True`` also gives the evidence for the whole fleet as one element (its same-cell rate
     change with a bootstrap interval), which the fleet page prices in GPU-hours."""
     con = backend_of(table)
-    missing = [c for c in (*spec.dims, spec.current, spec.baseline, spec.current_denominator, spec.baseline_denominator)
-               if c is not None and c not in table.columns]
+    missing = [
+        c
+        for c in (*spec.dims, spec.current, spec.baseline, spec.current_denominator, spec.baseline_denominator)
+        if c is not None and c not in table.columns
+    ]
     if missing:
-        raise InputError(None, f"no column(s) {', '.join(map(repr, missing))}",
-                         hint=f"columns are: {', '.join(table.columns)}")
+        raise InputError(None, f"no column(s) {', '.join(map(repr, missing))}", hint=f"columns are: {', '.join(table.columns)}")
     if not spec.dims:
         raise InputError(None, "no dimension columns to search", hint="every column that is not a metric is a dimension")
     work, suspect = split_dims(spec.dims, workload_dims)
@@ -108,27 +128,48 @@ def localize(table: ir.Table, spec: LeafSpec, *, workload_dims: Sequence[str] | 
     terms = con.table(_TERMS)
     mix = decompose(terms, spec.ratio, work)
     if not (math.isfinite(mix.baseline) and math.isfinite(mix.current)):  # e.g. every metric value missing
-        raise InputError(None, f"the fleet {'ratio' if spec.ratio else 'sum'} is not a number (baseline {mix.baseline}, "
-                               f"current {mix.current})", hint="the metric columns need finite values in some row")
+        raise InputError(
+            None,
+            f"the fleet {'ratio' if spec.ratio else 'sum'} is not a number (baseline {mix.baseline}, current {mix.current})",
+            hint="the metric columns need finite values in some row",
+        )
     found = search(terms, spec.dims, options)
     freq = _selection_frequency(terms, spec.dims, options, bootstrap, seed) if bootstrap and found.culprits else {}
-    culprits = tuple(culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work,
-                                      selection_frequency=freq.get(c.label), seed=seed + i)
-                     for i, c in enumerate(found.culprits))
+    culprits = tuple(
+        culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work, selection_frequency=freq.get(c.label), seed=seed + i)
+        for i, c in enumerate(found.culprits)
+    )
     share = _explained_share(terms, found, mix)
     caveats: list[Caveat] = []
     unexplained = None
     if mix.rate and (share is None or share < min_explained):
         unexplained = UNEXPLAINED
     if mix.new_leaves or mix.gone_leaves:
-        caveats.append(Caveat("one-window-cells", f"{mix.new_leaves} cells appear only in the current window and "
-                                                  f"{mix.gone_leaves} only in the baseline: counted as mix"))
+        caveats.append(
+            Caveat(
+                "one-window-cells",
+                f"{mix.new_leaves} cells appear only in the current window and {mix.gone_leaves} only in the baseline: counted as mix",
+            )
+        )
     conf = confounding(terms, spec, work, suspect)
     whole = culprit_evidence(raw, terms, spec, mix, (), 0, work, seed=seed) if fleet_evidence else None
     for name in (_TERMS, _RAW):
         drop(con, name)
-    return Localization(engine_name(con), spec, work, suspect, mix, found, culprits, share, unexplained, conf,
-                        bootstrap if found.culprits else 0, tuple(caveats), fleet_change=whole)
+    return Localization(
+        engine_name(con),
+        spec,
+        work,
+        suspect,
+        mix,
+        found,
+        culprits,
+        share,
+        unexplained,
+        conf,
+        bootstrap if found.culprits else 0,
+        tuple(caveats),
+        fleet_change=whole,
+    )
 
 
 def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> float | None:
@@ -145,8 +186,7 @@ def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> flo
     return explained / mix.rate
 
 
-def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOptions, reps: int,
-                         seed: int) -> dict[str, float]:
+def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOptions, reps: int, seed: int) -> dict[str, float]:
     """How often each element is chosen again when the cells are resampled (Poisson weights)."""
     counts: Counter[str] = Counter()
     order = list(dims)

@@ -187,10 +187,10 @@ class RankCusum:
             if ss <= 0.0:
                 out = (k, np.zeros(len(k)))
             else:
-                c = np.cumsum(z[: m - ms])[ms - 1:]  # S_k for k = ms .. m - ms
+                c = np.cumsum(z[: m - ms])[ms - 1 :]  # S_k for k = ms .. m - ms
                 np.abs(c, out=c)
                 kk = np.arange(ms, m - ms + 1, dtype=float)
-                kk *= (m - kk)
+                kk *= m - kk
                 kk *= ss * self.inflation / (m * (m - 1.0))
                 np.sqrt(kk, out=kk)
                 c /= kk
@@ -305,8 +305,7 @@ def critical_level(stat: RankCusum, candidates: list[int]) -> float:
     best = 1.0
     while cps:
         bounds = [0, *cps, n]
-        pvals = [scan_p_value(stat.at(bounds[i], bounds[i + 1], bounds[i + 2]), bounds[i + 2] - bounds[i], ms)
-                 for i in range(len(cps))]
+        pvals = [scan_p_value(stat.at(bounds[i], bounds[i + 1], bounds[i + 2]), bounds[i + 2] - bounds[i], ms) for i in range(len(cps))]
         worst = int(np.argmax(pvals))
         best = min(best, pvals[worst])
         del cps[worst]
@@ -320,7 +319,13 @@ def critical_level(stat: RankCusum, candidates: list[int]) -> float:
 # conservative there and the table does not loosen it), 1.05 at 2,000, 1.22 at 5,000, 1.13 at
 # 10,000, 1.30 at 20,000, 1.30 at 50,000, 1.60 at 100,000 (1.35 at 5 %, 1.84 at 1 %).
 NULL_INFLATION: tuple[tuple[int, float], ...] = (
-    (1_000, 1.0), (2_000, 1.1), (5_000, 1.2), (10_000, 1.25), (20_000, 1.3), (50_000, 1.35), (100_000, 1.7),
+    (1_000, 1.0),
+    (2_000, 1.1),
+    (5_000, 1.2),
+    (10_000, 1.25),
+    (20_000, 1.3),
+    (50_000, 1.35),
+    (100_000, 1.7),
 )
 
 

@@ -197,8 +197,9 @@ def _as_times(times: Any, n: int, name: str) -> np.ndarray:
         try:
             t = t.astype("datetime64[ns]")
         except (TypeError, ValueError):
-            raise InputError(None, f"{name}: the times are neither numbers nor timestamps",
-                             hint="use ISO 8601 timestamps or numbers") from None
+            raise InputError(
+                None, f"{name}: the times are neither numbers nor timestamps", hint="use ISO 8601 timestamps or numbers"
+            ) from None
     elif t.dtype.kind not in "iufM":
         raise InputError(None, f"{name}: the times are neither numbers nor timestamps (dtype {t.dtype})")
     return t
@@ -229,16 +230,15 @@ def _prepare(series: Any, times: Any, name: str) -> _Prepared:
         key = t.astype("int64") if t.dtype.kind == "M" else t
         present = ~missing
         if np.any(np.diff(key[present]) < 0):
-            order = np.argsort(np.where(missing, np.iinfo(np.int64).max if key.dtype.kind in "iM" else np.inf, key),
-                               kind="stable")
+            order = np.argsort(np.where(missing, np.iinfo(np.int64).max if key.dtype.kind in "iM" else np.inf, key), kind="stable")
             x, t, key = x[order], t[order], key[order]
-            caveats.append(Caveat("unsorted_time", f"{name}: the rows were not in time order; sorted by time "
-                                                   "(indices refer to the sorted order)"))
+            caveats.append(
+                Caveat("unsorted_time", f"{name}: the rows were not in time order; sorted by time (indices refer to the sorted order)")
+            )
         kp = key[~_missing_time(t)]
         dups = int((np.diff(kp) == 0).sum()) if len(kp) > 1 else 0
         if dups:
-            caveats.append(Caveat("duplicate_times", f"{name}: {dups} rows share a timestamp with the row before; "
-                                                     "kept in file order"))
+            caveats.append(Caveat("duplicate_times", f"{name}: {dups} rows share a timestamp with the row before; kept in file order"))
     finite = usable(x)
     positions = np.flatnonzero(finite)
     if len(positions) == 0:
@@ -312,12 +312,13 @@ def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha:
     w = flagged
     head = values[:flagged]
     regime = values[flagged:region] if region > flagged + 1 else values[flagged:]
-    steady = float(np.median(regime[len(regime) // 2:])) if len(regime) else float(values[-1])
+    steady = float(np.median(regime[len(regime) // 2 :])) if len(regime) else float(values[-1])
     if flagged >= 3 * min_size:
         decisions = _detect(head, alpha=alpha, min_size=min_size, locator="binseg")[0]
         bounds = [0, *(d.index for d in decisions), flagged]
-        while len(bounds) > 1 and (bounds[-1] - bounds[-2] >= 2 * min_size
-                                   and not _settles(head[bounds[-2]:bounds[-1]], steady, inflation)):
+        while len(bounds) > 1 and (
+            bounds[-1] - bounds[-2] >= 2 * min_size and not _settles(head[bounds[-2] : bounds[-1]], steady, inflation)
+        ):
             bounds.pop()
         w = bounds[-1] if len(bounds) > 1 else 0
     elif not _decays(np.abs(head - steady)):
@@ -346,12 +347,12 @@ def level_interval(segment: np.ndarray, unit: str, inflation: float) -> Interval
     without points or with a value that is not finite (its order statistics mean nothing)."""
     m = len(segment)
     if m == 0 or not np.isfinite(segment).all():
-        raise InputError(None, f"a level needs finite points; this segment has {m} point(s), "
-                               f"{int(np.count_nonzero(~np.isfinite(segment)))} not finite")
+        raise InputError(
+            None, f"a level needs finite points; this segment has {m} point(s), {int(np.count_nonzero(~np.isfinite(segment)))} not finite"
+        )
     mid = (m - 1) / 2.0
     half = LEVEL_CONFIDENCE_Z * np.sqrt(m * inflation) / 2.0
-    ranks = sorted({max(0, int(np.floor(mid - half))), int(np.floor(mid)), int(np.ceil(mid)),
-                    min(m - 1, int(np.ceil(mid + half)))})
+    ranks = sorted({max(0, int(np.floor(mid - half))), int(np.floor(mid)), int(np.ceil(mid)), min(m - 1, int(np.ceil(mid + half)))})
     s = np.partition(segment, ranks)
     median = (s[int(np.floor(mid))] + s[int(np.ceil(mid))]) / 2.0
     method = f"median of {m} points, 95% order-statistic interval"
@@ -372,18 +373,32 @@ def _robust_noise_sd(x: np.ndarray) -> float:
 
 
 def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = False) -> str:
-    text = (f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
-            f"neighbouring changes, Siegmund approximation, AR(1)-corrected noise) has p <= {alpha:g}; "
-            f"segments of at least {min_size} points")
+    text = (
+        f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
+        f"neighbouring changes, Siegmund approximation, AR(1)-corrected noise) has p <= {alpha:g}; "
+        f"segments of at least {min_size} points"
+    )
     if trend_changes:
-        text += ("; plus the splits of a piecewise-linear fit that explain more than "
-                 f"{LINEAR_BETA:g} x noise variance x ln n (widened for residual autocorrelation)")
+        text += (
+            "; plus the splits of a piecewise-linear fit that explain more than "
+            f"{LINEAR_BETA:g} x noise variance x ln n (widened for residual autocorrelation)"
+        )
     return text
 
 
-def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE,
-            locator: str = "binseg", exclude_warmup: bool = True, trend_changes: bool | None = None,
-            remove_season: bool = False, unit: str = "", name: str = "series") -> ChangeReport:
+def changes(
+    series: Any,
+    *,
+    times: Any = None,
+    alpha: float = DEFAULT_ALPHA,
+    min_size: int = DEFAULT_MIN_SIZE,
+    locator: str = "binseg",
+    exclude_warmup: bool = True,
+    trend_changes: bool | None = None,
+    remove_season: bool = False,
+    unit: str = "",
+    name: str = "series",
+) -> ChangeReport:
     """Change points of a time-ordered series (or of any series with ``times``, sorted first).
 
     ``alpha`` is the false-alarm rate per series: a series without a change reports one with at most
@@ -405,8 +420,17 @@ def changes(series: Any, *, times: Any = None, alpha: float = DEFAULT_ALPHA, min
         raise InputError(None, f"min_size must be at least 2, got {min_size}")
     prep = _prepare(series, times, name)
     trend = prep.n < TREND_FIT_MAX_POINTS if trend_changes is None else trend_changes
-    return _analyse(prep, alpha=alpha, min_size=min_size, locator=locator, exclude_warmup=exclude_warmup,
-                    unit=unit, name=name, trend_changes=trend, remove_season=remove_season)
+    return _analyse(
+        prep,
+        alpha=alpha,
+        min_size=min_size,
+        locator=locator,
+        exclude_warmup=exclude_warmup,
+        unit=unit,
+        name=name,
+        trend_changes=trend,
+        remove_season=remove_season,
+    )
 
 
 def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list, NoiseModel]:
@@ -418,16 +442,27 @@ def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tupl
     return ScanTest(alpha=alpha, min_size=min_size).decide(stat, candidates), noise
 
 
-def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, exclude_warmup: bool, unit: str,
-             name: str, trend_changes: bool = False, remove_season: bool = False) -> ChangeReport:
+def _analyse(
+    prep: _Prepared,
+    *,
+    alpha: float,
+    min_size: int,
+    locator: str,
+    exclude_warmup: bool,
+    unit: str,
+    name: str,
+    trend_changes: bool = False,
+    remove_season: bool = False,
+) -> ChangeReport:
     caveats = list(prep.caveats)
     method = _method(locator, alpha, min_size, trend_changes)
 
     shape: dict[str, Any] = {"season": None, "variance": ()}
 
     def report(cps=(), n_analysed=0, warmup=0, ar1=0.0):
-        return ChangeReport(tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit,
-                            shape["season"], tuple(shape["variance"]))
+        return ChangeReport(
+            tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit, shape["season"], tuple(shape["variance"])
+        )
 
     raw_all = prep.values
     x_all = raw_all
@@ -440,17 +475,24 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
             cycle_free = series_shape.deseasonalise(raw_all, season)
             if remove_season:
                 x_all = cycle_free
-            shape["season"] = {"period": season.period, "p_value": season.p_value, "amplitude": season.amplitude,
-                               "removed": remove_season}
-            done = ("was taken out before looking for changes; levels are of the raw values" if remove_season else
-                    "is treated as correlated noise (the test is widened for it); a change shorter than a cycle "
-                    "cannot be told from it")
-            caveats.append(Caveat("seasonal", f"{name}: a cycle of {season.period} points (Kruskal-Wallis on the "
-                                              f"differences by phase, p = {season.p_value:.1g}; the phases' effects "
-                                              f"span {season.amplitude:.4g}{(' ' + unit) if unit else ''}) {done}"))
+            shape["season"] = {"period": season.period, "p_value": season.p_value, "amplitude": season.amplitude, "removed": remove_season}
+            done = (
+                "was taken out before looking for changes; levels are of the raw values"
+                if remove_season
+                else "is treated as correlated noise (the test is widened for it); a change shorter than a cycle cannot be told from it"
+            )
+            caveats.append(
+                Caveat(
+                    "seasonal",
+                    f"{name}: a cycle of {season.period} points (Kruskal-Wallis on the "
+                    f"differences by phase, p = {season.p_value:.1g}; the phases' effects "
+                    f"span {season.amplitude:.4g}{(' ' + unit) if unit else ''}) {done}",
+                )
+            )
     if len(x_all) < 2 * min_size:
-        caveats.append(Caveat("too_few_samples", f"{name}: only {len(x_all)} usable values; a change needs at least "
-                                                 f"{min_size} on each side"))
+        caveats.append(
+            Caveat("too_few_samples", f"{name}: only {len(x_all)} usable values; a change needs at least {min_size} on each side")
+        )
         return report(n_analysed=len(x_all))
     quality = _quality_module()
     first_check = quality.check_series(x_all, name=name) if quality is not None else []
@@ -466,27 +508,47 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
         flagged = int(quality.detect_warmup(x_all[:region]))
         warmup = _warmup(x_all, flagged, region, min_size, alpha, noise.variance_inflation)
         if flagged and warmup == 0:
-            caveats.append(Caveat("early_level", f"{name}: the first {flagged} values sit far from the later level "
-                                                 "but hold steady instead of settling, so they are analysed as "
-                                                 "history, not excluded as a warm-up"))
+            caveats.append(
+                Caveat(
+                    "early_level",
+                    f"{name}: the first {flagged} values sit far from the later level "
+                    "but hold steady instead of settling, so they are analysed as "
+                    "history, not excluded as a warm-up",
+                )
+            )
         if warmup:
-            caveats.append(Caveat("warmup", f"{name}: the first {warmup} values look like a warm-up (far from the "
-                                            "steady state and settling) and are excluded before looking for changes"))
+            caveats.append(
+                Caveat(
+                    "warmup",
+                    f"{name}: the first {warmup} values look like a warm-up (far from the "
+                    "steady state and settling) and are excluded before looking for changes",
+                )
+            )
             rest = x_all[warmup:]
-            decisions, noise = ([], noise) if len(rest) < 2 * min_size or np.ptp(rest) == 0 else \
-                _detect(rest, alpha=alpha, min_size=min_size, locator=locator)
+            decisions, noise = (
+                ([], noise)
+                if len(rest) < 2 * min_size or np.ptp(rest) == 0
+                else _detect(rest, alpha=alpha, min_size=min_size, locator=locator)
+            )
     x = x_all[warmup:]
     positions = prep.positions[warmup:]
     if len(x) < 2 * min_size:
-        caveats.append(Caveat("too_few_samples", f"{name}: only {len(x)} usable values after the warm-up; a change "
-                                                 f"needs at least {min_size} on each side"))
+        caveats.append(
+            Caveat(
+                "too_few_samples", f"{name}: only {len(x)} usable values after the warm-up; a change needs at least {min_size} on each side"
+            )
+        )
         return report(n_analysed=len(x), warmup=warmup)
     if np.ptp(x) == 0:
         caveats.append(Caveat("constant", f"{name}: all {len(x)} values are equal ({x[0]:g}): nothing changed"))
         return report(n_analysed=len(x), warmup=warmup)
     if noise.ar1 >= AUTOCORRELATION_NOTE:
-        caveats.append(Caveat("autocorrelated", f"{name}: consecutive values are correlated (lag-1 about "
-                                                f"{noise.ar1:.2f}); the test and the intervals are widened for it"))
+        caveats.append(
+            Caveat(
+                "autocorrelated",
+                f"{name}: consecutive values are correlated (lag-1 about {noise.ar1:.2f}); the test and the intervals are widened for it",
+            )
+        )
     scan_found = {d.index for d in decisions}
     if trend_changes:
         decisions = _with_linear_fit(x, decisions, min_size, noise, cycle_free[warmup:])
@@ -495,35 +557,50 @@ def _analyse(prep: _Prepared, *, alpha: float, min_size: int, locator: str, excl
     _variance_report(x, positions, decisions, alpha, min_size, shape, caveats, name)
     if len(x) < SHORT_SERIES:
         shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size)
-        caveats.append(Caveat("short_series", f"{name}: only {len(x)} values: the scan test confirms a shift of "
-                                              f"about {shift:.1f} noise SDs or more at mid-series; smaller changes "
-                                              "go unreported, not disproved"))
+        caveats.append(
+            Caveat(
+                "short_series",
+                f"{name}: only {len(x)} values: the scan test confirms a shift of "
+                f"about {shift:.1f} noise SDs or more at mid-series; smaller changes "
+                "go unreported, not disproved",
+            )
+        )
     if quality is not None:
-        caveats.extend(_outliers(quality, x, decisions, name) if decisions or warmup else
-                       [c for c in first_check if c.code == "outliers"])
+        caveats.extend(_outliers(quality, x, decisions, name) if decisions or warmup else [c for c in first_check if c.code == "outliers"])
     return report(cps, len(x), warmup, noise.ar1)
 
 
 def _sampling_caveat(times: np.ndarray | None, caveats: list[Caveat], name: str) -> None:
     gaps, ratio = series_shape.sampling_gaps(times)
     if gaps:
-        caveats.append(Caveat("irregular_times", f"{name}: {gaps} time steps over {series_shape.GAP_FACTOR:g}x the "
-                                                 f"median step (the largest {ratio:.0f}x): points are analysed in "
-                                                 "order, not by time, so a change inside a gap is placed at the "
-                                                 "first point after it"))
+        caveats.append(
+            Caveat(
+                "irregular_times",
+                f"{name}: {gaps} time steps over {series_shape.GAP_FACTOR:g}x the "
+                f"median step (the largest {ratio:.0f}x): points are analysed in "
+                "order, not by time, so a change inside a gap is placed at the "
+                "first point after it",
+            )
+        )
 
 
-def _variance_report(x: np.ndarray, positions: np.ndarray, decisions, alpha: float, min_size: int,
-                     shape: dict[str, Any], caveats: list[Caveat], name: str) -> None:
+def _variance_report(
+    x: np.ndarray, positions: np.ndarray, decisions, alpha: float, min_size: int, shape: dict[str, Any], caveats: list[Caveat], name: str
+) -> None:
     bounds = [0, *(d.index for d in decisions), len(x)]
     found = series_shape.variance_changes(x, bounds, alpha=alpha, min_size=min_size)
     if not found:
         return
-    shape["variance"] = [{"index": int(positions[v.index]), "sd_before": v.sd_before, "sd_after": v.sd_after,
-                          "p_value": v.p_value} for v in found]
+    shape["variance"] = [
+        {"index": int(positions[v.index]), "sd_before": v.sd_before, "sd_after": v.sd_after, "p_value": v.p_value} for v in found
+    ]
     text = ", ".join(f"at {int(positions[v.index])} (SD {v.sd_before:.3g} -> {v.sd_after:.3g})" for v in found)
-    caveats.append(Caveat("variance_change", f"{name}: the spread changes within a level segment {text}; the "
-                                             "levels' intervals assume one spread per segment"))
+    caveats.append(
+        Caveat(
+            "variance_change",
+            f"{name}: the spread changes within a level segment {text}; the levels' intervals assume one spread per segment",
+        )
+    )
 
 
 def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:
@@ -535,8 +612,13 @@ def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:
     count = int((np.abs(res - med) > quality.OUTLIER_Z * sd).sum())
     if not count:
         return []
-    return [Caveat("outliers", f"{name}: {count} outliers beyond {quality.OUTLIER_Z:g} robust SD of their segment's "
-                               "level (ranks are used, so they cannot make a change point on their own)")]
+    return [
+        Caveat(
+            "outliers",
+            f"{name}: {count} outliers beyond {quality.OUTLIER_Z:g} robust SD of their segment's "
+            "level (ranks are used, so they cannot make a change point on their own)",
+        )
+    ]
 
 
 def _residuals(x: np.ndarray, decisions) -> np.ndarray:
@@ -549,15 +631,17 @@ def _residuals(x: np.ndarray, decisions) -> np.ndarray:
     return out
 
 
-def _with_linear_fit(x: np.ndarray, decisions: list, min_size: int, noise: NoiseModel,
-                     cycle_free: np.ndarray | None = None) -> list:
+def _with_linear_fit(x: np.ndarray, decisions: list, min_size: int, noise: NoiseModel, cycle_free: np.ndarray | None = None) -> list:
     """The scan test's decisions plus the piecewise-linear detector's splits that none of them is
     within ``min_size`` points of; each added split gets the rank statistic of its own window
     (reported, not used to keep it). The detector runs on ``cycle_free`` (the values with a
     recognised cycle taken out), since lines cannot follow a cycle."""
     fit_on = x if cycle_free is None else cycle_free
-    extra = [c for c in PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).locate(fit_on)
-             if all(abs(c - d.index) >= min_size for d in decisions)]
+    extra = [
+        c
+        for c in PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).locate(fit_on)
+        if all(abs(c - d.index) >= min_size for d in decisions)
+    ]
     if not extra:
         return decisions
     stat = RankCusum(x, max(1.0, noise.variance_inflation), min_size)
@@ -598,13 +682,20 @@ def _kind(x: np.ndarray, a: int, c: int, b: int) -> tuple[str, float, float, flo
     return ("slope" if drift > abs(jump) else "level"), float(jump), s1, s2
 
 
-def _measure(x: np.ndarray, positions: np.ndarray, times: np.ndarray | None, decisions, noise: NoiseModel,
-             unit: str, scan_found: set[int] | None = None) -> list[ChangePoint]:
+def _measure(
+    x: np.ndarray,
+    positions: np.ndarray,
+    times: np.ndarray | None,
+    decisions,
+    noise: NoiseModel,
+    unit: str,
+    scan_found: set[int] | None = None,
+) -> list[ChangePoint]:
     if not decisions:
         return []
     bounds = [0, *(d.index for d in decisions), len(x)]
     inflation = noise.variance_inflation
-    levels = [level_interval(x[bounds[i]:bounds[i + 1]], unit, inflation) for i in range(len(bounds) - 1)]
+    levels = [level_interval(x[bounds[i] : bounds[i + 1]], unit, inflation) for i in range(len(bounds) - 1)]
     sd = _robust_noise_sd(x)
     out = []
     for i, d in enumerate(decisions):
@@ -614,23 +705,25 @@ def _measure(x: np.ndarray, positions: np.ndarray, times: np.ndarray | None, dec
         rel = (after.value - before.value) / abs(before.value) if before.value != 0 else None
         step = after.value - before.value
         effect = step / sd if sd > 0 else (float(np.copysign(np.inf, step)) if step != 0 else 0.0)
-        out.append(ChangePoint(
-            index=index,
-            time=None if times is None else times[index],
-            before=before,
-            after=after,
-            relative_change=None if rel is None else float(rel),
-            p_value=float(d.p_value),
-            statistic=float(d.statistic),
-            effect_sd=float(effect),
-            n_before=bounds[i + 1] - bounds[i],
-            n_after=bounds[i + 2] - bounds[i + 1],
-            kind=kind,
-            evidence="scan_test" if scan_found is None or d.index in scan_found else "linear_fit",
-            jump=jump,
-            slope_before=s1,
-            slope_after=s2,
-        ))
+        out.append(
+            ChangePoint(
+                index=index,
+                time=None if times is None else times[index],
+                before=before,
+                after=after,
+                relative_change=None if rel is None else float(rel),
+                p_value=float(d.p_value),
+                statistic=float(d.statistic),
+                effect_sd=float(effect),
+                n_before=bounds[i + 1] - bounds[i],
+                n_after=bounds[i + 2] - bounds[i + 1],
+                kind=kind,
+                evidence="scan_test" if scan_found is None or d.index in scan_found else "linear_fit",
+                jump=jump,
+                slope_before=s1,
+                slope_after=s2,
+            )
+        )
     return out
 
 
@@ -648,8 +741,16 @@ class ChangeTracker:
     differ slightly from the whole series'.
     """
 
-    def __init__(self, *, alpha: float = DEFAULT_ALPHA, min_size: int = DEFAULT_MIN_SIZE, locator: str = "binseg",
-                 max_window: int = 10_000, unit: str = "", name: str = "series"):
+    def __init__(
+        self,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        min_size: int = DEFAULT_MIN_SIZE,
+        locator: str = "binseg",
+        max_window: int = 10_000,
+        unit: str = "",
+        name: str = "series",
+    ):
         if max_window < 4 * min_size:
             raise InputError(None, f"max_window must be at least {4 * min_size}")
         self.alpha, self.min_size, self.locator = alpha, min_size, locator
@@ -682,8 +783,11 @@ class ChangeTracker:
             if last is not None:
                 key = np.concatenate([last.astype("int64") if t.dtype.kind == "M" else last, key])
             if np.any(_missing_time(t)) or np.any(np.diff(key) < 0):
-                raise InputError(None, f"{self.name}: appended points must have times, newer than the history and in "
-                                       "time order", hint="recompute with changes() to sort")
+                raise InputError(
+                    None,
+                    f"{self.name}: appended points must have times, newer than the history and in time order",
+                    hint="recompute with changes() to sort",
+                )
             self._times = t if self._times is None else np.concatenate([self._times, t])
         previous = self.n
         self._values = np.concatenate([self._values, new])
@@ -698,8 +802,9 @@ class ChangeTracker:
         window_times = None if self._times is None else self._times[start:]
         first = start == 0
         prep = _prepare(self._values[start:], window_times, self.name)
-        tail = _analyse(prep, alpha=self.alpha, min_size=self.min_size, locator=self.locator, exclude_warmup=first,
-                        unit=self.unit, name=self.name)
+        tail = _analyse(
+            prep, alpha=self.alpha, min_size=self.min_size, locator=self.locator, exclude_warmup=first, unit=self.unit, name=self.name
+        )
         shifted = [dataclasses.replace(cp, index=cp.index + start) for cp in tail.change_points]
         if first:
             self._head_caveats = tuple(c for c in tail.caveats if c.code in ("warmup", "early_level"))
@@ -710,7 +815,15 @@ class ChangeTracker:
             self._anchor = shifted[-2].index
         self._pending = shifted[-1:]
         caveats = list(self._head_caveats) + [c for c in tail.caveats if c.code not in ("warmup", "early_level")]
-        self.report = ChangeReport(tuple(self._settled) + tuple(shifted[-1:]), n, tuple(caveats),
-                                   tail.method + f"; incremental, re-examining the last {n - start} points",
-                                   self.alpha, n - self._warmup, self._warmup, tail.noise_ar1, self.unit)
+        self.report = ChangeReport(
+            tuple(self._settled) + tuple(shifted[-1:]),
+            n,
+            tuple(caveats),
+            tail.method + f"; incremental, re-examining the last {n - start} points",
+            self.alpha,
+            n - self._warmup,
+            self._warmup,
+            tail.noise_ar1,
+            self.unit,
+        )
         return self.report

@@ -73,8 +73,7 @@ PAIRED_MIN_UNITS = 3
 PAIRED_MIN_SHARE = 0.5
 # A level named like a position (step 3 of one run is not step 3 of another) is never paired
 # automatically: equal labels there do not mean the same unit.
-POSITION_LEVEL = re.compile(r"(^|_)(step|iter|iteration|epoch|batch|index|idx|ts|time|sample|row|seq)s?(_ns|_ms|_s)?$",
-                            re.I)
+POSITION_LEVEL = re.compile(r"(^|_)(step|iter|iteration|epoch|batch|index|idx|ts|time|sample|row|seq)s?(_ns|_ms|_s)?$", re.I)
 
 VERDICTS = ("regression", "improvement", "no_change", "inconclusive")
 METHODS = ("auto", "t", "bootstrap")
@@ -92,8 +91,7 @@ def _num(x: float | None, digits: int = 6) -> float | None:
 
 
 def _interval_json(iv: Interval) -> dict[str, Any]:
-    return {"value": _num(iv.value, 9), "low": _num(iv.low, 9), "high": _num(iv.high, 9), "unit": iv.unit,
-            "method": iv.method}
+    return {"value": _num(iv.value, 9), "low": _num(iv.low, 9), "high": _num(iv.high, 9), "unit": iv.unit, "method": iv.method}
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +212,7 @@ class _Settings:
 
 def _settings(threshold: float, confidence: float, power: float, seed: int, method: str) -> _Settings:
     if not (isinstance(threshold, int | float) and 0.0 <= threshold < 1.0):
-        raise InputError(None, f"threshold {threshold!r} is not a fraction in [0, 1)", place="--threshold",
-                         hint="e.g. 0.02 for ±2%")
+        raise InputError(None, f"threshold {threshold!r} is not a fraction in [0, 1)", place="--threshold", hint="e.g. 0.02 for ±2%")
     if not (isinstance(confidence, int | float) and 0.5 <= confidence < 1.0):
         raise InputError(None, f"confidence {confidence!r} is not in [0.5, 1)", place="confidence", hint="e.g. 0.95")
     if not (isinstance(power, int | float) and 0.0 < power < 1.0):
@@ -240,8 +237,7 @@ class _Sample:
     explicit_order: bool = False
 
     def take(self, idx: np.ndarray) -> _Sample:
-        return _Sample(self.label, self.values[idx], tuple(c[idx] for c in self.levels), self.order[idx], self.unit,
-                       self.explicit_order)
+        return _Sample(self.label, self.values[idx], tuple(c[idx] for c in self.levels), self.order[idx], self.unit, self.explicit_order)
 
 
 def _is_numeric_arrow(typ: pa.DataType) -> bool:
@@ -260,28 +256,32 @@ def _codes(column: Any) -> np.ndarray:
     return codes.astype(np.int64, copy=False)
 
 
-def _sample(data: Data, metric: str, cluster_by: Sequence[str], order_by: str | None, label: str,
-            extra_columns: Sequence[str] = ()) -> _Sample:
+def _sample(
+    data: Data, metric: str, cluster_by: Sequence[str], order_by: str | None, label: str, extra_columns: Sequence[str] = ()
+) -> _Sample:
     """Validate one arm and pull out its columns; every user error names the arm, column and cause."""
     needed = [*cluster_by, *([order_by] if order_by else []), *extra_columns]
     if isinstance(data, pd.DataFrame):
         missing = [c for c in [metric, *needed] if c not in data.columns]
         if missing:
-            raise InputError(label, f"no column(s) {', '.join(map(repr, missing))}",
-                             hint=f"columns are: {', '.join(map(str, data.columns))}")
+            raise InputError(
+                label, f"no column(s) {', '.join(map(repr, missing))}", hint=f"columns are: {', '.join(map(str, data.columns))}"
+            )
         col = data[metric]
         if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
             raise InputError(label, f"column {metric!r} is not numeric (it holds {col.dtype})", place=f"column {metric}")
         values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         levels = tuple(_codes(data[c]) for c in cluster_by)
-        order = (pd.to_numeric(data[order_by], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-                 if order_by else np.arange(len(values), dtype=np.float64))
+        order = (
+            pd.to_numeric(data[order_by], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            if order_by
+            else np.arange(len(values), dtype=np.float64)
+        )
         return _Sample(label, values, levels, order, "", order_by is not None)
     if isinstance(data, pa.Table):
         missing = [c for c in [metric, *needed] if c not in data.column_names]
         if missing:
-            raise InputError(label, f"no column(s) {', '.join(map(repr, missing))}",
-                             hint=f"columns are: {', '.join(data.column_names)}")
+            raise InputError(label, f"no column(s) {', '.join(map(repr, missing))}", hint=f"columns are: {', '.join(data.column_names)}")
         fld = data.schema.field(metric)
         if not _is_numeric_arrow(fld.type):
             raise InputError(label, f"column {metric!r} is not numeric (it holds {fld.type})", place=f"column {metric}")
@@ -302,8 +302,9 @@ def _sample(data: Data, metric: str, cluster_by: Sequence[str], order_by: str | 
         return _Sample(label, values, levels, order, unit, order_by is not None)
     # 1-D array-likes: each value is an independent sample; there are no columns to cluster by.
     if cluster_by or order_by or extra_columns:
-        raise InputError(label, "cluster_by, order_by and group_by need a table (pyarrow.Table or pandas.DataFrame), "
-                         "not a bare array of values")
+        raise InputError(
+            label, "cluster_by, order_by and group_by need a table (pyarrow.Table or pandas.DataFrame), not a bare array of values"
+        )
     if isinstance(data, pa.ChunkedArray | pa.Array):
         if not _is_numeric_arrow(data.type):
             raise InputError(label, f"the values are not numeric (they hold {data.type})")
@@ -351,8 +352,7 @@ class _Arm:
         return self.n > 0 and float(np.ptp(self.values)) == 0.0
 
 
-def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
-                                                                         np.ndarray | None]:
+def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Unit means and unit medians, averaged up the nesting: innermost groups first, then their parents;
     the innermost group of each sample; and the outermost level's code of each unit."""
     if not levels:
@@ -378,14 +378,18 @@ def _aggregate(values: np.ndarray, levels: Sequence[np.ndarray]) -> tuple[np.nda
     return means, medians, inner, np.asarray(keys[0][1])
 
 
-def _check_samples(values: np.ndarray, *, clusters: np.ndarray | None, order: np.ndarray | None,
-                   name: str) -> list[Caveat]:
+def _check_samples(values: np.ndarray, *, clusters: np.ndarray | None, order: np.ndarray | None, name: str) -> list[Caveat]:
     """Measurement-quality checks from ``perfsleuth.stats.quality`` (warm-up, bimodality, drift, ...)."""
     try:
         from perfsleuth.stats.quality import check_samples
     except ImportError:
-        return [Caveat("quality_unchecked", f"{name}: measurement-quality checks (warm-up, bimodality, drift) are "
-                       "not available in this build; the samples were not checked")]
+        return [
+            Caveat(
+                "quality_unchecked",
+                f"{name}: measurement-quality checks (warm-up, bimodality, drift) are "
+                "not available in this build; the samples were not checked",
+            )
+        ]
     return list(check_samples(values, clusters=clusters, order=order, name=name))
 
 
@@ -403,20 +407,25 @@ def _prepare(sample: _Sample, name: str, metric: str, unit_level: str) -> _Arm:
         missing_key += int((finite & ~has).sum())
         keep = keep & has
     if total == 0:
-        raise InputError(sample.label, f"the {name} has no rows", place=f"column {metric}",
-                         hint="compare needs samples in both arms")
+        raise InputError(sample.label, f"the {name} has no rows", place=f"column {metric}", hint="compare needs samples in both arms")
     if bad == total:
-        raise InputError(sample.label, f"all {total:,} {name} values of {metric!r} are NaN, infinite or beyond ±1e300",
-                         place=f"column {metric}")
+        raise InputError(
+            sample.label, f"all {total:,} {name} values of {metric!r} are NaN, infinite or beyond ±1e300", place=f"column {metric}"
+        )
     if bad:
-        caveats.append(Caveat("non_finite_dropped", f"column {metric}: {bad:,} of {total:,} {name} values were NaN, "
-                              "infinite or beyond ±1e300 and were dropped", sample.label))
+        caveats.append(
+            Caveat(
+                "non_finite_dropped",
+                f"column {metric}: {bad:,} of {total:,} {name} values were NaN, infinite or beyond ±1e300 and were dropped",
+                sample.label,
+            )
+        )
     if missing_key:
-        caveats.append(Caveat("missing_cluster_key", f"{missing_key:,} {name} samples had no value in a cluster column "
-                              "and were dropped", sample.label))
+        caveats.append(
+            Caveat("missing_cluster_key", f"{missing_key:,} {name} samples had no value in a cluster column and were dropped", sample.label)
+        )
         if not keep.any():
-            raise InputError(sample.label, f"every {name} sample lacks a value in a cluster column",
-                             place="cluster columns")
+            raise InputError(sample.label, f"every {name} sample lacks a value in a cluster column", place="cluster columns")
     if not keep.all():
         sample = sample.take(np.flatnonzero(keep))
     means, medians, inner, unit_ids = _aggregate(sample.values, sample.levels)
@@ -458,7 +467,8 @@ def _se_df(vb: Any, vc: Any, nb: Any, nc: Any) -> tuple[Any, Any]:
     se = np.sqrt(a + d)
     with np.errstate(divide="ignore", invalid="ignore"):
         den = np.where(np.asarray(nb) > 1, a * a / np.maximum(np.subtract(nb, 1), 1), 0.0) + np.where(
-            np.asarray(nc) > 1, d * d / np.maximum(np.subtract(nc, 1), 1), 0.0)
+            np.asarray(nc) > 1, d * d / np.maximum(np.subtract(nc, 1), 1), 0.0
+        )
         df = np.where(den > 0, (a + d) ** 2 / np.where(den > 0, den, 1.0), np.inf)
     if np.ndim(se) == 0:
         return float(se), float(df)
@@ -486,9 +496,16 @@ def _bootstrap(b: np.ndarray, c: np.ndarray, s: _Settings) -> tuple[tuple[float,
     """Percentile cluster bootstrap of (log ratio, difference) of unit means; None if it gave no interval."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = stats.bootstrap((_inflate(b), _inflate(c)), _ratio_and_difference, vectorized=True, paired=False,
-                              n_resamples=N_RESAMPLES, confidence_level=s.confidence, method="percentile",
-                              random_state=np.random.default_rng(s.seed))
+        res = stats.bootstrap(
+            (_inflate(b), _inflate(c)),
+            _ratio_and_difference,
+            vectorized=True,
+            paired=False,
+            n_resamples=N_RESAMPLES,
+            confidence_level=s.confidence,
+            method="percentile",
+            random_state=np.random.default_rng(s.seed),
+        )
     lo, hi = np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         return None
@@ -512,16 +529,28 @@ def _arm_summary(arm: _Arm, unit: str, s: _Settings, what: str) -> ArmSummary:
         ci = stats.ttest_1samp(m, popmean=mean / k).confidence_interval(s.confidence)
         mean_iv = Interval(mean, float(ci.low) * k, float(ci.high) * k, unit, f"mean of {arm.units} {what} means, t interval")
     else:
-        mean_iv = Interval(mean, None, None, unit, f"mean of {arm.units} {what} means (no interval: "
-                           + ("fewer than two" if arm.units < 2 else "no spread between") + f" {what}s)")
+        mean_iv = Interval(
+            mean,
+            None,
+            None,
+            unit,
+            f"mean of {arm.units} {what} means (no interval: "
+            + ("fewer than two" if arm.units < 2 else "no spread between")
+            + f" {what}s)",
+        )
     lo = hi = None
     if arm.units >= 2:
         ci = stats.quantile_test(arm.unit_medians, q=median).confidence_interval(s.confidence)
         lo, hi = float(ci.low), float(ci.high)
         lo, hi = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (None, None)
-    median_iv = Interval(median, lo, hi, unit, f"median of {arm.units} {what} medians" + (
-        ", distribution-free order-statistic interval" if lo is not None else
-        f" (no {s.confidence:.0%} interval from so few {what}s)"))
+    median_iv = Interval(
+        median,
+        lo,
+        hi,
+        unit,
+        f"median of {arm.units} {what} medians"
+        + (", distribution-free order-statistic interval" if lo is not None else f" (no {s.confidence:.0%} interval from so few {what}s)"),
+    )
     return ArmSummary(mean_iv, median_iv, cv)
 
 
@@ -553,12 +582,12 @@ def _hodges_lehmann(b: np.ndarray, c: np.ndarray, unit: str, s: _Settings, what:
     z = float(stats.norm.ppf(0.5 + s.confidence / 2))
     k = int(math.floor(nb * nc / 2 - z * math.sqrt(nb * nc * (nb + nc + 1) / 12)))
     k = max(k, 0)
-    return Interval(value, float(diffs[k]), float(diffs[n_pairs - 1 - k]), unit,
-                    base + ", Moses interval (large-sample Mann-Whitney order statistics)")
+    return Interval(
+        value, float(diffs[k]), float(diffs[n_pairs - 1 - k]), unit, base + ", Moses interval (large-sample Mann-Whitney order statistics)"
+    )
 
 
-def _decide(ratio: Interval, significant: bool, s: _Settings, higher_is_better: bool,
-            equivalent: bool | None = None) -> str:
+def _decide(ratio: Interval, significant: bool, s: _Settings, higher_is_better: bool, equivalent: bool | None = None) -> str:
     """The verdict. ``equivalent`` (compare_many: the adjusted equivalence test) replaces the rule
     that the interval lies inside (1 - threshold, 1 + threshold) when given."""
     if ratio.low is None or ratio.high is None:
@@ -633,8 +662,9 @@ def _pairs(b: _Arm, c: _Arm, paired: bool | None) -> tuple[np.ndarray, np.ndarra
     return bm, cm, b.units - k, c.units - k
 
 
-def _paired_intervals(bm: np.ndarray, cm: np.ndarray, s: _Settings, unit: str, design: str, what: str
-                      ) -> tuple[_LogRatio, Interval, Interval, float]:
+def _paired_intervals(
+    bm: np.ndarray, cm: np.ndarray, s: _Settings, unit: str, design: str, what: str
+) -> tuple[_LogRatio, Interval, Interval, float]:
     """Paired t on the per-unit log ratios (ratio: their geometric mean) and on the differences."""
     d = np.log(cm) - np.log(bm)
     k = len(d)
@@ -647,34 +677,54 @@ def _paired_intervals(bm: np.ndarray, cm: np.ndarray, s: _Settings, unit: str, d
     half = q * float(dd.std(ddof=1)) / math.sqrt(k)
     mean_d = float(dd.mean())
     detail = f"paired t over the {design} ({k - 1} df)"
-    ratio = Interval(math.exp(lr.estimate), math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio",
-                     f"geometric mean of candidate/baseline per {what}; {detail}")
-    difference = Interval(mean_d * scale, (mean_d - half) * scale, (mean_d + half) * scale, unit,
-                          f"mean candidate − baseline per {what}; {detail}")
+    ratio = Interval(
+        math.exp(lr.estimate),
+        math.exp(log_ci[0]),
+        math.exp(log_ci[1]),
+        "ratio",
+        f"geometric mean of candidate/baseline per {what}; {detail}",
+    )
+    difference = Interval(
+        mean_d * scale, (mean_d - half) * scale, (mean_d + half) * scale, unit, f"mean candidate − baseline per {what}; {detail}"
+    )
     return lr, ratio, difference, float(2 * stats.t.sf(abs(lr.estimate / lr.se), lr.df)) if lr.se > 0 else 1.0
 
 
-def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction, s: _Settings,
-                  unit_level: str, paired: bool | None = None) -> Comparison:
+def _compare_arms(
+    b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction, s: _Settings, unit_level: str, paired: bool | None = None
+) -> Comparison:
     what = unit_level if unit_level != "sample" else "sample"
     arm_caveats: dict[str, list[Caveat]] = {b.name: list(b.caveats), c.name: list(c.caveats)}
     blockers: list[Caveat] = []
     for arm in (b, c):
         if arm.units < 2:
-            why = (f"{arm.units} {what}: the noise between {what}s cannot be seen from one, and the samples inside "
-                   f"one {what} are not independent" if unit_level != "sample"
-                   else f"{arm.units} sample: no noise estimate from one value")
-            blockers.append(Caveat("too_few_units", f"the {arm.name} has {why}; at least 2 (better 5+) are needed per "
-                                   "arm", arm.label))
+            why = (
+                f"{arm.units} {what}: the noise between {what}s cannot be seen from one, and the samples inside "
+                f"one {what} are not independent"
+                if unit_level != "sample"
+                else f"{arm.units} sample: no noise estimate from one value"
+            )
+            blockers.append(Caveat("too_few_units", f"the {arm.name} has {why}; at least 2 (better 5+) are needed per arm", arm.label))
             # The quality check's milder "few units" warning says less than this one.
             arm_caveats[arm.name] = [x for x in arm_caveats[arm.name] if x.code != "too_few_units"]
         if arm.constant and arm.n > 1:
-            blockers.append(Caveat("constant_values", f"all {arm.n:,} {arm.name} values equal {arm.values[0]:g}: a "
-                                   "constant column (a counter, a placeholder, a quantised clock?) carries no noise "
-                                   "estimate", arm.label))
+            blockers.append(
+                Caveat(
+                    "constant_values",
+                    f"all {arm.n:,} {arm.name} values equal {arm.values[0]:g}: a "
+                    "constant column (a counter, a placeholder, a quantised clock?) carries no noise "
+                    "estimate",
+                    arm.label,
+                )
+            )
         if arm.units and arm.mean <= 0:
-            blockers.append(Caveat("non_positive_mean", f"the {arm.name} mean is {arm.mean:g}: a ratio needs positive "
-                                   "values (times, rates, fractions)", arm.label))
+            blockers.append(
+                Caveat(
+                    "non_positive_mean",
+                    f"the {arm.name} mean is {arm.mean:g}: a ratio needs positive values (times, rates, fractions)",
+                    arm.label,
+                )
+            )
     ratio_ok = b.units > 0 and c.units > 0 and b.mean > 0 and c.mean > 0
     ratio_value = c.mean / b.mean if ratio_ok else math.nan
     diff_value = c.mean - b.mean
@@ -683,16 +733,22 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     if pair is not None and float(np.ptp(np.log(pair[1]) - np.log(pair[0]))) == 0.0:
         pair = None  # every unit moved by exactly the same ratio: no paired noise estimate
     if paired is True and pair is None and not blockers:
-        arm_caveats[c.name].append(Caveat("not_paired", f"a paired analysis needs at least {PAIRED_MIN_UNITS} {what}s "
-                                          "in both arms with positive means; the arms were compared as independent",
-                                          None))
+        arm_caveats[c.name].append(
+            Caveat(
+                "not_paired",
+                f"a paired analysis needs at least {PAIRED_MIN_UNITS} {what}s "
+                "in both arms with positive means; the arms were compared as independent",
+                None,
+            )
+        )
     if pair is not None:
         return _paired_comparison(b, c, pair, metric, unit, direction, s, unit_level, what, arm_caveats)
     if not blockers:
         lr = _LogRatio.of(b.unit_means, c.unit_means)
         if lr.se == 0:
-            blockers.append(Caveat("no_unit_variation", f"every {what} mean is identical within each arm, so there is "
-                                   "no noise estimate", None))
+            blockers.append(
+                Caveat("no_unit_variation", f"every {what} mean is identical within each arm, so there is no noise estimate", None)
+            )
             lr = None
     caveats = [*arm_caveats[b.name], *arm_caveats[c.name], *blockers]
 
@@ -714,21 +770,51 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
                 extra = _extra_units(math.log(ratio_value), v, v, max(b.units, 1), max(c.units, 1), s)
         reason = "; ".join(x.code for x in blockers)
         return Comparison(
-            metric, unit, direction.higher_is_better, direction.reason, unit_level, b.n, c.n, b.units, c.units,
-            baseline, candidate,
+            metric,
+            unit,
+            direction.higher_is_better,
+            direction.reason,
+            unit_level,
+            b.n,
+            c.n,
+            b.units,
+            c.units,
+            baseline,
+            candidate,
             Interval(ratio_value, None, None, "ratio", f"ratio of means, {design}; no interval ({reason})"),
             Interval(diff_value, None, None, unit, f"difference of means, {design}; no interval ({reason})"),
-            hl, None, None, "inconclusive", extra, "none", s.threshold, s.confidence, s.power, tuple(caveats))
+            hl,
+            None,
+            None,
+            "inconclusive",
+            extra,
+            "none",
+            s.threshold,
+            s.confidence,
+            s.power,
+            tuple(caveats),
+        )
 
     method = "t" if s.method == "auto" else s.method
     if method == "bootstrap" and max(b.units, c.units) > MAX_UNITS_FOR_BOOTSTRAP:
-        caveats.append(Caveat("bootstrap_skipped", f"{max(b.units, c.units):,} {what}s per arm is too many to resample "
-                              "quickly and more than enough for the t interval, which is shown instead", None))
+        caveats.append(
+            Caveat(
+                "bootstrap_skipped",
+                f"{max(b.units, c.units):,} {what}s per arm is too many to resample "
+                "quickly and more than enough for the t interval, which is shown instead",
+                None,
+            )
+        )
         method = "t"
     elif method == "bootstrap" and min(b.units, c.units) < MIN_UNITS_FOR_BOOTSTRAP:
-        caveats.append(Caveat("bootstrap_few_units", f"a bootstrap over {min(b.units, c.units)} {what}s is "
-                              "anti-conservative (its interval is too narrow); the default Welch t interval is not",
-                              None))
+        caveats.append(
+            Caveat(
+                "bootstrap_few_units",
+                f"a bootstrap over {min(b.units, c.units)} {what}s is "
+                "anti-conservative (its interval is too narrow); the default Welch t interval is not",
+                None,
+            )
+        )
     t_stat = lr.estimate / lr.se
     p_value = float(2 * stats.t.sf(abs(t_stat), lr.df))
     with warnings.catch_warnings():
@@ -740,45 +826,81 @@ def _compare_arms(b: _Arm, c: _Arm, metric: str, unit: str, direction: Direction
     if method == "bootstrap":
         boot = _bootstrap(b.unit_means, c.unit_means, s)
         if boot is None:
-            caveats.append(Caveat("bootstrap_failed", "the bootstrap gave no finite interval; the Welch t interval is "
-                                  "shown instead", None))
+            caveats.append(Caveat("bootstrap_failed", "the bootstrap gave no finite interval; the Welch t interval is shown instead", None))
             method = "t"
         else:
             log_ci, (diff_lo, diff_hi) = boot
     if method == "bootstrap":
         method_id = "cluster_bootstrap" if unit_level != "sample" else "bootstrap"
-        detail = (f"percentile bootstrap over {design} ({N_RESAMPLES:,} resamples, unit deviations rescaled by "
-                  "√(n/(n−1))), p-value from Welch t on the log ratio")
+        detail = (
+            f"percentile bootstrap over {design} ({N_RESAMPLES:,} resamples, unit deviations rescaled by "
+            "√(n/(n−1))), p-value from Welch t on the log ratio"
+        )
         diff_detail = detail
     else:
         method_id = "welch_t_log_ratio"
         detail = f"Welch t on the log ratio of {what} means ({design}, {lr.df:.1f} df)"
         diff_detail = f"Welch t on the difference of {what} means ({design})"
-    ratio = Interval(ratio_value, math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio",
-                     f"candidate/baseline of {what} means; {detail}")
+    ratio = Interval(ratio_value, math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio", f"candidate/baseline of {what} means; {detail}")
     difference = Interval(diff_value, diff_lo, diff_hi, unit, f"candidate − baseline of {what} means; {diff_detail}")
     crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
     mde = math.expm1(crit * lr.se)
     significant = ratio.low > 1.0 or ratio.high < 1.0
     verdict = _decide(ratio, significant, s, direction.higher_is_better)
-    extra = (_extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, b.units, c.units, s)
-             if verdict == "inconclusive" else None)
+    extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, b.units, c.units, s) if verdict == "inconclusive" else None
     return Comparison(
-        metric, unit, direction.higher_is_better, direction.reason, unit_level, b.n, c.n, b.units, c.units,
-        baseline, candidate, ratio, difference, hl, p_value, mde, verdict, extra, method_id, s.threshold,
-        s.confidence, s.power, tuple(caveats), p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold))
+        metric,
+        unit,
+        direction.higher_is_better,
+        direction.reason,
+        unit_level,
+        b.n,
+        c.n,
+        b.units,
+        c.units,
+        baseline,
+        candidate,
+        ratio,
+        difference,
+        hl,
+        p_value,
+        mde,
+        verdict,
+        extra,
+        method_id,
+        s.threshold,
+        s.confidence,
+        s.power,
+        tuple(caveats),
+        p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
+    )
 
 
-def _paired_comparison(b: _Arm, c: _Arm, pair: tuple[np.ndarray, np.ndarray, int, int], metric: str, unit: str,
-                       direction: Direction, s: _Settings, unit_level: str, what: str,
-                       arm_caveats: dict[str, list[Caveat]]) -> Comparison:
+def _paired_comparison(
+    b: _Arm,
+    c: _Arm,
+    pair: tuple[np.ndarray, np.ndarray, int, int],
+    metric: str,
+    unit: str,
+    direction: Direction,
+    s: _Settings,
+    unit_level: str,
+    what: str,
+    arm_caveats: dict[str, list[Caveat]],
+) -> Comparison:
     """The comparison over the units both arms measured, each against itself."""
     bm, cm, left_b, left_c = pair
     k = len(bm)
     caveats = [*arm_caveats[b.name], *arm_caveats[c.name]]
     if left_b or left_c:
-        caveats.append(Caveat("unpaired_units_left_out", f"{left_b} baseline and {left_c} candidate {what}s appear in "
-                              f"one arm only and are left out of the paired comparison of the {k} in both", None))
+        caveats.append(
+            Caveat(
+                "unpaired_units_left_out",
+                f"{left_b} baseline and {left_c} candidate {what}s appear in "
+                f"one arm only and are left out of the paired comparison of the {k} in both",
+                None,
+            )
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         baseline = _arm_summary(b, unit, s, what)
@@ -791,10 +913,32 @@ def _paired_comparison(b: _Arm, c: _Arm, pair: tuple[np.ndarray, np.ndarray, int
     verdict = _decide(ratio, significant, s, direction.higher_is_better)
     extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, k, k, s) if verdict == "inconclusive" else None
     return Comparison(
-        metric, unit, direction.higher_is_better, direction.reason, unit_level, b.n, c.n, b.units, c.units,
-        baseline, candidate, ratio, difference, hl, p_value, mde, verdict, extra, "paired_t_log_ratio", s.threshold,
-        s.confidence, s.power, tuple(caveats), p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
-        paired_units=k)
+        metric,
+        unit,
+        direction.higher_is_better,
+        direction.reason,
+        unit_level,
+        b.n,
+        c.n,
+        b.units,
+        c.units,
+        baseline,
+        candidate,
+        ratio,
+        difference,
+        hl,
+        p_value,
+        mde,
+        verdict,
+        extra,
+        "paired_t_log_ratio",
+        s.threshold,
+        s.confidence,
+        s.power,
+        tuple(caveats),
+        p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
+        paired_units=k,
+    )
 
 
 def _unit(metric: str, *samples: _Sample) -> str:
@@ -807,10 +951,22 @@ def _unit(metric: str, *samples: _Sample) -> str:
 # --- public API ----------------------------------------------------------------------------------
 
 
-def compare(baseline: Data, candidate: Data, metric: str, *, cluster_by: Sequence[str] = (),
-            higher_is_better: bool | None = None, threshold: float = 0.02, confidence: float = 0.95,
-            power: float = 0.8, seed: int = 0, method: str = "auto", order_by: str | None = None,
-            labels: tuple[str, str] = ("baseline", "candidate"), paired: bool | None = None) -> Comparison:
+def compare(
+    baseline: Data,
+    candidate: Data,
+    metric: str,
+    *,
+    cluster_by: Sequence[str] = (),
+    higher_is_better: bool | None = None,
+    threshold: float = 0.02,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    seed: int = 0,
+    method: str = "auto",
+    order_by: str | None = None,
+    labels: tuple[str, str] = ("baseline", "candidate"),
+    paired: bool | None = None,
+) -> Comparison:
     """Compare ``metric`` between two arms of samples; see the module docstring for the method.
 
     ``baseline``/``candidate``: a pyarrow Table or pandas DataFrame with the metric column and the
@@ -855,8 +1011,7 @@ def _column_values(data: Data, col: str) -> pd.Series:
     return pd.Series(arr.to_pylist() if isinstance(arr, pa.ChunkedArray | pa.Array) else list(arr), dtype=object)
 
 
-def _shared_unit_codes(baseline: Data, candidate: Data, cluster_by: Sequence[str], sb: _Sample, sc: _Sample
-                       ) -> tuple[_Sample, _Sample]:
+def _shared_unit_codes(baseline: Data, candidate: Data, cluster_by: Sequence[str], sb: _Sample, sc: _Sample) -> tuple[_Sample, _Sample]:
     """The outermost cluster level coded over both arms at once, so a node has one code in each."""
     if not cluster_by:
         return sb, sc
@@ -888,21 +1043,55 @@ def _py(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-def _empty_comparison(metric: str, unit: str, direction: Direction, s: _Settings, unit_level: str,
-                      caveat: Caveat, nb: int, nc: int) -> Comparison:
+def _empty_comparison(
+    metric: str, unit: str, direction: Direction, s: _Settings, unit_level: str, caveat: Caveat, nb: int, nc: int
+) -> Comparison:
     none = Interval(math.nan, None, None, unit, "not computed")
     arm = ArmSummary(none, none, None)
-    return Comparison(metric, unit, direction.higher_is_better, direction.reason, unit_level, nb, nc, 0, 0, arm, arm,
-                      Interval(math.nan, None, None, "ratio", "not computed"), none, none, None, None,
-                      "inconclusive", None, "none", s.threshold, s.confidence, s.power, (caveat,))
+    return Comparison(
+        metric,
+        unit,
+        direction.higher_is_better,
+        direction.reason,
+        unit_level,
+        nb,
+        nc,
+        0,
+        0,
+        arm,
+        arm,
+        Interval(math.nan, None, None, "ratio", "not computed"),
+        none,
+        none,
+        None,
+        None,
+        "inconclusive",
+        None,
+        "none",
+        s.threshold,
+        s.confidence,
+        s.power,
+        (caveat,),
+    )
 
 
-def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str], group_by: Sequence[str] = (), *,
-                   cluster_by: Sequence[str] = (), higher_is_better: bool | None | Mapping[str, bool] = None,
-                   threshold: float = 0.02, confidence: float = 0.95, power: float = 0.8, seed: int = 0,
-                   method: str = "auto", order_by: str | None = None,
-                   labels: tuple[str, str] = ("baseline", "candidate"), paired: bool | None = None
-                   ) -> list[Comparison]:
+def compare_groups(
+    baseline: Data,
+    candidate: Data,
+    metrics: str | Sequence[str],
+    group_by: Sequence[str] = (),
+    *,
+    cluster_by: Sequence[str] = (),
+    higher_is_better: bool | None | Mapping[str, bool] = None,
+    threshold: float = 0.02,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    seed: int = 0,
+    method: str = "auto",
+    order_by: str | None = None,
+    labels: tuple[str, str] = ("baseline", "candidate"),
+    paired: bool | None = None,
+) -> list[Comparison]:
     """The typed results behind ``compare_many``: one ``Comparison`` per (group, metric), BH-adjusted.
 
     Verdicts use the Benjamini–Hochberg adjusted p-values (``scipy.stats.false_discovery_control``)
@@ -921,16 +1110,26 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
     group_by, cluster_by = tuple(group_by), tuple(cluster_by)
     clash = set(group_by) & set(cluster_by)
     if clash:
-        raise InputError(None, f"column(s) {', '.join(sorted(clash))} are both a group and a cluster level",
-                         hint="a group is what you compare; a cluster level is how samples inside it are nested")
+        raise InputError(
+            None,
+            f"column(s) {', '.join(sorted(clash))} are both a group and a cluster level",
+            hint="a group is what you compare; a cluster level is how samples inside it are nested",
+        )
     directions = {}
     for m in metrics:
         given = higher_is_better.get(m) if isinstance(higher_is_better, Mapping) else higher_is_better
         directions[m] = resolve_direction(m, given, path=labels[1])
     unit_level = cluster_by[0] if cluster_by else "sample"
-    samples = {m: _shared_unit_codes(baseline, candidate, cluster_by,
-                                     _sample(baseline, m, cluster_by, order_by, labels[0], group_by),
-                                     _sample(candidate, m, cluster_by, order_by, labels[1], group_by)) for m in metrics}
+    samples = {
+        m: _shared_unit_codes(
+            baseline,
+            candidate,
+            cluster_by,
+            _sample(baseline, m, cluster_by, order_by, labels[0], group_by),
+            _sample(candidate, m, cluster_by, order_by, labels[1], group_by),
+        )
+        for m in metrics
+    }
     groups_b, groups_c = _group_index(baseline, group_by), _group_index(candidate, group_by)
     keys = list(groups_b) + [k for k in groups_c if k not in groups_b]
     results: list[Comparison] = []
@@ -943,19 +1142,19 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
             ib, ic = groups_b.get(key), groups_c.get(key)
             if ib is None or ic is None:
                 side = "baseline" if ib is None else "candidate"
-                cav = Caveat(f"missing_in_{side}", f"{where} has no samples in the {side}",
-                             labels[0] if ib is None else labels[1])
-                comp = _empty_comparison(m, unit, directions[m], s, unit_level, cav,
-                                         0 if ib is None else len(ib), 0 if ic is None else len(ic))
+                cav = Caveat(f"missing_in_{side}", f"{where} has no samples in the {side}", labels[0] if ib is None else labels[1])
+                comp = _empty_comparison(
+                    m, unit, directions[m], s, unit_level, cav, 0 if ib is None else len(ib), 0 if ic is None else len(ic)
+                )
             else:
                 try:
                     b = _prepare(sb.take(ib), "baseline", m, unit_level)
                     c = _prepare(sc.take(ic), "candidate", m, unit_level)
                     comp = _compare_arms(b, c, m, unit, directions[m], s, unit_level, _pairing(paired, unit_level))
                 except InputError as exc:
-                    comp = _empty_comparison(m, unit, directions[m], s, unit_level,
-                                             Caveat("unusable_group", f"{where}: {exc.cause}", exc.path),
-                                             len(ib), len(ic))
+                    comp = _empty_comparison(
+                        m, unit, directions[m], s, unit_level, Caveat("unusable_group", f"{where}: {exc.cause}", exc.path), len(ib), len(ic)
+                    )
             results.append(replace(comp, group=group))
     tested = [i for i, r in enumerate(results) if r.p_value is not None]
     equiv = [i for i in tested if results[i].p_no_change is not None]
@@ -968,16 +1167,20 @@ def compare_groups(baseline: Data, candidate: Data, metrics: str | Sequence[str]
         for i, p_adj in zip(tested, adjusted, strict=True):
             r = results[i]
             p_eq = eq_adjusted.get(i)
-            verdict = _decide(r.ratio, float(p_adj) < s.alpha, s, r.higher_is_better,
-                              equivalent=p_eq is not None and p_eq < s.alpha)
+            verdict = _decide(r.ratio, float(p_adj) < s.alpha, s, r.higher_is_better, equivalent=p_eq is not None and p_eq < s.alpha)
             extra = r.extra_units_needed
             if verdict == "inconclusive" and extra is None and r.verdict != "inconclusive":
                 # Significant alone but not after adjustment: plan from the same noise.
                 lr = math.log(r.ratio.value)
                 se_units = _planning_variances(r)
                 extra = _extra_units(lr, *se_units, r.units_baseline, r.units_candidate, s) if se_units else None
-            results[i] = replace(r, p_adjusted=float(p_adj), verdict=verdict, p_no_change_adjusted=p_eq,
-                                 extra_units_needed=extra if verdict == "inconclusive" else None)
+            results[i] = replace(
+                r,
+                p_adjusted=float(p_adj),
+                verdict=verdict,
+                p_no_change_adjusted=p_eq,
+                extra_units_needed=extra if verdict == "inconclusive" else None,
+            )
     return results
 
 
@@ -996,27 +1199,50 @@ def comparisons_table(results: Sequence[Comparison], group_by: Sequence[str] = (
     for r in results:
         row: dict[str, Any] = {g: None for g in group_by}
         row.update(dict(r.group))
-        row.update(metric=r.metric, unit=r.unit, higher_is_better=r.higher_is_better, verdict=r.verdict,
-                   verdict_trust=r.verdict_trust, relative_effect=_num(r.relative_effect))
+        row.update(
+            metric=r.metric,
+            unit=r.unit,
+            higher_is_better=r.higher_is_better,
+            verdict=r.verdict,
+            verdict_trust=r.verdict_trust,
+            relative_effect=_num(r.relative_effect),
+        )
         for name in _INTERVAL_FIELDS:
             iv: Interval = getattr(r, name)
             row[name], row[f"{name}_low"], row[f"{name}_high"] = _num(iv.value, 12), _num(iv.low, 12), _num(iv.high, 12)
-        row.update(baseline_mean=_num(r.baseline.mean.value, 12), baseline_median=_num(r.baseline.median.value, 12),
-                   candidate_mean=_num(r.candidate.mean.value, 12),
-                   candidate_median=_num(r.candidate.median.value, 12),
-                   p_value=r.p_value, p_adjusted=r.p_adjusted, mde_relative=_num(r.mde_relative),
-                   extra_units_needed=r.extra_units_needed, method=r.method,
-                   unit_of_independence=r.unit_of_independence, n_baseline=r.n_baseline, n_candidate=r.n_candidate,
-                   units_baseline=r.units_baseline, units_candidate=r.units_candidate,
-                   caveats=[{"code": c.code, "message": c.message} for c in r.caveats])
+        row.update(
+            baseline_mean=_num(r.baseline.mean.value, 12),
+            baseline_median=_num(r.baseline.median.value, 12),
+            candidate_mean=_num(r.candidate.mean.value, 12),
+            candidate_median=_num(r.candidate.median.value, 12),
+            p_value=r.p_value,
+            p_adjusted=r.p_adjusted,
+            mde_relative=_num(r.mde_relative),
+            extra_units_needed=r.extra_units_needed,
+            method=r.method,
+            unit_of_independence=r.unit_of_independence,
+            n_baseline=r.n_baseline,
+            n_candidate=r.n_candidate,
+            units_baseline=r.units_baseline,
+            units_candidate=r.units_candidate,
+            caveats=[{"code": c.code, "message": c.message} for c in r.caveats],
+        )
         rows.append(row)
     f64, i64, st = pa.float64(), pa.int64(), pa.string()
-    fields = [pa.field("metric", st), pa.field("unit", st), pa.field("higher_is_better", pa.bool_()),
-              pa.field("verdict", st), pa.field("verdict_trust", st), pa.field("relative_effect", f64)]
+    fields = [
+        pa.field("metric", st),
+        pa.field("unit", st),
+        pa.field("higher_is_better", pa.bool_()),
+        pa.field("verdict", st),
+        pa.field("verdict_trust", st),
+        pa.field("relative_effect", f64),
+    ]
     for name in _INTERVAL_FIELDS:
         fields += [pa.field(name, f64), pa.field(f"{name}_low", f64), pa.field(f"{name}_high", f64)]
-    fields += [pa.field(n, f64) for n in ("baseline_mean", "baseline_median", "candidate_mean", "candidate_median",
-                                         "p_value", "p_adjusted", "mde_relative")]
+    fields += [
+        pa.field(n, f64)
+        for n in ("baseline_mean", "baseline_median", "candidate_mean", "candidate_median", "p_value", "p_adjusted", "mde_relative")
+    ]
     fields += [pa.field("extra_units_needed", i64), pa.field("method", st), pa.field("unit_of_independence", st)]
     fields += [pa.field(n, i64) for n in ("n_baseline", "n_candidate", "units_baseline", "units_candidate")]
     fields += [pa.field("caveats", pa.list_(pa.struct([("code", st), ("message", st)])))]
@@ -1025,23 +1251,45 @@ def comparisons_table(results: Sequence[Comparison], group_by: Sequence[str] = (
         vals = [row[g] for row in rows if row[g] is not None]
         typ = pa.array(vals).type if vals else st
         group_fields.append(pa.field(g, typ if not pa.types.is_null(typ) else st))
-    schema = pa.schema(group_fields + fields, metadata={"schema": "perfsleuth.compare_many/1",
-                                                         "fdr": "benjamini-hochberg"})
+    schema = pa.schema(group_fields + fields, metadata={"schema": "perfsleuth.compare_many/1", "fdr": "benjamini-hochberg"})
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def compare_many(baseline: Data, candidate: Data, metrics: str | Sequence[str], group_by: Sequence[str] = (), *,
-                 cluster_by: Sequence[str] = (), higher_is_better: bool | None | Mapping[str, bool] = None,
-                 threshold: float = 0.02, confidence: float = 0.95, power: float = 0.8, seed: int = 0,
-                 method: str = "auto", order_by: str | None = None,
-                 labels: tuple[str, str] = ("baseline", "candidate")) -> pa.Table:
+def compare_many(
+    baseline: Data,
+    candidate: Data,
+    metrics: str | Sequence[str],
+    group_by: Sequence[str] = (),
+    *,
+    cluster_by: Sequence[str] = (),
+    higher_is_better: bool | None | Mapping[str, bool] = None,
+    threshold: float = 0.02,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    seed: int = 0,
+    method: str = "auto",
+    order_by: str | None = None,
+    labels: tuple[str, str] = ("baseline", "candidate"),
+) -> pa.Table:
     """Many comparisons at once (metrics × segments × kernels): one row per (group, metric).
 
     Each row carries the effect, its interval, ``p_value`` and the Benjamini–Hochberg ``p_adjusted``;
     the verdicts use the adjusted values. ``higher_is_better`` may map metric names to directions.
     The typed ``Comparison`` objects behind the rows come from ``compare_groups``.
     """
-    results = compare_groups(baseline, candidate, metrics, group_by, cluster_by=cluster_by,
-                             higher_is_better=higher_is_better, threshold=threshold, confidence=confidence,
-                             power=power, seed=seed, method=method, order_by=order_by, labels=labels)
+    results = compare_groups(
+        baseline,
+        candidate,
+        metrics,
+        group_by,
+        cluster_by=cluster_by,
+        higher_is_better=higher_is_better,
+        threshold=threshold,
+        confidence=confidence,
+        power=power,
+        seed=seed,
+        method=method,
+        order_by=order_by,
+        labels=labels,
+    )
     return comparisons_table(results, group_by)

@@ -20,18 +20,43 @@ from perfsleuth.errors import InputError
 # Words in a name that mean "more of this is better", and "less of this is better". Words are matched
 # whole on the lower-cased name split at non-alphanumerics ("itl" matches "itl_ms", not "utilization");
 # phrases match as whole runs of words ("tokens_per_s" in "tokens_per_s_per_gpu").
-_HIGHER_WORDS = ("throughput", "mfu", "hfu", "busbw", "algbw", "bandwidth", "utilization", "utilisation", "goodput",
-                 "tflops", "gflops", "qps", "rps")
-_HIGHER_PHRASES = ("tokens_per_s", "samples_per_s", "sequences_per_s", "images_per_s", "requests_per_s", "per_s",
-                   "per_sec", "per_second")
+_HIGHER_WORDS = (
+    "throughput",
+    "mfu",
+    "hfu",
+    "busbw",
+    "algbw",
+    "bandwidth",
+    "utilization",
+    "utilisation",
+    "goodput",
+    "tflops",
+    "gflops",
+    "qps",
+    "rps",
+)
+_HIGHER_PHRASES = ("tokens_per_s", "samples_per_s", "sequences_per_s", "images_per_s", "requests_per_s", "per_s", "per_sec", "per_second")
 _HIGHER_SUFFIXES = ("_gbps", "_gbs", "_mbps", "_tflops", "_flops_per_s")
 _LOWER_WORDS = ("latency", "ttft", "itl", "tpot", "e2el", "duration", "dur", "wait", "stall", "idle")
 _LOWER_PHRASES = ("step_time", "iteration_time", "iter_time", "time_to_first_token", "inter_token")
 _LOWER_SUFFIXES = ("_ns", "_us", "_ms", "_s", "_sec", "_seconds")
 
-_UNITS = (("_ns", "ns"), ("_us", "µs"), ("_ms", "ms"), ("_seconds", "s"), ("_sec", "s"), ("_s", "s"),
-          ("_gbps", "GB/s"), ("_gbs", "GB/s"), ("_mbps", "MB/s"), ("_tflops", "TFLOP/s"), ("_bytes", "bytes"),
-          ("_fraction", "fraction"), ("_pct", "%"), ("_percent", "%"))
+_UNITS = (
+    ("_ns", "ns"),
+    ("_us", "µs"),
+    ("_ms", "ms"),
+    ("_seconds", "s"),
+    ("_sec", "s"),
+    ("_s", "s"),
+    ("_gbps", "GB/s"),
+    ("_gbs", "GB/s"),
+    ("_mbps", "MB/s"),
+    ("_tflops", "TFLOP/s"),
+    ("_bytes", "bytes"),
+    ("_fraction", "fraction"),
+    ("_pct", "%"),
+    ("_percent", "%"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +110,12 @@ def infer_direction(metric: str, *, path: str | Path | None = None) -> Direction
     name = _normalise(metric)
     hi, lo = _higher_evidence(name), _lower_evidence(name)
     if hi and lo:
-        raise InputError(path, f"metric {metric!r} reads both ways ({hi!r}: higher is better, {lo!r}: lower is better)",
-                         place=f"column {metric}", hint="say which with --higher-is-better or --lower-is-better")
+        raise InputError(
+            path,
+            f"metric {metric!r} reads both ways ({hi!r}: higher is better, {lo!r}: lower is better)",
+            place=f"column {metric}",
+            hint="say which with --higher-is-better or --lower-is-better",
+        )
     if hi:
         return Direction(True, f"the name contains {hi!r}")
     if lo:
@@ -94,8 +123,12 @@ def infer_direction(metric: str, *, path: str | Path | None = None) -> Direction
     suffix = _lower_suffix(name)
     if suffix:
         return Direction(False, f"the name ends in {suffix!r}, a duration")
-    raise InputError(path, f"cannot tell from the name {metric!r} whether higher or lower values are better",
-                     place=f"column {metric}", hint="say which with --higher-is-better or --lower-is-better")
+    raise InputError(
+        path,
+        f"cannot tell from the name {metric!r} whether higher or lower values are better",
+        place=f"column {metric}",
+        hint="say which with --higher-is-better or --lower-is-better",
+    )
 
 
 def resolve_direction(metric: str, higher_is_better: bool | None, *, path: str | Path | None = None) -> Direction:

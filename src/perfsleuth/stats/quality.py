@@ -65,7 +65,7 @@ def detect_warmup(values: np.ndarray, *, max_share: float = 0.25) -> int:
     cut = int(n * max_share)
     # the steady state right after the warm-up zone, not the end of the series: a history may shift
     # level later, and that is a change, not the end of a warm-up
-    med, sd = robust_scale(x[cut: 2 * cut] if cut >= 4 else x[n // 2:])
+    med, sd = robust_scale(x[cut : 2 * cut] if cut >= 4 else x[n // 2 :])
     head = x[:cut]
     far = head != med if sd == 0.0 else np.abs(head - med) > WARMUP_Z * sd
     idx = np.flatnonzero(far)
@@ -145,8 +145,9 @@ def _usable(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, list
     return x, finite, out, True
 
 
-def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, order: np.ndarray | None = None,
-                  name: str = "sample") -> list[Caveat]:
+def check_samples(
+    values: np.ndarray, *, clusters: np.ndarray | None = None, order: np.ndarray | None = None, name: str = "sample"
+) -> list[Caveat]:
     """Quality of one arm of a comparison (steps, possibly nested in clusters)."""
     x, kept, out, enough = _usable(values, name)
     if not enough:
@@ -159,8 +160,12 @@ def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, ord
         codes, units_idx = np.unique(np.asarray(clusters), return_inverse=True)
         units = len(codes)
         if units < MIN_UNITS:
-            out.append(Caveat("too_few_units", f"{name}: only {units} independent units; intervals are wide and "
-                                               "the verdict rests on very few machines or runs"))
+            out.append(
+                Caveat(
+                    "too_few_units",
+                    f"{name}: only {units} independent units; intervals are wide and the verdict rests on very few machines or runs",
+                )
+            )
         # nodes differ by design: judge populations on unit means, outliers on deviations within a unit
         sums = np.bincount(units_idx, weights=x, minlength=units)
         counts = np.bincount(units_idx, minlength=units)
@@ -174,8 +179,13 @@ def check_samples(values: np.ndarray, *, clusters: np.ndarray | None = None, ord
     split = bimodal_split(population, min_n=6 if clusters is not None else 20)
     # with few units only a glaring gap counts (twice the separation)
     if split and split[0] >= BIMODAL_SEPARATION * (2 if few else 1):
-        out.append(Caveat("bimodal", f"{name}: two populations (split at {split[2]:.4g}, the smaller holds "
-                                     f"{split[1]:.0%}; {split[0]:.1f} SD apart): different node types or configs mixed?"))
+        out.append(
+            Caveat(
+                "bimodal",
+                f"{name}: two populations (split at {split[2]:.4g}, the smaller holds "
+                f"{split[1]:.0%}; {split[0]:.1f} SD apart): different node types or configs mixed?",
+            )
+        )
     else:  # the smaller of two populations is not 'outliers'
         n_out = _outliers(within)
         if n_out:
@@ -205,14 +215,26 @@ def check_trace(analysis: JobAnalysis) -> list[Caveat]:
     """Profiler overhead and clock skew of an analysed trace."""
     out: list[Caveat] = []
     dims = dict(analysis.runs["dims"][0].as_py() or []) if analysis.runs.num_rows else {}
-    heavy = [k for k in ("with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
-             if str(dims.get(k, "0")).lower() in ("1", "true")]
+    heavy = [
+        k
+        for k in ("with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
+        if str(dims.get(k, "0")).lower() in ("1", "true")
+    ]
     if heavy:
-        out.append(Caveat("profiler_overhead", f"the profiler recorded {', '.join(heavy)}: host-side times (CPU ops, "
-                                               "launch gaps) are inflated; GPU kernel times are not"))
+        out.append(
+            Caveat(
+                "profiler_overhead",
+                f"the profiler recorded {', '.join(heavy)}: host-side times (CPU ops, launch gaps) are inflated; GPU kernel times are not",
+            )
+        )
     al = analysis.alignment
     if al.instances_used and np.isfinite(al.residual_p90_ns) and al.residual_p90_ns > CLOCK_SKEW_MAX_NS:
-        out.append(Caveat("clock_skew", f"after aligning clocks on {al.instances_used} collectives, ends still differ by "
-                                        f"{al.residual_p90_ns / 1e3:.0f} µs (p90): cross-rank arrival differences below "
-                                        "that are not trustworthy"))
+        out.append(
+            Caveat(
+                "clock_skew",
+                f"after aligning clocks on {al.instances_used} collectives, ends still differ by "
+                f"{al.residual_p90_ns / 1e3:.0f} µs (p90): cross-rank arrival differences below "
+                "that are not trustworthy",
+            )
+        )
     return out

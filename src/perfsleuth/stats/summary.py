@@ -21,7 +21,13 @@ def median_interval(x: np.ndarray, unit: str, *, what: str = "steps", confidence
         return Interval(value, None, None, unit, f"median over {len(x)} {what} (too few for an interval)")
     if np.ptp(x) == 0:
         return Interval(value, value, value, unit, f"median over {len(x)} {what} (all equal)")
-    res = stats.bootstrap((x,), np.median, confidence_level=confidence, n_resamples=2000, method="percentile",
-                          random_state=np.random.default_rng(0))
-    return Interval(value, float(res.confidence_interval.low), float(res.confidence_interval.high), unit,
-                    f"median over {len(x)} {what}, {confidence:.0%} percentile bootstrap")
+    res = stats.bootstrap(
+        (x,), np.median, confidence_level=confidence, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
+    )
+    return Interval(
+        value,
+        float(res.confidence_interval.low),
+        float(res.confidence_interval.high),
+        unit,
+        f"median over {len(x)} {what}, {confidence:.0%} percentile bootstrap",
+    )

@@ -25,14 +25,43 @@ from perfsleuth.model import MAX_MEASUREMENT, RECORDS
 from perfsleuth.store.layout import check_date
 
 SIDECAR = "dims.json"
-KNOWN = ("cluster", "rack", "node", "gpu_sku", "driver", "cuda", "cuda_driver_api", "nccl", "backend", "framework", "model",
-         "workload", "tp", "pp", "dp", "ep", "batch", "global_batch", "precision", "seq_len", "world_size", "firmware",
-         "source_format")
+KNOWN = (
+    "cluster",
+    "rack",
+    "node",
+    "gpu_sku",
+    "driver",
+    "cuda",
+    "cuda_driver_api",
+    "nccl",
+    "backend",
+    "framework",
+    "model",
+    "workload",
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "batch",
+    "global_batch",
+    "precision",
+    "seq_len",
+    "world_size",
+    "firmware",
+    "source_format",
+)
 """The names perfsleuth itself fills or that the fleet simulator uses; others are welcome, these get spell-checked."""
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
-_STEPLOG_NAMES = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "seq_length": "seq_len",
-                  "micro_batch_size": "batch", "global_batch_size": "global_batch", "world_size": "world_size",
-                  "train_micro_batch_size_per_gpu": "batch", "train_batch_size": "global_batch"}
+_STEPLOG_NAMES = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "seq_length": "seq_len",
+    "micro_batch_size": "batch",
+    "global_batch_size": "global_batch",
+    "world_size": "world_size",
+    "train_micro_batch_size_per_gpu": "batch",
+    "train_batch_size": "global_batch",
+}
 
 
 NUMERIC_FACTS = ("tokens_per_step", "model_flops_per_step")
@@ -55,8 +84,7 @@ def check_name(name: str, *, source: str | Path | None, place: str) -> str:
         hint = f"did you mean {close[0]}?" if close else "use lower-case letters, digits and _ (gpu_sku, tp, node)"
         raise InputError(source, f"{name!r} is not a dimension name", place=place, hint=hint)
     if name in reserved_names():
-        raise InputError(source, f"{name!r} is a measured column of the records, not a dimension", place=place,
-                         hint="pick another name")
+        raise InputError(source, f"{name!r} is a measured column of the records, not a dimension", place=place, hint="pick another name")
     return name
 
 
@@ -90,8 +118,7 @@ def check_fact(key: str, text: str, *, source: str | Path | None, place: str) ->
     except ValueError:
         value = math.nan
     if not 0 < value <= MAX_MEASUREMENT:
-        raise InputError(source, f"{key}={text!r} is not a positive number up to 1e300", place=place,
-                         hint=f"e.g. --dims {key}=1048576")
+        raise InputError(source, f"{key}={text!r} is not a positive number up to 1e300", place=place, hint=f"e.g. --dims {key}=1048576")
     return text
 
 
@@ -117,8 +144,12 @@ def read_sidecar(job: Path) -> dict[str, str]:
         if isinstance(value, dict | list) or value is None:
             raise InputError(path, f"the value of {key!r} must be text or a number", place=f"key {key!r}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(path, f"the value of {key!r} is {value!r}: a NaN or Infinity literal, which is not JSON and "
-                                   "names nothing", place=f"key {key!r}", hint="write the value as text, or remove the key")
+            raise InputError(
+                path,
+                f"the value of {key!r} is {value!r}: a NaN or Infinity literal, which is not JSON and names nothing",
+                place=f"key {key!r}",
+                hint="write the value as text, or remove the key",
+            )
         text = str(value).lower() if isinstance(value, bool) else str(value)
         out[str(key)] = check_fact(str(key), text, source=path, place=f"key {key!r}")
     if "date" in out:

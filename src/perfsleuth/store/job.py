@@ -35,8 +35,11 @@ def job_files(path: Path) -> list[Path]:
         raise InputError(path, "no such file or directory")
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)
-                   and p.name != dimensions.SIDECAR)
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts) and p.name != dimensions.SIDECAR
+    )
     if not files:
         raise InputError(path, "the directory holds no files")
     return files
@@ -51,8 +54,9 @@ def content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_job(path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None,
-              taken: Callable[[str], bool] | None = None) -> JobData:
+def build_job(
+    path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None, taken: Callable[[str], bool] | None = None
+) -> JobData:
     """Analyse the job at ``path`` and lay out its tables for the store. Without ``run_id`` the run is
     named after the trace or the job (``ingest.job_identity.default_run_id``), with its content hash
     appended when ``taken`` says another job already has that name."""
@@ -109,8 +113,13 @@ def _records(report, dims: dict[str, str], facts: Mapping[str, float]) -> pa.Tab
     from perfsleuth.metrics.tree import job_record
 
     clean = {k: v for k, v in dims.items() if k != "date"}
-    rec = job_record(report, clean, tokens_per_step=facts.get("tokens_per_step"),
-                     model_flops_per_step=facts.get("model_flops_per_step"), precision=clean.get("precision"))
+    rec = job_record(
+        report,
+        clean,
+        tokens_per_step=facts.get("tokens_per_step"),
+        model_flops_per_step=facts.get("model_flops_per_step"),
+        precision=clean.get("precision"),
+    )
     return _with_dims(rec, clean)
 
 
@@ -126,8 +135,7 @@ def usable_records(records: pa.Table) -> tuple[pa.Table, list[str]]:
         bad = ~usable(col.to_numpy(zero_copy_only=False)) & col.is_valid().to_numpy(zero_copy_only=False)
         if bad.any():
             n = int(bad.sum())
-            notes.append(f"column {f.name}: {n} row{'s were' if n > 1 else ' was'} NaN, infinite or beyond ±1e300 "
-                         "and stored as missing")
+            notes.append(f"column {f.name}: {n} row{'s were' if n > 1 else ' was'} NaN, infinite or beyond ±1e300 and stored as missing")
             records = records.set_column(i, f, pc.if_else(pa.array(bad), pa.scalar(None, f.type), col))
     return records, notes
 
@@ -163,8 +171,7 @@ def _runs(runs: pa.Table, dims: dict[str, str], workload: str) -> pa.Table:
     own = dict(runs["dims"][0].as_py() or []) if runs.num_rows and runs["dims"][0].is_valid else {}
     arr = pa.array([sorted({**own, **dims}.items())] * runs.num_rows, RUNS.field("dims").type)
     runs = conform(runs, RUNS).set_column(RUNS.get_field_index("dims"), RUNS.field("dims"), arr)
-    return runs.set_column(RUNS.get_field_index("workload"), RUNS.field("workload"),
-                           pa.array([workload] * runs.num_rows, pa.string()))
+    return runs.set_column(RUNS.get_field_index("workload"), RUNS.field("workload"), pa.array([workload] * runs.num_rows, pa.string()))
 
 
 def _findings(report, run_id: str, dims: Mapping[str, str], records: pa.Table, workload: str) -> pa.Table:

@@ -139,15 +139,18 @@ def _refuse_non_regular(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(st.st_mode):
-        raise StoreWriteError(path, "is not a regular file; perfsleuth will not replace it",
-                              hint="move it out of the store, then ingest again")
+        raise StoreWriteError(
+            path, "is not a regular file; perfsleuth will not replace it", hint="move it out of the store, then ingest again"
+        )
 
 
 def store_write_error(path: Path, exc: OSError) -> StoreWriteError:
     """The one-line error for a store file the filesystem would not take (ENOSPC, EROFS, EFBIG, EACCES)."""
-    return StoreWriteError(path, f"cannot write the store: {exc.strerror or exc}",
-                           hint="free space or fix the permissions, then run the same ingest again; "
-                                "the store was left as it was")
+    return StoreWriteError(
+        path,
+        f"cannot write the store: {exc.strerror or exc}",
+        hint="free space or fix the permissions, then run the same ingest again; the store was left as it was",
+    )
 
 
 def sync_dir(directory: Path) -> None:

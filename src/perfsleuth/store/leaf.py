@@ -63,15 +63,26 @@ class FleetMetric:
 
 
 def _gpu_time_weighted(col: str) -> FleetMetric:
-    return FleetMetric(col, lambda t: t[col] * t.gpu_seconds, lambda t: t.gpu_seconds,
-                       f"GPU-time-weighted mean of {col}: Σ {col}·gpu_seconds / Σ gpu_seconds", (col, "gpu_seconds"))
+    return FleetMetric(
+        col,
+        lambda t: t[col] * t.gpu_seconds,
+        lambda t: t.gpu_seconds,
+        f"GPU-time-weighted mean of {col}: Σ {col}·gpu_seconds / Σ gpu_seconds",
+        (col, "gpu_seconds"),
+    )
 
 
 METRICS: dict[str, FleetMetric] = {
-    "tokens_per_s_per_gpu": FleetMetric("tokens_per_s_per_gpu", lambda t: t.tokens, lambda t: t.gpu_seconds,
-                                        "Σ tokens / Σ gpu_seconds over runs", ("tokens", "gpu_seconds")),
-    "step_time_ns": FleetMetric("step_time_ns", lambda t: t.step_time_ns * t.steps, lambda t: t.steps,
-                                "step-weighted mean: Σ step_time_ns·steps / Σ steps", ("step_time_ns", "steps")),
+    "tokens_per_s_per_gpu": FleetMetric(
+        "tokens_per_s_per_gpu", lambda t: t.tokens, lambda t: t.gpu_seconds, "Σ tokens / Σ gpu_seconds over runs", ("tokens", "gpu_seconds")
+    ),
+    "step_time_ns": FleetMetric(
+        "step_time_ns",
+        lambda t: t.step_time_ns * t.steps,
+        lambda t: t.steps,
+        "step-weighted mean: Σ step_time_ns·steps / Σ steps",
+        ("step_time_ns", "steps"),
+    ),
     "mfu": _gpu_time_weighted("mfu"),
 }
 
@@ -97,20 +108,32 @@ class FleetLeaves:
     caveats: tuple[Caveat, ...]
 
 
-def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Window, current: Window,
-                 dims: Sequence[str] | None = None, workload_dims: Sequence[str] | None = None) -> FleetLeaves:
+def fleet_leaves(
+    store: Store,
+    con: BaseBackend,
+    metric_name: str,
+    baseline: Window,
+    current: Window,
+    dims: Sequence[str] | None = None,
+    workload_dims: Sequence[str] | None = None,
+) -> FleetLeaves:
     """The per-run leaf table of ``metric_name`` between the two windows, checked for what would mislead."""
     if baseline.overlaps(current):
-        raise InputError(None, f"the windows overlap (baseline {baseline}, current {current}): a run would count in both",
-                         place="--baseline/--current")
+        raise InputError(
+            None, f"the windows overlap (baseline {baseline}, current {current}): a run would count in both", place="--baseline/--current"
+        )
     records = store.records(con)
     m = metric(records, metric_name)
     known = [d for d in store.dimensions() if d != "date"]
     chosen = tuple(dims) if dims else tuple(d for d in known if d not in NOT_SEARCHED)
     unknown = [d for d in chosen if d not in known]
     if unknown:
-        raise InputError(store.root, f"unknown dimension(s): {', '.join(unknown)}", place="--search-dims",
-                         hint=f"dimensions in this store: {', '.join(known)}")
+        raise InputError(
+            store.root,
+            f"unknown dimension(s): {', '.join(unknown)}",
+            place="--search-dims",
+            hint=f"dimensions in this store: {', '.join(known)}",
+        )
     if not chosen:
         raise InputError(store.root, "the store's records carry no dimension to search", hint="ingest with --dims cluster=...,node=...")
     in0, in1 = baseline.holds(records.date), current.holds(records.date)
@@ -119,19 +142,29 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
     measured = num.notnull() & den.notnull() & (den > 0) & ~ibis.or_(*flags.values())
     null = ibis.null().cast("float64")
     t = records.filter(in0 | in1).select(
-        *chosen, _in1=in1, _ok=measured, **{f"_bad{i}": flag for i, flag in enumerate(flags.values())},
-        n_current=ibis.ifelse(in1 & measured, num, null), n_baseline=ibis.ifelse(~in1 & measured, num, null),
-        d_current=ibis.ifelse(in1 & measured, den, null), d_baseline=ibis.ifelse(~in1 & measured, den, null))
+        *chosen,
+        _in1=in1,
+        _ok=measured,
+        **{f"_bad{i}": flag for i, flag in enumerate(flags.values())},
+        n_current=ibis.ifelse(in1 & measured, num, null),
+        n_baseline=ibis.ifelse(~in1 & measured, num, null),
+        d_current=ibis.ifelse(in1 & measured, den, null),
+        d_baseline=ibis.ifelse(~in1 & measured, den, null),
+    )
     counts = to_arrow(t.group_by("_in1").aggregate(runs=t.count(), measured=t._ok.cast("int64").sum())).to_pylist()
     by = {bool(r["_in1"]): r for r in counts}
     for flag, window, key in (("--baseline", baseline, False), ("--current", current, True)):
         r = by.get(key)
         if r is None:
-            raise InputError(store.root, f"no run in the {flag.strip('-')} window {window}", place=flag,
-                             hint=f"stored dates: {_date_range(store, con)}")
+            raise InputError(
+                store.root, f"no run in the {flag.strip('-')} window {window}", place=flag, hint=f"stored dates: {_date_range(store, con)}"
+            )
         if not r["measured"]:
-            raise InputError(store.root, f"metric {metric_name!r} is missing in the {flag.strip('-')} window {window}: "
-                                         f"none of its {r['runs']} runs measures it", place=flag)
+            raise InputError(
+                store.root,
+                f"metric {metric_name!r} is missing in the {flag.strip('-')} window {window}: none of its {r['runs']} runs measures it",
+                place=flag,
+            )
     work, _suspect = split_dims(chosen, workload_dims)
     if workload_dims is not None and (missing := [d for d in workload_dims if d not in chosen]):
         raise InputError(store.root, f"--workload-dims names no searched dimension: {', '.join(missing)}", place="--workload-dims")
@@ -141,19 +174,25 @@ def fleet_leaves(store: Store, con: BaseBackend, metric_name: str, baseline: Win
         per = t.filter(t._ok).group_by(list(work)).aggregate(has1=t._in1.cast("int64").max(), has0=(~t._in1).cast("int64").max())
         shared = to_arrow(per.aggregate(both=((per.has0 == 1) & (per.has1 == 1)).cast("int64").sum(), n=per.count())).to_pylist()[0]
         if not shared["both"]:
-            raise InputError(store.root, f"no workload ({', '.join(work)}) ran in both windows: no like-for-like comparison "
-                                         "is possible, the whole change is mix", place="--baseline/--current",
-                             hint="widen the windows, or name fewer --workload-dims")
+            raise InputError(
+                store.root,
+                f"no workload ({', '.join(work)}) ran in both windows: no like-for-like comparison is possible, the whole change is mix",
+                place="--baseline/--current",
+                hint="widen the windows, or name fewer --workload-dims",
+            )
         if shared["both"] < shared["n"]:
-            caveats.append(Caveat("workloads-in-one-window", f"{shared['n'] - shared['both']} of {shared['n']} workloads "
-                                                            "ran in one window only: their share counts as mix"))
+            caveats.append(
+                Caveat(
+                    "workloads-in-one-window",
+                    f"{shared['n'] - shared['both']} of {shared['n']} workloads ran in one window only: their share counts as mix",
+                )
+            )
     table = t.drop("_in1", "_ok")
     spec = LeafSpec(chosen, "n_current", "n_baseline", "d_current", "d_baseline")
     return FleetLeaves(table, spec, work, m, {"baseline": by[False]["measured"], "current": by[True]["measured"]}, tuple(caveats))
 
 
-def _unusable_flags(records: ir.Table, m: FleetMetric, num: ir.FloatingValue,
-                    den: ir.FloatingValue) -> dict[str, ir.BooleanValue]:
+def _unusable_flags(records: ir.Table, m: FleetMetric, num: ir.FloatingValue, den: ir.FloatingValue) -> dict[str, ir.BooleanValue]:
     """Per column the metric reads, where its value is no measurement (``fleet.values``); then where the
     numerator or denominator is none though its columns are (``step_time_ns·steps`` past ±1e300). A run
     with any of them is read as unmeasured: one NaN or infinity would make its window's total one."""
@@ -167,12 +206,21 @@ def _unusable_caveats(t: ir.Table, m: FleetMetric, names: list[str], root: Path)
     """One caveat per column of the metric that held values no measurement is, with how many runs."""
     counts = values.count_flags(t, {name: t[f"_bad{i}"] for i, name in enumerate(names)})
     effect = f"read as missing: those runs are left out of {m.name}"
-    out = [values.unusable_caveat(c, n, values.what_is_unusable(c), effect, root, unit="run")
-           for c, n in counts.items() if n and c != "numerator/denominator"]
+    out = [
+        values.unusable_caveat(c, n, values.what_is_unusable(c), effect, root, unit="run")
+        for c, n in counts.items()
+        if n and c != "numerator/denominator"
+    ]
     if counts.get("numerator/denominator"):
         n = counts["numerator/denominator"]
-        out.append(Caveat("values_unusable", f"metric {m.name}: {n} run{'s' if n != 1 else ''} whose {m.method.split(':')[0]} "
-                          f"terms multiply past ±1e300 {'was' if n == 1 else 'were'} {effect}", str(root)))
+        out.append(
+            Caveat(
+                "values_unusable",
+                f"metric {m.name}: {n} run{'s' if n != 1 else ''} whose {m.method.split(':')[0]} "
+                f"terms multiply past ±1e300 {'was' if n == 1 else 'were'} {effect}",
+                str(root),
+            )
+        )
     return out
 
 

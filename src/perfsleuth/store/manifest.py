@@ -59,10 +59,18 @@ class JobEntry:
     @staticmethod
     def from_json(doc: dict[str, Any]) -> JobEntry:
         parts = tuple(Part(**p) for p in doc["parts"])
-        return JobEntry(doc["sha256"], doc["source"], tuple(doc["run_ids"]), dict(doc.get("dims") or {}),
-                        tuple(doc.get("dim_keys") or ()), parts,
-                        str(doc.get("schema_version", SCHEMA_VERSION)), doc.get("ingested_at", ""),
-                        tuple(doc.get("notes") or ()), str(doc.get("kind", "job")))
+        return JobEntry(
+            doc["sha256"],
+            doc["source"],
+            tuple(doc["run_ids"]),
+            dict(doc.get("dims") or {}),
+            tuple(doc.get("dim_keys") or ()),
+            parts,
+            str(doc.get("schema_version", SCHEMA_VERSION)),
+            doc.get("ingested_at", ""),
+            tuple(doc.get("notes") or ()),
+            str(doc.get("kind", "job")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +107,9 @@ def load(root: Path) -> Manifest:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"the store's manifest is unreadable: {exc}",
-                         hint="it is only ever replaced whole; restore it from a backup") from None
+        raise InputError(
+            path, f"the store's manifest is unreadable: {exc}", hint="it is only ever replaced whole; restore it from a backup"
+        ) from None
     if not isinstance(doc, dict) or not str(doc.get("format", "")).startswith("perfsleuth.store/"):
         raise InputError(path, "not a perfsleuth store manifest", place="format")
     _check_versions(path, doc)
@@ -117,9 +126,12 @@ def _check_versions(path: Path, doc: dict[str, Any]) -> None:
     if not fmt.isdigit() or not schema.isdigit():
         raise InputError(path, f"unreadable versions (format {doc['format']!r}, schema_version {schema!r})", place="format")
     if int(fmt) > FORMAT_VERSION or int(schema) > int(SCHEMA_VERSION):
-        raise InputError(path, f"the store was written by a newer perfsleuth (store format {fmt}, table schema {schema}; "
-                               f"this version reads up to format {FORMAT_VERSION}, schema {SCHEMA_VERSION})",
-                         hint="upgrade perfsleuth to read it; it was left untouched")
+        raise InputError(
+            path,
+            f"the store was written by a newer perfsleuth (store format {fmt}, table schema {schema}; "
+            f"this version reads up to format {FORMAT_VERSION}, schema {SCHEMA_VERSION})",
+            hint="upgrade perfsleuth to read it; it was left untouched",
+        )
 
 
 def save(root: Path, manifest: Manifest) -> None:

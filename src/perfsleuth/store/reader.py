@@ -30,8 +30,9 @@ class Store:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         if not (self.root / MANIFEST).is_file():
-            raise InputError(self.root, "not a perfsleuth store (no manifest.json)",
-                             hint="create one with: perfsleuth ingest JOB... --store DIR")
+            raise InputError(
+                self.root, "not a perfsleuth store (no manifest.json)", hint="create one with: perfsleuth ingest JOB... --store DIR"
+            )
         self.manifest: Manifest = manifests.load(self.root)
 
     @property
@@ -63,8 +64,9 @@ class Store:
             return engines.parquet_files(con, [str(inside(self.root, p.path)) for p in parts])
         except Exception as exc:  # the engine's own error types; name the part when one is to blame
             self._raise_on(self.damage(name, deep=True))
-            raise InputError(self.root, f"the {engines.engine_name(con)} engine cannot read the {name} table: "
-                                        f"{str(exc).splitlines()[0]}") from None
+            raise InputError(
+                self.root, f"the {engines.engine_name(con)} engine cannot read the {name} table: {str(exc).splitlines()[0]}"
+            ) from None
 
     def records(self, con: BaseBackend) -> ir.Table:
         """The records with one string column per dimension (the ``dims`` map flattened; a dimension wins over
@@ -90,5 +92,9 @@ class Store:
         d = damage[0]
         job = next(j for j in self.manifest.jobs if d.part in j.parts)
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
-        raise InputError(d.path, f"damaged store part: {d.problem}{more}", place=f"{d.part.table} of run {', '.join(job.run_ids)}",
-                         hint=f"re-ingest {job.source} to rewrite it; the other tables stay readable")
+        raise InputError(
+            d.path,
+            f"damaged store part: {d.problem}{more}",
+            place=f"{d.part.table} of run {', '.join(job.run_ids)}",
+            hint=f"re-ingest {job.source} to rewrite it; the other tables stay readable",
+        )

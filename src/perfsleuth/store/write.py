@@ -69,8 +69,10 @@ def stored_schema(table: str) -> pa.Schema:
     from perfsleuth.store.findings import SCHEMAS
 
     base = TABLES.get(table) or SCHEMAS[table]
-    extra = [pa.field("date", pa.string(), nullable=False, metadata={"doc": "partition: the run's date, YYYY-MM-DD (UTC)"}),
-             pa.field("cluster", pa.string(), metadata={"doc": "partition: the run's cluster dimension"})]
+    extra = [
+        pa.field("date", pa.string(), nullable=False, metadata={"doc": "partition: the run's date, YYYY-MM-DD (UTC)"}),
+        pa.field("cluster", pa.string(), metadata={"doc": "partition: the run's cluster dimension"}),
+    ]
     return pa.schema([*base, *extra], metadata=base.metadata)
 
 
@@ -117,12 +119,24 @@ class StoreWriter:
         for rid in job.run_ids:
             owner = self.manifest.owner_of_run(rid)
             if owner is not None and owner.sha256 != job.sha256:
-                raise InputError(job.source, f"run id {rid!r} is already in the store, from other content ({owner.source})",
-                                 hint="give this job its own --run-id")
+                raise InputError(
+                    job.source,
+                    f"run id {rid!r} is already in the store, from other content ({owner.source})",
+                    hint="give this job its own --run-id",
+                )
         parts = tuple(_write_parts(self.root, job))
         keys = _dim_keys(job.tables.get("records"))
-        entry = JobEntry(job.sha256, job.source, job.run_ids, dict(job.dims), tuple(keys), parts,
-                         ingested_at=datetime.now(UTC).isoformat(timespec="seconds"), notes=job.notes, kind=job.kind)
+        entry = JobEntry(
+            job.sha256,
+            job.source,
+            job.run_ids,
+            dict(job.dims),
+            tuple(keys),
+            parts,
+            ingested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            notes=job.notes,
+            kind=job.kind,
+        )
         updated = self.manifest.with_job(entry)
         manifests.save(self.root, updated)  # the commit point
         self.manifest = updated

@@ -58,26 +58,29 @@ class JobAnalysis:
         df = self.steps.to_pandas()
         for rank, g in df.groupby("rank"):
             comm = int(g["communication_ns"].sum())
-            out.append({
-                "rank": int(rank),
-                "steps": int((g["step"] >= 0).sum()),
-                "step_time_ns": {"median": float(np.median(g["step_time_ns"])),
-                                 "p90": float(np.percentile(g["step_time_ns"], 90))},
-                "breakdown_ns": {
-                    "compute": int(g["compute_ns"].sum()),
-                    "communication": comm,
-                    "exposed_communication": int(g["exposed_communication_ns"].sum()),
-                    "overlapped_communication": int(g["overlapped_communication_ns"].sum()),
-                    "memcpy": int(g["memcpy_ns"].sum()),
-                    "idle": int(g["idle_ns"].sum()),
-                    "total": int(g["step_time_ns"].sum()),
-                },
-                "idle_ns": {"host_launch": int(g["idle_host_launch_ns"].sum()),
-                            "sync": int(g["idle_sync_ns"].sum()),
-                            "other": int(g["idle_other_ns"].sum())},
-                "comm_comp_overlap": (int(g["overlapped_communication_ns"].sum()) / comm) if comm else None,
-                "gpu_span": self.gpu_span.get(int(rank)) or None,
-            })
+            out.append(
+                {
+                    "rank": int(rank),
+                    "steps": int((g["step"] >= 0).sum()),
+                    "step_time_ns": {"median": float(np.median(g["step_time_ns"])), "p90": float(np.percentile(g["step_time_ns"], 90))},
+                    "breakdown_ns": {
+                        "compute": int(g["compute_ns"].sum()),
+                        "communication": comm,
+                        "exposed_communication": int(g["exposed_communication_ns"].sum()),
+                        "overlapped_communication": int(g["overlapped_communication_ns"].sum()),
+                        "memcpy": int(g["memcpy_ns"].sum()),
+                        "idle": int(g["idle_ns"].sum()),
+                        "total": int(g["step_time_ns"].sum()),
+                    },
+                    "idle_ns": {
+                        "host_launch": int(g["idle_host_launch_ns"].sum()),
+                        "sync": int(g["idle_sync_ns"].sum()),
+                        "other": int(g["idle_other_ns"].sum()),
+                    },
+                    "comm_comp_overlap": (int(g["overlapped_communication_ns"].sum()) / comm) if comm else None,
+                    "gpu_span": self.gpu_span.get(int(rank)) or None,
+                }
+            )
         return out
 
 
@@ -97,34 +100,50 @@ def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
 
 
-def combine_ranks(results: list[RankResult], runs: pa.Table, rank_files: dict[int, str], caveats: list[Caveat],
-                  *, job: TraceJob | None = None) -> JobAnalysis:
+def combine_ranks(
+    results: list[RankResult], runs: pa.Table, rank_files: dict[int, str], caveats: list[Caveat], *, job: TraceJob | None = None
+) -> JobAnalysis:
     """The cross-rank analyses over per-rank results: alignment, arrivals, stragglers."""
     results = sorted(results, key=lambda r: r.rank)
     caveats = list(caveats)
     steps = _concat([r.steps for r in results], STEPS)
     if results and not any(r.has_profiler_steps for r in results):
-        caveats.append(Caveat("no_profiler_steps", "no ProfilerStep#N annotations: each rank is analysed as one "
-                              "window (its GPU span); per-step statistics are not available"))
+        caveats.append(
+            Caveat(
+                "no_profiler_steps",
+                "no ProfilerStep#N annotations: each rank is analysed as one window (its GPU span); per-step statistics are not available",
+            )
+        )
     no_gpu = [r.rank for r in results if not r.has_gpu]
     if no_gpu:
-        caveats.append(Caveat("no_gpu_events", f"ranks {no_gpu} have no GPU events (CPU-only trace or GPU tracing off): "
-                              "their GPU breakdown is empty"))
+        caveats.append(
+            Caveat("no_gpu_events", f"ranks {no_gpu} have no GPU events (CPU-only trace or GPU tracing off): their GPU breakdown is empty")
+        )
     instances = collective_instances([r.collectives for r in results])
     alignment = align_clocks(instances, [r.rank for r in results])
     arrivals = with_arrivals(instances, alignment)
     stragglers = analyze_stragglers(arrivals, steps, alignment)
     if len(results) > 1 and instances.num_rows == 0:
-        caveats.append(Caveat("no_matched_collectives", "no collective could be matched across ranks: clocks are not "
-                              "aligned and straggler analysis is not possible"))
+        caveats.append(
+            Caveat(
+                "no_matched_collectives",
+                "no collective could be matched across ranks: clocks are not aligned and straggler analysis is not possible",
+            )
+        )
     analysis = JobAnalysis(
-        runs=runs, rank_files=rank_files, ranks_with_gpu=frozenset(r.rank for r in results if r.has_gpu),
+        runs=runs,
+        rank_files=rank_files,
+        ranks_with_gpu=frozenset(r.rank for r in results if r.has_gpu),
         steps=steps,
         kernel_classes=_concat([r.kernel_classes for r in results], CLASS_SCHEMA),
         top_kernels=_concat([r.top_kernels for r in results], TOP_SCHEMA),
         launch=_concat([r.launch for r in results], LAUNCH_SCHEMA),
-        instances=arrivals, alignment=alignment, stragglers=stragglers, caveats=caveats,
-        gpu_span={r.rank: r.gpu_span for r in results}, job=job,
+        instances=arrivals,
+        alignment=alignment,
+        stragglers=stragglers,
+        caveats=caveats,
+        gpu_span={r.rank: r.gpu_span for r in results},
+        job=job,
         signals=_concat([r.signals for r in results], SIGNALS),
         collectives=_concat([r.collectives for r in results], RANK_COLLECTIVES),
         rank_facts={r.rank: r.facts for r in results},
@@ -144,8 +163,13 @@ def _single_step(steps: pa.Table) -> list[Caveat]:
     """One ProfilerStep per rank: a median, a p90 or an interval over steps is that one step."""
     counts = pc.value_counts(steps.filter(pc.greater_equal(steps["step"], 0))["rank"])
     if len(counts) and max(c["counts"] for c in counts.to_pylist()) == 1:
-        return [Caveat("single_step", "each rank has one step window: step-time spread, warm-up checks and the "
-                                      "intervals over steps need several (profile more ProfilerSteps)")]
+        return [
+            Caveat(
+                "single_step",
+                "each rank has one step window: step-time spread, warm-up checks and the "
+                "intervals over steps need several (profile more ProfilerSteps)",
+            )
+        ]
     return []
 
 
@@ -156,5 +180,8 @@ def _step_time_quality(steps: pa.Table) -> list[Caveat]:
     if df.empty:
         return []
     per_step = df.groupby("step")["step_time_ns"].median().sort_index().to_numpy(dtype=float)
-    return [c for c in check_samples(per_step, order=np.arange(len(per_step)), name="step times")
-            if c.code in ("warmup", "bimodal", "drift", "outliers")]
+    return [
+        c
+        for c in check_samples(per_step, order=np.arange(len(per_step)), name="step times")
+        if c.code in ("warmup", "bimodal", "drift", "outliers")
+    ]

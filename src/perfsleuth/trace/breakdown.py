@@ -29,8 +29,16 @@ from perfsleuth.trace.job import RankView
 from perfsleuth.trace.steps import Windows, step_windows
 
 COLUMNS = (
-    "busy_ns", "compute_ns", "communication_ns", "exposed_communication_ns", "overlapped_communication_ns",
-    "memcpy_ns", "idle_ns", "idle_host_launch_ns", "idle_sync_ns", "idle_other_ns",
+    "busy_ns",
+    "compute_ns",
+    "communication_ns",
+    "exposed_communication_ns",
+    "overlapped_communication_ns",
+    "memcpy_ns",
+    "idle_ns",
+    "idle_host_launch_ns",
+    "idle_sync_ns",
+    "idle_other_ns",
 )
 
 

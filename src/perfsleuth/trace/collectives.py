@@ -26,20 +26,37 @@ from scipy.sparse.linalg import spsolve
 
 from perfsleuth.trace.job import RankView
 
-INSTANCE_SCHEMA = pa.schema([
-    ("instance", pa.int64()), ("group", pa.string()), ("op", pa.string()), ("step", pa.int32()),
-    ("rank", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("bytes_in", pa.int64()),
-    ("participants", pa.int32()),
-])
+INSTANCE_SCHEMA = pa.schema(
+    [
+        ("instance", pa.int64()),
+        ("group", pa.string()),
+        ("op", pa.string()),
+        ("step", pa.int32()),
+        ("rank", pa.int32()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("bytes_in", pa.int64()),
+        ("participants", pa.int32()),
+    ]
+)
 
 
 P2P_OPS = ("send", "recv", "sendrecv")
 
 
-RANK_COLLECTIVES = pa.schema([
-    ("rank", pa.int32()), ("group", pa.string()), ("op", pa.string()), ("step", pa.int32()), ("seq", pa.int64()),
-    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("bytes_in", pa.int64()), ("group_size", pa.int32()),
-])
+RANK_COLLECTIVES = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("group", pa.string()),
+        ("op", pa.string()),
+        ("step", pa.int32()),
+        ("seq", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("bytes_in", pa.int64()),
+        ("group_size", pa.int32()),
+    ]
+)
 
 
 def rank_collectives(v: RankView) -> pa.Table:
@@ -51,12 +68,20 @@ def rank_collectives(v: RankView) -> pa.Table:
     group = pc.cast(t["coll_group"], pa.string()).fill_null("")
     ranks_str = pc.cast(t["coll_group_ranks"], pa.string()).fill_null("")
     group = pc.if_else(pc.equal(group, ""), ranks_str, group)
-    return pa.table({
-        "rank": pa.array(np.full(t.num_rows, v.rank, np.int32)),
-        "group": group, "op": pa.array(np.where(v.coll_op[m] == "", "unknown", v.coll_op[m]).astype(str), pa.string()), "step": t["step"],
-        "seq": t["coll_seq"], "start_ns": t["ts_ns"], "end_ns": pc.add(t["ts_ns"], t["dur_ns"]),
-        "bytes_in": t["coll_in_nelems"], "group_size": t["coll_group_size"],
-    }, schema=RANK_COLLECTIVES)
+    return pa.table(
+        {
+            "rank": pa.array(np.full(t.num_rows, v.rank, np.int32)),
+            "group": group,
+            "op": pa.array(np.where(v.coll_op[m] == "", "unknown", v.coll_op[m]).astype(str), pa.string()),
+            "step": t["step"],
+            "seq": t["coll_seq"],
+            "start_ns": t["ts_ns"],
+            "end_ns": pc.add(t["ts_ns"], t["dur_ns"]),
+            "bytes_in": t["coll_in_nelems"],
+            "group_size": t["coll_group_size"],
+        },
+        schema=RANK_COLLECTIVES,
+    )
 
 
 def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
@@ -73,8 +98,7 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     has_seq = df["seq"].notna()
     # position of each collective among its group's collectives in the same step, per rank
     df["pos"] = df.groupby(["rank", "group", "step"]).cumcount()
-    df["key"] = np.where(has_seq, "s" + df["seq"].astype("Int64").astype(str),
-                         "p" + df["step"].astype(str) + ":" + df["pos"].astype(str))
+    df["key"] = np.where(has_seq, "s" + df["seq"].astype("Int64").astype(str), "p" + df["step"].astype(str) + ":" + df["pos"].astype(str))
     counts = df.groupby(["group", "key"])["rank"].transform("nunique")
     # a send on one rank pairs with a recv on its peer: compare point-to-point ops as one kind
     df["op_kind"] = df["op"].where(~df["op"].isin(P2P_OPS), "p2p")
@@ -103,9 +127,13 @@ class ClockAlignment:
     method: str = "weighted least squares on median matched collective end-time differences"
 
     def to_json(self) -> dict:
-        return {"offset_ns": {str(k): v for k, v in self.offset_ns.items()},
-                "residual_p50_ns": self.residual_p50_ns, "residual_p90_ns": self.residual_p90_ns,
-                "instances_used": self.instances_used, "method": self.method}
+        return {
+            "offset_ns": {str(k): v for k, v in self.offset_ns.items()},
+            "residual_p50_ns": self.residual_p50_ns,
+            "residual_p90_ns": self.residual_p90_ns,
+            "instances_used": self.instances_used,
+            "method": self.method,
+        }
 
 
 def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
@@ -138,8 +166,7 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     if stray:
         method += f"; ranks {stray} share no collective with rank {ref} and are not aligned"
     out = {r: int(round(offsets.get(r, 0.0))) for r in ranks}
-    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)),
-                          int(df["instance"].nunique()), method)
+    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), int(df["instance"].nunique()), method)
 
 
 def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
@@ -161,8 +188,9 @@ def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
     out = {present[0]: 0.0}
     if len(free) == 0:
         return out
-    lap = sparse.coo_matrix((np.concatenate([w, w, -w, -w]), (np.concatenate([i, j, i, j]), np.concatenate([i, j, j, i]))),
-                            shape=(n, n)).tocsr()
+    lap = sparse.coo_matrix(
+        (np.concatenate([w, w, -w, -w]), (np.concatenate([i, j, i, j]), np.concatenate([i, j, j, i]))), shape=(n, n)
+    ).tocsr()
     rhs = np.bincount(i, w * d, minlength=n) - np.bincount(j, w * d, minlength=n)
     # a symmetric matrix wants a symmetric fill-reducing order: the default (COLAMD) took 1.1 s on a
     # 4,096-rank TP×DP×PP job, minimum degree on A+Aᵀ 9 ms, for the same solution

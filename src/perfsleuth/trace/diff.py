@@ -59,20 +59,29 @@ from perfsleuth.trace.kernel_names import match_class, row_key
 from perfsleuth.trace.steps import step_windows
 
 SCHEMA = "perfsleuth.diff/1"
-ATTRIBUTION = ("each step window is split into parts that tile it: compute time shared equally among the compute "
-               "kernels running at each instant, exposed communication among the collectives, unhidden copies "
-               "among the copies, and idle time (host launch, sync, other); a row's value per step is the mean "
-               "over ranks, so the rows' mean changes sum to the mean step-time change")
+ATTRIBUTION = (
+    "each step window is split into parts that tile it: compute time shared equally among the compute "
+    "kernels running at each instant, exposed communication among the collectives, unhidden copies "
+    "among the copies, and idle time (host launch, sync, other); a row's value per step is the mean "
+    "over ranks, so the rows' mean changes sum to the mean step-time change"
+)
 IDLE_ROWS = (("idle:host_launch", "idle_host_launch_ns"), ("idle:sync", "idle_sync_ns"), ("idle:other", "idle_other_ns"))
-PHASES = (("compute", "compute_ns"), ("exposed communication", "exposed_communication_ns"),
-          ("memcpy", "memcpy_ns"), ("idle", "idle_ns"))
+PHASES = (("compute", "compute_ns"), ("exposed communication", "exposed_communication_ns"), ("memcpy", "memcpy_ns"), ("idle", "idle_ns"))
 FEW_STEPS = 5
 NAME_EXAMPLES = 3
 
-ROWS_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("step", pa.int32()), ("key", pa.string()), ("kind", pa.string()),
-    ("match_class", pa.string()), ("time_ns", pa.float64()), ("busy_ns", pa.int64()), ("count", pa.int64()),
-])
+ROWS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int32()),
+        ("key", pa.string()),
+        ("kind", pa.string()),
+        ("match_class", pa.string()),
+        ("time_ns", pa.float64()),
+        ("busy_ns", pa.int64()),
+        ("count", pa.int64()),
+    ]
+)
 """Per rank, step and row key: attributed time (the share of the window, see the module docstring),
 busy time (the row's own kernel time, overlaps counted for each kernel) and the number of calls that
 started in the window."""
@@ -165,8 +174,11 @@ def measure_rank(view: RankView) -> RankRows:
     n_keys, n_win = len(keys), len(windows)
     attributed = np.zeros(n_win * n_keys)
     busy = np.zeros(n_win * n_keys, np.int64)
-    for members, hidden in ((kind == "kernel", None), (kind == "collective", view.compute),
-                            ((kind == "memcpy") | (kind == "memset"), view.comm_or_compute)):
+    for members, hidden in (
+        (kind == "kernel", None),
+        (kind == "collective", view.compute),
+        ((kind == "memcpy") | (kind == "memset"), view.comm_or_compute),
+    ):
         idx = np.flatnonzero(members)
         if len(idx) == 0:
             continue
@@ -180,18 +192,23 @@ def measure_rank(view: RankView) -> RankRows:
     np.add.at(calls, start_window[inside] * n_keys + key_of[inside], 1)
     cells = np.flatnonzero((busy > 0) | (calls > 0) | (attributed > 0))
     w_idx, k_idx = cells // n_keys, cells % n_keys
-    rows = pa.table({
-        "rank": np.full(len(cells), view.rank, np.int32), "step": windows.step[w_idx].astype(np.int32),
-        "key": pa.array([keys[k] for k in k_idx], pa.string()),
-        "kind": pa.array([key_kind[k] for k in k_idx], pa.string()),
-        "match_class": pa.array([key_class[k] for k in k_idx], pa.string()),
-        "time_ns": attributed[cells], "busy_ns": busy[cells], "count": calls[cells],
-    }, schema=ROWS_SCHEMA)
+    rows = pa.table(
+        {
+            "rank": np.full(len(cells), view.rank, np.int32),
+            "step": windows.step[w_idx].astype(np.int32),
+            "key": pa.array([keys[k] for k in k_idx], pa.string()),
+            "kind": pa.array([key_kind[k] for k in k_idx], pa.string()),
+            "match_class": pa.array([key_class[k] for k in k_idx], pa.string()),
+            "time_ns": attributed[cells],
+            "busy_ns": busy[cells],
+            "count": calls[cells],
+        },
+        schema=ROWS_SCHEMA,
+    )
     return RankRows(view.rank, rows, steps, _raw_names(view, key_of, keys, name_code, e - s))
 
 
-def _raw_names(view: RankView, key_of: np.ndarray, keys: list[str], name_code: np.ndarray,
-               dur: np.ndarray) -> dict[str, dict[str, int]]:
+def _raw_names(view: RankView, key_of: np.ndarray, keys: list[str], name_code: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, int]]:
     """Per key, the raw names behind it with their summed durations (a key may hide several)."""
     _, values = _dictionary(view.table["name"])
     pair = key_of.astype(np.int64) * len(values) + name_code
@@ -225,15 +242,23 @@ class SideProfile:
         return self.steps.num_rows
 
     def to_json(self) -> dict[str, Any]:
-        return {"paths": self.label, "format": self.source_format, "run_id": self.run_id, "ranks": self.ranks,
-                "steps": self.n_steps, "setup": dict(self.setup)}
+        return {
+            "paths": self.label,
+            "format": self.source_format,
+            "run_id": self.run_id,
+            "ranks": self.ranks,
+            "steps": self.n_steps,
+            "setup": dict(self.setup),
+        }
 
 
 def _measure_file(job: tuple[str, bool], fmt: str, plan: traces.Plan) -> list[tuple[RankFile, RankRows]]:
     """Worker: one trace file in, its ranks' diff rows out; their events stay here."""
     path, single = job
-    return [(rf.without_events(), measure_rank(RankView(rf.rank, rf.events)))
-            for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)]
+    return [
+        (rf.without_events(), measure_rank(RankView(rf.rank, rf.events)))
+        for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)
+    ]
 
 
 def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> SideProfile:
@@ -249,8 +274,11 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
     if steps.empty:
         raise InputError(label, "no step windows: the traces hold no events", hint="profile at least one step")
     if not any(r.rows.num_rows for r in results):
-        raise InputError(label, "no GPU work (kernels, collectives, copies) in the traces",
-                         hint="a diff compares GPU time: profile with CUDA activities enabled")
+        raise InputError(
+            label,
+            "no GPU work (kernels, collectives, copies) in the traces",
+            hint="a diff compares GPU time: profile with CUDA activities enabled",
+        )
     ranks_per_step = steps.groupby("step")["rank"].nunique()
     step_cols = ["step_time_ns", *(c for _, c in PHASES), *(c for _, c in IDLE_ROWS)]
     step_means = steps.groupby("step")[step_cols].mean().reset_index()
@@ -267,12 +295,24 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
                 slot[name] = slot.get(name, 0) + ns
     side_caveats = [*caveats, *more]
     if len(step_means) == 1 and int(step_means["step"].iloc[0]) < 0:
-        side_caveats.append(Caveat("no_profiler_steps", "no ProfilerStep#N annotations: the whole trace is one "
-                                   "window, so there is no step-to-step noise to build an interval from", label))
-    return SideProfile(label, fmt, default_run_id(files), len(results),
-                       pa.Table.from_pandas(grouped, preserve_index=False),
-                       pa.Table.from_pandas(step_means, preserve_index=False), names, tuple(side_caveats),
-                       _setup(fmt, [p[0] for p in pairs], world))
+        side_caveats.append(
+            Caveat(
+                "no_profiler_steps",
+                "no ProfilerStep#N annotations: the whole trace is one window, so there is no step-to-step noise to build an interval from",
+                label,
+            )
+        )
+    return SideProfile(
+        label,
+        fmt,
+        default_run_id(files),
+        len(results),
+        pa.Table.from_pandas(grouped, preserve_index=False),
+        pa.Table.from_pandas(step_means, preserve_index=False),
+        names,
+        tuple(side_caveats),
+        _setup(fmt, [p[0] for p in pairs], world),
+    )
 
 
 def _setup(fmt: str, rank_files: list, world: int) -> dict[str, Any]:
@@ -291,8 +331,13 @@ def setup_caveats(b: SideProfile, c: SideProfile) -> tuple[Caveat, ...]:
     found = setup_differences(b.setup, c.setup)
     if not found:
         return ()
-    return (Caveat("sides_differ", "the two sides ran on different setups (" + "; ".join(found) + "): their difference "
-                   "is the setup's as much as the change's", f"{b.label} vs {c.label}"),)
+    return (
+        Caveat(
+            "sides_differ",
+            "the two sides ran on different setups (" + "; ".join(found) + "): their difference is the setup's as much as the change's",
+            f"{b.label} vs {c.label}",
+        ),
+    )
 
 
 # --- matching ------------------------------------------------------------------------------------
@@ -341,8 +386,13 @@ def _long(side: SideProfile, matches: Sequence[RowMatch], use_baseline_keys: boo
     per = side.per_step.to_pandas()
     per = per.assign(row=per["key"].map(owner)).dropna(subset=["row"])
     steps = side.steps.to_pandas()
-    idle = pd.concat([pd.DataFrame({"step": steps["step"], "row": name, "time_ns": steps[col].astype(np.float64),
-                                    "busy_ns": 0.0, "count": 0.0}) for name, col in IDLE_ROWS], ignore_index=True)
+    idle = pd.concat(
+        [
+            pd.DataFrame({"step": steps["step"], "row": name, "time_ns": steps[col].astype(np.float64), "busy_ns": 0.0, "count": 0.0})
+            for name, col in IDLE_ROWS
+        ],
+        ignore_index=True,
+    )
     both = pd.concat([per[["step", "row", "time_ns", "busy_ns", "count"]], idle], ignore_index=True)
     summed = both.groupby(["step", "row"], as_index=False)[["time_ns", "busy_ns", "count"]].sum()
     grid = pd.MultiIndex.from_product([steps["step"].to_numpy(), [m.row for m in matches]], names=["step", "row"])
@@ -362,8 +412,12 @@ class SideRow:
     ns_per_call: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"time_ns_per_step": _num(self.time_ns_per_step), "busy_ns_per_step": _num(self.busy_ns_per_step),
-                "calls_per_step": _num(self.calls_per_step), "ns_per_call": _num(self.ns_per_call)}
+        return {
+            "time_ns_per_step": _num(self.time_ns_per_step),
+            "busy_ns_per_step": _num(self.busy_ns_per_step),
+            "calls_per_step": _num(self.calls_per_step),
+            "ns_per_call": _num(self.ns_per_call),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,14 +437,24 @@ class DiffRow:
 
     def to_json(self) -> dict[str, Any]:
         m = self.match
-        return {"row": m.row, "kind": m.kind, "match": m.match, "match_class": m.match_class,
-                "baseline_keys": list(m.baseline_keys), "candidate_keys": list(m.candidate_keys),
-                "baseline_names": list(self.baseline_names), "candidate_names": list(self.candidate_names),
-                "baseline": self.baseline.to_json(), "candidate": self.candidate.to_json(),
-                "delta_ns_per_step": _interval(self.delta), "ratio": _interval(self.comparison.ratio),
-                "share_of_step_change": _num(self.share_of_step_change), "verdict": self.verdict,
-                "p_adjusted": _num(self.comparison.p_adjusted),
-                "caveats": [c.to_json() for c in self.comparison.caveats]}
+        return {
+            "row": m.row,
+            "kind": m.kind,
+            "match": m.match,
+            "match_class": m.match_class,
+            "baseline_keys": list(m.baseline_keys),
+            "candidate_keys": list(m.candidate_keys),
+            "baseline_names": list(self.baseline_names),
+            "candidate_names": list(self.candidate_names),
+            "baseline": self.baseline.to_json(),
+            "candidate": self.candidate.to_json(),
+            "delta_ns_per_step": _interval(self.delta),
+            "ratio": _interval(self.comparison.ratio),
+            "share_of_step_change": _num(self.share_of_step_change),
+            "verdict": self.verdict,
+            "p_adjusted": _num(self.comparison.p_adjusted),
+            "caveats": [c.to_json() for c in self.comparison.caveats],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,10 +468,15 @@ class PhaseRow:
 
     def to_json(self) -> dict[str, Any]:
         c = self.comparison
-        return {"phase": self.phase, "baseline_ns_per_step": _num(c.baseline.mean.value),
-                "candidate_ns_per_step": _num(c.candidate.mean.value), "delta_ns_per_step": _interval(c.difference),
-                "share_of_step_change": _num(self.share_of_step_change), "verdict": c.verdict,
-                "p_adjusted": _num(c.p_adjusted)}
+        return {
+            "phase": self.phase,
+            "baseline_ns_per_step": _num(c.baseline.mean.value),
+            "candidate_ns_per_step": _num(c.candidate.mean.value),
+            "delta_ns_per_step": _interval(c.difference),
+            "share_of_step_change": _num(self.share_of_step_change),
+            "verdict": c.verdict,
+            "p_adjusted": _num(c.p_adjusted),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,11 +514,14 @@ class TraceDiff:
             "candidate": self.candidate.to_json(),
             "attribution": ATTRIBUTION,
             "step_time": {
-                "baseline_mean_ns": _num(st.baseline.mean.value), "candidate_mean_ns": _num(st.candidate.mean.value),
+                "baseline_mean_ns": _num(st.baseline.mean.value),
+                "candidate_mean_ns": _num(st.candidate.mean.value),
                 "baseline_median_ns": _num(self.baseline_median_ns),
                 "candidate_median_ns": _num(self.candidate_median_ns),
-                "delta_ns": _interval(st.difference), "ratio": _interval(st.ratio),
-                "median_shift_ns": _interval(st.hodges_lehmann), "verdict": st.verdict,
+                "delta_ns": _interval(st.difference),
+                "ratio": _interval(st.ratio),
+                "median_shift_ns": _interval(st.hodges_lehmann),
+                "verdict": st.verdict,
                 "caveats": [c.to_json() for c in st.caveats],
             },
             "phases": [p.to_json() for p in self.phases],
@@ -498,12 +570,12 @@ def _names(side: SideProfile, keys: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(pool, key=lambda n: -pool[n])[:NAME_EXAMPLES])
 
 
-def diff_sides(baseline: SideProfile, candidate: SideProfile, *, threshold: float = 0.02, confidence: float = 0.95,
-               method: str = "auto", seed: int = 0) -> TraceDiff:
+def diff_sides(
+    baseline: SideProfile, candidate: SideProfile, *, threshold: float = 0.02, confidence: float = 0.95, method: str = "auto", seed: int = 0
+) -> TraceDiff:
     """Compare two measured jobs row by row (see the module docstring for every definition)."""
     labels = (baseline.label, candidate.label)
-    opts = {"threshold": threshold, "confidence": confidence, "method": method, "seed": seed, "labels": labels,
-            "higher_is_better": False}
+    opts = {"threshold": threshold, "confidence": confidence, "method": method, "seed": seed, "labels": labels, "higher_is_better": False}
     sb, sc = baseline.steps.to_pandas(), candidate.steps.to_pandas()
     step_time = compare(sb, sc, "step_time_ns", cluster_by=["step"], order_by="step", **opts)
     step_change = step_time.candidate.mean.value - step_time.baseline.mean.value
@@ -514,8 +586,7 @@ def diff_sides(baseline: SideProfile, candidate: SideProfile, *, threshold: floa
     phase_b = pd.concat([pd.DataFrame({"step": sb["step"], "phase": p, "ns": sb[col]}) for p, col in PHASES])
     phase_c = pd.concat([pd.DataFrame({"step": sc["step"], "phase": p, "ns": sc[col]}) for p, col in PHASES])
     phase_results = compare_groups(phase_b, phase_c, "ns", ["phase"], cluster_by=["step"], order_by="step", **opts)
-    phases = tuple(PhaseRow(r.group[0][1], r, share(r.candidate.mean.value - r.baseline.mean.value))
-                   for r in phase_results)
+    phases = tuple(PhaseRow(r.group[0][1], r, share(r.candidate.mean.value - r.baseline.mean.value)) for r in phase_results)
 
     matches = match_rows(baseline, candidate)
     lb, lc = _long(baseline, matches, True), _long(candidate, matches, False)
@@ -523,8 +594,7 @@ def diff_sides(baseline: SideProfile, candidate: SideProfile, *, threshold: floa
     active = {m.row for m in matches if m.kind != "idle" or m.row in timed}  # idle phases that never happened drop out
     matches = [m for m in matches if m.row in active]
     lb, lc = lb[lb["row"].isin(active)], lc[lc["row"].isin(active)]
-    results = {r.group[0][1]: r for r in compare_groups(lb, lc, "time_ns", ["row"], cluster_by=["step"],
-                                                         order_by="step", **opts)}
+    results = {r.group[0][1]: r for r in compare_groups(lb, lc, "time_ns", ["row"], cluster_by=["step"], order_by="step", **opts)}
     by_row_b, by_row_c = dict(tuple(lb.groupby("row"))), dict(tuple(lc.groupby("row")))
     rows = []
     step_mean_b = step_time.baseline.mean.value
@@ -536,39 +606,77 @@ def diff_sides(baseline: SideProfile, candidate: SideProfile, *, threshold: floa
             delta, verdict = _one_sided(c, present, step_mean_b, threshold)
         else:
             delta, verdict = c.difference, c.verdict
-        rows.append(DiffRow(m, b_row, c_row, delta, share(c_row.time_ns_per_step - b_row.time_ns_per_step), verdict, c,
-                            _names(baseline, m.baseline_keys), _names(candidate, m.candidate_keys)))
+        rows.append(
+            DiffRow(
+                m,
+                b_row,
+                c_row,
+                delta,
+                share(c_row.time_ns_per_step - b_row.time_ns_per_step),
+                verdict,
+                c,
+                _names(baseline, m.baseline_keys),
+                _names(candidate, m.candidate_keys),
+            )
+        )
     rows.sort(key=lambda r: -abs(r.candidate.time_ns_per_step - r.baseline.time_ns_per_step))
     class_of = {m.row: m.match_class for m in matches}
-    cb, cc = (t.assign(row=t["row"].map(class_of)).groupby(["step", "row"], as_index=False)["time_ns"].sum()
-              for t in (lb, lc))
-    classes = tuple(PhaseRow(r.group[0][1], r, share(r.candidate.mean.value - r.baseline.mean.value))
-                    for r in compare_groups(cb, cc, "time_ns", ["row"], cluster_by=["step"], order_by="step", **opts))
-    classes = tuple(sorted(classes, key=lambda p: -abs(p.comparison.candidate.mean.value
-                                                        - p.comparison.baseline.mean.value)))
+    cb, cc = (t.assign(row=t["row"].map(class_of)).groupby(["step", "row"], as_index=False)["time_ns"].sum() for t in (lb, lc))
+    classes = tuple(
+        PhaseRow(r.group[0][1], r, share(r.candidate.mean.value - r.baseline.mean.value))
+        for r in compare_groups(cb, cc, "time_ns", ["row"], cluster_by=["step"], order_by="step", **opts)
+    )
+    classes = tuple(sorted(classes, key=lambda p: -abs(p.comparison.candidate.mean.value - p.comparison.baseline.mean.value)))
     attributed = sum(r.candidate.time_ns_per_step - r.baseline.time_ns_per_step for r in rows)
     caveats = [*baseline.caveats, *candidate.caveats]
     for side, name in ((baseline, "baseline"), (candidate, "candidate")):
         if 1 < side.n_steps < FEW_STEPS:
-            caveats.append(Caveat("few_steps", f"the {name} has {side.n_steps} steps: intervals from so few are wide; "
-                                  f"profile at least {FEW_STEPS}", side.label))
+            caveats.append(
+                Caveat(
+                    "few_steps",
+                    f"the {name} has {side.n_steps} steps: intervals from so few are wide; profile at least {FEW_STEPS}",
+                    side.label,
+                )
+            )
         elif side.n_steps < 2:
-            caveats.append(Caveat("too_few_steps", f"the {name} has {side.n_steps} step window: no interval and no "
-                                  "verdict can come from one step; profile several ProfilerSteps", side.label))
+            caveats.append(
+                Caveat(
+                    "too_few_steps",
+                    f"the {name} has {side.n_steps} step window: no interval and no "
+                    "verdict can come from one step; profile several ProfilerSteps",
+                    side.label,
+                )
+            )
     if step_time.verdict in ("no_change", "inconclusive"):
-        caveats.append(Caveat("step_time_unchanged", f"the step time's change is {step_time.verdict.replace('_', ' ')}"
-                              ": the rows' shares split a change that may be noise"))
-    caveats.append(Caveat("steps_are_units", "intervals treat the steps of each job as independent samples of "
-                          "that run; they do not cover run-to-run variation (compare several runs per side for that)"))
-    return TraceDiff(baseline, candidate, step_time, phases, classes, tuple(rows), step_change - attributed,
-                     threshold, confidence, tuple(caveats))
+        caveats.append(
+            Caveat(
+                "step_time_unchanged",
+                f"the step time's change is {step_time.verdict.replace('_', ' ')}: the rows' shares split a change that may be noise",
+            )
+        )
+    caveats.append(
+        Caveat(
+            "steps_are_units",
+            "intervals treat the steps of each job as independent samples of "
+            "that run; they do not cover run-to-run variation (compare several runs per side for that)",
+        )
+    )
+    return TraceDiff(
+        baseline, candidate, step_time, phases, classes, tuple(rows), step_change - attributed, threshold, confidence, tuple(caveats)
+    )
 
 
-def diff_traces(baseline: Sequence[str | Path], candidate: Sequence[str | Path], *, threshold: float = 0.02,
-                confidence: float = 0.95, method: str = "auto", workers: int | None = None) -> TraceDiff:
+def diff_traces(
+    baseline: Sequence[str | Path],
+    candidate: Sequence[str | Path],
+    *,
+    threshold: float = 0.02,
+    confidence: float = 0.95,
+    method: str = "auto",
+    workers: int | None = None,
+) -> TraceDiff:
     """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function)."""
     b = profile_side(baseline, workers=workers)
     c = profile_side(candidate, workers=workers)
     d = diff_sides(b, c, threshold=threshold, confidence=confidence, method=method)
     return replace(d, caveats=(*setup_caveats(b, c), *d.caveats))
-

@@ -26,15 +26,31 @@ from perfsleuth.trace.stragglers import MIN_LEAD_NS
 
 GPUS_PER_NODE = 8
 
-GROUP_SCHEMA = pa.schema([
-    ("group", pa.string()), ("ranks", pa.string()), ("size", pa.int32()), ("traced", pa.int32()),
-    ("instances", pa.int64()), ("wait_ns", pa.int64()), ("wait_per_instance_p50_ns", pa.float64()),
-    ("top_last_rank", pa.int32()), ("top_last_share", pa.float64()), ("decisive", pa.int64()),
-])
-NODE_SCHEMA = pa.schema([
-    ("node", pa.string()), ("ranks", pa.int32()), ("step_time_p50_ns", pa.float64()), ("step_time_max_rank_ns", pa.float64()),
-    ("slowest_rank", pa.int32()), ("wait_imposed_ns", pa.int64()), ("wait_suffered_ns", pa.int64()),
-])
+GROUP_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("ranks", pa.string()),
+        ("size", pa.int32()),
+        ("traced", pa.int32()),
+        ("instances", pa.int64()),
+        ("wait_ns", pa.int64()),
+        ("wait_per_instance_p50_ns", pa.float64()),
+        ("top_last_rank", pa.int32()),
+        ("top_last_share", pa.float64()),
+        ("decisive", pa.int64()),
+    ]
+)
+NODE_SCHEMA = pa.schema(
+    [
+        ("node", pa.string()),
+        ("ranks", pa.int32()),
+        ("step_time_p50_ns", pa.float64()),
+        ("step_time_max_rank_ns", pa.float64()),
+        ("slowest_rank", pa.int32()),
+        ("wait_imposed_ns", pa.int64()),
+        ("wait_suffered_ns", pa.int64()),
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +107,12 @@ def group_view(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | Non
 def _groups(instances: pa.Table) -> pa.Table:
     if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
         return GROUP_SCHEMA.empty_table()
-    df = instances.select(["instance", "group", "op", "rank", "participants", "wait_ns", "is_last",
-                           "lead_over_next_ns"]).to_pandas()
+    df = instances.select(["instance", "group", "op", "rank", "participants", "wait_ns", "is_last", "lead_over_next_ns"]).to_pandas()
     df = df[~df["op"].isin(P2P_OPS)]
     if df.empty:
         return GROUP_SCHEMA.empty_table()
-    per_inst = df.groupby("instance").agg(group=("group", "first"), wait=("wait_ns", "sum"),
-                                          lead=("lead_over_next_ns", "max"))
-    g = per_inst.groupby("group").agg(instances=("wait", "size"), wait_ns=("wait", "sum"),
-                                      wait_p50=("wait", "median"))
+    per_inst = df.groupby("instance").agg(group=("group", "first"), wait=("wait_ns", "sum"), lead=("lead_over_next_ns", "max"))
+    g = per_inst.groupby("group").agg(instances=("wait", "size"), wait_ns=("wait", "sum"), wait_p50=("wait", "median"))
     ranks = df.groupby("group")["rank"].unique()
     size = df.groupby("group")["participants"].max()
     last = df[df["is_last"]].merge(per_inst[["lead"]], left_on="instance", right_index=True)
@@ -111,18 +124,21 @@ def _groups(instances: pa.Table) -> pa.Table:
     g = g.sort_values(["wait_ns"], ascending=False)
     idx = g.index
     dec = g["decisive"].to_numpy(dtype=np.int64)
-    return pa.table({
-        "group": pa.array(idx.astype(str)),
-        "ranks": pa.array([describe_ranks(ranks[k]) for k in idx]),
-        "size": pa.array(size.reindex(idx).to_numpy().astype(np.int32)),
-        "traced": pa.array([len(ranks[k]) for k in idx], pa.int32()),
-        "instances": pa.array(g["instances"].to_numpy().astype(np.int64)),
-        "wait_ns": pa.array(g["wait_ns"].to_numpy().astype(np.int64)),
-        "wait_per_instance_p50_ns": pa.array(g["wait_p50"].to_numpy(dtype=float)),
-        "top_last_rank": pa.array([None if pd.isna(v) else int(v) for v in g["rank"]], pa.int32()),
-        "top_last_share": pa.array(np.where(dec > 0, g["n"].fillna(0).to_numpy(dtype=float) / np.maximum(dec, 1), 0.0)),
-        "decisive": pa.array(dec),
-    }, schema=GROUP_SCHEMA)
+    return pa.table(
+        {
+            "group": pa.array(idx.astype(str)),
+            "ranks": pa.array([describe_ranks(ranks[k]) for k in idx]),
+            "size": pa.array(size.reindex(idx).to_numpy().astype(np.int32)),
+            "traced": pa.array([len(ranks[k]) for k in idx], pa.int32()),
+            "instances": pa.array(g["instances"].to_numpy().astype(np.int64)),
+            "wait_ns": pa.array(g["wait_ns"].to_numpy().astype(np.int64)),
+            "wait_per_instance_p50_ns": pa.array(g["wait_p50"].to_numpy(dtype=float)),
+            "top_last_rank": pa.array([None if pd.isna(v) else int(v) for v in g["rank"]], pa.int32()),
+            "top_last_share": pa.array(np.where(dec > 0, g["n"].fillna(0).to_numpy(dtype=float) / np.maximum(dec, 1), 0.0)),
+            "decisive": pa.array(dec),
+        },
+        schema=GROUP_SCHEMA,
+    )
 
 
 def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -> pa.Table:
@@ -143,18 +159,22 @@ def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -
     per_rank = per_rank.join(imposed.rename("imposed")).join(suffered.rename("suffered")).fillna(0)
     per_rank["node"] = node_of(per_rank.index.to_numpy(), hosts)
     slowest = per_rank.sort_values(["step"], ascending=False).reset_index().drop_duplicates("node").set_index("node")
-    n = per_rank.groupby("node").agg(ranks=("step", "size"), p50=("step", "median"), mx=("step", "max"),
-                                     imposed=("imposed", "sum"), suffered=("suffered", "sum"))
+    n = per_rank.groupby("node").agg(
+        ranks=("step", "size"), p50=("step", "median"), mx=("step", "max"), imposed=("imposed", "sum"), suffered=("suffered", "sum")
+    )
     n = n.sort_values(["imposed", "mx"], ascending=False)
-    return pa.table({
-        "node": pa.array(n.index.astype(str)),
-        "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
-        "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
-        "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
-        "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
-        "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
-        "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
-    }, schema=NODE_SCHEMA)
+    return pa.table(
+        {
+            "node": pa.array(n.index.astype(str)),
+            "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
+            "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
+            "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
+            "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
+            "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
+            "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
+        },
+        schema=NODE_SCHEMA,
+    )
 
 
 NODE_STEP_SCHEMA = pa.schema([("node", pa.string()), ("step", pa.int32()), ("wait_imposed_ns", pa.int64())])
@@ -172,5 +192,11 @@ def node_step_wait(instances: pa.Table, hosts: dict[int, str] | None = None) -> 
     last["wait"] = last["instance"].map(total)
     last["node"] = node_of(last["rank"].to_numpy(), hosts)
     g = last.groupby(["node", "step"])["wait"].sum().reset_index()
-    return pa.table({"node": pa.array(g["node"].astype(str)), "step": pa.array(g["step"].to_numpy().astype(np.int32)),
-                     "wait_imposed_ns": pa.array(g["wait"].to_numpy().astype(np.int64))}, schema=NODE_STEP_SCHEMA)
+    return pa.table(
+        {
+            "node": pa.array(g["node"].astype(str)),
+            "step": pa.array(g["step"].to_numpy().astype(np.int32)),
+            "wait_imposed_ns": pa.array(g["wait"].to_numpy().astype(np.int64)),
+        },
+        schema=NODE_STEP_SCHEMA,
+    )

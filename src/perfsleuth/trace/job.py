@@ -19,10 +19,22 @@ from perfsleuth.trace.classify import classify_events
 from perfsleuth.trace.intervals import Coverage
 
 GPU_WORK = ("kernel", "collective", "memcpy", "memset")
-_HOST_COLLECTIVE = re.compile(r"^(?:nccl|gloo|c10d)(?:::|:)_?(all_?to_?all|alltoall|all_?gather|reduce_?scatter|"
-                              r"all_?reduce|broadcast|reduce|barrier|gather|scatter)", re.I)
-_HOST_OP = {"alltoall": "alltoall", "allgather": "allgather", "reducescatter": "reducescatter", "allreduce": "allreduce",
-            "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier", "gather": "gather", "scatter": "scatter"}
+_HOST_COLLECTIVE = re.compile(
+    r"^(?:nccl|gloo|c10d)(?:::|:)_?(all_?to_?all|alltoall|all_?gather|reduce_?scatter|"
+    r"all_?reduce|broadcast|reduce|barrier|gather|scatter)",
+    re.I,
+)
+_HOST_OP = {
+    "alltoall": "alltoall",
+    "allgather": "allgather",
+    "reducescatter": "reducescatter",
+    "allreduce": "allreduce",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "barrier": "barrier",
+    "gather": "gather",
+    "scatter": "scatter",
+}
 _SYNC_CALL = re.compile(r"Synchronize|cudaStreamWaitEvent|hipStreamWaitEvent|cudaEventQuery", re.I)
 BLOCKING_COPY_MIN_NS = 50_000
 """A copy call of 50 µs or more that returns after its copy ended was blocking the host on the stream
@@ -152,8 +164,9 @@ class RankView:
         is_sync_name = np.array([bool(_SYNC_CALL.search(v or "")) for v in values], dtype=bool)
         mask = is_api & is_sync_name[codes]
         blocking = self._blocking_copies()
-        return Coverage.of(np.concatenate([self.ts[mask], self.launch_ts[blocking]]),
-                           np.concatenate([self.end[mask], self.launch_end[blocking]]))
+        return Coverage.of(
+            np.concatenate([self.ts[mask], self.launch_ts[blocking]]), np.concatenate([self.end[mask], self.launch_end[blocking]])
+        )
 
     def _blocking_copies(self) -> np.ndarray:
         """Copies whose call blocked the host on the GPU: the call lasted 50 µs or more, returned only

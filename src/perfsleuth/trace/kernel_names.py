@@ -47,16 +47,62 @@ _COPY_DIRECTION = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|AtoH|HtoA|A
 _TYPE_WORDS = re.compile(
     r"^(?:u?int\d*(?:_t)?|float\d*(?:_t)?|double\d*|half\d*(?:_t)?|__half\d*|bfloat16(?:_t)?|__nv_bfloat16\d*|"
     r"nv_bfloat16|BFloat16|Half|Float8\w*|float_e\w*|__nv_fp8\w*|complex\w*|tfloat32_t|char|bool|long|short|"
-    r"unsigned|signed|void|size_t|ptrdiff_t|ul|u|l|ll|ull)$", re.I)
-_PLUMBING = frozenset({
-    "const", "true", "false", "operator", "lambda", "type", "enable_if", "Array", "array", "TrivialOffsetCalculator",
-    "OffsetCalculator", "LoadWithCast", "StoreWithCast", "LoadWithoutCast", "StoreWithoutCast", "TensorIteratorBase",
-    "TensorIterator", "gpu_kernel_impl", "gpu_kernel_impl_nocast", "ReduceOp", "func_wrapper_t", "TensorListMetadata",
-    "TensorListScalarListMetadata", "FusedOptimizerTensorListMetadata", "OpaqueType", "GenericPackedTensorAccessor",
-    "RestrictPtrTraits", "DefaultPtrTraits", "pair", "tuple", "Scalar", "optional", "ScanTileState",
-    "ReduceByKeyScanTileState", "ConstantInputIterator", "Equality", "Sum", "Max", "Min", "NullType", "ClampLimits",
-    "GeluType", "TensorSizeStride", "CatArrInputTensorMetadata", "Params", "Arguments", "decltype", "nullptr", "Tensor",
-})
+    r"unsigned|signed|void|size_t|ptrdiff_t|ul|u|l|ll|ull)$",
+    re.I,
+)
+_PLUMBING = frozenset(
+    {
+        "const",
+        "true",
+        "false",
+        "operator",
+        "lambda",
+        "type",
+        "enable_if",
+        "Array",
+        "array",
+        "TrivialOffsetCalculator",
+        "OffsetCalculator",
+        "LoadWithCast",
+        "StoreWithCast",
+        "LoadWithoutCast",
+        "StoreWithoutCast",
+        "TensorIteratorBase",
+        "TensorIterator",
+        "gpu_kernel_impl",
+        "gpu_kernel_impl_nocast",
+        "ReduceOp",
+        "func_wrapper_t",
+        "TensorListMetadata",
+        "TensorListScalarListMetadata",
+        "FusedOptimizerTensorListMetadata",
+        "OpaqueType",
+        "GenericPackedTensorAccessor",
+        "RestrictPtrTraits",
+        "DefaultPtrTraits",
+        "pair",
+        "tuple",
+        "Scalar",
+        "optional",
+        "ScanTileState",
+        "ReduceByKeyScanTileState",
+        "ConstantInputIterator",
+        "Equality",
+        "Sum",
+        "Max",
+        "Min",
+        "NullType",
+        "ClampLimits",
+        "GeluType",
+        "TensorSizeStride",
+        "CatArrInputTensorMetadata",
+        "Params",
+        "Arguments",
+        "decltype",
+        "nullptr",
+        "Tensor",
+    }
+)
 _POLICY = re.compile(r"Policy\d*$|^Policy|^Agent\w+Policy")
 
 

@@ -14,15 +14,28 @@ import pyarrow.compute as pc
 from perfsleuth.trace.classify import KERNEL_CLASSES
 from perfsleuth.trace.job import RankView
 
-CLASS_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("kernel_class", pa.string()), ("count", pa.int64()),
-    ("total_ns", pa.int64()), ("share", pa.float64()),
-])
-TOP_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("name", pa.string()), ("kernel_class", pa.string()), ("count", pa.int64()),
-    ("total_ns", pa.int64()), ("mean_ns", pa.float64()), ("p50_ns", pa.float64()), ("max_ns", pa.int64()),
-    ("share", pa.float64()),
-])
+CLASS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("kernel_class", pa.string()),
+        ("count", pa.int64()),
+        ("total_ns", pa.int64()),
+        ("share", pa.float64()),
+    ]
+)
+TOP_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("name", pa.string()),
+        ("kernel_class", pa.string()),
+        ("count", pa.int64()),
+        ("total_ns", pa.int64()),
+        ("mean_ns", pa.float64()),
+        ("p50_ns", pa.float64()),
+        ("max_ns", pa.int64()),
+        ("share", pa.float64()),
+    ]
+)
 
 
 def kernel_class_breakdown(v: RankView) -> pa.Table:
@@ -36,8 +49,7 @@ def kernel_class_breakdown(v: RankView) -> pa.Table:
         m = c == k
         if m.any():
             t = int(dur[m].sum())
-            rows.append({"rank": v.rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t,
-                         "share": t / total if total else 0.0})
+            rows.append({"rank": v.rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t, "share": t / total if total else 0.0})
     return pa.Table.from_pylist(rows, schema=CLASS_SCHEMA)
 
 
@@ -47,16 +59,29 @@ def top_kernels(v: RankView, n: int = 10) -> pa.Table:
     gpu = v.is_gpu
     if not gpu.any():
         return TOP_SCHEMA.empty_table()
-    t = pa.table({"name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
-                  "kernel_class": v.kernel_class[gpu].astype(str),
-                  "dur": (v.end - v.ts)[gpu]})
+    t = pa.table(
+        {
+            "name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
+            "kernel_class": v.kernel_class[gpu].astype(str),
+            "dur": (v.end - v.ts)[gpu],
+        }
+    )
     g = t.group_by(["name", "kernel_class"]).aggregate(
-        [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")])
+        [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")]
+    )
     total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
     g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
-    return pa.table({
-        "rank": np.full(g.num_rows, rank, np.int32), "name": g["name"], "kernel_class": g["kernel_class"],
-        "count": g["dur_count"], "total_ns": g["dur_sum"], "mean_ns": g["dur_mean"],
-        "p50_ns": g["dur_approximate_median"], "max_ns": g["dur_max"],
-        "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
-    }, schema=TOP_SCHEMA)
+    return pa.table(
+        {
+            "rank": np.full(g.num_rows, rank, np.int32),
+            "name": g["name"],
+            "kernel_class": g["kernel_class"],
+            "count": g["dur_count"],
+            "total_ns": g["dur_sum"],
+            "mean_ns": g["dur_mean"],
+            "p50_ns": g["dur_approximate_median"],
+            "max_ns": g["dur_max"],
+            "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
+        },
+        schema=TOP_SCHEMA,
+    )

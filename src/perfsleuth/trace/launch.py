@@ -21,12 +21,19 @@ from perfsleuth.trace.job import RankView
 SHORT_KERNEL_NS = 10_000
 """Kernels under 10 µs rarely fill a modern GPU; their launch cost (≈ 5 µs) is of the same order."""
 
-SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("launches", pa.int64()), ("gpu_events", pa.int64()),
-    ("launch_delay_p50_ns", pa.float64()), ("launch_delay_p90_ns", pa.float64()),
-    ("cpu_launch_p50_ns", pa.float64()), ("gpu_p50_ns", pa.float64()),
-    ("short_kernel_share", pa.float64()), ("gpu_shorter_than_launch_share", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("launches", pa.int64()),
+        ("gpu_events", pa.int64()),
+        ("launch_delay_p50_ns", pa.float64()),
+        ("launch_delay_p90_ns", pa.float64()),
+        ("cpu_launch_p50_ns", pa.float64()),
+        ("gpu_p50_ns", pa.float64()),
+        ("short_kernel_share", pa.float64()),
+        ("gpu_shorter_than_launch_share", pa.float64()),
+    ]
+)
 
 
 def launch_stats(v: RankView, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Table:
@@ -40,15 +47,17 @@ def launch_stats(v: RankView, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Tabl
         delay = (v.ts - v.launch_ts)[joined]
         cpu = (v.launch_end - v.launch_ts)[joined]
         gpu_joined = (v.end - v.ts)[joined]
-        rows.append({
-            "rank": rank,
-            "launches": int(joined.sum()),
-            "gpu_events": int(kernels.sum()),
-            "launch_delay_p50_ns": float(np.median(delay)) if len(delay) else None,
-            "launch_delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
-            "cpu_launch_p50_ns": float(np.median(cpu)) if len(cpu) else None,
-            "gpu_p50_ns": float(np.median(gpu_ns)),
-            "short_kernel_share": float((gpu_ns < short_kernel_ns).mean()),
-            "gpu_shorter_than_launch_share": float((gpu_joined < cpu).mean()) if len(cpu) else None,
-        })
+        rows.append(
+            {
+                "rank": rank,
+                "launches": int(joined.sum()),
+                "gpu_events": int(kernels.sum()),
+                "launch_delay_p50_ns": float(np.median(delay)) if len(delay) else None,
+                "launch_delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
+                "cpu_launch_p50_ns": float(np.median(cpu)) if len(cpu) else None,
+                "gpu_p50_ns": float(np.median(gpu_ns)),
+                "short_kernel_share": float((gpu_ns < short_kernel_ns).mean()),
+                "gpu_shorter_than_launch_share": float((gpu_joined < cpu).mean()) if len(cpu) else None,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=SCHEMA)

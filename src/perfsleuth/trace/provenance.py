@@ -76,10 +76,14 @@ class Provenance:
     def caveats(self) -> list[Caveat]:
         """One caveat per limit that the trace analysis does not already state (a one-GPU job's lack of
         peers limits nothing a user would ask about: no caveat for it)."""
-        return [Caveat(f"trace_{p}", why) for p, why in self.limits.items()
-                if p not in _ALREADY_STATED and not (p == PEERS and why.startswith(_ALONE))
-                and not (p == ALL_RANKS and PEERS in self.limits)
-                and not (p == SEVERAL_STEPS and STEPS in self.limits)]
+        return [
+            Caveat(f"trace_{p}", why)
+            for p, why in self.limits.items()
+            if p not in _ALREADY_STATED
+            and not (p == PEERS and why.startswith(_ALONE))
+            and not (p == ALL_RANKS and PEERS in self.limits)
+            and not (p == SEVERAL_STEPS and STEPS in self.limits)
+        ]
 
     def to_json(self) -> dict[str, str]:
         return dict(self.limits)
@@ -107,16 +111,21 @@ def provenance(a: JobAnalysis) -> Provenance:
     gpu_events = np.array([facts[r].get("gpu_events", 0.0) for r in ranks])
     spans = np.array([facts[r].get("trace_end_ns", 0.0) - facts[r].get("trace_start_ns", 0.0) for r in ranks])
     if events.max() < MIN_EVENTS:
-        limits[REAL_SIZE] = (f"the trace holds {int(events.max())} events ({int(gpu_events.max())} on the GPU) on its "
-                             f"largest rank: a hand-written fixture or a toy run, too small for rates or shares to "
-                             f"describe a workload (under {MIN_EVENTS} events)")
+        limits[REAL_SIZE] = (
+            f"the trace holds {int(events.max())} events ({int(gpu_events.max())} on the GPU) on its "
+            f"largest rank: a hand-written fixture or a toy run, too small for rates or shares to "
+            f"describe a workload (under {MIN_EVENTS} events)"
+        )
     elif 0 < gpu_events.max() < MIN_GPU_EVENTS:
-        limits[REAL_SIZE] = (f"only {int(gpu_events.max())} GPU events beside {int(events.max())} host events: the "
-                             "window holds almost no GPU work (a CUDA-graph capture, start-up, a CPU phase), so GPU "
-                             f"shares of it describe no workload (under {MIN_GPU_EVENTS} GPU events)")
+        limits[REAL_SIZE] = (
+            f"only {int(gpu_events.max())} GPU events beside {int(events.max())} host events: the "
+            "window holds almost no GPU work (a CUDA-graph capture, start-up, a CPU phase), so GPU "
+            f"shares of it describe no workload (under {MIN_GPU_EVENTS} GPU events)"
+        )
     elif spans.max() < MIN_WINDOW_NS:
-        limits[REAL_SIZE] = (f"the traced window is {spans.max() / 1e6:.1f} ms: too short to describe a workload "
-                             f"(under {MIN_WINDOW_NS / 1e6:.0f} ms)")
+        limits[REAL_SIZE] = (
+            f"the traced window is {spans.max() / 1e6:.1f} ms: too short to describe a workload (under {MIN_WINDOW_NS / 1e6:.0f} ms)"
+        )
     steps = a.steps.to_pandas() if a.steps.num_rows else None
     n_steps = 0
     if steps is None or not (steps["step"] >= 0).any():
@@ -125,8 +134,10 @@ def provenance(a: JobAnalysis) -> Provenance:
     else:
         n_steps = int(steps[steps["step"] >= 0].groupby("rank")["step"].nunique().max())
         if n_steps < MIN_STEPS:
-            limits[SEVERAL_STEPS] = (f"{n_steps} ProfilerStep(s) per rank: a pattern over steps (bursts on a few steps, "
-                                     f"the same gap on every step) cannot be judged from fewer than {MIN_STEPS}")
+            limits[SEVERAL_STEPS] = (
+                f"{n_steps} ProfilerStep(s) per rank: a pattern over steps (bursts on a few steps, "
+                f"the same gap on every step) cannot be judged from fewer than {MIN_STEPS}"
+            )
     if (reason := _host_record_limit(a, ranks)) is not None:
         limits[HOST_RECORD] = reason
     if not a.ranks_with_gpu or len(a.ranks_with_gpu) < len(ranks):
@@ -134,8 +145,11 @@ def provenance(a: JobAnalysis) -> Provenance:
         limits[GPU] = f"rank(s) {no_gpu} have no GPU events (CPU-only, or GPU tracing off)"
     world = _world_size(a)
     if len(a.ranks_with_gpu) < 2:
-        limits[PEERS] = (f"one rank traced of a {world}-rank job: nothing can be said about its peers (who waits for whom)"
-                         if world and world > 1 else _ALONE + " (no peers to compare)")
+        limits[PEERS] = (
+            f"one rank traced of a {world}-rank job: nothing can be said about its peers (who waits for whom)"
+            if world and world > 1
+            else _ALONE + " (no peers to compare)"
+        )
     if world and len(ranks) < world:
         limits[ALL_RANKS] = _untraced_ranks(a, ranks, world)
     return Provenance(limits)
@@ -160,9 +174,11 @@ def _untraced_ranks(a: JobAnalysis, ranks: list[int], world: int) -> str:
     shown = format_ranks(ranks)
     if len(shown) > 60:
         shown = shown[:57].rsplit(",", 1)[0] + ",..."
-    why = (f"{len(ranks)} of {world} ranks traced ({shown}): a straggler, slow GPU or slow node among the "
-           f"{world - len(ranks)} untraced ranks cannot be seen, so 'no straggler' and 'the slowest rank' hold for "
-           "the traced ranks only")
+    why = (
+        f"{len(ranks)} of {world} ranks traced ({shown}): a straggler, slow GPU or slow node among the "
+        f"{world - len(ranks)} untraced ranks cannot be seen, so 'no straggler' and 'the slowest rank' hold for "
+        "the traced ranks only"
+    )
     coll = a.collectives
     if coll.num_rows:
         df = coll.select(["group", "group_size", "rank"]).to_pandas()
@@ -171,11 +187,9 @@ def _untraced_ranks(a: JobAnalysis, ranks: list[int], world: int) -> str:
         lone = int((g["traced"] < 2).sum())
         partial = int(((g["traced"] >= 2) & (g["traced"] < g["size"])).sum())
         if lone:
-            why += (f"; in {lone} of {len(g)} process groups seen only one member was traced: who waits for whom "
-                    "inside them is undecidable")
+            why += f"; in {lone} of {len(g)} process groups seen only one member was traced: who waits for whom inside them is undecidable"
         if partial:
-            why += (f"; in {partial} more some members were not traced: the last traced arrival at their "
-                    "collectives need not be the last")
+            why += f"; in {partial} more some members were not traced: the last traced arrival at their collectives need not be the last"
     return why
 
 
@@ -190,12 +204,13 @@ def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
     linked = sum(facts[r].get("gpu_events_with_correlation", 0) for r in ranks)
     joined = sum(facts[r].get("gpu_events_launch_joined", 0) for r in ranks)
     if linked >= MIN_GPU_EVENTS and joined / linked < MIN_LAUNCH_JOIN:
-        return (f"only {joined / linked:.0%} of the GPU events find the host call that launched them: the host side "
-                "was filtered or dropped")
+        return f"only {joined / linked:.0%} of the GPU events find the host call that launched them: the host side was filtered or dropped"
     sig = a.signals.to_pandas() if a.signals.num_rows else None
     if sig is not None and "silent_ns" in sig and sig.groupby("rank").size().min() >= MIN_STEPS:
         share = sig["silent_ns"] / sig["step_time_ns"].clip(lower=1)
         if float(share.min()) > SPARSE_HOST_SHARE:
-            return (f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "
-                    "record is incomplete (sampled, filtered, or uninstrumented code), so its silence names nothing")
+            return (
+                f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "
+                "record is incomplete (sampled, filtered, or uninstrumented code), so its silence names nothing"
+            )
     return None

@@ -64,49 +64,88 @@ CAUSES = ("checkpoint", "compile", "dataloader", "gc", "silent", "alloc", "d2h",
 
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|(?<![a-z])save(?![a-z])|state_dict|torch\.save|dcp\.", re.I)
 _NOT_CHECKPOINT = re.compile(r"activation|CheckpointFunction|recompute|non_reentrant", re.I)
-_COMPILE = re.compile(r"dynamo_timed|compile_inner|compile_fx|call_user_compiler|compile_to_module|"
-                      r"aot_dispatch|inductor_compile|torch\._inductor\.compile", re.I)
+_COMPILE = re.compile(
+    r"dynamo_timed|compile_inner|compile_fx|call_user_compiler|compile_to_module|"
+    r"aot_dispatch|inductor_compile|torch\._inductor\.compile",
+    re.I,
+)
 _DATALOADER = re.compile(r"DataLoader|data_loader|dataloader|batch-generator|batch_generator|get_batch", re.I)
 _ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free)(_v2)?$|^cuMem(Alloc|Free)(_v2)?$")
 _FREE = re.compile(r"Free", re.I)
 _D2H = re.compile(r"DtoH|Device -> Pageable|Device -> Pinned", re.I)
-_DTYPE_BYTES = {"float": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4,
-                "long": 8, "int64": 8, "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "short": 2,
-                "float8_e4m3fn": 1, "float8_e5m2": 1}
+_DTYPE_BYTES = {
+    "float": 4,
+    "bfloat16": 2,
+    "half": 2,
+    "float16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "short": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 _COMPILED_REGION = re.compile(r"Torch-Compiled Region|CompiledFunction")
 _GC = re.compile(r"^Python GC$|\bgc\.collect\b|garbage[ _]?collect", re.I)
 
-SIGNALS = pa.schema([
-    ("rank", pa.int32()), ("step", pa.int32()),
-    ("step_time_ns", pa.int64()),
-    # communication split: collectives (all-reduce, ...) versus pipeline point-to-point
-    ("collective_ns", pa.int64()), ("exposed_collective_ns", pa.int64()), ("collectives", pa.int64()),
-    # exposed collective time while compute work was already launched and waiting (on the critical
-    # path); the rest ran while the compute stream waited for the host anyway
-    ("exposed_collective_blocking_ns", pa.int64()),
-    ("collective_bus_bytes", pa.int64()),  # bytes x NCCL's bus factor (2(n-1)/n for all-reduce), for bus bandwidth
-    ("p2p_ns", pa.int64()), ("exposed_p2p_ns", pa.int64()), ("p2p_ops", pa.int64()),
-    # lost time (not compute, not communication) charged to a host cause, in CAUSES order
-    *[(f"lost_{c}_ns", pa.int64()) for c in CAUSES],
-    ("lost_launch_ns", pa.int64()),
-    # the part of lost_sync_ns inside the sync calls themselves: host and GPU both waited, for something
-    # the trace does not show (another process, a peer, an untraced stream); the queue refilling after
-    # a sync is the sync's own cost, the idle during it is not explained by it
-    ("sync_wait_idle_ns", pa.int64()),
-    # host spans per cause inside the window, whatever the GPU did meanwhile
-    ("checkpoint_span_ns", pa.int64()), ("compile_span_ns", pa.int64()), ("dataloader_span_ns", pa.int64()),
-    ("gc_span_ns", pa.int64()),
-    ("silent_ns", pa.int64()), ("silent_max_gap_ns", pa.int64()),
-    ("d2h_copies", pa.int64()), ("d2h_bytes", pa.int64()),
-    ("malloc_calls", pa.int64()), ("free_calls", pa.int64()), ("free_burst_max", pa.int64()),
-    ("alloc_host_ns", pa.int64()),
-    # caching-allocator state from profile_memory events (null without them)
-    ("mem_events", pa.int64()), ("mem_allocated_max_bytes", pa.int64()), ("mem_reserved_max_bytes", pa.int64()),
-    ("mem_reserved_min_bytes", pa.int64()), ("mem_reserved_drops", pa.int64()),
-    # chains of short kernels run back to back (busy GPU, little work per kernel)
-    ("kernels", pa.int64()), ("short_kernels", pa.int64()), ("chain_kernels", pa.int64()),
-    ("chain_ns", pa.int64()), ("chains", pa.int64()),
-])
+SIGNALS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int32()),
+        ("step_time_ns", pa.int64()),
+        # communication split: collectives (all-reduce, ...) versus pipeline point-to-point
+        ("collective_ns", pa.int64()),
+        ("exposed_collective_ns", pa.int64()),
+        ("collectives", pa.int64()),
+        # exposed collective time while compute work was already launched and waiting (on the critical
+        # path); the rest ran while the compute stream waited for the host anyway
+        ("exposed_collective_blocking_ns", pa.int64()),
+        ("collective_bus_bytes", pa.int64()),  # bytes x NCCL's bus factor (2(n-1)/n for all-reduce), for bus bandwidth
+        ("p2p_ns", pa.int64()),
+        ("exposed_p2p_ns", pa.int64()),
+        ("p2p_ops", pa.int64()),
+        # lost time (not compute, not communication) charged to a host cause, in CAUSES order
+        *[(f"lost_{c}_ns", pa.int64()) for c in CAUSES],
+        ("lost_launch_ns", pa.int64()),
+        # the part of lost_sync_ns inside the sync calls themselves: host and GPU both waited, for something
+        # the trace does not show (another process, a peer, an untraced stream); the queue refilling after
+        # a sync is the sync's own cost, the idle during it is not explained by it
+        ("sync_wait_idle_ns", pa.int64()),
+        # host spans per cause inside the window, whatever the GPU did meanwhile
+        ("checkpoint_span_ns", pa.int64()),
+        ("compile_span_ns", pa.int64()),
+        ("dataloader_span_ns", pa.int64()),
+        ("gc_span_ns", pa.int64()),
+        ("silent_ns", pa.int64()),
+        ("silent_max_gap_ns", pa.int64()),
+        ("d2h_copies", pa.int64()),
+        ("d2h_bytes", pa.int64()),
+        ("malloc_calls", pa.int64()),
+        ("free_calls", pa.int64()),
+        ("free_burst_max", pa.int64()),
+        ("alloc_host_ns", pa.int64()),
+        # caching-allocator state from profile_memory events (null without them)
+        ("mem_events", pa.int64()),
+        ("mem_allocated_max_bytes", pa.int64()),
+        ("mem_reserved_max_bytes", pa.int64()),
+        ("mem_reserved_min_bytes", pa.int64()),
+        ("mem_reserved_drops", pa.int64()),
+        # chains of short kernels run back to back (busy GPU, little work per kernel)
+        ("kernels", pa.int64()),
+        ("short_kernels", pa.int64()),
+        ("chain_kernels", pa.int64()),
+        ("chain_ns", pa.int64()),
+        ("chains", pa.int64()),
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +188,7 @@ def analyze_rank(view: RankView, run_id: str) -> RankResult:
 def _name_mask(view: RankView, pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None) -> np.ndarray:
     """Rows whose name matches, deciding once per distinct name."""
     codes, values = _dictionary(view.table["name"])
-    hit = np.array([bool(pattern.search(v or "")) and not (exclude is not None and exclude.search(v or ""))
-                    for v in values], dtype=bool)
+    hit = np.array([bool(pattern.search(v or "")) and not (exclude is not None and exclude.search(v or "")) for v in values], dtype=bool)
     return hit[codes]
 
 
@@ -233,8 +271,10 @@ def _chains(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
 def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     n = len(windows)
     m = np.flatnonzero(view.kind == "memory")
-    nulls = {k: pa.nulls(n, pa.int64()) for k in ("mem_allocated_max_bytes", "mem_reserved_max_bytes",
-                                                  "mem_reserved_min_bytes", "mem_reserved_drops")}
+    nulls = {
+        k: pa.nulls(n, pa.int64())
+        for k in ("mem_allocated_max_bytes", "mem_reserved_max_bytes", "mem_reserved_min_bytes", "mem_reserved_drops")
+    }
     if len(m) == 0:
         return {"mem_events": np.zeros(n, np.int64), **nulls}
     ts = view.ts[m]
@@ -250,11 +290,13 @@ def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     def masked(v: np.ndarray) -> pa.Array:
         return pa.array(np.where(has, v, 0), pa.int64(), mask=~has)
 
-    return {"mem_events": count,
-            "mem_allocated_max_bytes": masked(_per_window(windows, ts, alloc, "max")),
-            "mem_reserved_max_bytes": masked(_per_window(windows, ts, res, "max")),
-            "mem_reserved_min_bytes": masked(_per_window(windows, ts, res, "min")),
-            "mem_reserved_drops": masked(_per_window(windows, ts, drop))}
+    return {
+        "mem_events": count,
+        "mem_allocated_max_bytes": masked(_per_window(windows, ts, alloc, "max")),
+        "mem_reserved_max_bytes": masked(_per_window(windows, ts, res, "max")),
+        "mem_reserved_min_bytes": masked(_per_window(windows, ts, res, "min")),
+        "mem_reserved_drops": masked(_per_window(windows, ts, drop)),
+    }
 
 
 def _free_bursts(view: RankView, alloc: np.ndarray, windows: Windows) -> np.ndarray:
@@ -345,7 +387,9 @@ def cause_masks(view: RankView) -> dict[str, np.ndarray]:
     api = (kind == "runtime") | (kind == "driver")
     named_span = (kind == "annotation") | (kind == "cpu_op")
     return {
-        "host": host, "api": api, "named_span": named_span,
+        "host": host,
+        "api": api,
+        "named_span": named_span,
         "checkpoint": (kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT),
         "compile": named_span & _name_mask(view, _COMPILE),
         "dataloader": named_span & _name_mask(view, _DATALOADER),
@@ -362,8 +406,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     lo, hi = windows.start.astype(np.int64), windows.end.astype(np.int64)
     kind = view.kind
     m = masks if masks is not None else cause_masks(view)
-    host, api, ckpt, comp, data, alloc, gc = (m[k] for k in ("host", "api", "checkpoint", "compile", "dataloader",
-                                                             "alloc", "gc"))
+    host, api, ckpt, comp, data, alloc, gc = (m[k] for k in ("host", "api", "checkpoint", "compile", "dataloader", "alloc", "gc"))
 
     def cov(mask: np.ndarray) -> Coverage:
         return Coverage.of(view.ts[mask], view.end[mask])
@@ -381,13 +424,20 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     else:
         silent = Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     d2h = (kind == "memcpy") & _name_mask(view, _D2H)
-    covers = {"checkpoint": cov(ckpt), "compile": cov(comp), "dataloader": cov(data), "gc": cov(gc), "alloc": _alloc_coverage(view, alloc),
-              "d2h": cov(d2h), "silent": silent, "sync": view.host_sync}
+    covers = {
+        "checkpoint": cov(ckpt),
+        "compile": cov(comp),
+        "dataloader": cov(data),
+        "gc": cov(gc),
+        "alloc": _alloc_coverage(view, alloc),
+        "d2h": cov(d2h),
+        "silent": silent,
+        "sync": view.host_sync,
+    }
     spans = {c: covers[c].measure(lo, hi) for c in ("checkpoint", "compile", "dataloader", "gc", "silent", "alloc")}
 
     cc = view.comm_or_compute
-    cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step,
-                               "step_time_ns": hi - lo}
+    cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step, "step_time_ns": hi - lo}
     # communication split
     coll = view.kind == "collective"
     op = view.coll_op

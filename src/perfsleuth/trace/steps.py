@@ -60,8 +60,7 @@ def step_windows(view: RankView) -> Windows:
             cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
     if not spans:
         span = view.gpu_span() or (int(view.ts.min()), int(view.end.max()))
-        return Windows(np.array([NO_STEP], np.int32), np.array([span[0]]), np.array([span[1]]),
-                       np.array([0]), False)
+        return Windows(np.array([NO_STEP], np.int32), np.array([span[0]]), np.array([span[1]]), np.array([0]), False)
     steps = np.array(sorted(spans, key=lambda n: spans[n][0]), dtype=np.int32)
     host_start = np.array([spans[n][0] for n in steps], dtype=np.int64)
     host_end = np.array([spans[n][1] for n in steps], dtype=np.int64)

@@ -26,11 +26,19 @@ from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
 from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment
 
-RANK_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("instances", pa.int64()), ("decisive", pa.int64()), ("last_count", pa.int64()), ("last_share", pa.float64()),
-    ("lateness_p50_ns", pa.float64()), ("wait_imposed_ns", pa.int64()), ("wait_suffered_ns", pa.int64()),
-    ("p_value", pa.float64()),
-])
+RANK_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("instances", pa.int64()),
+        ("decisive", pa.int64()),
+        ("last_count", pa.int64()),
+        ("last_share", pa.float64()),
+        ("lateness_p50_ns", pa.float64()),
+        ("wait_imposed_ns", pa.int64()),
+        ("wait_suffered_ns", pa.int64()),
+        ("p_value", pa.float64()),
+    ]
+)
 
 ALPHA = 0.01
 MIN_LEAD_NS = 2_000
@@ -82,36 +90,62 @@ def _per_rank(arr) -> pa.Table:
     suffered = g["wait_ns"].sum().reindex(n_all.index, fill_value=0).astype(np.int64)
     total_wait = dec.groupby("instance")["wait_ns"].sum()
     last_rows = dec[dec["is_last"]]
-    imposed = (last_rows["instance"].map(total_wait).groupby(last_rows["rank"]).sum()
-               .reindex(n_all.index, fill_value=0).astype(np.int64))
+    imposed = last_rows["instance"].map(total_wait).groupby(last_rows["rank"]).sum().reindex(n_all.index, fill_value=0).astype(np.int64)
     nn = n.to_numpy()
-    return pa.table({
-        "rank": pa.array(n_all.index.to_numpy().astype(np.int32)),
-        "instances": pa.array(n_all.to_numpy().astype(np.int64)),
-        "decisive": pa.array(nn.astype(np.int64)),
-        "last_count": pa.array(last.to_numpy()),
-        "last_share": pa.array(np.where(nn > 0, last.to_numpy() / np.maximum(nn, 1), 0.0)),
-        "lateness_p50_ns": pa.array(lateness.to_numpy(dtype=float)),
-        "wait_imposed_ns": pa.array(imposed.to_numpy()),
-        "wait_suffered_ns": pa.array(suffered.to_numpy()),
-        "p_value": pa.array(np.minimum(1.0, p.astype(float) * n_ranks)),
-    }, schema=RANK_SCHEMA)
+    return pa.table(
+        {
+            "rank": pa.array(n_all.index.to_numpy().astype(np.int32)),
+            "instances": pa.array(n_all.to_numpy().astype(np.int64)),
+            "decisive": pa.array(nn.astype(np.int64)),
+            "last_count": pa.array(last.to_numpy()),
+            "last_share": pa.array(np.where(nn > 0, last.to_numpy() / np.maximum(nn, 1), 0.0)),
+            "lateness_p50_ns": pa.array(lateness.to_numpy(dtype=float)),
+            "wait_imposed_ns": pa.array(imposed.to_numpy()),
+            "wait_suffered_ns": pa.array(suffered.to_numpy()),
+            "p_value": pa.array(np.minimum(1.0, p.astype(float) * n_ranks)),
+        },
+        schema=RANK_SCHEMA,
+    )
 
 
 def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlignment) -> StragglerReport:
     """See the module docstring. ``arrivals`` comes from ``collectives.with_arrivals``."""
-    empty = pa.table({"step": pa.array([], pa.int32()), "step_time_ns": pa.array([], pa.int64()),
-                      "savings_ns": pa.array([], pa.int64()), "counterfactual_ns": pa.array([], pa.int64())})
+    empty = pa.table(
+        {
+            "step": pa.array([], pa.int32()),
+            "step_time_ns": pa.array([], pa.int64()),
+            "savings_ns": pa.array([], pa.int64()),
+            "counterfactual_ns": pa.array([], pa.int64()),
+        }
+    )
     if arrivals.num_rows == 0:
-        return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, empty, None, None, None,
-                               "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
+        return StragglerReport(
+            RANK_SCHEMA.empty_table(),
+            None,
+            None,
+            None,
+            empty,
+            None,
+            None,
+            None,
+            "no collective seen on two or more ranks: straggler analysis needs traces of several ranks",
+        )
     arr = arrivals.to_pandas()
     # pipeline sends/receives are ordered by design (the receiver waits for the sender): they align
     # clocks but say nothing about who is slow
     arr = arr[~arr["op"].isin(P2P_OPS)]
     if arr.empty:
-        return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, empty, None, None, None,
-                               "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by")
+        return StragglerReport(
+            RANK_SCHEMA.empty_table(),
+            None,
+            None,
+            None,
+            empty,
+            None,
+            None,
+            None,
+            "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by",
+        )
     med = arr.groupby("instance")["arrival_ns"].transform("median")
     arr["lateness_ns"] = arr["arrival_ns"] - med
     skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
@@ -127,14 +161,18 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     is_straggler = bool(best["p_value"] < ALPHA and best["last_share"] >= 0.5 and lead_p50 > skew)
     straggler = int(best["rank"]) if is_straggler else None
     if is_straggler:
-        note = (f"rank {straggler} arrives last at {best['last_share']:.0%} of the {int(best['decisive'])} collectives "
-                f"(of {int(best['instances'])}) where the last arrival is clearly last "
-                f"(chance would be {float(np.mean(1 / arr['participants'])):.0%}); median lead over the next rank "
-                f"{lead_p50 / 1e3:.0f} µs vs residual clock skew {skew / 1e3:.0f} µs")
+        note = (
+            f"rank {straggler} arrives last at {best['last_share']:.0%} of the {int(best['decisive'])} collectives "
+            f"(of {int(best['instances'])}) where the last arrival is clearly last "
+            f"(chance would be {float(np.mean(1 / arr['participants'])):.0%}); median lead over the next rank "
+            f"{lead_p50 / 1e3:.0f} µs vs residual clock skew {skew / 1e3:.0f} µs"
+        )
     else:
-        note = (f"no straggler: the most frequent last arrival, rank {int(best['rank'])}, is last at "
-                f"{best['last_share']:.0%} of {int(best['decisive'])} decisive collectives (adjusted p={best['p_value']:.2g}), median lead "
-                f"{lead_p50 / 1e3:.0f} µs vs residual skew {skew / 1e3:.0f} µs")
+        note = (
+            f"no straggler: the most frequent last arrival, rank {int(best['rank'])}, is last at "
+            f"{best['last_share']:.0%} of {int(best['decisive'])} decisive collectives (adjusted p={best['p_value']:.2g}), median lead "
+            f"{lead_p50 / 1e3:.0f} µs vs residual skew {skew / 1e3:.0f} µs"
+        )
     per_step, st, cf, frac = _counterfactual(arr, steps, straggler if is_straggler else int(best["rank"]))
     if not is_straggler:
         cf = frac = None
@@ -152,10 +190,14 @@ def _counterfactual(arr, steps: pa.Table, rank: int):
     cap = exposed.reindex(step_time.index).fillna(0)
     savings = np.minimum(savings, cap)
     cf = step_time - savings
-    per_step = pa.table({"step": step_time.index.to_numpy().astype(np.int32),
-                         "step_time_ns": step_time.to_numpy().astype(np.int64),
-                         "savings_ns": savings.to_numpy().astype(np.int64),
-                         "counterfactual_ns": cf.to_numpy().astype(np.int64)})
+    per_step = pa.table(
+        {
+            "step": step_time.index.to_numpy().astype(np.int32),
+            "step_time_ns": step_time.to_numpy().astype(np.int64),
+            "savings_ns": savings.to_numpy().astype(np.int64),
+            "counterfactual_ns": cf.to_numpy().astype(np.int64),
+        }
+    )
     st = median_interval(step_time.to_numpy(), "ns")
     cfi = median_interval(cf.to_numpy(), "ns")
     frac = median_interval((savings / step_time).to_numpy(), "fraction")
