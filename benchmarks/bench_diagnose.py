@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 from perfsleuth.api import analyze_streaming
-from perfsleuth.cases.faults import DataloaderStall, StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.diagnose import diagnose, load_detectors
+from perfsleuth.sim.faults import DataloaderStall, StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 def main() -> None:

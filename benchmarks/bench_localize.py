@@ -19,7 +19,7 @@ in a worker subprocess (``--ref-python``: an interpreter with pandas, numpy, sci
 on the same instances, timed around the algorithm call only. perfsleuth is timed from an Arrow table in
 memory to the labels (engine load, leaf table, search) on DuckDB with one thread.
 
-``fleet``: the fleet simulator (``perfsleuth.cases.fleet_sim``) over several seeds: are the injected
+``fleet``: the fleet simulator (``perfsleuth.sim.fleet_sim``) over several seeds: are the injected
 culprits named, is the confounded driver kept out of the culprits and reported as confounded; and the
 same localization on Spark, compared field by field with DuckDB.
 
@@ -354,8 +354,8 @@ def part_public(args: argparse.Namespace) -> dict:
 
 def part_fleet(args: argparse.Namespace) -> dict:
     from perfsleuth import engine
-    from perfsleuth.cases.fleet_sim import DIMS, FleetScenario, simulate_fleet
     from perfsleuth.segment import LeafSpec, localize
+    from perfsleuth.sim.fleet_sim import DIMS, FleetScenario, simulate_fleet
 
     spec = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
     con = engine.connect("duckdb")
@@ -408,8 +408,8 @@ def part_fleet(args: argparse.Namespace) -> dict:
 
 def _engine_agreement(spec, args: argparse.Namespace) -> dict:
     from perfsleuth import engine
-    from perfsleuth.cases.fleet_sim import FleetScenario, simulate_fleet
     from perfsleuth.segment import localize
+    from perfsleuth.sim.fleet_sim import FleetScenario, simulate_fleet
 
     case = simulate_fleet(FleetScenario(seed=0))
     docs = {}
@@ -446,8 +446,8 @@ def part_scale(args: argparse.Namespace) -> dict:
     from bench_memory import make_records  # the one builder of the cached fleet table (bench_memory reads it too)
 
     from perfsleuth import engine
-    from perfsleuth.cases.fleet_sim import DIMS
     from perfsleuth.segment import LeafSpec, localize
+    from perfsleuth.sim.fleet_sim import DIMS
 
     spec = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
     results = {}

@@ -130,7 +130,7 @@ def make_records(path: Path, rows: int) -> None:
     """The fleet table bench_localize.py's scale part writes (same scenario, same file name)."""
     import pyarrow.parquet as pq
 
-    from perfsleuth.cases.fleet_sim import FleetScenario, simulate_fleet
+    from perfsleuth.sim.fleet_sim import FleetScenario, simulate_fleet
 
     nodes = 8 * 8 * 32
     case = simulate_fleet(FleetScenario(seed=7, nodes_per_rack=32, runs_per_window=rows / (2 * nodes)))
@@ -200,8 +200,8 @@ def child(kind: str, path: str, out: str, threads: int) -> None:
 
 def _records_work(path: str, threads: int):  # noqa: ANN202
     from perfsleuth import engine
-    from perfsleuth.cases.fleet_sim import DIMS
     from perfsleuth.segment import LeafSpec, localize
+    from perfsleuth.sim.fleet_sim import DIMS
 
     spec = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
     con = engine.connect("duckdb", threads=threads)  # memory_limit from PERFSLEUTH_DUCKDB_MEMORY_LIMIT (set by the parent)
@@ -219,7 +219,7 @@ def records_arrow_bytes(path: Path) -> int:
     the parent and cached beside the file."""
     import pyarrow.parquet as pq
 
-    from perfsleuth.cases.fleet_sim import DIMS
+    from perfsleuth.sim.fleet_sim import DIMS
 
     cached = path.with_suffix(".arrow-bytes")
     if not cached.exists():

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from perfsleuth.cases.nsys_writer import write_rank
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.ingest import nsys
+from perfsleuth.sim.nsys_writer import write_rank
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 TIME_TABLES = {  # table -> columns shifted in time (all rows), correlation column
     "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end"),

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from perfsleuth.cases.rank_scale import ScaleJob, build, scale_config
+from perfsleuth.sim.rank_scale import ScaleJob, build, scale_config
 from perfsleuth.trace import collectives, stragglers
 from perfsleuth.trace.groups import group_view
 

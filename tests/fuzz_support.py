@@ -699,7 +699,7 @@ def records_sample() -> pa.Table:
     """Ten days of the simulated fleet history (a rack slows on day 6): ~960 records, every column kind."""
     import datetime as dt
 
-    from perfsleuth.cases.fleet_history import FleetHistory, fleet_history
+    from perfsleuth.sim.fleet_history import FleetHistory, fleet_history
 
     return fleet_history(FleetHistory(dt.date(2026, 3, 1), 10, 6))
 

@@ -50,7 +50,7 @@ def test_compare_and_changes_functions_answer_as_the_commands(files):
 
 
 def test_a_report_renders_in_a_notebook_and_as_an_arrow_table(tmp_path):
-    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.sim.demo import write_demo_job
 
     write_demo_job(tmp_path / "job", seed=7)
     report = api.analyze([tmp_path / "job"], workers=1)

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import perfsleuth
-from perfsleuth.cases.fleet_history import FleetHistory, fleet_history, write_history_store
 from perfsleuth.cli import app
+from perfsleuth.sim.fleet_history import FleetHistory, fleet_history, write_history_store
 
 runner = CliRunner()
 H = FleetHistory(days=14, change_day=8)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from perfsleuth.cases.demo import write_demo_job
 from perfsleuth.cli import app
+from perfsleuth.sim.demo import write_demo_job
 
 runner = CliRunner()
 INTERVAL = {"value", "low", "high", "unit", "method"}

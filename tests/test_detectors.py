@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases.faults import (
+from perfsleuth.diagnose import DETECTORS, Diagnosis, load_detectors
+from perfsleuth.diagnose.detectors import TRACE_FAULTS
+from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL
+from perfsleuth.ingest import kineto
+from perfsleuth.sim.faults import (
     AllocatorChurn,
     CheckpointStall,
     CollectiveHang,
@@ -29,12 +33,8 @@ from perfsleuth.cases.faults import (
     StragglerRank,
     UnattributedHostStall,
 )
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
-from perfsleuth.diagnose import DETECTORS, Diagnosis, load_detectors
-from perfsleuth.diagnose.detectors import TRACE_FAULTS
-from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL
-from perfsleuth.ingest import kineto
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 MS = 1_000_000
 

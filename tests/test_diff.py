@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.cli import app
 from perfsleuth.ingest.kineto import read_rank_file
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 from perfsleuth.trace.diff import diff_traces, measure_rank, shared_time
 from perfsleuth.trace.intervals import Coverage
 from perfsleuth.trace.job import RankView

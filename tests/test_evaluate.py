@@ -13,13 +13,13 @@ import pytest
 
 from perfsleuth.cases.case import CASE_FILE, SCHEMA, Case, CaseFault, find_cases, read_case, write_case
 from perfsleuth.cases.evaluate import Answer, CaseResult, evaluate, score
-from perfsleuth.cases.faults import StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
-from perfsleuth.cases.suite import CLASSES, _plan
 from perfsleuth.commands.cases_cmd import cases_add, cases_make, parse_scope
 from perfsleuth.commands.evaluate_cmd import evaluate_command
 from perfsleuth.errors import InputError
+from perfsleuth.sim.faults import StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
+from perfsleuth.sim.suite import CLASSES, _plan
 
 
 def result(name: str, expected=(), undetectable=(), findings=(), insufficient=()) -> CaseResult:

@@ -21,9 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 from perfsleuth.api import load_trace_job
-from perfsleuth.cases.demo import write_demo_job
 from perfsleuth.cli import app
 from perfsleuth.errors import InputError
+from perfsleuth.sim.demo import write_demo_job
 
 runner = CliRunner()
 MEDIAN_STEP_NS = 19_538_081.5  # the demo job's rank 0, as read from the untouched file
@@ -254,7 +254,7 @@ def _drop(t, rows: list[int]):
 
 @pytest.fixture(scope="module")
 def history():
-    from perfsleuth.cases.fleet_history import fleet_history
+    from perfsleuth.sim.fleet_history import fleet_history
 
     return fleet_history()  # rack c1-r02 runs 35 % slower from 2026-03-19 on
 
@@ -323,7 +323,7 @@ def extreme_store(history, tmp_path_factory: pytest.TempPathFactory):
     import numpy as np
     import pyarrow.compute as pc
 
-    from perfsleuth.cases.fleet_history import FleetHistory, write_history_store
+    from perfsleuth.sim.fleet_history import FleetHistory, write_history_store
 
     day = (dt.date(2026, 3, 12) - dt.date(1970, 1, 1)).days
     t = history.filter(pc.greater_equal(history["time_ns"], day * 86_400 * 10**9))

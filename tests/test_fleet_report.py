@@ -20,13 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from perfsleuth import engine
-from perfsleuth.cases.fleet_history import FleetHistory, write_history_store
-from perfsleuth.cases.fleet_history import fleet_history as simulate_history
 from perfsleuth.cli import app
 from perfsleuth.errors import InputError
 from perfsleuth.fleet.report import build_fleet_page, run_link
 from perfsleuth.fleet.windows import Window, parse_window
 from perfsleuth.report.fleet_html import render_fleet_html
+from perfsleuth.sim.fleet_history import FleetHistory, write_history_store
+from perfsleuth.sim.fleet_history import fleet_history as simulate_history
 
 START = dt.date(2026, 3, 1)
 DAYS = 28

@@ -19,7 +19,6 @@ import pytest
 from test_inference_ingest import write_vllm_may2025
 
 from perfsleuth.cases.case import read_case
-from perfsleuth.cases.inference_sim import CLASSES, make_case, make_suite, scenario, simulate, write_run
 from perfsleuth.diagnose import inference as inf
 from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL, NotAssessed, diagnose
 from perfsleuth.diagnose.signals import JobSignals
@@ -34,6 +33,7 @@ from perfsleuth.metrics.inference import (
     ttft_tree,
 )
 from perfsleuth.model import Finding
+from perfsleuth.sim.inference_sim import CLASSES, make_case, make_suite, scenario, simulate, write_run
 
 DATA = Path(__file__).parent / "data" / "inference"
 N_CASES = int(os.environ.get("PERFSLEUTH_INFERENCE_CASES", "36"))

@@ -8,16 +8,16 @@ import pyarrow as pa
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases import telemetry_sim
-from perfsleuth.cases.faults import StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.diagnose import ncu_join
 from perfsleuth.diagnose.registry import Diagnosis
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto, ncu, placement
 from perfsleuth.ingest.inputs import classify_inputs
 from perfsleuth.model import Finding, Interval
+from perfsleuth.sim import telemetry_sim
+from perfsleuth.sim.faults import StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "real_h200"

@@ -11,12 +11,12 @@ import pyarrow.csv as pacsv
 import pytest
 
 from perfsleuth import engine
-from perfsleuth.cases.fleet_sim import DIMS, FleetScenario, simulate_fleet
 from perfsleuth.commands.localize_cmd import SCHEMA, localize_command
 from perfsleuth.segment import LeafSpec, localize
 from perfsleuth.segment.evidence import with_poisson_weight
 from perfsleuth.segment.lattice import element_label, search
 from perfsleuth.segment.localize import UNEXPLAINED
+from perfsleuth.sim.fleet_sim import DIMS, FleetScenario, simulate_fleet
 
 FLEET_SPEC = LeafSpec(DIMS, "tokens_current", "tokens_baseline", "gpu_s_current", "gpu_s_baseline")
 

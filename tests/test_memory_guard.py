@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from perfsleuth.cases import kineto_writer, nsys_writer
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto, memory_guard, nsys
 from perfsleuth.ingest.memory_guard import BASELINE_BYTES, BYTES_PER_INPUT_BYTE
+from perfsleuth.sim import kineto_writer, nsys_writer
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 @pytest.fixture(autouse=True)

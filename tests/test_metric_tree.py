@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases.faults import ExposedCommunication, StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
-from perfsleuth.cases.steplog_sim import Job, make_log
 from perfsleuth.metrics import hardware
 from perfsleuth.metrics.attribution import attribute_change, attribute_runs, log_mean
 from perfsleuth.metrics.model_flops import ModelConfig, flops_per_token
 from perfsleuth.metrics.run_parts import RunParts, mean_run
 from perfsleuth.metrics.tree import FRACTION_COLUMNS, job_record, job_tree, tree_factors
 from perfsleuth.model import RECORDS, SCHEMA_VERSION
+from perfsleuth.sim.faults import ExposedCommunication, StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
+from perfsleuth.sim.steplog_sim import Job, make_log
 
 H100_BF16 = 989.5e12  # datasheet: 1,979 TFLOP/s "with sparsity", dense = half
 
@@ -270,7 +270,7 @@ def test_job_record_of_an_inference_benchmark_passes_its_own_record_through():
 def test_job_record_of_a_kineto_job_is_stamped_with_wall_clock_time(tmp_path):
     """Kineto times count from ``baseTimeNanoseconds``: the record's time is the run's start plus that offset
     (it was null before, and the fleet page leaves out records without a time)."""
-    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.sim.demo import write_demo_job
 
     write_demo_job(tmp_path, seed=3)
     report = analyze([tmp_path], workers=1)

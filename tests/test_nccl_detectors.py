@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsleuth.cases import nccl_sim
 from perfsleuth.cases.case import Case
 from perfsleuth.diagnose import nccl as detectors
 from perfsleuth.diagnose.registry import DETECTORS, INSUFFICIENT_EVIDENCE, MISSING_SIGNAL, NotAssessed, detector_key
@@ -21,6 +20,7 @@ from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest import nccl_log, nccl_tests
 from perfsleuth.metrics import fabric
 from perfsleuth.model import Finding
+from perfsleuth.sim import nccl_sim
 
 DATA = Path(__file__).parent / "data" / "nccl"
 FAULTS = ("nccl_algorithm_selection", "nccl_transport_fallback", "degraded_network")

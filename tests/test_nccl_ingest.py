@@ -401,7 +401,7 @@ def test_malformed_known_lines_and_unknown_lines(tmp_path):
 
 
 def test_many_ranks_interleaved_with_tags_and_timestamps(tmp_path):
-    from perfsleuth.cases.nccl_sim import H100, NodeSetup, init_lines
+    from perfsleuth.sim.nccl_sim import H100, NodeSetup, init_lines
 
     rng = np.random.default_rng(3)
     lines = init_lines(["nodeA", "nodeB"], 8, H100, rng, setups={"nodeB": NodeSetup(gdr=False)})

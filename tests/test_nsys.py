@@ -17,16 +17,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from perfsleuth.cases import kineto_writer, nsys_writer
-from perfsleuth.cases.faults import PipelineBubble, StragglerRank
-from perfsleuth.cases.nsys_writer import NsysStyle
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.diagnose import diagnose
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto, nsys, read_trace_job
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.ingest.source import ADAPTERS
 from perfsleuth.model import EVENTS
+from perfsleuth.sim import kineto_writer, nsys_writer
+from perfsleuth.sim.faults import PipelineBubble, StragglerRank
+from perfsleuth.sim.nsys_writer import NsysStyle
+from perfsleuth.sim.simulator import SimConfig, simulate
 from perfsleuth.trace.analysis import JobAnalysis, combine_ranks
 from perfsleuth.trace.job import RankView
 from perfsleuth.trace.rank_analysis import analyze_rank

@@ -14,7 +14,7 @@ from perfsleuth.cli import app
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.sim.demo import write_demo_job
 
     d = tmp_path_factory.mktemp("om") / "job"
     write_demo_job(d, seed=7)

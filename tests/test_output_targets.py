@@ -28,11 +28,11 @@ import pytest
 from typer.testing import CliRunner
 
 from perfsleuth.cases.case import Case, CaseFault, write_case
-from perfsleuth.cases.demo import write_demo_job
-from perfsleuth.cases.fleet_history import fleet_history
 from perfsleuth.cli import app
 from perfsleuth.commands.output import write_output
 from perfsleuth.errors import OutputError
+from perfsleuth.sim.demo import write_demo_job
+from perfsleuth.sim.fleet_history import fleet_history
 
 runner = CliRunner()
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -344,7 +344,7 @@ def more_inputs(inputs: Path) -> Path:
     time in 2261, and a Kineto file holding NaN literals (what Python's json.dumps writes)."""
     import pyarrow as pa
 
-    from perfsleuth.cases.fleet_history import FleetHistory, write_history_store
+    from perfsleuth.sim.fleet_history import FleetHistory, write_history_store
 
     history = fleet_history()
     write_history_store(history, inputs / "store", FleetHistory(), first_day=11)

@@ -28,7 +28,7 @@ def test_exposed_intervals_are_communication_minus_compute():
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.sim.demo import write_demo_job
 
     d = tmp_path_factory.mktemp("perfetto") / "job"
     write_demo_job(d, seed=7)

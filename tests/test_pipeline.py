@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases.faults import StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
 from perfsleuth.ingest import kineto
+from perfsleuth.sim.faults import StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from perfsleuth.cases import kineto_writer
-from perfsleuth.cases.layouts import ParallelLayout
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim import kineto_writer
+from perfsleuth.sim.layouts import ParallelLayout
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 def test_megatron_order_puts_tensor_parallel_ranks_adjacent_and_stages_furthest_apart():
@@ -70,7 +70,7 @@ def test_simulated_rank_writes_its_groups_into_distributed_info(framework, tp_de
 
 @pytest.fixture(scope="module")
 def job_256():
-    from perfsleuth.cases.rank_scale import build, scale_config
+    from perfsleuth.sim.rank_scale import build, scale_config
 
     cfg = scale_config(256, tp=4, pp=2, straggler=101, steps=3)  # dp = 32
     sj = build(cfg)
@@ -120,7 +120,7 @@ def test_rank_spec_parses_ranks_and_ranges_and_names_the_bad_part():
 
 @pytest.fixture(scope="module")
 def job_16(tmp_path_factory):
-    from perfsleuth.cases.rank_scale import scale_config
+    from perfsleuth.sim.rank_scale import scale_config
 
     cfg = scale_config(16, tp=2, pp=2, straggler=6, steps=6)  # dp = 4; rank = (pp * 4 + dp) * 2 + tp
     job = simulate(cfg)
@@ -184,7 +184,7 @@ def test_ranks_naming_no_traced_rank_is_a_clear_error(job_16):
 
 
 def test_group_view_localises_the_straggler_to_its_node_and_its_tensor_parallel_group(job_256):
-    from perfsleuth.cases.layouts import ParallelLayout
+    from perfsleuth.sim.layouts import ParallelLayout
     from perfsleuth.trace.groups import group_view
 
     sj, a = job_256
@@ -233,7 +233,7 @@ def test_node_step_heat_map_shows_the_straggler_s_node_late_on_every_step(job_25
 
 def test_one_rank_per_node_plus_the_suspect_still_names_the_straggler(tmp_path):
     from perfsleuth.api import analyze
-    from perfsleuth.cases.rank_scale import scale_config
+    from perfsleuth.sim.rank_scale import scale_config
 
     job = simulate(scale_config(64, tp=8, pp=2, straggler=21, steps=4))  # 8 nodes of 8; TP = one node
     kineto_writer.write_job(job, tmp_path)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 from perfsleuth.api import JobReport, analyze
-from perfsleuth.cases.faults import (
+from perfsleuth.sim.faults import (
     AllocatorChurn,
     DataloaderStall,
     ExposedCommunication,
@@ -24,8 +24,8 @@ from perfsleuth.cases.faults import (
     PipelineBubble,
     StragglerRank,
 )
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 def _run(cfg: SimConfig, tmp_path: Path) -> tuple[dict, JobReport, pd.DataFrame]:

@@ -18,11 +18,11 @@ import pytest
 from markdown_it import MarkdownIt
 
 from perfsleuth.api import JobReport, analyze
-from perfsleuth.cases.demo import write_demo_job
 from perfsleuth.report import escape
 from perfsleuth.report.html_report import render_html
 from perfsleuth.report.markdown_report import render_markdown
 from perfsleuth.report.text_report import make_console, render
+from perfsleuth.sim.demo import write_demo_job
 
 SCRIPT = "<script>alert(1)</script>"
 MD_LINKS = "[x](http://evil) ![i](http://evil/i.png)"

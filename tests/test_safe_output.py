@@ -36,15 +36,15 @@ from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
 from perfsleuth.api import analyze
-from perfsleuth.cases import inference_sim, telemetry_sim
 from perfsleuth.cases.case import Case as LabeledCase
 from perfsleuth.cases.case import CaseFault, write_case
-from perfsleuth.cases.demo import write_demo_job
 from perfsleuth.cli import app
 from perfsleuth.report import escape
 from perfsleuth.report.html_report import render_html
 from perfsleuth.report.markdown_report import render_markdown
 from perfsleuth.report.text_report import make_console, render
+from perfsleuth.sim import inference_sim, telemetry_sim
+from perfsleuth.sim.demo import write_demo_job
 
 SCRIPT = "<script>alert(1)</script>"
 BREAKOUT = '"><img src=x onerror=alert(1)>'

@@ -6,7 +6,6 @@ import io
 from pathlib import Path
 
 from perfsleuth.api import _no_trace
-from perfsleuth.cases.inference_sim import label_value
 from perfsleuth.diagnose import diagnose
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest.source import SourceData
@@ -15,6 +14,7 @@ from perfsleuth.report.html_report import render_html
 from perfsleuth.report.markdown_report import render_markdown
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.report.text_report import make_console, render
+from perfsleuth.sim.inference_sim import label_value
 
 
 def test_label_values_round_trip_through_the_exposition_reader() -> None:

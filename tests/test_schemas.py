@@ -42,8 +42,8 @@ def test_every_schema_is_a_valid_draft_2020_12_schema_in_the_package():
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, dict]:
-    from perfsleuth.cases.demo import write_demo_job
-    from perfsleuth.cases.suite import make_suite
+    from perfsleuth.sim.demo import write_demo_job
+    from perfsleuth.sim.suite import make_suite
 
     d = tmp_path_factory.mktemp("schemas")
     write_demo_job(d / "job_a", seed=7)

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases import signal_suite as S
-from perfsleuth.cases import steplog_sim, telemetry_sim
 from perfsleuth.cases.case import find_cases, read_case
 from perfsleuth.cases.evaluate import diagnose_case
 from perfsleuth.commands.cases_cmd import cases_make, parse_sources
@@ -21,6 +19,8 @@ from perfsleuth.commands.evaluate_cmd import SHORT, evaluate_command
 from perfsleuth.diagnose.detectors import TRACE_FAULTS
 from perfsleuth.errors import InputError
 from perfsleuth.ingest.inputs import classify_inputs
+from perfsleuth.sim import signal_suite as S
+from perfsleuth.sim import steplog_sim, telemetry_sim
 
 FORMATS = {  # what each kind of case must be read as
     "trace": ({"kineto"}, set()),
@@ -170,7 +170,7 @@ def test_telemetry_beside_a_trace_changes_no_trace_answer(tmp_path: Path) -> Non
 def test_trace_plan_deals_more_singles_to_classes_that_are_often_below_the_bar() -> None:
     from collections import Counter
 
-    from perfsleuth.cases import suite
+    from perfsleuth.sim import suite
 
     plan, base = S.trace_plan(400, 9), suite._plan(400, 9)
     assert Counter(map(len, plan)) == Counter(map(len, base))  # healthy jobs and pairs stay as the trace suite draws them
@@ -245,8 +245,8 @@ def test_low_occupancy_against_an_assumed_capacity_is_not_a_confident_answer(tmp
     against vLLM's default 256 its batch looks tiny, but neither the cap nor a per-step host overhead is known,
     so the answer stays below the confidence an engineer would act on (a misleading finding of the 600-case
     evaluation, at 0.90)."""
-    from perfsleuth.cases import inference_sim
     from perfsleuth.cases.evaluate import MISLEADING_CONFIDENCE
+    from perfsleuth.sim import inference_sim
 
     case = inference_sim.make_case(tmp_path / "inference-x", "host_bound_serving", 929866437, bench_format="sglang")
     assert [(f.fault, f.detectable) for f in case.faults] == [("host_bound_serving", False)]

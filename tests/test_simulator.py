@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsleuth.cases.faults import (
+from perfsleuth.sim.faults import (
     AllocatorChurn,
     DataloaderStall,
     ExposedCommunication,
@@ -26,8 +26,8 @@ from perfsleuth.cases.faults import (
     fault_from_dict,
     fault_to_dict,
 )
-from perfsleuth.cases.kineto_writer import trace_bytes, write_job
-from perfsleuth.cases.simulator import (
+from perfsleuth.sim.kineto_writer import trace_bytes, write_job
+from perfsleuth.sim.simulator import (
     DATALOADER,
     K_COMM,
     SimConfig,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsleuth.cases.faults import (
+from perfsleuth.sim.faults import (
     CheckpointStall,
     CollectiveHang,
     GcPause,
@@ -26,8 +26,8 @@ from perfsleuth.cases.faults import (
     fault_from_dict,
     fault_to_dict,
 )
-from perfsleuth.cases.kineto_writer import trace_bytes, write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim.kineto_writer import trace_bytes, write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 MEMORY_ARGS = ["Ev Idx", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved"]
 

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from perfsleuth.cases.steplog_sim import (
+from perfsleuth.diagnose import steplog as det
+from perfsleuth.diagnose.registry import DETECTORS as REGISTRY
+from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL, NotAssessed, diagnose
+from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.ingest import steplog
+from perfsleuth.model import Finding
+from perfsleuth.sim.steplog_sim import (
     FAULTS,
     CheckpointStall,
     Job,
@@ -23,12 +29,6 @@ from perfsleuth.cases.steplog_sim import (
     make_log,
     suite,
 )
-from perfsleuth.diagnose import steplog as det
-from perfsleuth.diagnose.registry import DETECTORS as REGISTRY
-from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL, NotAssessed, diagnose
-from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.ingest import steplog
-from perfsleuth.model import Finding
 
 DATA = Path(__file__).parent / "data" / "steplog"
 DETECTORS = {"checkpoint_stall": det.checkpoint_stall, "restart_overhead": det.restart_overhead, "numeric_anomaly": det.numeric_anomaly}

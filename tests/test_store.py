@@ -13,14 +13,14 @@ import pyarrow as pa
 import pytest
 
 from perfsleuth import engine
-from perfsleuth.cases.demo import write_demo_job
-from perfsleuth.cases.fleet_sim import DIMS, WORKLOAD_DIMS, FleetScenario, simulate_fleet
-from perfsleuth.cases.steplog_sim import Job, make_log
 from perfsleuth.commands.ingest_cmd import ingest_command
 from perfsleuth.commands.localize_cmd import localize_store_command
 from perfsleuth.errors import InputError
 from perfsleuth.segment import LeafSpec, localize
 from perfsleuth.segment.lattice import element_label
+from perfsleuth.sim.demo import write_demo_job
+from perfsleuth.sim.fleet_sim import DIMS, WORKLOAD_DIMS, FleetScenario, simulate_fleet
+from perfsleuth.sim.steplog_sim import Job, make_log
 from perfsleuth.store import JobData, Store, StoreWriter
 from perfsleuth.store import manifest as manifests
 from perfsleuth.store.dims import parse_flags, read_sidecar
@@ -423,9 +423,9 @@ def _assert_whole(store: Path, duck) -> None:
 def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path):
     """A trace alone knows neither tokens nor FLOPs per step: given with --dims, they fill tokens/s/GPU
     and MFU (checked against the record's own step time and GPUs) and do not become dimensions."""
-    from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.commands.ingest_cmd import ingest_command
     from perfsleuth.metrics.hardware import lookup
+    from perfsleuth.sim.demo import write_demo_job
     from perfsleuth.store import Store
 
     job = tmp_path / "job"

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from perfsleuth import engine
 from perfsleuth.api import analyze
-from perfsleuth.cases.fleet_replay import Replay, day_records
 from perfsleuth.cases.kineto_raw import load_doc, save_doc, trace_files
 from perfsleuth.cli import app
 from perfsleuth.fleet.outcomes import fleet_outcomes, store_outcomes
+from perfsleuth.sim.fleet_replay import Replay, day_records
 from perfsleuth.store import JobData, Store, StoreWriter
 from perfsleuth.store.findings import FINDINGS, detector_version
 from perfsleuth.store.write import conform, stored_schema

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from perfsleuth import engine
-from perfsleuth.cases.steplog_sim import Job, make_log
+from perfsleuth.sim.steplog_sim import Job, make_log
 from perfsleuth.store import Store, StoreWriter
 from perfsleuth.store import manifest as manifests
 

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from perfsleuth.cases.telemetry_sim import (
+from perfsleuth.diagnose import telemetry
+from perfsleuth.diagnose.registry import DETECTORS, NotAssessed
+from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.diagnose.telemetry import diagnose_samples, utilization_context
+from perfsleuth.ingest import dcgm, nvidia_smi
+from perfsleuth.model import Finding
+from perfsleuth.sim.telemetry_sim import (
     FAULTS,
     TelemetryConfig,
     grade,
@@ -17,12 +23,6 @@ from perfsleuth.cases.telemetry_sim import (
     suite_configs,
     write_exporter_text,
 )
-from perfsleuth.diagnose import telemetry
-from perfsleuth.diagnose.registry import DETECTORS, NotAssessed
-from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.diagnose.telemetry import diagnose_samples, utilization_context
-from perfsleuth.ingest import dcgm, nvidia_smi
-from perfsleuth.model import Finding
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "nvidia_smi"
 VERDICTS = {"ruled_out", "cannot_rule_out", "supports"}

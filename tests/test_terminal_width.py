@@ -31,7 +31,7 @@ def _write(path: Path, header: list[str], rows) -> Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, Path]:
-    from perfsleuth.cases.demo import write_demo_job
+    from perfsleuth.sim.demo import write_demo_job
 
     d = tmp_path_factory.mktemp("width")
     write_demo_job(d / "job_a", seed=7)
@@ -114,8 +114,8 @@ def test_case_verbs_keep_their_numbers_whole(inputs, tmp_path):
     """evaluate and signals: computed once on a small simulated suite, rendered at each width."""
     from perfsleuth.cases.ablation import ablate
     from perfsleuth.cases.evaluate import evaluate
-    from perfsleuth.cases.suite import make_suite
     from perfsleuth.commands import evaluate_cmd, signals_cmd
+    from perfsleuth.sim.suite import make_suite
 
     dirs = make_suite(tmp_path / "cases", 2, 0, workers=1)
     report, ablation = evaluate(dirs, workers=1), ablate(dirs, workers=1)

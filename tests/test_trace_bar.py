@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.cases import nccl_sim, suite
 from perfsleuth.cases.case import read_case
-from perfsleuth.cases.faults import DataloaderStall, PoorOverlap, SequenceImbalance, SmallKernels, StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim import nccl_sim, suite
+from perfsleuth.sim.faults import DataloaderStall, PoorOverlap, SequenceImbalance, SmallKernels, StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 def _diagnose(cfg: SimConfig, tmp_path: Path):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfsleuth.cases.fleet_replay import Replay, affected, fleet_nodes, series_of, write_day
 from perfsleuth.cli import app
 from perfsleuth.fleet.watch import watch_store
+from perfsleuth.sim.fleet_replay import Replay, affected, fleet_nodes, series_of, write_day
 
 runner = CliRunner()
 SCENARIO = Replay(days=22)
@@ -112,7 +112,7 @@ def test_the_fleet_demo_history_raises_its_slow_rack_from_its_day_and_nothing_be
     their runs, 6-8 runs a day) are raised by the next day; nothing is raised before the change."""
     from dataclasses import replace
 
-    from perfsleuth.cases.fleet_history import FleetHistory, fleet_history, write_history_store
+    from perfsleuth.sim.fleet_history import FleetHistory, fleet_history, write_history_store
 
     h = FleetHistory()
     history, root = fleet_history(h), tmp_path / "store"

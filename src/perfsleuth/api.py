@@ -358,7 +358,7 @@ def signals(cases: Sequence[str | Path], *, workers: int | None = None):
 
 def make_cases(out: str | Path, n: int = 100, *, seed: int = 0, workers: int | None = None) -> list[Path]:
     """``perfsleuth cases make``: simulate ``n`` labelled trace cases under ``out``; their directories."""
-    from perfsleuth.cases.suite import make_suite
+    from perfsleuth.sim.suite import make_suite
 
     return make_suite(out, n, seed, workers=workers)
 

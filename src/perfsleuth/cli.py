@@ -277,8 +277,8 @@ def demo(
         raise typer.Exit(fleet_demo(keep, html or Path("perfsleuth-fleet-demo.html"), seed=seed))
     html = html or Path("perfsleuth-demo.html")
     from perfsleuth.api import analyze as run_analysis
-    from perfsleuth.cases.demo import write_demo_job
     from perfsleuth.report.text_report import make_console
+    from perfsleuth.sim.demo import write_demo_job
 
     with tempfile.TemporaryDirectory(prefix="perfsleuth-demo-") as tmp:
         target = keep or Path(tmp)

@@ -1,8 +1,8 @@
 """``perfsleuth cases make`` and ``perfsleuth cases add``: labeled cases to grade the diagnoses on.
 
 ``cases make OUT -n N --seed S [--sources trace,telemetry,nccl,steplog,inference|all]`` simulates a suite
-of labeled cases: Kineto traces only by default (``perfsleuth.cases.suite``), any other mix of signals
-through ``perfsleuth.cases.signal_suite``.
+of labeled cases: Kineto traces only by default (``perfsleuth.sim.suite``), any other mix of signals
+through ``perfsleuth.sim.signal_suite``.
 ``cases make --from-real DIR OUT --seed S`` transforms real Kineto traces instead (``perfsleuth.cases.from_real``):
 each job copied as a control, then with faults of known size injected and identity controls.
 ``cases add TRACE_DIR OUT --fault ID[,ID] [--scope ...] [--notes ...]`` turns a real job an engineer
@@ -30,7 +30,7 @@ HEALTHY = ("healthy", "none")
 
 def parse_sources(text: str | None) -> tuple[str, ...]:
     """``trace,telemetry`` or ``all`` into source names (in the suite's order); raises on an unknown one."""
-    from perfsleuth.cases.signal_suite import SOURCES
+    from perfsleuth.sim.signal_suite import SOURCES
 
     names = [x.strip().lower() for x in (text or "trace").split(",") if x.strip()]
     if "all" in names:
@@ -58,11 +58,11 @@ def cases_make(out: Path, n: int, seed: int, workers: int | None = None, sources
         return fail(f"{out}: exists and is not a directory")
     try:
         if kinds == ("trace",):
-            from perfsleuth.cases.suite import make_suite
+            from perfsleuth.sim.suite import make_suite
 
             paths = make_suite(out, n, seed, workers=workers)
         else:
-            from perfsleuth.cases.signal_suite import make_signal_suite
+            from perfsleuth.sim.signal_suite import make_signal_suite
 
             paths = make_signal_suite(out, n, seed, kinds, workers=workers)
     except OSError as exc:

@@ -13,12 +13,12 @@ import tempfile
 from pathlib import Path
 
 from perfsleuth import engine as engines
-from perfsleuth.cases.fleet_history import FleetHistory, fleet_history, lost_gpu_hours, write_history_store
 from perfsleuth.commands.output import deliver, fail
 from perfsleuth.errors import PerfsleuthError
 from perfsleuth.fleet.report import build_fleet_page
 from perfsleuth.fleet.windows import day_to_date
 from perfsleuth.report.fleet_html import render_fleet_html
+from perfsleuth.sim.fleet_history import FleetHistory, fleet_history, lost_gpu_hours, write_history_store
 from perfsleuth.store import Store
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from perfsleuth.cases.fleet_sim import SKU_SPEED, WORKLOADS
 from perfsleuth.fleet.windows import EPOCH, NS_PER_DAY
+from perfsleuth.sim.fleet_sim import SKU_SPEED, WORKLOADS
 
 STORED_DIMS = ("rack", "node", "driver", "model", "tp", "pp")
 JOBS = {"c1": (0, 6), "c2": (2, 8)}  # per cluster: the two WORKLOADS it runs

@@ -29,7 +29,7 @@ from typing import Literal
 
 import orjson
 
-from perfsleuth.cases.simulator import H_ANNOTATION, H_RUNTIME, K_COMM, K_MEMCPY, RankTrace, SimulatedJob, device_properties
+from perfsleuth.sim.simulator import H_ANNOTATION, H_RUNTIME, K_COMM, K_MEMCPY, RankTrace, SimulatedJob, device_properties
 
 # nsys appends the API version to runtime call names (CUPTI's cbid names)
 RUNTIME_NAMES = {

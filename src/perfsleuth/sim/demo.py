@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfsleuth.cases.faults import ExposedCommunication, StragglerRank
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim.faults import ExposedCommunication, StragglerRank
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 
 def demo_config(seed: int = 7) -> SimConfig:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from perfsleuth.cases.simulator import (
+from perfsleuth.sim.simulator import (
     CBID,
     H_ANNOTATION,
     K_MEMCPY,

@@ -109,8 +109,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perfsleuth.cases.faults import Fault, fault_to_dict
-from perfsleuth.cases.layouts import FRAMEWORKS, ParallelLayout, group_dimension
+from perfsleuth.sim.faults import Fault, fault_to_dict
+from perfsleuth.sim.layouts import FRAMEWORKS, ParallelLayout, group_dimension
 
 SCHEMA = "perfsleuth.simtruth/1"
 COMPUTE_STREAM, DP_STREAM = 7, 20

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from perfsleuth.cases import faults as F
 from perfsleuth.cases.case import DETECTABLE_MIN_IMPACT, DETECTABLE_RULE, Case, CaseFault, write_case
-from perfsleuth.cases.kineto_writer import write_job
-from perfsleuth.cases.simulator import SimConfig, simulate
+from perfsleuth.sim import faults as F
+from perfsleuth.sim.kineto_writer import write_job
+from perfsleuth.sim.simulator import SimConfig, simulate
 
 CLASSES = (
     "exposed_communication",

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.cases.fleet_sim import SKU_SPEED, WORKLOADS
 from perfsleuth.fleet.windows import EPOCH
 from perfsleuth.fleet.windows import NS_PER_DAY as NS_DAY
+from perfsleuth.sim.fleet_sim import SKU_SPEED, WORKLOADS
 
 STORED_DIMS = ("rack", "node", "driver", "nccl", "model", "tp", "pp")
 

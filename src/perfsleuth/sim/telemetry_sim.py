@@ -624,7 +624,7 @@ def report(scores: Sequence[ClassScore], healthy: int, alarms: int) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - a report for people: python -m perfsleuth.cases.telemetry_sim [n] [seed]
+if __name__ == "__main__":  # pragma: no cover - a report for people: python -m perfsleuth.sim.telemetry_sim [n] [seed]
     import sys
 
     from perfsleuth.diagnose.telemetry import diagnose_samples

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from perfsleuth.cases import inference_sim, nccl_sim, steplog_sim, suite, telemetry_sim
 from perfsleuth.cases.case import Case, read_case, write_case
+from perfsleuth.sim import inference_sim, nccl_sim, steplog_sim, suite, telemetry_sim
 
 SOURCES = ("trace", "telemetry", "nccl", "steplog", "inference")
 DEFAULT_SOURCES = ("telemetry", "nccl", "steplog", "inference")

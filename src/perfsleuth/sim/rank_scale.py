@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfsleuth.cases import kineto_writer
-from perfsleuth.cases.faults import StragglerRank
-from perfsleuth.cases.simulator import SimConfig, SimulatedJob, simulate
 from perfsleuth.ingest import kineto
 from perfsleuth.ingest.kineto import RankFile
+from perfsleuth.sim import kineto_writer
+from perfsleuth.sim.faults import StragglerRank
+from perfsleuth.sim.simulator import SimConfig, SimulatedJob, simulate
 from perfsleuth.trace.analysis import JobAnalysis, combine_ranks
 from perfsleuth.trace.groups import group_descriptions
 from perfsleuth.trace.job import RankView
