@@ -16,8 +16,8 @@ import pandas as pd
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
-from perfsleuth.metrics.fabric import busbw_factor
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.model.collectives import busbw_factor
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 from perfsleuth.trace.provenance import REAL_SIZE, STEPS
@@ -103,7 +103,10 @@ class _CommView:
     @property
     def achievable_overlap(self) -> float:
         """1 - last collective / all collective transfer: what hiding all but the last would reach."""
-        total = float(self.df["transfer_ns"].groupby(self.df["step"]).median().sum())
+        df = self.df
+        if df is None:  # no collectives: nothing to hide
+            return 0.0
+        total = float(df["transfer_ns"].groupby(df["step"]).median().sum())
         return float(1 - self.last_transfer.sum() / total) if total > 0 else 0.0
 
     @property
@@ -180,8 +183,8 @@ def _busbw_evidence(v: _CommView) -> Evidence:
     )
 
 
-def _straggler_alternative(a: JobAnalysis, v: _CommView) -> Alternative:
-    waited = float(v.df["wait_ns"].sum() / max(v.df["step_time_ns"].sum(), 1))
+def _straggler_alternative(a: JobAnalysis, comm: pd.DataFrame) -> Alternative:
+    waited = float(comm["wait_ns"].sum() / max(comm["step_time_ns"].sum(), 1))
     strag = a.stragglers.straggler
     if waited >= MIN_IMPACT:
         who = f" (mostly for rank {strag})" if strag is not None else ""
@@ -214,8 +217,10 @@ def _untraced_ranks(a: JobAnalysis) -> int:
     requires=(REAL_SIZE,),
 )
 def exposed_communication(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
-    v = _view(ctx)
+    ctx = job.trace_context("exposed_communication")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a, v = ctx.a, _view(ctx)
     if v.df is None:
         if a.ranks_with_gpu:
             return None  # GPU traced, no collectives: nothing exposed
@@ -276,7 +281,7 @@ def exposed_communication(job: Job) -> Finding | NotAssessed | None:
             "a fabric slower than it should be looks the same; link counters and nccl-tests on the same nodes decide it",
         )
     )
-    alternatives.append(_straggler_alternative(a, v))
+    alternatives.append(_straggler_alternative(a, v.df))
     bar = EXPOSED_COMM_MIN if v.bandwidth_low or v.busbw is None else EXPOSED_COMM_HIGH
     confidence = ctx.confidence(imp.value, bar, specificity=1.0 if v.bandwidth_low else 0.85 if v.busbw is None else 0.9)
     bw = f"{v.busbw:.0f} GB/s bus bandwidth" if v.busbw is not None else "bus bandwidth not measurable"
@@ -307,8 +312,10 @@ def _poor_overlap_fires(v: _CommView) -> bool:
     requires=(REAL_SIZE, STEPS),
 )
 def poor_overlap(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
-    v = _view(ctx)
+    ctx = job.trace_context("poor_overlap")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a, v = ctx.a, _view(ctx)
     if v.df is None:
         return None if a.ranks_with_gpu else NotAssessed("poor_overlap", "GPU kernels in the trace")
     if v.busbw is None:
@@ -346,7 +353,7 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
             "ruled_out",
             f"the bus bandwidth ({v.busbw:.0f} GB/s) is healthy: the transfers are not slow, they are serialized",
         ),
-        _straggler_alternative(a, v),
+        _straggler_alternative(a, v.df),
         Alternative("pipeline_bubble", "ruled_out", "these are data-parallel collectives, not pipeline transfers"),
     )
     confidence = ctx.confidence(imp.value, MIN_IMPACT)
@@ -376,7 +383,10 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
     requires=(REAL_SIZE,),
 )
 def collective_hang(job: Job) -> Finding | NotAssessed | None:
-    a = job.trace
+    ctx = job.trace_context("collective_hang")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a = ctx.a
     coll = a.collectives
     facts = a.rank_facts
     if coll.num_rows == 0:
@@ -424,7 +434,7 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
         "share of the traced window the waiting ranks spent inside the hung "
         "collective (the job made no progress; the true cost lasts until the watchdog fires)",
     )
-    culprits = absent or [f"{missing} rank(s) not in the trace"]
+    culprits: list[int] | list[str] = absent or [f"{missing} rank(s) not in the trace"]
     evidence = (
         Evidence(
             "hung_collective_duration_ns",

@@ -44,8 +44,12 @@ annotation: ``torch.save`` of GPU tensors copies them to host memory first); the
 engine's ``bulk_d2h`` evidence probe uses."""
 
 
-def _needs_signals(ctx: JobContext, fault: str) -> NotAssessed | None:
-    return require_host_and_gpu(ctx, fault, host_events="host events", gpu_cost="GPU idle time is what these stalls cost")
+def _needs_signals(job: Job, fault: str) -> JobContext | NotAssessed:
+    """The trace's shared intermediates when they hold what host-side detectors read, else what is missing."""
+    ctx = job.trace_context(fault)
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    return require_host_and_gpu(ctx, fault, host_events="host events", gpu_cost="GPU idle time is what these stalls cost") or ctx
 
 
 def _scope(ctx: JobContext, col: str, loss: pd.Series, frame: pd.DataFrame | None = None) -> dict:
@@ -105,9 +109,9 @@ def scattered_worst_rank(ctx: JobContext, col: str, frame: pd.DataFrame | None =
     requires=(REAL_SIZE, STEPS),
 )
 def dataloader_stall(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
-    if (na := _needs_signals(ctx, "dataloader_stall")) is not None:
-        return na
+    ctx = _needs_signals(job, "dataloader_stall")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs
     if not (rs["dataloader_span_ns"] > 0).any():
         return NotAssessed(
@@ -237,9 +241,9 @@ def _not_a_periodic_save(job: Job, rs: pd.DataFrame) -> str | None:
     requires=(REAL_SIZE, STEPS),
 )
 def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
-    if (na := _needs_signals(ctx, "checkpoint_stall")) is not None:
-        return na
+    ctx = _needs_signals(job, "checkpoint_stall")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs.assign(ckpt_loss=checkpoint_loss(ctx.rs))
     if not ((rs["checkpoint_span_ns"] > 0) | (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES)).any():
         return None  # no checkpoint annotation and no bulk device-to-host copies: no save in this window
@@ -302,9 +306,10 @@ def checkpoint_stall(job: Job) -> Finding | NotAssessed | None:
     requires=(REAL_SIZE, STEPS),
 )
 def recompilation(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
-    if (na := _needs_signals(ctx, "recompilation")) is not None:
-        return na
+    ctx = _needs_signals(job, "recompilation")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a = ctx.a
     rs = ctx.rs
     if not (rs["compile_span_ns"] > 0).any():
         return None  # no compile spans in the traced steps
@@ -375,9 +380,9 @@ def _regular_silence(rs: pd.DataFrame) -> float | None:
 def gc_pause(job: Job) -> Finding | NotAssessed | None:
     """Garbage collection the profiler recorded (``Python GC`` events, gc.collect annotations) while the
     GPU waited. A silent gap is not one: it is ``unattributed_host_stall`` until such an event names it."""
-    ctx = job.ctx
-    if (na := _needs_signals(ctx, "gc_pause")) is not None:
-        return na
+    ctx = _needs_signals(job, "gc_pause")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs
     loss = ctx.per_step("lost_gc_ns")
     imp = ctx.impact(loss)
@@ -427,9 +432,9 @@ def unattributed_host_stall(job: Job) -> Finding | NotAssessed | None:
     """The host wrote no event on any thread while the GPU drained: a stall that is measured, but whose
     cause the trace does not show (GC, blocking I/O, a lock, Python work outside any op). It is reported
     with its size and pattern, and with the signals that would name it; it never names a cause."""
-    ctx = job.ctx
-    if (na := _needs_signals(ctx, "unattributed_host_stall")) is not None:
-        return na
+    ctx = _needs_signals(job, "unattributed_host_stall")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs
     unannotated = (rs["d2h_bytes"] >= CHECKPOINT_D2H_BYTES) & (rs["checkpoint_span_ns"] == 0)
     rs = rs.assign(stall_ns=np.where(unannotated, 0, rs["lost_silent_ns"]))
@@ -556,9 +561,10 @@ def _refill_after_stall(ctx: JobContext, launch: pd.DataFrame, imp: Interval) ->
     requires=(REAL_SIZE,),
 )
 def host_launch_bound(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
-    if (na := _needs_signals(ctx, "host_launch_bound")) is not None:
-        return na
+    ctx = _needs_signals(job, "host_launch_bound")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a = ctx.a
     loss = ctx.per_step("lost_launch_ns")
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:

@@ -165,7 +165,10 @@ def _rank_excess(ctx: JobContext, rank: int) -> tuple[float, float, str | None]:
     requires=(REAL_SIZE, STEPS, PEERS),
 )
 def straggler_rank(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
+    ctx = job.trace_context("straggler_rank")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a = ctx.a
     rep = a.stragglers
     if rep.per_rank.num_rows == 0:
         return NotAssessed("straggler_rank", "traces of two or more ranks that share collectives")
@@ -366,7 +369,9 @@ def _groups(ctx: JobContext) -> dict[int, list[int]]:
     requires=(REAL_SIZE, STEPS, PEERS),
 )
 def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
+    ctx = job.trace_context("sequence_imbalance")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs
     groups = {k: v for k, v in _groups(ctx).items() if len(v) >= 2}
     if rs.empty or not groups or ctx.n_steps < 2:
@@ -465,7 +470,9 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
     requires=(REAL_SIZE, STEPS, PEERS),
 )
 def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
+    ctx = job.trace_context("pipeline_bubble")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     pipe = ctx.pipeline
     if pipe is None:
         return None  # no pipeline traffic: no pipeline, no bubble

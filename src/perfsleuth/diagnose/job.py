@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from perfsleuth.diagnose.context import JobContext
 from perfsleuth.diagnose.evidence import present
+from perfsleuth.diagnose.registry import DETECTORS, NotAssessed
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.provenance import Provenance
@@ -28,6 +29,13 @@ class Job:
     @property
     def trace(self) -> JobAnalysis | None:
         return self.signals.trace
+
+    def trace_context(self, fault: str) -> JobContext | NotAssessed:
+        """The trace's shared intermediates for a trace detector, or, without a trace, the engine's
+        answer for ``fault`` (a detector called alone on a trace-less bundle gets what ``gate`` says)."""
+        if self.ctx is not None:
+            return self.ctx
+        return NotAssessed(fault, DETECTORS[fault].needs[0])
 
     @classmethod
     def of(cls, inputs: JobAnalysis | JobSignals, *, probe: bool = True) -> Job:

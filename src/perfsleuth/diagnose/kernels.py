@@ -39,17 +39,19 @@ def pipeline_amplification(ctx: JobContext) -> float:
 
 @detector("small_kernels", needs=("kineto trace with GPU kernels",), evidence=("gpu_kernels",), requires=(REAL_SIZE,))
 def small_kernels(job: Job) -> Finding | NotAssessed | None:
-    a, ctx = job.trace, job.ctx
-    rs = ctx.rs
+    ctx = job.trace_context("small_kernels")
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    a, rs = ctx.a, ctx.rs
     if rs.empty or not ctx.has_signals:
         return NotAssessed("small_kernels", "a PyTorch-profiler trace with ProfilerStep annotations and GPU kernels")
     if not a.ranks_with_gpu:
         return NotAssessed("small_kernels", "GPU kernels in the trace")
     per_kernel = rs["chain_ns"] / rs["chain_kernels"].clip(lower=1)
     fused = np.minimum(rs["chain_ns"], FUSED_KERNELS * rs["chains"] * per_kernel)
-    rs["small_kernel_saving_ns"] = (rs["chain_ns"] - fused).clip(lower=0)
+    rs = rs.assign(small_kernel_saving_ns=(rs["chain_ns"] - fused).clip(lower=0))  # a copy: the shared frame stays as built
     amplification = pipeline_amplification(ctx)
-    loss = ctx.per_step("small_kernel_saving_ns") * amplification
+    loss = ctx.per_step("small_kernel_saving_ns", frame=rs) * amplification
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
         return below_bar(

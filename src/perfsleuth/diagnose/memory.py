@@ -68,8 +68,12 @@ def _split(ctx: JobContext, several_steps: bool = True) -> pd.DataFrame:
     return out
 
 
-def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
-    return require_host_and_gpu(ctx, fault, host_events="CUDA runtime events", gpu_cost="GPU idle time is what allocator calls cost")
+def _needs(job: Job, fault: str) -> JobContext | NotAssessed:
+    """The trace's shared intermediates when they hold the allocator calls these detectors read, else what is missing."""
+    ctx = job.trace_context(fault)
+    if isinstance(ctx, NotAssessed):
+        return ctx
+    return require_host_and_gpu(ctx, fault, host_events="CUDA runtime events", gpu_cost="GPU idle time is what allocator calls cost") or ctx
 
 
 @detector(
@@ -79,9 +83,9 @@ def _needs(ctx: JobContext, fault: str) -> NotAssessed | None:
     requires=(REAL_SIZE, STEPS),
 )
 def allocator_churn(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
-    if (na := _needs(ctx, "allocator_churn")) is not None:
-        return na
+    ctx = _needs(job, "allocator_churn")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     sp = _split(ctx, job.provenance.supports(SEVERAL_STEPS))
     if not sp["calls"].any():
         return None
@@ -160,9 +164,9 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
     requires=(REAL_SIZE, SEVERAL_STEPS),
 )
 def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
-    ctx = job.ctx
-    if (na := _needs(ctx, "memory_fragmentation")) is not None:
-        return na
+    ctx = _needs(job, "memory_fragmentation")
+    if isinstance(ctx, NotAssessed):
+        return ctx
     rs = ctx.rs
     has_mem = bool((rs["mem_events"] > 0).any())
     sp = _split(ctx)

@@ -1,5 +1,5 @@
-"""Detectors, registered by their taxonomy id (``perfsleuth.cases.case.TAXONOMY_IDS``), and the engine
-that runs them.
+"""Detectors, registered by their taxonomy id (``perfsleuth.taxonomy``: an id not there is refused), and the
+engine that runs them.
 
 A detector's contract is data the engine reads before the detector runs:
 
@@ -30,6 +30,7 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any
 
 from perfsleuth.model import Finding, Interval
+from perfsleuth.taxonomy import IDS as TAXONOMY_IDS
 
 if TYPE_CHECKING:
     from perfsleuth.diagnose.job import Job
@@ -90,10 +91,13 @@ DETECTORS: dict[str, Detector] = {}
 def detector(
     fault: str, needs: tuple[str, ...], source: str = TRACE, *, evidence: tuple[str, ...], requires: tuple[str, ...] = ()
 ) -> Callable[[DetectorFn], DetectorFn]:
-    """Register a detector with its contract (see the module docstring); ``evidence`` is required."""
+    """Register a detector with its contract (see the module docstring); ``evidence`` is required, and
+    ``fault`` must be a taxonomy id (a detector for a class no one can look up would name nothing)."""
     from perfsleuth.diagnose.evidence import PROOFS
     from perfsleuth.trace.provenance import PROPERTIES
 
+    if fault not in TAXONOMY_IDS:
+        raise ValueError(f"detector for {fault!r}: not a fault id of perfsleuth.taxonomy (add the class there first)")
     unknown = [k for k in evidence if k not in PROOFS] + [p for p in requires if p not in PROPERTIES]
     if not evidence or unknown:
         raise ValueError(f"detector for {fault}: declare its direct evidence (unknown: {unknown})")
@@ -153,7 +157,7 @@ def diagnose(inputs: JobAnalysis | JobSignals) -> Diagnosis:
     skipped: dict[str, list[NotAssessed]] = {}
     absent: set[str] = set()  # a source looked and found the fault absent
     for det in load_detectors().values():
-        out = gate(det, job)
+        out: Finding | NotAssessed | None = gate(det, job)
         if out is None:
             out = det.fn(job)
         if isinstance(out, Finding):
