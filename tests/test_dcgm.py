@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import dcgm, nvidia_smi
-from perfsleuth.ingest.gpu_fields import BY_DCGM, FIELDS
 from perfsleuth.model import SAMPLES
+from perfsleuth.model.gpu_fields import BY_DCGM, FIELDS
 from perfsleuth.sim.telemetry_sim import TelemetryConfig, simulate, write_exporter_text
 
 DATA = Path(__file__).parent / "data"

@@ -29,12 +29,13 @@ from perfsleuth.diagnose import diagnose
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.errors import InputError, PerfsleuthError
 from perfsleuth.fleet.report import build_fleet_page
-from perfsleuth.ingest.source import SourceData
-from perfsleuth.metrics import fabric, inference, roofline
+from perfsleuth.metrics import inference, roofline
 from perfsleuth.metrics.attribution import attribute_change, attribute_runs
 from perfsleuth.metrics.run_parts import RunParts
 from perfsleuth.metrics.tree import job_record, job_tree, tree_factors
-from perfsleuth.model import EVENTS, RUNS
+from perfsleuth.model import EVENTS, RUNS, collectives
+from perfsleuth.model.source import SourceData
+from perfsleuth.pipeline import diff_traces
 from perfsleuth.segment.localize import localize
 from perfsleuth.segment.mixrate import LeafSpec, decompose, leaf_table, leaf_terms
 from perfsleuth.stats import quality, summary
@@ -43,7 +44,6 @@ from perfsleuth.stats.compare import compare, compare_groups
 from perfsleuth.store import Store
 from perfsleuth.trace.analysis import analyze_job
 from perfsleuth.trace.breakdown import gpu_span_breakdown
-from perfsleuth.trace.diff import diff_traces
 from perfsleuth.trace.job import TraceJob
 
 KINDS = ("empty", "single", "constant", "all_nan")
@@ -282,7 +282,7 @@ CASES: dict[str, Callable[[str], Any]] = {
     ),
     "metrics.inference.ttft_tree": _ttft,
     "metrics.roofline.place": _place,
-    "metrics.fabric.busbw_factor": lambda k: fabric.busbw_factor("allreduce", len(values(k))),
+    "model.collectives.busbw_factor": lambda k: collectives.busbw_factor("allreduce", len(values(k))),
     "fleet.report.build_fleet_page": lambda k: build_fleet_page(_records(k), bootstrap=4),
 }
 
@@ -344,12 +344,12 @@ PLAIN_ANSWERS: dict[tuple[str, str], tuple[str, Callable[[Any], bool]]] = {
         "1000 FLOP per DRAM byte by construction",
         lambda r: r.arithmetic_intensity_flop_per_byte == 1000.0,
     ),
-    ("metrics.fabric.busbw_factor", "single"): (
+    ("model.collectives.busbw_factor", "single"): (
         "an all-reduce on one rank moves nothing over the bus (nccl-tests: 2(n-1)/n)",
         lambda r: r == 0.0,
     ),
-    ("metrics.fabric.busbw_factor", "constant"): ("2(n-1)/n for 30 ranks", lambda r: r == 2 * 29 / 30),
-    ("metrics.fabric.busbw_factor", "all_nan"): ("the rank count is 30 whatever the values", lambda r: r == 2 * 29 / 30),
+    ("model.collectives.busbw_factor", "constant"): ("2(n-1)/n for 30 ranks", lambda r: r == 2 * 29 / 30),
+    ("model.collectives.busbw_factor", "all_nan"): ("the rank count is 30 whatever the values", lambda r: r == 2 * 29 / 30),
     ("fleet.report.build_fleet_page", "constant"): (
         "a flat fleet: both windows at 300 tokens/s/GPU, no change point, no culprit",
         lambda r: r.baseline.tokens_per_s_per_gpu == r.current.tokens_per_s_per_gpu == 300.0 and not r.causes and not r.trend.change_points,

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfsleuth.cli import app
-from perfsleuth.ingest.job_identity import cuda_version, is_temporary, setup_differences, workload_name
+from perfsleuth.model.job_identity import cuda_version, is_temporary, setup_differences, workload_name
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "torch"
 JOBS = ("healthy", "gc_pause", "dataloader_stall")

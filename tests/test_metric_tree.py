@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 from perfsleuth.api import analyze
-from perfsleuth.metrics import hardware
 from perfsleuth.metrics.attribution import attribute_change, attribute_runs, log_mean
 from perfsleuth.metrics.model_flops import ModelConfig, flops_per_token
 from perfsleuth.metrics.run_parts import RunParts, mean_run
 from perfsleuth.metrics.tree import FRACTION_COLUMNS, job_record, job_tree, tree_factors
-from perfsleuth.model import RECORDS, SCHEMA_VERSION
+from perfsleuth.model import RECORDS, SCHEMA_VERSION, hardware
 from perfsleuth.sim.faults import ExposedCommunication, StragglerRank
 from perfsleuth.sim.kineto_writer import write_job
 from perfsleuth.sim.simulator import SimConfig, simulate

@@ -19,6 +19,7 @@ from perfsleuth.errors import InputError
 from perfsleuth.ingest import nccl_log, nccl_tests
 from perfsleuth.ingest.nccl_log import algorithm_name, protocol_name, transport_of
 from perfsleuth.metrics import fabric
+from perfsleuth.model import collectives
 
 DATA = Path(__file__).parent / "data" / "nccl"
 
@@ -432,11 +433,11 @@ def test_transport_strings():
 
 
 def test_busbw_factors():
-    assert fabric.busbw_factor("AllReduce", 8) == 1.75 and fabric.busbw_factor("all_gather_perf", 8) == 0.875
-    assert fabric.busbw_factor("reduce_scatter", 16) == 15 / 16 and fabric.busbw_factor("alltoall", 4) == 0.75
-    assert fabric.busbw_factor("broadcast", 8) == fabric.busbw_factor("reduce", 8) == fabric.busbw_factor("sendrecv", 2) == 1
+    assert collectives.busbw_factor("AllReduce", 8) == 1.75 and collectives.busbw_factor("all_gather_perf", 8) == 0.875
+    assert collectives.busbw_factor("reduce_scatter", 16) == 15 / 16 and collectives.busbw_factor("alltoall", 4) == 0.75
+    assert collectives.busbw_factor("broadcast", 8) == collectives.busbw_factor("reduce", 8) == collectives.busbw_factor("sendrecv", 2) == 1
     with pytest.raises(ValueError):
-        fabric.busbw_factor("frobnicate", 8)
+        collectives.busbw_factor("frobnicate", 8)
 
 
 def test_expected_bandwidth_per_fabric():

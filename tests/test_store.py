@@ -424,7 +424,7 @@ def test_ingest_takes_tokens_and_flops_per_step_as_facts_not_dimensions(tmp_path
     """A trace alone knows neither tokens nor FLOPs per step: given with --dims, they fill tokens/s/GPU
     and MFU (checked against the record's own step time and GPUs) and do not become dimensions."""
     from perfsleuth.commands.ingest_cmd import ingest_command
-    from perfsleuth.metrics.hardware import lookup
+    from perfsleuth.model.hardware import lookup
     from perfsleuth.sim.demo import write_demo_job
     from perfsleuth.store import Store
 

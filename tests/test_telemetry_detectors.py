@@ -177,7 +177,7 @@ def test_missing_signals_say_what_would_decide():
     import pyarrow.compute as pc
 
     only_clock = table.filter(pc.is_in(table.column("metric"), value_set=__import__("pyarrow").array(["sm_clock_mhz", "gpu_util_pct"])))
-    from perfsleuth.ingest.source import SourceData
+    from perfsleuth.model.source import SourceData
 
     sig = JobSignals(sources=[SourceData("dcgm_exporter", "x", {"samples": only_clock})])
     out = telemetry.thermal_throttling(sig)

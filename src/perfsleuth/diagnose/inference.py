@@ -40,14 +40,18 @@ from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest.inference_bench import gpu_count
 from perfsleuth.ingest.vllm_metrics import scrape_intervals
-from perfsleuth.metrics.hardware import GpuSpec
 from perfsleuth.metrics.inference import ModelBytes, gpu_spec, kv_bytes_per_token, model_bytes
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.model.hardware import GpuSpec
+from perfsleuth.stats import summary
+from perfsleuth.stats.confidence import INFERENCE_POLICY
+from perfsleuth.stats.resample import percentile_bootstrap, percentile_bounds, resample_indices, two_sided_tail
 
 SOURCE = "inference"
 MIN_IMPACT = 0.03
 BOOTSTRAP = 1000
-CONFIDENCE_FLOOR, CONFIDENCE_CEILING = 0.7, 0.97
+CONFIDENCE_FLOOR, CONFIDENCE_CEILING = INFERENCE_POLICY.floor, INFERENCE_POLICY.ceiling
+"""The serving detectors' case of the one confidence policy (``stats.confidence``)."""
 
 PREEMPTION_MIN = 3
 """Fewer preemptions than this in the window are one-offs (a burst), not KV pressure."""
@@ -84,9 +88,7 @@ without the GPU model (a host-bound engine not ruled out, the loss an upper boun
 
 
 def _confidence(value: float, threshold: float, *, specificity: float = 1.0, full_at: float = 2.0, lower_is_worse: bool = False) -> float:
-    margin = (threshold / value if value > 0 else full_at) if lower_is_worse else (value / threshold if threshold else full_at)
-    frac = min(1.0, max(0.0, (margin - 1) / (full_at - 1)))
-    return float((CONFIDENCE_FLOOR + (CONFIDENCE_CEILING - CONFIDENCE_FLOOR) * frac) * specificity)
+    return INFERENCE_POLICY.grade(value, threshold, specificity=specificity, full_at=full_at, lower_is_worse=lower_is_worse)
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, unit: str, what: str, *, confidence: float = 0.95) -> Interval:
@@ -98,24 +100,29 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, unit: str, what: str, *, co
     n = len(num)
     if n < 3 or not math.isfinite(value):
         return Interval(value, None, None, unit, f"ratio of sums over {n} {what} (too few for an interval)")
-    idx = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP, n))
-    boot = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-12)
-    a = (1 - confidence) / 2
-    lo, hi = np.quantile(boot, [a, 1 - a])
-    return Interval(value, float(lo), float(hi), unit, f"ratio of sums over {n} {what}, {confidence:.0%} percentile bootstrap")
+    lo, hi = percentile_bootstrap(
+        lambda idx: num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-12),
+        n,
+        tail=two_sided_tail(confidence),
+        reps=BOOTSTRAP,
+        seed=0,
+    )
+    return Interval(value, lo, hi, unit, f"ratio of sums over {n} {what}, {confidence:.0%} percentile bootstrap")
 
 
 def median_interval(x: np.ndarray, unit: str, what: str) -> Interval:
+    """``stats.summary.median_interval`` (``BOOTSTRAP`` resamples, numpy's quantiles), never None: an
+    empty sample is a NaN, and too few or all-equal values say only what they are a median of."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:
         return Interval(math.nan, unit=unit, method=f"no {what}")
-    value = float(np.median(x))
     if len(x) < 3 or np.ptp(x) == 0:
+        value = float(np.median(x))
         return Interval(value, value if len(x) >= 3 else None, value if len(x) >= 3 else None, unit, f"median over {len(x)} {what}")
-    idx = np.random.default_rng(0).integers(0, len(x), size=(BOOTSTRAP, len(x)))
-    lo, hi = np.quantile(np.median(x[idx], axis=1), [0.025, 0.975])
-    return Interval(value, float(lo), float(hi), unit, f"median over {len(x)} {what}, 95% percentile bootstrap")
+    iv = summary.median_interval(x, unit, what=what, reps=BOOTSTRAP, tail=0.025, rule="numpy")
+    assert iv is not None  # x is not empty
+    return iv
 
 
 def poisson_rate(count: float, exposure_s: float, per_s: float = 60.0) -> Interval:
@@ -1095,9 +1102,9 @@ def _interval_association(b: pd.DataFrame) -> tuple[Evidence | None, bool | None
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return None, None
     rho = float(stats.spearmanr(x, y).statistic)
-    idx = np.random.default_rng(0).integers(0, len(x), size=(300, len(x)))
+    idx = resample_indices(len(x), reps=300, seed=0)
     boot = [stats.spearmanr(x[i], y[i]).statistic for i in idx if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0]
-    lo, hi = np.quantile(boot, [0.025, 0.975]) if boot else (math.nan, math.nan)
+    lo, hi = percentile_bounds(boot, 0.025) if boot else (math.nan, math.nan)
     ev = Evidence(
         "itl_vs_prefill_tokens_per_step",
         Interval(rho, float(lo), float(hi), "spearman rho", f"over {len(x)} scrape intervals, 95% percentile bootstrap"),

@@ -31,9 +31,9 @@ from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_c
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.metrics.hardware import GpuSpec, lookup, resolve
 from perfsleuth.metrics.roofline import SOL_BUSY_PCT, SOL_LATENCY_PCT, grid_phrase, occupancy_phrase, place_kernels, sol_bound
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.model.hardware import GpuSpec, lookup, resolve
 
 SIMILAR_MIN = 0.5
 """Jaccard overlap of template identifiers above which two instantiations of one kernel are "similar"."""
@@ -246,7 +246,7 @@ def _rows_for(kernel_name: str, table: pa.Table) -> tuple[pd.DataFrame, str]:
     if len(exact):
         return exact, "exact"
     best, level, _ = _best(kernel_name, _ncu_names(table).get(kernel_base_name(kernel_name), []))
-    if best is None or level == "base":
+    if best is None or level is None or level == "base":
         return df.iloc[0:0], level or "none"
     return df[df["kernel_id"].isin(best.ids)], level
 
@@ -262,12 +262,12 @@ def _spread(values: pd.Series, unit: str) -> Interval | None:
 
 def occupancy_limiter(row: pd.Series | dict) -> str | None:
     """What caps resident blocks per SM: the smallest of ncu's register, shared-memory and warp limits."""
-    limits = {
+    reported = {
         "registers": row.get("block_limit_registers"),
         "shared memory": row.get("block_limit_shared_mem"),
         "warps": row.get("block_limit_warps"),
     }
-    limits = {k: float(v) for k, v in limits.items() if v is not None and not pd.isna(v)}
+    limits = {k: float(v) for k, v in reported.items() if v is not None and not pd.isna(v)}
     if not limits:
         return None
     low = min(limits.values())
@@ -320,7 +320,7 @@ def kernel_evidence(
             out.append(Evidence(metric, val, busy, (f"speed of light: {verdict} bound" if verdict else "") + tag))
     ids = [int(k) for k in rows["kernel_id"]]
     sub = table.filter(pc.is_in(table["kernel_id"], pa.array(ids, pa.int64())))
-    given = {k: flop_count for k in ids} if flop_count is not None else None
+    given: dict[int | str, float] | None = {k: flop_count for k in ids} if flop_count is not None else None
     placed = place_kernels(sub, spec, precision=precision, flop_counts=given).to_pandas()
     placed = placed[placed["bound"].notna()]
     roof = _spread(placed["roof_pct"], "%")
@@ -499,7 +499,7 @@ def _action(hit: pd.DataFrame) -> str:
             "(torch.compile), use split-K / stream-K for GEMMs with few output tiles, or a larger batch"
         )
     if hit["low_occupancy"].any():
-        lim = {occupancy_limiter(r) for _, r in hit[hit["low_occupancy"]].iterrows()} - {None}
+        lim = {x for _, r in hit[hit["low_occupancy"]].iterrows() if (x := occupancy_limiter(r)) is not None}
         parts.append(
             "raise occupancy of the low-occupancy kernels"
             + (

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest.source import SourceData, concat
+from perfsleuth.model.source import SourceData, concat
 
 if TYPE_CHECKING:
     from perfsleuth.trace.analysis import JobAnalysis

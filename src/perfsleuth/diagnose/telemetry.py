@@ -32,9 +32,10 @@ import pyarrow.compute as pc
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.ingest.gpu_fields import CLOCK_EVENT_BITS, POWER_BITS, SETTING_BITS, THERMAL_BITS
-from perfsleuth.ingest.source import SourceData
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.model.gpu_fields import CLOCK_EVENT_BITS, POWER_BITS, SETTING_BITS, THERMAL_BITS
+from perfsleuth.model.source import SourceData
+from perfsleuth.stats.resample import block_bootstrap, block_length
 
 SOURCE = "dcgm"
 
@@ -173,12 +174,7 @@ def _block_bootstrap_mean(x: np.ndarray, scale: float = 1.0, seed: int = 0) -> t
     if n < 3 or np.ptp(x) == 0:
         m = float(np.mean(x)) * scale if n else 0.0
         return m, m
-    b = max(1, int(round(n ** (1 / 3))))
-    starts = np.random.default_rng(seed).integers(0, n - b + 1, size=(BOOTSTRAP, -(-n // b)))
-    idx = (starts[:, :, None] + np.arange(b)).reshape(BOOTSTRAP, -1)[:, :n]
-    means = x[idx].mean(axis=1) * scale
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
+    return block_bootstrap(lambda idx: x[idx].mean(axis=1) * scale, n, block=block_length(n), tail=0.025, reps=BOOTSTRAP, seed=seed)
 
 
 def _mad(x: np.ndarray) -> float:

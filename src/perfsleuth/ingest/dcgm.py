@@ -39,9 +39,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.gpu_fields import BY_DCGM, BY_DCGM_ID, BY_DMON, GpuField, build_samples
 from perfsleuth.ingest.line_wrappers import clean_text
-from perfsleuth.ingest.source import SourceData, register, sniff, sniff_text
+from perfsleuth.ingest.source import register, sniff, sniff_text
+from perfsleuth.model.gpu_fields import BY_DCGM, BY_DCGM_ID, BY_DMON, GpuField, build_samples
+from perfsleuth.model.source import SourceData
 
 EXPORTER = "dcgm_exporter"
 DMON = "dcgmi_dmon"
@@ -131,7 +132,8 @@ def scrape_time_ns(path: Path) -> tuple[int, str]:
     m = _DATE_IN_NAME.search(name)
     if m:
         try:
-            dt = datetime(*(int(g) for g in m.groups()), tzinfo=UTC)
+            year, month, day, hour, minute, second = (int(g) for g in m.groups())
+            dt = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
             return int(dt.timestamp()) * 1_000_000_000, "file name (date-time, UTC)"
         except ValueError:
             pass

@@ -47,8 +47,9 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import inference_text
-from perfsleuth.ingest.source import SourceData, register, sniff_text
+from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import RECORDS
+from perfsleuth.model.source import SourceData
 
 NAME = "inference_bench"
 DESCRIPTION = (
@@ -294,7 +295,7 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
                 else f"not valid JSON ({whole.msg})",
                 place=f"line {whole.lineno} column {whole.colno}",
             ) from None
-        docs: list[tuple[int, dict]] = []
+        docs = []
         for k, (n, ln) in enumerate(lines):
             try:
                 docs.append((n, json.loads(ln)))
@@ -467,7 +468,8 @@ def _setup_dims(row: dict, dims: dict, kind: str) -> None:
 
 
 def _genai(doc: dict, row: dict, dims: dict, p: Path, caveats: list[Caveat]) -> None:
-    cfg = doc.get("input_config") if isinstance(doc.get("input_config"), dict) else {}
+    raw_cfg = doc.get("input_config")
+    cfg = raw_cfg if isinstance(raw_cfg, dict) else {}
     extra: dict[str, float] = {}
     for key, block in doc.items():
         if not isinstance(block, dict) or key in ("input_config", "telemetry_stats", "sessions"):
@@ -509,15 +511,18 @@ def _genai(doc: dict, row: dict, dims: dict, p: Path, caveats: list[Caveat]) -> 
     row["extra"] = extra
     models = cfg.get("model_names") or cfg.get("model") or []
     row["model"] = _str(models[0] if isinstance(models, list) and models else models or None)
-    endpoint = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
+    raw_endpoint = cfg.get("endpoint")
+    endpoint = raw_endpoint if isinstance(raw_endpoint, dict) else {}
     row["backend"] = _str(cfg.get("backend") or endpoint.get("backend") or cfg.get("endpoint_type") or endpoint.get("type"))
     tok = cfg.get("tokenizer")
     row["tokenizer"] = _str(tok.get("name") if isinstance(tok, dict) else tok)
-    stim = ((cfg.get("perf_analyzer") or {}).get("stimulus") or {}) if isinstance(cfg.get("perf_analyzer"), dict) else {}
+    analyzer = cfg.get("perf_analyzer")
+    stim = (analyzer.get("stimulus") or {}) if isinstance(analyzer, dict) else {}
     row["max_concurrency"] = _int(stim.get("concurrency", cfg.get("concurrency")))
     rate = stim.get("request_rate", cfg.get("request_rate"))
     row["request_rate_rps"] = _num(rate)
-    inp = cfg.get("input") if isinstance(cfg.get("input"), dict) else {}
+    raw_input = cfg.get("input")
+    inp = raw_input if isinstance(raw_input, dict) else {}
     goodput = inp.get("goodput") or cfg.get("goodput")
     if isinstance(goodput, dict) and goodput:
         row["goodput_slo"] = ",".join(f"{k}:{v}" for k, v in goodput.items())
@@ -558,7 +563,7 @@ def _requests(doc: dict, rid: str, p: Path, place: str | None, caveats: list[Cav
         out = _int(arrays["output_lens"][i]) if arrays["output_lens"] else None
         success = not err and ttft is not None and ttft > 0
         e2e = lat if lat is not None and lat > 0 else (ttft + sum(itl) if success and ttft is not None else None)
-        tpot = ((e2e - ttft) / (out - 1)) if success and e2e is not None and out is not None and out > 1 else None
+        tpot = ((e2e - ttft) / (out - 1)) if success and ttft is not None and e2e is not None and out is not None and out > 1 else None
         start = starts[i] if starts else None
         rows.append(
             {

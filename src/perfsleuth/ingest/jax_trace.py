@@ -51,8 +51,10 @@ import pyarrow.compute as pc
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto
 from perfsleuth.ingest.chrome_json import ChromeTraceStream
-from perfsleuth.ingest.source import SourceData, register, sniff
+from perfsleuth.ingest.source import register, sniff
 from perfsleuth.model import EVENT_KINDS, EVENTS
+from perfsleuth.model.collectives import collective_op
+from perfsleuth.model.source import SourceData
 
 if TYPE_CHECKING:
     pass
@@ -334,7 +336,7 @@ def _nccl_op(name: str | None) -> str:
     m = _NCCL_KERNEL.search(name or "")
     if m is None:
         return ""
-    return kineto.normalise_collective(m.group(1)) if m.group(1) else "unknown"
+    return collective_op(m.group(1)) if m.group(1) else "unknown"
 
 
 def _hlo_op(name: str | None) -> str:

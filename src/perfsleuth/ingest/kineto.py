@@ -35,6 +35,7 @@ from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest import memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
 from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
+from perfsleuth.model.collectives import collective_op
 
 FORMAT = "kineto"
 T = TypeVar("T")
@@ -204,18 +205,9 @@ class CollectiveOpCache(dict):
     def __missing__(self, name: str) -> str:
         m = _NCCL_KERNEL.search(name)
         custom = "allreduce" if _CUSTOM_ALLREDUCE.search(name) else ""
-        op = normalise_collective(m.group(1) or "unknown") if m is not None else custom
+        op = collective_op(m.group(1) or "unknown") if m is not None else custom
         self[name] = op
         return op
-
-
-def normalise_collective(raw: str) -> str:
-    """'_allgather_base', 'AllGather', 'all_gather_into_tensor' -> 'allgather'."""
-    text = raw.lower().lstrip("_")
-    for suffix in ("_into_tensor_coalesced", "_into_tensor", "_tensor_coalesced", "_coalesced", "_tensor", "_base"):
-        if text.endswith(suffix):
-            text = text[: -len(suffix)]
-    return text.replace("_", "")
 
 
 _PH, _CAT, _NAME, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid", "args"))
@@ -305,7 +297,7 @@ def _chunk_batch(
     row_op = np.where(is_kernel, row_op, -1)
     coll_rows = np.flatnonzero(has_arg)
     for i, raw in zip(coll_rows.tolist(), coll_arg.filter(pa.array(has_arg)).to_pylist(), strict=True):
-        norm = normalise_collective(raw)
+        norm = collective_op(raw)
         if norm not in op_vocab:
             op_vocab.append(norm)
         row_op[i] = op_vocab.index(norm)
@@ -369,8 +361,8 @@ def _native_int(
     n: int,
     unread: Unread | None,
     name: str,
-    bigs: list[int] = (),
-) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[assignment]
+    bigs: Sequence[int] = (),
+) -> tuple[np.ndarray, np.ndarray]:
     """An int64 column from the native reader's cells, as ``int_column``/``_subset_int`` read the same
     values: strings (labels such as ``"stream 7"``) parsed where they are numbers, uncounted;
     integers beyond int64 null and counted in ``unread``; null outside ``rows`` (None: every row).
@@ -450,7 +442,7 @@ def _native_batch(
         used, first = np.unique(coll_codes[coll_rows], return_index=True)
         lut = np.zeros(len(strings["Collective name"]), dtype=np.int32)
         for code in used[np.argsort(first, kind="stable")].tolist():
-            norm = normalise_collective(strings["Collective name"][code])
+            norm = collective_op(strings["Collective name"][code])
             if norm not in op_vocab:
                 op_vocab.append(norm)
             lut[code] = op_vocab.index(norm)
@@ -991,8 +983,9 @@ def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:
     """The one-row ``runs`` table of a job, from its rank files' metadata."""
     first = min(ranks, key=lambda r: r.rank)
     meta = first.metadata
-    info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-    props = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+    raw_info, raw_props = meta.get("distributedInfo"), meta.get("deviceProperties")
+    info = raw_info if isinstance(raw_info, dict) else {}
+    props = raw_props if isinstance(raw_props, list) else []
     gpu = props[0].get("name") if props and isinstance(props[0], dict) else None
     starts = [r.span_ns[0] for r in ranks if r.span_ns is not None]
     started = min(starts) if starts else None

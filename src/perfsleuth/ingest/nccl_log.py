@@ -33,8 +33,9 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
-from perfsleuth.ingest.source import SourceData, register, sniff
-from perfsleuth.metrics.fabric import normalize_collective
+from perfsleuth.ingest.source import register, sniff
+from perfsleuth.model.collectives import canonical_collective
+from perfsleuth.model.source import SourceData
 
 NAME = "nccl_log"
 DESCRIPTION = "NCCL_DEBUG=INFO log lines (init, transports, channels, TUNING choices), any ranks interleaved"
@@ -490,7 +491,7 @@ class LogParser:
         if algo is None or proto is None:
             self.malformed.setdefault("tuning", []).append(lineno)
             return
-        coll = normalize_collective(g[0]) if g[0] else None
+        coll = canonical_collective(g[0]) if g[0] else None
         lo = _int(g[4]) if g[4] is not None else None
         hi = _int(g[5]) if g[5] is not None else None
         k = (key, coll, _int(g[1], _INT64_MAX), algo, proto, lo, hi)

@@ -37,8 +37,9 @@ import pyarrow as pa
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
 from perfsleuth.ingest.nccl_log import LogEvent, LogParser, algorithm_name, iter_lines, protocol_name, split_line
-from perfsleuth.ingest.source import SourceData, register, sniff
-from perfsleuth.metrics.fabric import busbw_factor, normalize_collective
+from perfsleuth.ingest.source import register, sniff
+from perfsleuth.model.collectives import busbw_factor, canonical_collective
+from perfsleuth.model.source import SourceData
 
 NAME = "nccl_tests"
 DESCRIPTION = "nccl-tests results (all_reduce_perf etc.: stdout of any version, or the -J JSON)"
@@ -146,8 +147,9 @@ _HEADER_RE = re.compile(r"^#\s+(size|bytes)\s+(count|N)\s+type\b.*\b(time|cputim
 
 def parse_layout(line: str) -> Layout | None:
     tokens = [t.lower() for t in line.lstrip("#").split()]
-    canon = [_CANON.get(t) for t in tokens]
-    if None in canon or "time" not in canon:
+    named = [_CANON.get(t) for t in tokens]
+    canon = [c for c in named if c is not None]
+    if len(canon) < len(named) or "time" not in canon:
         return None
     first = canon.index("time")
     keys = tuple(canon[:first])
@@ -337,7 +339,7 @@ def _infer_collective(run: _Run, ratio: float | None, nranks: int | None, path: 
             return "allgather", "inferred: busbw/algbw = (n-1)/n, no redop column (allgather before 2.13)"
     words = re.findall(r"[a-z]+", path.name.lower())
     for name in [f"{a}_{b}" for a, b in zip(words, words[1:], strict=False)] + words:
-        if c := normalize_collective(name):
+        if c := canonical_collective(name):
             return c, "from the file name"
     return None, ""
 
@@ -425,7 +427,7 @@ class _Reader:
             self._row(lineno, tokens, key, text)
             return
         if m := _COMMAND_RE.search(s):
-            coll = normalize_collective(m.group(1))
+            coll = canonical_collective(m.group(1))
             if coll:
                 self.pending_collective = coll
         for k, v in _ENV_TOKEN_RE.findall(s):
@@ -472,7 +474,7 @@ class _Reader:
         elif m := _START_RE.match(line):
             if run.started or run.tests_version is None:
                 self._header_line(lineno)
-            if c := normalize_collective(m.group(1)):
+            if c := canonical_collective(m.group(1)):
                 self.run.collective, self.run.collective_from = c, "from the '# Collective test starting' line"
         elif m := _NTHREAD_RE.match(line):
             if run.header_seen and not run.started:
@@ -574,15 +576,15 @@ class _Reader:
         if ev is None:
             return
         run = self.run
-        if ev.kind == "env" and _INFO_ENV_RE.match(ev.groups[0] or ""):
+        if ev.kind == "env" and (env_name := ev.groups[0]) is not None and _INFO_ENV_RE.match(env_name):
             target = run.env if not run.rows else self.pending_env
-            target[ev.groups[0]] = (ev.groups[1] or "").strip()
+            target[env_name] = (ev.groups[1] or "").strip()
         elif ev.kind == "version" and run.nccl_version is None:
             run.nccl_version = ev.groups[0]
-        elif ev.kind == "tuning":
+        elif ev.kind == "tuning" and (nbytes := ev.groups[1]) is not None:  # the byte count is not optional in the pattern
             algo, proto = algorithm_name(ev.groups[2] or ""), protocol_name(ev.groups[3] or "")
             if algo and proto:
-                run.tuning.setdefault(int(ev.groups[1]), Counter())[(algo, proto)] += 1
+                run.tuning.setdefault(int(nbytes), Counter())[(algo, proto)] += 1
 
     def finish(self) -> list[_Run]:
         self._flush_pending()
@@ -674,7 +676,7 @@ def _json_run(path: Path, doc: dict[str, Any], caveats: list[Caveat]) -> _Run:
         if isinstance(d, dict) and "rank" in d:
             run.devices[int(d["rank"])] = (str(d.get("hostname", "")), int(d.get("device", -1)), str(d.get("device_info", "")))
     args = doc.get("args") or []
-    if args and (c := normalize_collective(Path(str(args[0])).name)):
+    if args and (c := canonical_collective(Path(str(args[0])).name)):
         run.collective, run.collective_from = c, "from the JSON args"
     for e in doc.get("env") or []:
         k, _, v = str(e).partition("=")
@@ -745,8 +747,8 @@ def _json_run(path: Path, doc: dict[str, Any], caveats: list[Caveat]) -> _Run:
 def _chosen(run: _Run, size: int, nranks: int | None, collective: str | None) -> tuple[str | None, str | None]:
     """The (algo, proto) NCCL chose most often at this size, from the run's TUNING lines (which count
     per-rank bytes for allgather and reducescatter)."""
-    per_rank = nranks and collective in ("allgather", "reducescatter")
-    for b in (size // nranks if per_rank else None, size):
+    split = nranks if nranks and collective in ("allgather", "reducescatter") else None
+    for b in (size // split if split else None, size):
         if b is not None and b in run.tuning:
             return run.tuning[b].most_common(1)[0][0]
     return None, None

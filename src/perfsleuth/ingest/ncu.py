@@ -27,13 +27,15 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.source import SNIFF_BYTES, SourceData, register, sniff
+from perfsleuth.ingest.source import SNIFF_BYTES, register, sniff
+from perfsleuth.model.source import SourceData
 
 NAME = "ncu"
 DESCRIPTION = "Nsight Compute CSV (ncu --csv --page raw or --page details): per-kernel metrics and rule verdicts"
@@ -568,7 +570,7 @@ def _fit_integers(path: Path, cols: dict[str, object], kernel_ids: np.ndarray, c
 
 def _assemble(path: Path, ident: pd.DataFrame, values: pd.DataFrame, device: pd.Series | None, caveats: list[Caveat]) -> pa.Table:
     idx = values.index
-    cols: dict[str, object] = {"kernel_id": _int(path, ident["ID"], "ID").to_numpy()}
+    cols: dict[str, Any] = {"kernel_id": _int(path, ident["ID"], "ID").to_numpy()}  # numpy arrays; lists for strings
     cols["kernel_name"] = ident["Kernel Name"].astype(str).tolist()
     for src, dst in (("Process ID", "process_id"), ("Context", "context"), ("Stream", "stream"), ("Device", "device_index")):
         cols[dst] = parse_numbers(ident[src])[0].to_numpy() if src in ident else np.full(len(ident), np.nan)
@@ -706,7 +708,7 @@ def read(path: Path) -> SourceData:
 def _unknown_gpus(path: Path, device: pa.ChunkedArray) -> list[Caveat]:
     """A GPU perfsleuth has no peaks for (a newer part): its kernels keep ncu's own %-of-peak verdicts,
     but nothing that needs a peak (achieved TB/s against HBM, a roofline place) is measured for them."""
-    from perfsleuth.metrics.hardware import lookup
+    from perfsleuth.model.hardware import lookup
 
     names = [d for d in device.to_pylist() if d]
     unknown = sorted({d for d in names if lookup(d) is None})

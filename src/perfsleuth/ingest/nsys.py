@@ -52,9 +52,11 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto, memory_guard
-from perfsleuth.ingest.kineto import RankFile, normalise_collective
-from perfsleuth.ingest.source import SourceData, register
+from perfsleuth.ingest.kineto import RankFile
+from perfsleuth.ingest.source import register
 from perfsleuth.model import EVENT_KINDS, EVENTS
+from perfsleuth.model.collectives import collective_op
+from perfsleuth.model.source import SourceData
 
 FORMAT = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): kernels, copies, CUDA API, NVTX ranges"
@@ -733,7 +735,7 @@ def _nccl_ranges(db: _Db, a: np.ndarray, names: list[str | None], caveats: list[
     for n in names:
         m = _NCCL_OP.match(n or "")
         raw = m.group(1) if m else ""
-        ops.append("" if not raw or raw.startswith(("Group", "Comm")) else normalise_collective(raw))
+        ops.append("" if not raw or raw.startswith(("Group", "Comm")) else collective_op(raw))
     out.op = ops
     payloads = _payloads(db, a[:, 0])
     out.has_payloads = bool(payloads)
@@ -834,8 +836,8 @@ def _assign_ranks(
             world = max(n for _, n in comms.values())
         if len(pids) == 1 and (r := _first_int(env, _RANK_ENV)) is not None:
             out[pid] = (r, "environment")
-        elif pid in nvtx.thread_names:
-            out[pid] = (int(_MPI_RANK.search(nvtx.thread_names[pid]).group(1)), "NVTX thread name")
+        elif pid in nvtx.thread_names and (rank_match := _MPI_RANK.search(nvtx.thread_names[pid])) is not None:
+            out[pid] = (int(rank_match.group(1)), "NVTX thread name")
         elif world is not None and (hit := [r for r, n in comms.values() if n == world]):
             out[pid] = (hit[0], "NCCL communicator")
     missing = [p for p in pids if p not in out]
@@ -980,15 +982,16 @@ def _collectives(table: pa.Table, kind: np.ndarray, nccl: _NcclRanges, pid: int,
     group: list[str | None] = [None] * len(rows)
     size: list[int | None] = [None] * len(rows)
     nel: list[int | None] = [None] * len(rows)
-    for r, i in enumerate(match.tolist()):
-        if i < 0:
+    for r, call in enumerate(match.tolist()):
+        if call < 0:
             continue
-        ops[r] = nccl.op[i]
-        comm = nccl.comm[i] if i < len(nccl.comm) else None
+        ops[r] = nccl.op[call]
+        comm = nccl.comm[call] if call < len(nccl.comm) else None
         if comm is not None:
             group[r], size[r] = f"nccl:{comm:016x}", comm_size.get(comm)
-        if i < len(nccl.nbytes) and nccl.nbytes[i] is not None:
-            nel[r] = int(nccl.nbytes[i])  # NCCL states bytes: counted as uint8 elements
+        nbytes = nccl.nbytes[call] if call < len(nccl.nbytes) else None
+        if nbytes is not None:
+            nel[r] = int(nbytes)  # NCCL states bytes: counted as uint8 elements
     dtype = [None if v is None else "uint8" for v in nel]
     for name, values, typ in (
         ("coll_op", ops, pa.string()),
@@ -1203,7 +1206,9 @@ def read(path: Path) -> SourceData:
     run_id = kineto.default_run_id([Path(path)])
     job = kineto.assemble_job(ranks, run_id=run_id)
     first = ranks[0].metadata
-    meta = {k: first[k] for k in ("host", "nsys_version", "nsys_export_schema", "cuda_driver_version", "clock") if k in first}
+    meta: dict[str, object] = {
+        k: first[k] for k in ("host", "nsys_version", "nsys_export_schema", "cuda_driver_version", "clock") if k in first
+    }
     gpus = [p.get("name") for r in ranks for p in r.metadata.get("deviceProperties", []) if p.get("name")]
     if gpus:
         meta["gpu"] = gpus[0]

@@ -24,15 +24,17 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.gpu_fields import BY_NAME, BY_SMI_DMON, BY_SMI_QUERY, GpuField, build_samples
 from perfsleuth.ingest.line_wrappers import WrapperStats, clean_text
-from perfsleuth.ingest.source import SourceData, register, sniff_text
+from perfsleuth.ingest.source import register, sniff_text
+from perfsleuth.model.gpu_fields import BY_NAME, BY_SMI_DMON, BY_SMI_QUERY, GpuField, build_samples
+from perfsleuth.model.source import SourceData
 
 DMON = "nvidia_smi_dmon"
 QUERY = "nvidia_smi_query"
@@ -104,7 +106,7 @@ def detect_query(path: Path) -> bool:
     lines = _head_lines(path, 1)
     if not lines or "," not in lines[0]:
         return False
-    names = [_HEADER.match(c).group(1) if _HEADER.match(c) else c for c in lines[0].split(",")]
+    names = [m.group(1) if (m := _HEADER.match(c)) else c for c in lines[0].split(",")]
     known = sum(1 for c in names if c.strip() in BY_SMI_QUERY or c.strip() in _QUERY_IDS)
     return known >= 2 and any(c.strip() in BY_SMI_QUERY for c in names)
 
@@ -139,7 +141,7 @@ def _factor(unit: str | None, field: GpuField, path: Path, column: str) -> float
     return f
 
 
-def _unit_error(unit: str, field: GpuField, path: Path, column: str) -> float:
+def _unit_error(unit: str, field: GpuField, path: Path, column: str) -> NoReturn:
     raise InputError(
         path,
         f"column {column!r} is in {unit!r}, but {field.name} is in {field.unit!r} and no conversion is known",
@@ -421,11 +423,12 @@ def read_query(
             )
         )
     meta: dict[str, object] = {"source_names": {BY_SMI_QUERY[n].name: [n] for n in names.values() if n in BY_SMI_QUERY}}
+    gpus: dict[int, dict[str, str]] = {}  # gpu index -> identity fields, in meta["gpus"] once one is read
     for ident in ("name", "pci.bus_id", "uuid"):
         if ident in by_name:
-            meta.setdefault("gpus", {})
+            meta["gpus"] = gpus
             for g, v in zip(gpu, frame[by_name[ident]].str.strip(), strict=True):
-                meta["gpus"].setdefault(int(g), {})[ident] = v
+                gpus.setdefault(int(g), {})[ident] = v
     data = _finish(QUERY, path, run_id, cols, caveats, meta)
     wrappers.into(data.meta)
     return data

@@ -5,33 +5,19 @@ the file's first bytes, never its extension) and ``read(path) -> SourceData``, a
 here with ``register``. ``perfsleuth analyze`` hands every input file to ``detect_format``, so a job's
 files can come in any mix and any name.
 
-``SourceData.tables`` holds canonical tables (``samples``, ``records``, ``steps``, ``events``) and
-source-specific ones (``nccl_tests``, ``nccl_log``, ``kernel_metrics``, ...): each adapter documents
-the schema of the tables it writes next to its reader, with units in column names.
+What an adapter returns, ``SourceData``, is part of the model (``perfsleuth.model.source``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
-from perfsleuth.errors import Caveat, InputError
+from perfsleuth.errors import InputError
+from perfsleuth.model.source import SourceData
 
 SNIFF_BYTES = 64 << 10
-
-
-@dataclass(slots=True)
-class SourceData:
-    """What one input file contributed: its tables, by name, and what limits them."""
-
-    format: str
-    path: str
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-    caveats: list[Caveat] = field(default_factory=list)
-    meta: dict[str, object] = field(default_factory=dict)  # host, gpu model, versions read from the file
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +74,3 @@ def detect_format(path: Path) -> Adapter | None:
         except OSError as exc:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     return None
-
-
-def concat(tables: list[pa.Table]) -> pa.Table | None:
-    """One table from several sources' parts (schemas unified), or None when there are none."""
-    tables = [t for t in tables if t is not None]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")

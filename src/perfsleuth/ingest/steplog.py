@@ -42,8 +42,9 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
-from perfsleuth.ingest.source import SourceData, register, sniff_text
+from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import RECORDS
+from perfsleuth.model.source import SourceData
 
 NAME = "steplog"
 DESCRIPTION = (
@@ -218,7 +219,7 @@ class LineContext:
         if self._time is False:
             own = timestamp_ns(self.text)
             self._time = own if own is not None else self._fallback
-        return self._time  # type: ignore[return-value]
+        return self._time
 
 
 class Problems:
@@ -516,7 +517,7 @@ def _fit_integers(df: pd.DataFrame, schema: pa.Schema, path: Path, caveats: list
         )
 
 
-_ROW_COLS = [f.name for f in StepRow.__dataclass_fields__.values()]  # type: ignore[attr-defined]
+_ROW_COLS = [f.name for f in StepRow.__dataclass_fields__.values()]
 _TIMER_COLS = ["line", "timer", "min_ns", "max_ns", "stream", "rank", "timer_rank"]
 _MARK_COLS = ["line", "kind", "stream", "rank", "time_ns", "step", "duration_ns", "value", "detail"]
 

@@ -41,14 +41,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.source import SourceData, register, sniff_text
+from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import SAMPLES
+from perfsleuth.model.source import SourceData
 
 NAME = "vllm_metrics"
 DESCRIPTION = "vLLM / SGLang Prometheus /metrics scrapes (one file or a directory of periodic scrapes)"
@@ -185,6 +187,14 @@ def detect(path: Path) -> bool:
 # --- read ----------------------------------------------------------------------------------------
 
 
+class _ScrapeMeta(TypedDict):
+    """What the scrapes say about the server besides samples: model names, engine ids, info labels."""
+
+    models: set[str]
+    engines: set[str]
+    info: dict[str, str]
+
+
 def read(path: Path) -> SourceData:
     p = Path(path)
     if p.is_dir():
@@ -197,7 +207,7 @@ def read(path: Path) -> SourceData:
         raise InputError(p, "no such file or directory")
     run_id = p.name.split(".")[0]
     caveats: list[Caveat] = []
-    meta: dict[str, object] = {"models": set(), "engines": set(), "info": {}}
+    meta: _ScrapeMeta = {"models": set(), "engines": set(), "info": {}}
     unknown: set[str] = set()
     rows: list[tuple[str | None, str, int, float]] = []
     for f in files:
@@ -363,7 +373,7 @@ def parse_exposition(text: str, path: Path) -> list[Sample]:
     return out
 
 
-def _read_scrape(f: Path, caveats: list[Caveat], meta: dict, unknown: set[str]) -> list[tuple[str | None, str, int, float]]:
+def _read_scrape(f: Path, caveats: list[Caveat], meta: _ScrapeMeta, unknown: set[str]) -> list[tuple[str | None, str, int, float]]:
     text = _read_text(f)
     if not text.strip():
         raise InputError(f, "the scrape is empty")

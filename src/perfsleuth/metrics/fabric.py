@@ -22,56 +22,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfsleuth.errors import InputError, InvalidArgument
+from perfsleuth.errors import InputError
+from perfsleuth.model.collectives import canonical_collective
 
 ENV_VAR = "PERFSLEUTH_FABRIC_TABLE"
-
-_COLLECTIVE_ALIASES = {
-    "allreduce": "allreduce",
-    "all_reduce": "allreduce",
-    "allgather": "allgather",
-    "all_gather": "allgather",
-    "reducescatter": "reducescatter",
-    "reduce_scatter": "reducescatter",
-    "alltoall": "alltoall",
-    "all_to_all": "alltoall",
-    "alltoallv": "alltoall",
-    "broadcast": "broadcast",
-    "bcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "sendrecv",
-    "send_recv": "sendrecv",
-    "gather": "gather",
-    "scatter": "scatter",
-    "hypercube": "hypercube",
-}
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "gather", "scatter", "hypercube")
-
-
-def normalize_collective(name: str | None) -> str | None:
-    """``AllReduce``, ``all_reduce_perf``, ``reduce_scatter`` ... -> the canonical name, or None."""
-    if not name:
-        return None
-    key = re.sub(r"(_perf(_mpi)?|_mpi)$", "", name.strip().lower()).replace("-", "_")
-    return _COLLECTIVE_ALIASES.get(key) or _COLLECTIVE_ALIASES.get(key.replace("_", ""))
-
-
-def busbw_factor(collective: str, nranks: int) -> float:
-    """busbw / algbw for a collective over ``nranks`` ranks (nccl-tests' ``*GetBw`` functions).
-
-    AllReduce 2(n-1)/n; AllGather, ReduceScatter, AlltoAll, Gather, Scatter (n-1)/n; Broadcast,
-    Reduce, SendRecv 1. A collective over no rank has no bandwidth: fewer than one rank is an error."""
-    c = normalize_collective(collective) or collective
-    if not nranks >= 1:
-        raise InvalidArgument(f"a collective runs over one rank or more, got {nranks}")
-    n = int(nranks)
-    if c == "allreduce":
-        return 2.0 * (n - 1) / n
-    if c in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
-        return (n - 1) / n
-    if c in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise InvalidArgument(f"no busbw formula for collective {collective!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +41,7 @@ class Fabric:
     collective_efficiency: Mapping[str, float] = field(default_factory=dict)  # per-collective overrides
 
     def busbw_gbs(self, collective: str) -> float:
-        eff = self.collective_efficiency.get(normalize_collective(collective) or collective, self.efficiency)
+        eff = self.collective_efficiency.get(canonical_collective(collective) or collective, self.efficiency)
         return self.link_gbs * eff
 
 
@@ -149,7 +103,7 @@ class FabricTable:
         inter = self.fabric(network or self.network or rule.inter)
         local = max(nranks // max(nnodes, 1), 1)
         nic = inter.busbw_gbs(collective)
-        c = normalize_collective(collective)
+        c = canonical_collective(collective)
         if c == "alltoall":
             off_node = (nranks - local) / max(nranks - 1, 1)
             inter_bw = nic / max(off_node, 1e-9)
@@ -280,7 +234,7 @@ def _fabric_from(name: str, spec: Any, base: Fabric | None, path: Path) -> Fabri
             )
         fab = replace(fab, link_gbs=float(fab.link_gbs), efficiency=float(fab.efficiency))
         if "collective_efficiency" in spec:
-            ce = {normalize_collective(k) or k: float(v) for k, v in dict(spec["collective_efficiency"]).items()}
+            ce = {canonical_collective(k) or k: float(v) for k, v in dict(spec["collective_efficiency"]).items()}
             fab = replace(fab, collective_efficiency=ce)
     except KeyError as exc:
         raise InputError(path, f"a new fabric needs {exc.args[0]!r}", place=f"fabrics.{name}") from exc

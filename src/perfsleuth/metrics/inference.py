@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from perfsleuth.errors import InvalidArgument
-from perfsleuth.metrics.hardware import GpuSpec, resolve
+from perfsleuth.model.hardware import GpuSpec, resolve
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,14 +30,14 @@ import pandas as pd
 
 from perfsleuth.errors import Caveat
 from perfsleuth.ingest.kineto import wall_clock_ns
-from perfsleuth.metrics import hardware
+from perfsleuth.model import hardware
 from perfsleuth.metrics import model_flops as mf
 from perfsleuth.metrics.model_flops import ModelConfig
 from perfsleuth.metrics.run_parts import RunParts
 
 if TYPE_CHECKING:
     from perfsleuth.api import JobReport
-    from perfsleuth.ingest.source import SourceData
+    from perfsleuth.model.source import SourceData
     from perfsleuth.trace.analysis import JobAnalysis
 
 BREAKDOWN_COLUMNS = {
@@ -170,6 +170,7 @@ def job_parts(
     gpus: float | None = runs.get("world_size") or (a.steps.column("rank").unique().length() if a.steps.num_rows else None)
     if gpus is None and log is not None:
         gpus = log.gpus
+    steps: int | None
     if traced is not None:
         comps, steps = traced
         parts_ns: dict[str, float] = comps

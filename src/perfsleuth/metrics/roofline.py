@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from perfsleuth.errors import InvalidArgument
-from perfsleuth.metrics.hardware import GpuSpec, canonical_precision, lookup, resolve
+from perfsleuth.model.hardware import GpuSpec, canonical_precision, lookup, resolve
 
 SOL_BUSY_PCT = 80.0
 """Nsight Compute's SOLBottleneck rule: above 80% of a unit's peak the kernel is using the device well."""
@@ -131,12 +131,12 @@ def estimate_dram_bytes(dram_throughput_pct: float, duration_ns: float, gpu: Gpu
 def sol_bound(sm_throughput_pct: float | None, memory_throughput_pct: float | None) -> str | None:
     """Nsight Compute's speed-of-light verdict: ``"latency"`` when both units are under 60% of peak,
     else the more loaded unit (``"compute"`` or ``"memory"``)."""
-    vals = [v for v in (sm_throughput_pct, memory_throughput_pct) if v is not None and not math.isnan(v)]
-    if len(vals) < 2:
+    sm, memory = sm_throughput_pct, memory_throughput_pct
+    if sm is None or memory is None or math.isnan(sm) or math.isnan(memory):
         return None
-    if max(vals) < SOL_LATENCY_PCT:
+    if max(sm, memory) < SOL_LATENCY_PCT:
         return "latency"
-    return "compute" if sm_throughput_pct >= memory_throughput_pct else "memory"
+    return "compute" if sm >= memory else "memory"
 
 
 def grid_phrase(grid_size: int | None, sm_count: int | None) -> str | None:
@@ -199,7 +199,7 @@ def _num(v: object) -> float | None:
 def _counted_precision(row: Mapping[str, object], default: str) -> str:
     """Counter FLOPs run on CUDA cores: judge fp64/fp32 work against the CUDA-core rate."""
     counts = {p: _num(row.get(c)) or 0.0 for c, p in _COUNTED}
-    top = max(counts, key=counts.get)
+    top = max(counts, key=counts.__getitem__)
     return top if counts[top] > 0 and top in ("fp64", "fp32") else default
 
 
@@ -249,8 +249,8 @@ def place_kernels(
             if tensor > 0 and flops == 0:  # a Tensor Core kernel: its FLOPs are not in the CUDA-core counters
                 flops, fsrc = None, None
         dram, dsrc = _num(row.get("dram_bytes")), "ncu dram__bytes"
-        if dram is None and spec is not None and dur is not None and _num(row.get("dram_throughput_pct")) is not None:
-            dram, dsrc = estimate_dram_bytes(_num(row.get("dram_throughput_pct")), dur, spec), "estimated from DRAM throughput %"
+        if dram is None and spec is not None and dur is not None and (dram_pct := _num(row.get("dram_throughput_pct"))) is not None:
+            dram, dsrc = estimate_dram_bytes(dram_pct, dur, spec), "estimated from DRAM throughput %"
         rec.update(
             precision=prec, flop_count=flops, flop_source=fsrc, dram_bytes=dram, dram_bytes_source=dsrc if dram is not None else None
         )
@@ -263,10 +263,11 @@ def place_kernels(
         missing = [what for what, ok in checks if not ok]
         if spec is not None and spec.peak(prec) is None:
             missing.append(f"a {prec} rate on {spec.display}")
-        if missing:
-            rec["note"] = "not placed, missing " + "; ".join(missing)
+        if missing or spec is None or not dur or flops is None or dram is None:  # the checks above, restated for the type checker
+            note = "not placed, missing " + "; ".join(missing)
             if flops is None:
-                rec["note"] += " (collect sm__sass_thread_inst_executed_op_* for CUDA-core work, or pass the kernel's FLOPs)"
+                note += " (collect sm__sass_thread_inst_executed_op_* for CUDA-core work, or pass the kernel's FLOPs)"
+            rec["note"] = note
             out.append(rec)
             continue
         p = place(flops, dram, dur, spec, prec)

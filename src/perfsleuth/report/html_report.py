@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
 from perfsleuth import __version__
 from perfsleuth.diagnose import Diagnosis
-from perfsleuth.ingest.job_identity import cuda_version
+from perfsleuth.model.job_identity import cuda_version
 from perfsleuth.model import Finding, Interval
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.run_header import ranks_phrase
@@ -34,7 +34,8 @@ from perfsleuth.trace.collectives import P2P_OPS
 # --- display formatting (shared with markdown_report) -----------------------------------------------
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
+    """A real number to print (not None, NaN, an infinity or a bool)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -369,7 +370,7 @@ def _labelled(i: int, ranks: Sequence[int], every: int, straggler: int | None) -
     neighbours then give way so labels do not overlap)."""
     if ranks[i] == straggler:
         return True
-    if straggler in ranks and abs(i - list(ranks).index(straggler)) < every:
+    if straggler is not None and straggler in ranks and abs(i - list(ranks).index(straggler)) < every:
         return False
     return i % every == 0
 
@@ -483,7 +484,7 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
     s0, s1 = steps[0], steps[-1]
     xspan = (s1 - s0) or 1
 
-    def px(step: int) -> float:
+    def px(step: float) -> float:
         return left + (plot_w * (step - s0) / xspan if s1 != s0 else plot_w / 2)
 
     def py(ms: float) -> float:

@@ -35,7 +35,7 @@ import numpy as np
 import orjson
 
 from perfsleuth.cases.case import Case, CaseFault, write_case
-from perfsleuth.metrics.hardware import lookup
+from perfsleuth.model.hardware import lookup
 
 CLASSES = (
     "kv_cache_preemption",

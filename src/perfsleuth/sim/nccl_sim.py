@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from perfsleuth.cases.case import Case, CaseFault, write_case
-from perfsleuth.metrics.fabric import busbw_factor
+from perfsleuth.model.collectives import busbw_factor
 
 SIZES_FULL = tuple(8 << i for i in range(31))  # 8 B .. 8 GiB, doubling
 PROTOS = ("LL", "LL128", "Simple")

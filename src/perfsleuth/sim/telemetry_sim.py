@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from perfsleuth.cases.case import Case, CaseFault
 from perfsleuth.cases.case import write_case as write
-from perfsleuth.ingest.gpu_fields import BY_NAME, CLOCK_EVENT_BITS, build_samples
-from perfsleuth.ingest.source import SourceData
+from perfsleuth.model.gpu_fields import BY_NAME, CLOCK_EVENT_BITS, build_samples
+from perfsleuth.model.source import SourceData
 
 GPUS_PER_NODE = 8
 MAX_CLOCK_MHZ = 1980.0

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsleuth.errors import InputError
-from perfsleuth.ingest.job_identity import software
+from perfsleuth.model.job_identity import software
 from perfsleuth.model import MAX_MEASUREMENT, RECORDS
 from perfsleuth.store.layout import check_date
 
@@ -169,8 +169,8 @@ def from_metadata(runs: pa.Table, source_meta: Iterable[Mapping[str, Any]]) -> d
         # both CUDA versions are stored readable, and "driver" is left to a source that states the NVIDIA one
         versions = software(row)
         for key, name in (("cuda_runtime", "cuda"), ("cuda_driver_api", "cuda_driver_api")):
-            if versions[key]:
-                out[name] = versions[key]
+            if version := versions[key]:
+                out[name] = version
         for key, value in row.get("dims") or []:
             if key in KNOWN and value not in (None, ""):
                 out[key] = str(value)

@@ -30,17 +30,16 @@ an interval says how sure the difference between these two runs is, not between 
 in general (more runs per side would say that). With fewer than two steps on a side there is no
 interval, and the diff says so.
 
-This module measures and compares; it reads files only through ``perfsleuth.ingest`` and renders
-nothing (``report.diff_report`` does).
+This module measures and compares; it reads no file (``perfsleuth.pipeline.diff_traces`` reads both
+sides and runs ``measure_rank`` on every rank where it was decoded) and renders nothing
+(``report.diff_report`` does).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from functools import partial
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,8 +47,6 @@ import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest import trace_files, traces
-from perfsleuth.ingest.kineto import RankFile, check_one_job, default_run_id, map_rank_files
 from perfsleuth.model import Interval
 from perfsleuth.stats.compare import Comparison, compare, compare_groups
 from perfsleuth.trace.breakdown import rank_steps
@@ -252,24 +249,17 @@ class SideProfile:
         }
 
 
-def _measure_file(job: tuple[str, bool], fmt: str, plan: traces.Plan) -> list[tuple[RankFile, RankRows]]:
-    """Worker: one trace file in, its ranks' diff rows out; their events stay here."""
-    path, single = job
-    return [
-        (rf.without_events(), measure_rank(RankView(rf.rank, rf.events)))
-        for rf in traces.read_trace_file(fmt, path, single_file=single, plan=plan)
-    ]
-
-
-def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> SideProfile:
-    """Measure one side of a diff: every rank's rows per step, averaged over the ranks per step."""
-    fmt, files = trace_files(paths)
-    plan, caveats = traces.plan_ranks(fmt, files)
-    per_file = map_rank_files(files, partial(_measure_file, fmt=fmt, plan=plan), workers=workers)
-    pairs = [p for ranks in per_file for p in ranks]
-    world, more = check_one_job([p[0] for p in pairs])
-    label = ", ".join(str(p) for p in paths)
-    results = [p[1] for p in pairs]
+def profile_side(
+    label: str,
+    source_format: str,
+    run_id: str,
+    results: Sequence[RankRows],
+    caveats: Sequence[Caveat] = (),
+    setup: dict[str, Any] | None = None,
+) -> SideProfile:
+    """One side of a diff from its ranks' rows (``measure_rank``, run by ``perfsleuth.pipeline`` where each
+    rank was read): every row and step time averaged over the ranks per step. ``caveats`` are what
+    reading the side said; ``setup`` what it ran on (GPU, world size, readable versions)."""
     steps = pd.concat([r.steps.to_pandas() for r in results], ignore_index=True)
     if steps.empty:
         raise InputError(label, "no step windows: the traces hold no events", hint="profile at least one step")
@@ -293,7 +283,7 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
             slot = names.setdefault(key, {})
             for name, ns in raw.items():
                 slot[name] = slot.get(name, 0) + ns
-    side_caveats = [*caveats, *more]
+    side_caveats = list(caveats)
     if len(step_means) == 1 and int(step_means["step"].iloc[0]) < 0:
         side_caveats.append(
             Caveat(
@@ -304,29 +294,21 @@ def profile_side(paths: Sequence[str | Path], *, workers: int | None = None) -> 
         )
     return SideProfile(
         label,
-        fmt,
-        default_run_id(files),
+        source_format,
+        run_id,
         len(results),
         pa.Table.from_pandas(grouped, preserve_index=False),
         pa.Table.from_pandas(step_means, preserve_index=False),
         names,
         tuple(side_caveats),
-        _setup(fmt, [p[0] for p in pairs], world),
+        dict(setup or {}),
     )
-
-
-def _setup(fmt: str, rank_files: list, world: int) -> dict[str, Any]:
-    """What the side ran on, as the traces state it: GPU, world size, CUDA/NCCL versions (readable)."""
-    from perfsleuth.ingest.job_identity import software
-
-    run = traces.runs_table(fmt, "side", rank_files, world).to_pylist()[0]
-    return {"gpu_sku": run.get("gpu_sku"), "world_size": run.get("world_size"), **software(run)}
 
 
 def setup_caveats(b: SideProfile, c: SideProfile) -> tuple[Caveat, ...]:
     """A caveat when the two sides ran on different GPUs, world sizes or software: the diff then measures
     the setups as much as the change."""
-    from perfsleuth.ingest.job_identity import setup_differences
+    from perfsleuth.model.job_identity import setup_differences
 
     found = setup_differences(b.setup, c.setup)
     if not found:
@@ -665,18 +647,3 @@ def diff_sides(
         baseline, candidate, step_time, phases, classes, tuple(rows), step_change - attributed, threshold, confidence, tuple(caveats)
     )
 
-
-def diff_traces(
-    baseline: Sequence[str | Path],
-    candidate: Sequence[str | Path],
-    *,
-    threshold: float = 0.02,
-    confidence: float = 0.95,
-    method: str = "auto",
-    workers: int | None = None,
-) -> TraceDiff:
-    """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function)."""
-    b = profile_side(baseline, workers=workers)
-    c = profile_side(candidate, workers=workers)
-    d = diff_sides(b, c, threshold=threshold, confidence=confidence, method=method)
-    return replace(d, caveats=(*setup_caveats(b, c), *d.caveats))

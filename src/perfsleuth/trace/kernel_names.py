@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from perfsleuth.ingest.kineto import normalise_collective
+from perfsleuth.model.collectives import collective_op
 from perfsleuth.trace.classify import classify_name
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
@@ -191,7 +191,7 @@ def collective_key(name: str, op: str | None = None) -> str:
     library = "nccl" if _COMM_LIBRARY.search(name or "") else "comm"
     if not op or op == "unknown":
         m = _NCCL.search(name or "")
-        op = normalise_collective(m.group(1)) if m else ""
+        op = collective_op(m.group(1)) if m else ""
     return f"{library}:{op}" if op else f"{library}:{kernel_key(name)}"
 
 

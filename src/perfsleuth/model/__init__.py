@@ -239,7 +239,7 @@ class Alternative:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A diagnosis: one fault class from TAXONOMY.md with its evidence, cost and confidence.
+    """A diagnosis: one fault class of ``perfsleuth.taxonomy`` with its evidence, cost and confidence.
 
     ``impact`` is the fraction of step time lost to this cause (an interval); ``scope`` names the
     ranks, streams, steps or kernels concerned.
