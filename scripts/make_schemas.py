@@ -423,3 +423,41 @@ write(
     },
     required=["cases", "macro_f1", "per_class", "confusion", "calibration", "results"],
 )
+
+write(
+    "explain",
+    1,
+    "perfsleuth explain --format json",
+    {
+        "faults": d(
+            {
+                "type": "array",
+                "items": obj(
+                    {
+                        "id": d({"type": "string"}, "the stable fault id a finding names"),
+                        "ref": d(STR, "the class's row in the domain catalog (T1-T27, I1-I6); null for classes perfsleuth added"),
+                        "title": {"type": "string"},
+                        "layer": d({"type": "string"}, "where in the stack the fault lives (perfsleuth.taxonomy.LAYERS)"),
+                        "kind": d(
+                            {"enum": ["cause", "regime", "unattributed", "starting point"]},
+                            "a named cause, an expected regime, measured-but-unnamed time, or a symptom before attribution",
+                        ),
+                        "meaning": d({"type": "string"}, "what the fault is"),
+                        "direct_evidence": d(
+                            {"type": "array", "items": {"type": "string"}},
+                            "what in the input proves it: an event, an annotation, a counter, a log line",
+                        ),
+                        "signals": d({"type": "array", "items": {"type": "string"}}, "the inputs a job must provide for it to be assessed"),
+                        "told_apart_from": d(
+                            {"type": "array", "items": obj({"fault": {"type": "string"}, "how": {"type": "string"}})},
+                            "the classes it is confused with, and what tells them apart",
+                        ),
+                        "fix": d({"type": "string"}, "the usual fix"),
+                    }
+                ),
+            },
+            "the entries asked for: one with a FAULT argument, every class without",
+        ),
+    },
+    defs={},
+)

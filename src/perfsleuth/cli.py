@@ -732,6 +732,20 @@ def signals(
 
 
 @app.command()
+def explain(
+    fault: Annotated[
+        str | None, typer.Argument(help="a fault id (exposed_communication, ...) or catalog reference (T1); none: list them")
+    ] = None,
+    format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
+    out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """What a fault class means, the direct evidence that proves it, and what it is told apart from."""
+    from perfsleuth.commands.explain_cmd import explain_command
+
+    raise typer.Exit(explain_command(fault, format.value, out))
+
+
+@app.command()
 def formats() -> None:
     """What perfsleuth can read."""
     from perfsleuth.ingest import adapters  # noqa: F401  (registration)

@@ -27,54 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfsleuth import taxonomy
 from perfsleuth.errors import InputError
 
 SCHEMA = "perfsleuth.case/1"
 CASE_FILE = "case.json"
 SOURCES = ("simulated", "real")
 
-TAXONOMY_IDS = frozenset(
-    {
-        "exposed_communication",
-        "poor_overlap",
-        "pipeline_bubble",
-        "sequence_imbalance",
-        "dataloader_stall",
-        "checkpoint_stall",
-        "host_launch_bound",
-        "cpu_contention",
-        "small_kernels",
-        "gc_pause",
-        "recompilation",
-        "allocator_churn",
-        "memory_fragmentation",
-        "straggler_rank",
-        "slow_node",
-        "degraded_nvlink",
-        "degraded_network",
-        "pcie_downtraining",
-        "thermal_throttling",
-        "power_capping",
-        "clock_capping",
-        "gpu_hardware_errors",
-        "nccl_algorithm_selection",
-        "nccl_transport_fallback",
-        "collective_hang",
-        "numeric_anomaly",
-        "restart_overhead",
-        "kv_cache_preemption",
-        "prefill_decode_interference",
-        "low_batch_occupancy",
-        "request_queueing",
-        "host_bound_serving",
-        "memory_bound_decode",
-        "regression",
-        # issue 12: what a trace measures but cannot name (a silent host gap; GPU idle no cause covers)
-        "unattributed_host_stall",
-        "unattributed_idle",
-    }
-)
-"""Fault class ids of TAXONOMY.md (stable: cases, tests and users' scripts depend on them)."""
+TAXONOMY_IDS = taxonomy.IDS
+"""The fault class ids (``perfsleuth.taxonomy``; stable: cases, tests and users' scripts depend on them)."""
 
 DETECTABLE_MIN_IMPACT = 0.03
 DETECTABLE_RULE = (

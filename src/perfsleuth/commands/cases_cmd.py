@@ -156,7 +156,9 @@ def cases_add(trace_dir: Path, out: Path, fault: str, scope: str | None = None, 
         ids = []
     unknown = [i for i in ids if i not in TAXONOMY_IDS]
     if unknown:
-        return fail(f"--fault {', '.join(unknown)}: not a taxonomy id (see TAXONOMY.md: {', '.join(sorted(TAXONOMY_IDS)[:6])}, ...)")
+        return fail(
+            f"--fault {', '.join(unknown)}: not a taxonomy id (perfsleuth explain lists them: {', '.join(sorted(TAXONOMY_IDS)[:6])}, ...)"
+        )
     if magnitude is not None and not 0 <= magnitude <= 1:
         return fail(f"--magnitude is a share of step time in [0, 1], not {magnitude}")
     try:

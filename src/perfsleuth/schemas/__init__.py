@@ -1,7 +1,8 @@
 """JSON Schemas (draft 2020-12) of every JSON document perfsleuth writes, shipped with the package.
 
 One file per contract: ``analysis`` (analyze), ``compare``, ``changes``, ``localize``, ``diff``,
-``case`` (a labelled case's case.json) and ``evaluation`` (evaluate). A document names its contract
+``case`` (a labelled case's case.json), ``evaluation`` (evaluate) and ``explain``
+(the fault taxonomy's entries). A document names its contract
 in its ``schema`` key (``perfsleuth.analysis/1``); :func:`schema_for` finds the file from that.
 Top-level keys are closed (an undocumented key fails validation); every key has a description.
 Validation needs the ``jsonschema`` package (a test extra), perfsleuth itself does not.
@@ -14,7 +15,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-CONTRACTS = ("analysis", "compare", "changes", "localize", "diff", "case", "evaluation")
+CONTRACTS = ("analysis", "compare", "changes", "localize", "diff", "case", "evaluation", "explain")
 
 
 @cache

@@ -1,7 +1,7 @@
 """Injectable performance faults for the simulated training job.
 
 Each fault class is a frozen dataclass whose fields are its parameters and whose class attribute
-``fault`` is the taxonomy id (see TAXONOMY.md) a correct diagnosis must name. A fault changes the
+``fault`` is the taxonomy id (``perfsleuth explain``) a correct diagnosis must name. A fault changes the
 job only through the hooks of :class:`Fault`; the simulator folds the hooks of all faults of a
 job, so several faults combine freely (multipliers multiply, extra times add).
 
