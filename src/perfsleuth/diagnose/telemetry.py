@@ -96,7 +96,7 @@ class Grid:
             return np.nan_to_num(clk, nan=0) >= 0.5 * np.nanmax(clk)
         return np.zeros((len(self.keys), self.bins), bool)
 
-    def label(self, i: int) -> str:
+    def label(self, i: int | np.integer) -> str:
         h, g = self.keys[i]
         return f"{h}:{g}"
 
@@ -301,7 +301,7 @@ _FAULT_CAUSE = {v: k for k, v in _CAUSE_FAULT.items()}
 def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | None:
     g = grid(signals)
     cc = clock_causes(g) if g is not None else None
-    if cc is None:
+    if g is None or cc is None:
         return NotAssessed(fault, _CLOCK_NEEDS)
     cause = _FAULT_CAUSE[fault]
     loss = cc.loss(cause)
@@ -341,7 +341,7 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
         f"loaded time, worst GPU ({g.label(worst)}; a synchronous job runs at its pace); 95% moving-block bootstrap over time",
     )
     others = np.flatnonzero(~scope_mask)
-    clk = g.get("sm_clock_mhz")
+    clk = g.values["sm_clock_mhz"]  # there: clock_causes needs it
     on_any = cc.causes[cause][idx] & cc.load[idx]
     same_bins = on_any.any(axis=0)
     peers_clk = clk[others][:, same_bins] if len(others) else np.array([])
@@ -393,14 +393,15 @@ def _clock_finding(signals: JobSignals, fault: str) -> Finding | NotAssessed | N
             "a throttled GPU makes its rank the straggler a trace would show: this is the cause, the straggler the symptom",
         )
     )
-    scope = {"hosts": sorted(set(g.hosts[idx])), "gpus": [g.label(i) for i in idx], "job_wide": bool(job_wide)}
+    hosts: list[str] = sorted(set(g.hosts[idx]))
+    scope = {"hosts": hosts, "gpus": [g.label(i) for i in idx], "job_wide": bool(job_wide)}
     return Finding(
         fault=fault,
         confidence=_confidence(float(loss[worst]), CLOCK_BAR, 0.9 if cc.how != "clock-event reason bitmask" else 1.0),
         impact=imp,
         scope=scope,
         symptom=(
-            f"{len(idx)} GPU(s) on {', '.join(scope['hosts'])} run below their maximum SM clock for {cause} reasons: the worst, "
+            f"{len(idx)} GPU(s) on {', '.join(hosts)} run below their maximum SM clock for {cause} reasons: the worst, "
             f"{g.label(worst)}, loses {loss[worst]:.1%} of its loaded time"
             + (" (every GPU of the job)" if len(idx) == len(loss) else "; their peers do not")
         ),
@@ -428,8 +429,7 @@ _ACTIONS = {
 
 def _cause_evidence(g: Grid, cause: str, idx: np.ndarray, others: np.ndarray, on_any: np.ndarray) -> list[Evidence]:
     out = []
-    if cause == "thermal" and g.get("gpu_temp_c") is not None:
-        t = g.get("gpu_temp_c")
+    if cause == "thermal" and (t := g.get("gpu_temp_c")) is not None:
         mine = t[idx][on_any]
         slow = g.get("slowdown_temp_c")
         peer = t[others][:, on_any.any(axis=0)] if len(others) else np.array([])
@@ -522,7 +522,7 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
     fault = "pcie_downtraining"
     g = grid(signals)
     gen, width = (g.get("pcie_link_gen"), g.get("pcie_link_width")) if g is not None else (None, None)
-    if gen is None and width is None:
+    if g is None or (gen is None and width is None):
         return NotAssessed(fault, "PCIe link generation and width (DCGM_FI_DEV_PCIE_LINK_GEN / _WIDTH or nvidia-smi pcie.link.*)")
     load = g.load
 
@@ -540,9 +540,9 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
 
     gmax, wmax = limit(gen, "pcie_max_link_gen"), limit(width, "pcie_max_link_width")
     down = np.zeros(load.shape, bool)
-    if gen is not None:
+    if gen is not None and gmax is not None:  # limit() gives a maximum for every series it is given
         down |= np.nan_to_num(gen, nan=np.inf) < gmax[:, None]
-    if width is not None:
+    if width is not None and wmax is not None:
         down |= np.nan_to_num(width, nan=np.inf) < wmax[:, None]
     down &= load
     n_down, n_load = down.sum(axis=1), np.maximum(1, load.sum(axis=1))
@@ -550,12 +550,12 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
     hit = (share >= PCIE_SHARE) & (n_down >= MIN_CAUSE_SAMPLES)
     if not hit.any():
         if (n_down >= 3).any():
-            i = int(np.argmax(share))
+            top = int(np.argmax(share))
             return insufficient(
                 fault,
-                f"a sustained downgrade: {g.label(i)} ran below its maximum PCIe link in {share[i]:.0%} of "
+                f"a sustained downgrade: {g.label(top)} ran below its maximum PCIe link in {share[top]:.0%} of "
                 f"loaded samples (bar {PCIE_SHARE:.0%})",
-                _iv(share[i], "fraction", "share of loaded samples"),
+                _iv(share[top], "fraction", "share of loaded samples"),
             )
         return None
     idx = np.flatnonzero(hit)
@@ -681,15 +681,15 @@ def degraded_nvlink(job: Job) -> Finding | NotAssessed | None:
     g = grid(signals)
     if g is None:
         return NotAssessed(fault, "NVLink error counters or NVLink bytes from DCGM")
-    incs = {m: _increase(g, m) for m in _NVLINK_ERRORS}
-    incs = {m: v for m, v in incs.items() if v is not None}
-    bw_parts = [g.get(m) for m in ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s") if g.get(m) is not None]
-    if not bw_parts and g.get("nvlink_bandwidth_total_mb_per_s") is not None:
-        bw_parts = [g.get("nvlink_bandwidth_total_mb_per_s")]
+    counted = {m: _increase(g, m) for m in _NVLINK_ERRORS}
+    incs = {m: v for m, v in counted.items() if v is not None}
+    bw_parts = [b for m in ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s") if (b := g.get(m)) is not None]
+    if not bw_parts and (total := g.get("nvlink_bandwidth_total_mb_per_s")) is not None:
+        bw_parts = [total]
     if not incs and not bw_parts:
         return NotAssessed(fault, "NVLink error counters (DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL) or NVLink bytes")
     n = len(g.keys)
-    errors = sum(incs.values()) if incs else np.zeros(n)
+    errors = sum(incs.values(), np.zeros(n))
     err_med = float(np.median(errors))
     err_hit = (errors >= NVLINK_ERRORS) & (errors - err_med >= NVLINK_ERRORS / 2)
     ratio = np.ones(n)
@@ -820,8 +820,8 @@ def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
     xid = g.get("xid_errors")
     if xid is not None:
         for i in np.flatnonzero((np.nan_to_num(xid) > 0).any(axis=1)):
-            codes = sorted({int(v) for v in xid[i][np.nan_to_num(xid[i]) > 0]})
-            events.setdefault(int(i), []).append("XID " + ", ".join(map(str, codes)))
+            gpu_codes = sorted({int(v) for v in xid[i][np.nan_to_num(xid[i]) > 0]})
+            events.setdefault(int(i), []).append("XID " + ", ".join(map(str, gpu_codes)))
             first = np.flatnonzero(np.isfinite(xid[i]))
             if len(first) and xid[i][first[0]] > 0:
                 stale.add(int(i))
@@ -846,8 +846,9 @@ def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
                 events.setdefault(int(i), []).append(what)
     for metric in [m for m in g.values if m.startswith("xid_events_count")]:
         inc = _increase(g, metric)
-        for i in np.flatnonzero(inc > 0):
-            events.setdefault(int(i), []).append(f"{metric}: +{inc[i]:.0f}")
+        if inc is not None:  # always: the metric is in the grid
+            for i in np.flatnonzero(inc > 0):
+                events.setdefault(int(i), []).append(f"{metric}: +{inc[i]:.0f}")
     if not events:
         return None
     idx = sorted(events)
@@ -946,7 +947,7 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed(
             fault, f"telemetry from >= {MIN_HOSTS} hosts of the job (peers to compare with); have {len(hosts)}", "insufficient_evidence"
         )
-    v = g.get(metric)
+    v = g.values[metric]  # there: chosen above for being in the grid
     job_load = np.nanmedian(np.where(np.isfinite(v), g.load, np.nan), axis=0) >= 0.5
     host_vals = np.array(
         [
