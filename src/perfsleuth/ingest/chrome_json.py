@@ -367,7 +367,7 @@ def _open(path: Path) -> io.BufferedIOBase:
     except OSError as exc:
         raise InputError(path, f"cannot open: {exc.strerror}") from None
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return gzip.open(path, "rb")
     if path.suffix == ".gz":
         raise InputError(path, "named .gz but not gzip-compressed", place="byte 0")
     return open(path, "rb")

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -29,11 +30,13 @@ from perfsleuth.errors import InputError
 from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest.chrome_json import MAX_HEADER_BYTES, ChromeTraceStream, replace_literals
 
+_inflate: ModuleType
 try:  # ISA-L's inflate: the same API as zlib's, twice as fast on trace JSON
     from isal import isal_zlib as _inflate
 except ImportError:  # pragma: no cover
-    _inflate = zlib  # type: ignore[assignment]
+    _inflate = zlib
 
+_native: ModuleType | None
 try:
     from perfsleuth.ingest import _kineto_native as _native
 except ImportError as exc:  # pragma: no cover - a checkout that was not installed with pip
@@ -128,7 +131,7 @@ class Parsed:
 
 
 def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
-    stream = ChromeTraceStream(path, None, None)  # type: ignore[arg-type]  # header/tail/caveat helpers only
+    stream: ChromeTraceStream[Any] = ChromeTraceStream(path, None, None)  # type: ignore[arg-type]  # header/tail/caveat helpers only
     blocks = text_blocks(path, block_bytes)
     body, offset = _after_header(path, stream, blocks)
     reader = native().reader()
@@ -353,9 +356,9 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         used = x[x >= 0]
         uniq, first = np.unique(used, return_index=True)
         new_order = uniq[np.argsort(first, kind="stable")]
-        lut = np.full(len(strings[key]) + 1, -1, dtype=np.int64)
-        lut[new_order] = np.arange(len(new_order))
-        out[key] = np.where(x >= 0, lut[np.where(x >= 0, x, -1)], -1).astype(np.int32)
+        new_code = np.full(len(strings[key]) + 1, -1, dtype=np.int64)
+        new_code[new_order] = np.arange(len(new_order))
+        out[key] = np.where(x >= 0, new_code[np.where(x >= 0, x, -1)], -1).astype(np.int32)
         strings[key] = [strings[key][i] for i in new_order.tolist()]
     out["strings"] = strings
     return out

@@ -30,7 +30,7 @@ import gzip
 import os
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,7 +166,7 @@ def check_fits(path: str | Path, *, concurrent: int = 1) -> MemoryNeed | None:
     return need
 
 
-def workers_that_fit(files: list[Path] | list[str], wanted: int) -> int:
+def workers_that_fit(files: Sequence[Path] | Sequence[str], wanted: int) -> int:
     """How many of ``wanted`` workers can each hold the largest of ``files`` at once (at least 1: a file
     too big for one worker is refused by its reader's ``check_fits``). Fewer workers, not a refusal,
     when only the parallelism does not fit."""

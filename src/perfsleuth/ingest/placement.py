@@ -93,6 +93,7 @@ def trace_rank(rf: RankFile) -> TraceRank:
             device = int(values[np.argmax(counts)])
     first = rf.span_ns[0] if rf.span_ns else None
     clock = str(meta.get("clock") or "")
+    offset: int | None
     if clock.startswith("UTC epoch"):
         offset, how = 0, "nsys session start (UTC epoch)"
     else:
@@ -201,7 +202,7 @@ def _rows_of_json(doc: Any, strict: bool = False) -> list[tuple[str, Mapping[str
     if isinstance(doc, list) and doc and all(isinstance(x, dict) and "rank" in x and (_has_host(x) or not strict) for x in doc):
         return [(f"entry {i + 1}", x) for i, x in enumerate(doc)]
     if isinstance(doc, dict) and doc and all(re.fullmatch(r"(?i)(rank)?\d+", str(k)) for k in doc):
-        rows = []
+        rows: list[tuple[str, Mapping[str, Any]]] = []
         for k, v in doc.items():
             rank = re.sub(r"(?i)^rank", "", str(k))
             if isinstance(v, str):
@@ -289,7 +290,7 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
     """One PLACEMENT row per traced rank, and caveats for what is unknown, ambiguous or contradictory."""
     user, user_from = explicit if explicit else ({}, "")
     caveats: list[Caveat] = []
-    rows = []
+    rows: list[dict[str, Any]] = []
     for tr in sorted(ranks, key=lambda r: r.rank):
         host = host_from = gpu_from = None
         gpu = None

@@ -79,9 +79,9 @@ def _bar_fields(inside: str) -> tuple[float | None, float | None, dict[str, str]
         per_it = v if m.group(2) == "s/it" else (1.0 / v if v > 0 else None)
     post: dict[str, str] = {}
     for p in parts[2:]:
-        k, sep, v = p.partition("=")
+        k, sep, value = p.partition("=")
         if sep:
-            post[k.strip()] = v.strip()
+            post[k.strip()] = value.strip()
     return elapsed, per_it, post
 
 
