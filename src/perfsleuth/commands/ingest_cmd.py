@@ -4,23 +4,34 @@ Each job is committed on its own (a failure or a kill loses at most the job in p
 the same command again finishes the rest). Content already stored is skipped without being read
 again; a stored job whose parts were damaged is rewritten. It prints one line per PATH: added,
 skipped, repaired or failed; the exit status is 2 when any PATH failed.
+
+A job is analysed here, as ``analyze`` does (``perfsleuth.pipeline``), with its factor-tree record
+(``metrics.tree``); the store is handed the tables (``store.job.lay_out_job``) and only writes them.
+The run id is ``--run-id``, else the trace's run id when the job has traces, else the PATH's name.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from perfsleuth import progress
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.metrics.tree import job_record
+from perfsleuth.model.clock import EPOCH_RANGE_NS, wall_clock_ns
+from perfsleuth.model.job_identity import default_run_id, unique_run_id, workload_name
+from perfsleuth.pipeline import JobReport, analyze
 from perfsleuth.store import manifest as manifests
-from perfsleuth.store.dims import parse_flags, read_sidecar
-from perfsleuth.store.job import build_job, content_hash
+from perfsleuth.store.dims import from_metadata, parse_flags, read_sidecar
+from perfsleuth.store.job import content_hash, lay_out_job, with_dims, workload_facts
 from perfsleuth.store.manifest import JobEntry
-from perfsleuth.store.write import StoreWriter, find_damage
+from perfsleuth.store.write import JobData, StoreWriter, find_damage
 
 SCHEMA = "perfsleuth.ingest/1"
 
@@ -48,14 +59,10 @@ def ingest_command(
         for path in map(Path, paths):
             outcomes.append(_ingest_one(root, path, flag_dims, run_id))
             advance(1)
-    doc = {
-        "schema": SCHEMA,
-        "store": str(root),
-        "jobs": outcomes,
-        "summary": {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")},
-    }
+    summary = {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}
+    doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes, "summary": summary}
     status = deliver_doc(doc, _text(doc), format, out)
-    return 2 if doc["summary"]["failed"] else status
+    return 2 if summary["failed"] else status
 
 
 def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None) -> dict[str, Any]:
@@ -69,12 +76,68 @@ def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str |
             owner = manifests.load(root).owner_of_run(rid)
             return owner is not None and owner.sha256 != sha
 
-        job = build_job(path, sha, flag_dims, run_id, taken=taken)
+        job = analyse_job(path, sha, flag_dims, run_id, taken=taken)
         with StoreWriter(root) as writer:
             status, entry = writer.add(job)
         return _outcome(path, status, entry, list(job.notes) if status != "skipped" else [])
     except PerfsleuthError as exc:
         return {"path": str(path), "status": "failed", "error": str(exc)}
+
+
+def analyse_job(
+    path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None, taken: Callable[[str], bool] | None = None
+) -> JobData:
+    """Analyse the job at ``path`` and hand the store its tables. Without ``run_id`` the run is named
+    after the trace or the job (``model.job_identity.default_run_id``), with its content hash appended
+    when ``taken`` says another job already has that name."""
+    report = analyze([path], run_id=run_id)
+    analysis = report.analysis
+    traced = analysis.run_id if analysis.ranks_with_gpu or analysis.steps.num_rows else None
+    rid = run_id or default_run_id(traced, path)
+    if run_id is None and taken is not None:
+        rid = unique_run_id(rid, sha256, taken(rid))
+    meta = [s.meta for s in report.sources]
+    dims = {**from_metadata(analysis.runs, meta), **read_sidecar(path), **flag_dims}
+    traced_workload = analysis.runs["workload"][0].as_py() if analysis.runs.num_rows else None
+    workload = workload_name(dims, traced_workload, path)
+    facts = workload_facts(dims, path)
+    records = _records(report, dims, facts)
+    return lay_out_job(
+        path,
+        sha256,
+        rid,
+        dims,
+        workload,
+        runs=analysis.runs,
+        steps=analysis.steps,
+        records=records,
+        samples=[s.tables["samples"] for s in report.sources if "samples" in s.tables],
+        diagnosis=report.diagnosis,
+        stated_date=_stated_date(records, analysis.runs),
+    )
+
+
+def _records(report: JobReport, dims: dict[str, str], facts: Mapping[str, float]) -> pa.Table:
+    """One records row per job from the factor tree, with the job's tokens and FLOPs per step when given
+    (they override the step log's) and its precision (a dimension too) for the peak FLOP/s."""
+    clean = {k: v for k, v in dims.items() if k != "date"}
+    rec = job_record(
+        report,
+        clean,
+        tokens_per_step=facts.get("tokens_per_step"),
+        model_flops_per_step=facts.get("model_flops_per_step"),
+        precision=clean.get("precision"),
+    )
+    return with_dims(rec, clean)
+
+
+def _stated_date(records: pa.Table, runs: pa.Table) -> str | None:
+    """The UTC date of the first wall-clock time the job states (a trace's start plus its epoch offset)."""
+    times = [v for v in records["time_ns"].to_pylist() if v is not None]
+    if runs.num_rows:
+        times.append(wall_clock_ns(runs["started_at_ns"][0].as_py(), runs["dims"][0].as_py()))
+    wall = [t for t in times if t is not None and EPOCH_RANGE_NS[0] <= t <= EPOCH_RANGE_NS[1]]
+    return datetime.fromtimestamp(min(wall) / 1e9, UTC).date().isoformat() if wall else None
 
 
 def _dims_note(known: JobEntry, path: Path, flag_dims: dict[str, str]) -> list[str]:

@@ -38,11 +38,11 @@ from scipy import stats
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.ingest.inference_bench import gpu_count
 from perfsleuth.ingest.vllm_metrics import scrape_intervals
 from perfsleuth.metrics.inference import ModelBytes, gpu_spec, kv_bytes_per_token, model_bytes
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.hardware import GpuSpec
+from perfsleuth.model.settings import serving_gpu_count
 from perfsleuth.stats import summary
 from perfsleuth.stats.confidence import INFERENCE_POLICY
 from perfsleuth.stats.resample import percentile_bootstrap, percentile_bounds, resample_indices, two_sided_tail
@@ -148,6 +148,8 @@ class Hardware:
 
     def prefill_s_per_token(self) -> float:
         peak = self.spec.peak("fp8" if self.model.bytes_per_param <= 1 else "bf16") or self.spec.peak("bf16")
+        if peak is None:  # every part in model.hardware has a bf16 rate: a new one without it is a table error
+            raise ValueError(f"{self.spec.display}: no bf16 peak FLOP/s in the hardware table")
         return 2 * self.model.params / (peak * self.gpus * PREFILL_MFU)
 
 
@@ -206,8 +208,8 @@ class ServingView:
             return str(self.records["model"].dropna().iloc[0])
         for s in self.signals.sources:
             models = s.meta.get("models") if isinstance(s.meta, dict) else None
-            if models:
-                return str(list(models)[0])
+            if isinstance(models, list) and models:  # the adapters write a sorted list
+                return str(models[0])
         return None
 
     @cached_property
@@ -219,7 +221,7 @@ class ServingView:
         spec, count = gpu_spec(name)
         if spec is None:
             return None
-        gpus = gpu_count(self.dims) or count
+        gpus = serving_gpu_count(self.dims) or count
         params = self.dims.get("params_b")
         mb = model_bytes(self.model_name, float(params) if params else None, self.dims.get("dtype") or self.dims.get("quantization"))
         if mb is None:
@@ -432,7 +434,7 @@ def kv_cache_preemption(job: Job) -> Finding | NotAssessed | None:
         ),
     ]
     queue = _queue_share(b)
-    attached = ()
+    attached: tuple[str, ...] = ()
     if queue is not None and queue.value >= QUEUE_SHARE:
         attached = (f"requests queue: {queue.value:.0%} of TTFT is queue time, the backlog of a full KV cache",)
     alternatives = (
@@ -840,20 +842,12 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
     mbu = median_interval(steps["mbu"].to_numpy(), "fraction", unit_name) if steps is not None else None
     api_hit = api is not None and api.value >= API_SHARE
     step_hit = mbu is not None and mbu.value < HOST_MBU
-    if not api_hit and not step_hit:
-        near_api = api is not None and api.value >= 0.12
-        near_step = mbu is not None and mbu.value < 0.36
-        if near_api or near_step:
-            return insufficient(
-                fault,
-                "a larger host share: "
-                + (
-                    f"time outside the engine core is {api.value:.0%} of E2E"
-                    if near_api
-                    else f"decode steps run at {mbu.value:.0%} of their HBM floor's speed"
-                ),
-                api if near_api else mbu,
-            )
+    fired = api if api_hit else mbu if step_hit else None  # the measure that decides, the API share first
+    if fired is None:
+        if api is not None and api.value >= 0.12:
+            return insufficient(fault, f"a larger host share: time outside the engine core is {api.value:.0%} of E2E", api)
+        if mbu is not None and mbu.value < 0.36:
+            return insufficient(fault, f"a larger host share: decode steps run at {mbu.value:.0%} of their HBM floor's speed", mbu)
         return None
     evidence: list[Evidence] = []
     impacts: list[Interval] = []
@@ -870,7 +864,7 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
         if api_hit:
             impacts.append(Interval(api.value, api.low, api.high, "fraction", f"share of server E2E outside the engine core; {api.method}"))
             parts.append(f"{api.value:.0%} of each request's server time is spent outside the engine core (API server, tokenizer)")
-    if mbu is not None:
+    if mbu is not None and steps is not None:  # mbu is measured on the steps
         floor = float(np.median(steps["floor_s"]))
         dec = float(np.median(steps["decode_s"]))
         evidence.append(
@@ -920,7 +914,7 @@ def host_bound_serving(job: Job) -> Finding | NotAssessed | None:
     return Finding(
         fault=fault,
         confidence=_confidence(
-            api.value if api_hit else mbu.value,
+            fired.value,
             API_SHARE if api_hit else HOST_MBU,
             lower_is_worse=not api_hit,
             specificity=0.85 if bench_only and not api_hit else 1.0 if (api_hit and step_hit) or v.hardware else 0.9,
@@ -964,6 +958,7 @@ def memory_bound_decode(job: Job) -> Finding | NotAssessed | None:
             "or params_b=...) to place decode steps against the HBM roof",
         )
     steps = v.decode_steps
+    mbu: Interval | None
     if steps is not None:
         mbu = median_interval(steps["mbu"].to_numpy(), "fraction", "busy scrape intervals")
         dec, floor = float(np.median(steps["decode_s"])), float(np.median(steps["floor_s"]))

@@ -6,7 +6,7 @@ or a culprit search built on it would say nothing. So the table inputs read such
 and say per column how many rows held one (``values_unusable`` caveats) instead of failing with
 "the totals are not finite" or charting an infinity. A quantity that cannot be negative (GPU-seconds,
 tokens, steps, a step time) is unusable below 0 too, and a time is unusable outside the plausible
-epoch range (2015..2100, ``ingest.kineto.EPOCH_RANGE_NS``). Every count comes from one aggregate query.
+epoch range (2015..2100, ``model.clock.EPOCH_RANGE_NS``). Every count comes from one aggregate query.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import ibis.expr.types as ir
 
 from perfsleuth.engine import to_arrow
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest.kineto import EPOCH_RANGE_NS
 from perfsleuth.model import MAX_MEASUREMENT
+from perfsleuth.model.clock import EPOCH_RANGE_NS
 
 NON_NEGATIVE = frozenset(
     {"gpu_seconds", "gpu_s", "tokens", "tokens_per_s_per_gpu", "steps", "step_time_ns", "gpus", "tokens_per_step", "model_flops_per_step"}

@@ -49,6 +49,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import inference_text
 from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import RECORDS
+from perfsleuth.model.settings import serving_gpu_count
 from perfsleuth.model.source import SourceData
 
 NAME = "inference_bench"
@@ -736,26 +737,11 @@ def _missing(row: dict, p: Path, place: str | None, caveats: list[Caveat]) -> No
 
 # --- canonical records -----------------------------------------------------------------------------
 
-GPU_COUNT_KEYS = ("num_gpus", "gpus", "n_gpus", "tensor_parallel_size", "tp")
-
-
-def gpu_count(dims: Mapping[str, str]) -> int | None:
-    """GPUs serving the benchmark, when the result's metadata says (``--metadata num_gpus=8`` or tp)."""
-    for k in GPU_COUNT_KEYS:
-        if k in dims:
-            try:
-                return max(int(float(dims[k])), 1)
-            except (ValueError, OverflowError):  # not a number, or an infinity
-                continue
-    gpu = dims.get("gpu") or ""
-    m = re.match(r"^(\d+)\s*[xX]", gpu)
-    return int(m.group(1)) if m else None
-
 
 def _record(x: _Parsed) -> dict[str, Any]:
     r = x.row
     step_ms = r.get("itl_median_ms") or r.get("tpot_median_ms")
-    n_gpu = gpu_count(x.dims)
+    n_gpu = serving_gpu_count(x.dims)
     tps = r.get("output_throughput_tps")
     return {
         "run_id": r["run_id"],

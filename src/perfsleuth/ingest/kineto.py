@@ -35,6 +35,7 @@ from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest import memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
 from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
+from perfsleuth.model.clock import is_wall_clock
 from perfsleuth.model.collectives import collective_op
 
 FORMAT = "kineto"
@@ -952,10 +953,6 @@ def _check_same_time(ranks: Sequence[RankFile]) -> None:
         )
 
 
-EPOCH_RANGE_NS = (1_420_070_400 * 10**9, 4_102_444_800 * 10**9)
-"""2015-01-01 .. 2100-01-01 UTC: an epoch time outside it means the clock is not the wall clock."""
-
-
 def epoch_offset_ns(metadata: dict[str, Any], first_ts_ns: int | None) -> int | None:
     """What to add to this file's event times to get UTC epoch ns, or None when the file cannot say.
 
@@ -964,19 +961,9 @@ def epoch_offset_ns(metadata: dict[str, Any], first_ts_ns: int | None) -> int | 
     Anything that does not land between 2015 and 2100 is another clock (monotonic): unknown."""
     base = metadata.get("baseTimeNanoseconds")
     offset = _as_int(base, 0) if base is not None else 0
-    if first_ts_ns is None or not EPOCH_RANGE_NS[0] <= offset + first_ts_ns <= EPOCH_RANGE_NS[1]:
+    if first_ts_ns is None or not is_wall_clock(offset + first_ts_ns):
         return None
     return offset
-
-
-def wall_clock_ns(ts_ns: int | None, run_dims: Any = None) -> int | None:
-    """A runs-table time (profiler clock) as UTC epoch ns: plus the ``epoch_offset_ns`` the run's dims carry
-    (``runs_table`` writes it); None when the result is not a wall-clock time (outside ``EPOCH_RANGE_NS``)."""
-    if ts_ns is None:
-        return None
-    offset = dict(run_dims or []).get("epoch_offset_ns", "0")
-    t = ts_ns + (int(offset) if str(offset).lstrip("-").isdigit() else 0)
-    return t if EPOCH_RANGE_NS[0] <= t <= EPOCH_RANGE_NS[1] else None
 
 
 def runs_table(run_id: str, ranks: Sequence[RankFile], world: int) -> pa.Table:

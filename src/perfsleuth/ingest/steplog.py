@@ -44,6 +44,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
 from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import RECORDS
+from perfsleuth.model.settings import NUMBER, setting_number, steady_rows, training_gpu_count
 from perfsleuth.model.source import SourceData
 
 NAME = "steplog"
@@ -245,9 +246,8 @@ class Problems:
 
 # --- shared text helpers ---------------------------------------------------------------------------
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
+_NUM = NUMBER
 _STRICT_VALUE = re.compile(rf"^\s*({_NUM})(?:\s*/\s*(?:{_NUM}))?\s*(?:\(.*\))?\s*[A-Za-z%/]*\s*$", re.IGNORECASE)
-_LEADING_NUMBER = re.compile(rf"^\s*({_NUM})", re.IGNORECASE)
 _TIMESTAMP = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
 
 
@@ -264,11 +264,6 @@ def number(text: str) -> float:
     if not m:
         raise Garbled(text)
     return float(m.group(1))
-
-
-def leading_number(text: str) -> float | None:
-    m = _LEADING_NUMBER.match(text)
-    return float(m.group(1)) if m else None
 
 
 def timestamp_ns(text: str) -> int | None:
@@ -563,7 +558,7 @@ def _iterations(rows: pd.DataFrame, marks: pd.DataFrame, settings: dict[str, str
     A session's first row counts from the checkpoint it loaded, from 0 in a first session that
     starts near 0, else it is taken to cover one log interval (a log excerpt)."""
     out = rows["iterations"].astype("Float64").copy()
-    interval = _setting_number(settings, "log_interval", "steps_per_print")
+    interval = setting_number(settings, "log_interval", "steps_per_print")
     for _, g in rows.groupby(["stream", "session"], sort=False):
         diff = (g["step"] - g["step"].shift(1)).astype("Float64")
         typical = float(diff[diff > 0].median()) if (diff > 0).any() else interval
@@ -649,42 +644,18 @@ def _table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 
 def _tokens(rows: pd.DataFrame, settings: dict[str, str]) -> pd.Series:
     """Tokens per iteration where the log gives them, else samples x the sequence length of the arguments."""
-    seq = _setting_number(settings, "seq_length", "seq_len", "max_seq_length", "encoder_seq_length")
+    seq = setting_number(settings, "seq_length", "seq_len", "max_seq_length", "encoder_seq_length")
     tok = rows["tokens"].astype(float)
     if seq and rows["samples"].notna().any():
         tok = tok.fillna(rows["samples"].astype(float) * seq)
     return tok
 
 
-def _setting_number(settings: dict[str, str], *keys: str) -> float | None:
-    for k in keys:
-        v = settings.get(k)
-        if v is None:
-            continue
-        x = leading_number(str(v))
-        if x is not None and np.isfinite(x) and x > 0:
-            return x
-    return None
-
-
-def gpu_count(settings: dict[str, str]) -> int | None:
-    x = _setting_number(settings, "world_size", "gpus", "num_gpus", "n_gpus")
-    return int(x) if x else None
-
-
-def steady_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows that measure steady training: not the first row of a session (it carries start-up), timed."""
-    rows = rows[rows["step_time_ns"].notna()]
-    first = rows.groupby(["run_id", "stream", "session"])["line"].transform("min") == rows["line"]
-    steady = rows[~first]
-    return steady if len(steady) else rows
-
-
 def records_row(run_id: str, rows: pd.DataFrame, settings: dict[str, str], framework: str, path: Path) -> pa.Table:
     """The run as one ``records`` row: median step time of the steady rows, tokens/s/GPU when known."""
     steady = steady_rows(rows)
     step_ns = float(steady["step_time_ns"].median()) if len(steady) else None
-    gpus = gpu_count(settings)
+    gpus = training_gpu_count(settings)
     tps = None
     if step_ns and gpus:
         tok = steady["tokens"].dropna()
@@ -751,7 +722,7 @@ def build(parsed: ParsedLog, path: Path) -> SourceData:
         "sessions": int(rows["session"].max()) + 1,
         "streams": sorted(rows["stream"].unique()),
     }
-    if (g := gpu_count(parsed.settings)) is not None:
+    if (g := training_gpu_count(parsed.settings)) is not None:
         meta["gpus"] = g
     if parsed.wrappers:
         meta["wrappers"] = parsed.wrappers

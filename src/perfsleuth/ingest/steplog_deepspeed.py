@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass, field
 
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest.steplog import Garbled, LineContext, Mark, ParsedLog, Problems, StepRow, leading_number, number
+from perfsleuth.ingest.steplog import Garbled, LineContext, Mark, ParsedLog, Problems, StepRow, number
+from perfsleuth.model.settings import leading_number
 
 _PROGRESS = re.compile(r"(?:rank[:=]\s*-?\d+\s+)?step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 _THROUGHPUT = re.compile(r"epoch=(\d+)/micro_step=(\d+)/global_step=(\d+),\s*(.*)$")

@@ -23,22 +23,34 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
 
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest.kineto import wall_clock_ns
-from perfsleuth.model import hardware
 from perfsleuth.metrics import model_flops as mf
 from perfsleuth.metrics.model_flops import ModelConfig
 from perfsleuth.metrics.run_parts import RunParts
+from perfsleuth.model import hardware
+from perfsleuth.model.clock import wall_clock_ns
+from perfsleuth.model.settings import steady_rows, training_gpu_count
 
 if TYPE_CHECKING:
-    from perfsleuth.api import JobReport
     from perfsleuth.model.source import SourceData
     from perfsleuth.trace.analysis import JobAnalysis
+
+
+class AnalysedJob(Protocol):
+    """What the factor tree reads from an analysed job (``pipeline.JobReport`` is one): its trace analysis and
+    the other sources it was given. A protocol, so the metrics layer never depends on the layer that drives it."""
+
+    @property
+    def analysis(self) -> JobAnalysis: ...
+
+    @property
+    def sources(self) -> tuple[SourceData, ...]: ...
+
 
 BREAKDOWN_COLUMNS = {
     "compute": "compute_ns",
@@ -124,10 +136,9 @@ def _settings_precision(settings: Mapping[str, object]) -> str | None:
 
 
 def _step_log(source: SourceData) -> _StepLog:
-    from perfsleuth.ingest.steplog import gpu_count, steady_rows
 
     settings = dict(source.meta.get("settings") or {})  # type: ignore[call-overload]
-    gpus = gpu_count(settings)
+    gpus = training_gpu_count(settings)
     rows = steady_rows(source.tables["step_log"].to_pandas())
 
     def median(x: pd.Series) -> float | None:
@@ -150,7 +161,7 @@ def _step_log(source: SourceData) -> _StepLog:
 
 
 def job_parts(
-    report: JobReport,
+    report: AnalysedJob,
     *,
     tokens_per_step: float | None = None,
     model_flops_per_step: float | ModelConfig | None = None,

@@ -38,7 +38,7 @@ from perfsleuth.metrics.run_parts import COMPONENTS, RunParts
 from perfsleuth.model import RECORDS
 
 if TYPE_CHECKING:
-    from perfsleuth.api import JobReport
+    from perfsleuth.metrics.job_parts import AnalysedJob
 
 FRACTION_COLUMNS = {
     "compute": "compute_fraction",
@@ -209,7 +209,7 @@ class JobTree:
 
 
 def job_tree(
-    report: JobReport,
+    report: AnalysedJob,
     *,
     tokens_per_step: float | None = None,
     model_flops_per_step: float | ModelConfig | None = None,
@@ -221,14 +221,14 @@ def job_tree(
 
 
 def job_record(
-    report: JobReport,
+    report: AnalysedJob,
     dims: dict[str, str] | None = None,
     *,
     tokens_per_step: float | None = None,
     model_flops_per_step: float | ModelConfig | None = None,
     precision: str | None = None,
 ) -> pa.Table:
-    """One ``records`` row (``model.RECORDS``) for a job analysed by ``perfsleuth.api.analyze``.
+    """One ``records`` row (``model.RECORDS``) for a job analysed by ``perfsleuth.pipeline.analyze``.
 
     The step time and its parts come from the trace breakdown when the job has traces (mean over
     its step windows and ranks), else from the step log (median of its steady iterations).

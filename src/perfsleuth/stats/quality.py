@@ -2,25 +2,20 @@
 
 Checks that a performance engineer runs by eye before believing a number: is there a warm-up, are
 two populations mixed (two node types), are there outliers, too few samples, drift inside a run;
-for traces, did the profiler's own overhead or clock skew distort what was measured. Each check
+for traces, ``trace.quality`` asks whether the profiler's overhead or clock skew distorted it. Each check
 returns ``Caveat`` objects with stable codes; a verdict computed on data that failed a check
 carries them.
 
 Codes: ``non_finite``, ``too_few_samples``, ``too_few_units``, ``warmup``, ``outliers``,
-``bimodal``, ``drift``, ``profiler_overhead``, ``clock_skew``.
+``bimodal``, ``drift`` (``trace.quality`` adds ``profiler_overhead`` and ``clock_skew``).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 
 from perfsleuth.errors import Caveat, InputError
-
-if TYPE_CHECKING:
-    from perfsleuth.trace.analysis import JobAnalysis
 
 MIN_SAMPLES = 5
 MIN_UNITS = 3
@@ -30,7 +25,6 @@ BIMODAL_SEPARATION = 4.0  # distance between the two groups' means, in pooled st
 BIMODAL_MIN_SHARE = 0.1
 DRIFT_ALPHA = 0.001
 DRIFT_MIN_RELATIVE = 0.02
-CLOCK_SKEW_MAX_NS = 50_000
 
 _MAD_TO_SD = 1.4826
 
@@ -208,33 +202,4 @@ def check_series(values: np.ndarray, *, name: str = "series") -> list[Caveat]:
     n_out = _outliers(x[w:])
     if n_out:
         out.append(Caveat("outliers", f"{name}: {n_out} outliers beyond {OUTLIER_Z:g} robust SD"))
-    return out
-
-
-def check_trace(analysis: JobAnalysis) -> list[Caveat]:
-    """Profiler overhead and clock skew of an analysed trace."""
-    out: list[Caveat] = []
-    dims = dict(analysis.runs["dims"][0].as_py() or []) if analysis.runs.num_rows else {}
-    heavy = [
-        k
-        for k in ("with_stack", "profile_memory", "record_shapes", "with_flops", "with_modules")
-        if str(dims.get(k, "0")).lower() in ("1", "true")
-    ]
-    if heavy:
-        out.append(
-            Caveat(
-                "profiler_overhead",
-                f"the profiler recorded {', '.join(heavy)}: host-side times (CPU ops, launch gaps) are inflated; GPU kernel times are not",
-            )
-        )
-    al = analysis.alignment
-    if al.instances_used and np.isfinite(al.residual_p90_ns) and al.residual_p90_ns > CLOCK_SKEW_MAX_NS:
-        out.append(
-            Caveat(
-                "clock_skew",
-                f"after aligning clocks on {al.instances_used} collectives, ends still differ by "
-                f"{al.residual_p90_ns / 1e3:.0f} µs (p90): cross-rank arrival differences below "
-                "that are not trustworthy",
-            )
-        )
     return out

@@ -14,12 +14,13 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat
 from perfsleuth.model import STEPS
-from perfsleuth.stats.quality import check_samples, check_trace
+from perfsleuth.stats.quality import check_samples
 from perfsleuth.trace.collectives import RANK_COLLECTIVES, ClockAlignment, align_clocks, collective_instances, with_arrivals
 from perfsleuth.trace.job import TraceJob
 from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
 from perfsleuth.trace.launch import SCHEMA as LAUNCH_SCHEMA
 from perfsleuth.trace.provenance import Provenance, provenance
+from perfsleuth.trace.quality import check_trace
 from perfsleuth.trace.rank_analysis import SIGNALS, RankResult, analyze_rank
 from perfsleuth.trace.stragglers import StragglerReport, analyze_stragglers
 
