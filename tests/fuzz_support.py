@@ -68,8 +68,8 @@ class ReaderCrash(AssertionError):
 
 def known_schemas() -> dict[str, pa.Schema]:
     """Every table name an adapter may return, with the schema it promises."""
-    from perfsleuth.ingest import inference_bench, nccl_log, nccl_tests, ncu, steplog, vllm_metrics
-    from perfsleuth.model import TABLES
+    from perfsleuth.ingest import inference_bench, nccl_log, nccl_tests, ncu, steplog
+    from perfsleuth.model import TABLES, serving_intervals
 
     return {
         **TABLES,
@@ -84,7 +84,7 @@ def known_schemas() -> dict[str, pa.Schema]:
         "step_log_settings": steplog.STEP_LOG_SETTINGS,
         "inference_records": inference_bench.INFERENCE_RECORDS,
         "inference_requests": inference_bench.INFERENCE_REQUESTS,
-        "inference_intervals": vllm_metrics.INTERVALS,
+        "inference_intervals": serving_intervals.INTERVALS,
     }
 
 

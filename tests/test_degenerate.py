@@ -422,7 +422,8 @@ SIGNAL_TABLES = (
 
 def _empty_table(name: str) -> pa.Table:
     from perfsleuth import model
-    from perfsleuth.ingest import inference_bench, nccl_log, nccl_tests, ncu, steplog, vllm_metrics
+    from perfsleuth.ingest import inference_bench, nccl_log, nccl_tests, ncu, steplog
+    from perfsleuth.model import serving_intervals
 
     schemas = {
         "samples": model.SAMPLES,
@@ -437,7 +438,7 @@ def _empty_table(name: str) -> pa.Table:
         "step_log_settings": steplog.STEP_LOG_SETTINGS,
         "inference_records": inference_bench.INFERENCE_RECORDS,
         "inference_requests": inference_bench.INFERENCE_REQUESTS,
-        "inference_intervals": vllm_metrics.INTERVALS,
+        "inference_intervals": serving_intervals.INTERVALS,
     }
     return schemas[name].empty_table()
 

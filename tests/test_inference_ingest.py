@@ -12,7 +12,7 @@ import pytest
 
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import inference_bench, vllm_metrics
-from perfsleuth.ingest.vllm_metrics import histogram_quantile
+from perfsleuth.model.serving_intervals import histogram_quantile
 
 DATA = Path(__file__).parent / "data" / "inference"
 

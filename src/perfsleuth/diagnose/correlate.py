@@ -32,8 +32,8 @@ from perfsleuth.diagnose.registry import Diagnosis
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.diagnose.telemetry import build_grid, clock_causes
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest.placement import match_hosts
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.model.hosts import match_hosts
 
 SKEW_TOLERANCE_NS = 2_000_000_000
 """How far apart two hosts' wall clocks and a scrape's timestamp may be: NTP keeps hosts within

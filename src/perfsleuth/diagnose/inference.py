@@ -38,10 +38,10 @@ from scipy import stats
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.ingest.vllm_metrics import scrape_intervals
 from perfsleuth.metrics.inference import ModelBytes, gpu_spec, kv_bytes_per_token, model_bytes
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.hardware import GpuSpec
+from perfsleuth.model.serving_intervals import scrape_intervals
 from perfsleuth.model.settings import serving_gpu_count
 from perfsleuth.stats import summary
 from perfsleuth.stats.confidence import INFERENCE_POLICY

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.kineto import RankFile, epoch_offset_ns
 from perfsleuth.ingest.source import sniff_text
+from perfsleuth.model.hosts import same_host
 
 PLACEMENT = pa.schema(
     [
@@ -300,7 +301,7 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
             named = None  # the name's rank is not the trace's: its host is not trusted either
         if slot is not None:
             host, host_from = slot.host, user_from
-            if tr.host and not _same_host(tr.host, slot.host):
+            if tr.host and not same_host(tr.host, slot.host):
                 caveats.append(
                     Caveat(
                         "placement_conflict",
@@ -351,26 +352,3 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
                 if (r["host"], r["gpu"]) == (host, gpu):
                     r["gpu"], r["gpu_from"] = None, None
     return pa.Table.from_pylist(rows, schema=PLACEMENT), caveats
-
-
-def _short(host: str) -> str:
-    return host.split(".", 1)[0].lower()
-
-
-def _same_host(a: str, b: str) -> bool:
-    return a == b or _short(a) == _short(b)
-
-
-def match_hosts(placed: list[str], seen: list[str]) -> dict[str, str]:
-    """Placement host -> the telemetry's spelling of it: the same name, else the same short name (``node07`` and
-    ``node07.cluster.local`` are one host), case-insensitive; a short name two telemetry hosts share matches neither."""
-    short: dict[str, list[str]] = {}
-    for s in seen:
-        short.setdefault(_short(s), []).append(s)
-    out = {}
-    for h in placed:
-        if h in seen:
-            out[h] = h
-        elif len(short.get(_short(h), [])) == 1:
-            out[h] = short[_short(h)][0]
-    return out
