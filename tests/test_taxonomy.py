@@ -166,3 +166,13 @@ def test_the_docs_page_is_generated_from_the_module():
     assert page == taxonomy.render_markdown(), "docs/taxonomy.md is stale: run .venv/bin/python scripts/gen_taxonomy_doc.py"
     for f in taxonomy.FAULTS:
         assert f"\n## {f.id}\n" in page
+
+
+def test_the_docs_page_renders_the_entries_literally():
+    """Entries quote op and variable names (``__next__``, ``NCCL_*``): on the page they stay text, not emphasis."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(taxonomy.render_markdown())
+    assert html.count("<h2>") == html.count("<strong>") == len(taxonomy.FAULTS)  # a heading and a bold title per class
+    assert "<em>" not in html and html.count("<table>") == 1
+    assert "enumerate(DataLoader)#...__next__" in html and "NCCL_* variables" in html
