@@ -111,16 +111,21 @@ FAULTS: tuple[FaultClass, ...] = (
         "communication",
         CAUSE,
         "Collective transfers sit on the critical path: the GPU spends step time in communication kernels that no compute "
-        "hides, and the collectives reach less bus bandwidth than the fabric should give. It is measured net of waiting: "
-        "the part of a collective spent waiting for the last rank to arrive is charged to whatever made that rank late.",
+        "hides, because the transfers are slow (less bus bandwidth than the fabric should give) or because there is more "
+        "of them than the compute can cover. It is measured net of waiting: the part of a collective spent waiting for the "
+        "last rank to arrive is charged to whatever made that rank late.",
         (
             "NCCL/RCCL collective kernels (AllReduce, ReduceScatter, AllGather, AllToAll) not covered by compute kernels on any stream",
-            "the achieved bus bandwidth of those collectives against the size-matched nccl-tests or fabric figure "
-            "(under 0.9x is low: the factor at which nccl-tests itself reports a failure)",
+            "the achieved bus bandwidth of those collectives against the job's own nccl-tests result at a similar size, or a "
+            "reference figure for the fabric (nccl-tests itself fails a run below 0.9x of its expected bandwidth)",
         ),
         (f"{_KINETO} or an Nsight Systems export with communication kernels", "the same collectives traced on several ranks"),
         (
-            _d("poor_overlap", "bandwidth is healthy there, and the loss is collectives serialized after compute they could run under"),
+            _d(
+                "poor_overlap",
+                "there the bandwidth is healthy and the exposed time is collectives that could have run under compute (all but "
+                "a step's last); here the transfers are slow, or too large for any schedule to hide",
+            ),
             _d(
                 "straggler_rank",
                 "a collective's duration includes waiting for a late rank; that wait is the late rank's cost, not transfer",
@@ -162,7 +167,7 @@ FAULTS: tuple[FaultClass, ...] = (
         "one stage (often the last, which holds the loss) doing more work than the others.",
         (
             "point-to-point send/recv kernels between pairs of stages, traced on each stage, with the receiving stage idle before the send",
-            "per-stage compute time per step (or Megatron's forward/backward-compute timers, min against max across ranks)",
+            "per-step compute time on each stage's trace, one stage consistently longer than the others",
         ),
         (f"{_KINETO} of every pipeline stage",),
         (
@@ -182,10 +187,7 @@ FAULTS: tuple[FaultClass, ...] = (
         "Data-parallel (or expert-parallel) ranks get unequal work each step, from variable sequence lengths or uneven "
         "expert routing, so every step waits for whichever rank drew the heaviest batch, and that rank changes from "
         "step to step.",
-        (
-            "per-step compute time on two or more ranks' traces, with the slowest rank changing between steps",
-            "where recorded, per-rank compute time that follows the sum of squared sequence lengths of the rank's batch",
-        ),
+        ("per-step compute time on two or more ranks' traces, with the slowest rank changing between steps",),
         (f"{_KINETO} of two or more data-parallel ranks",),
         (
             _d("straggler_rank", "there the same rank is the slowest step after step"),
@@ -207,7 +209,6 @@ FAULTS: tuple[FaultClass, ...] = (
         (
             "the DataLoader op PyTorch's profiler records (enumerate(DataLoader)#...__next__), or an annotation around "
             "fetching the batch, covering time the GPU is idle",
-            "a step log's batch-generator timer (Megatron) or data-loading badput",
         ),
         (f"{_KINETO} with CPU activity",),
         (
@@ -370,7 +371,6 @@ FAULTS: tuple[FaultClass, ...] = (
         (
             "a burst of back-to-back cudaFree calls, one per cached segment, on a few steps",
             "allocator memory events (profile_memory=True) with reserved memory far above allocated, dropping at the flush",
-            "torch.cuda.memory_stats() num_alloc_retries rising after warm-up",
         ),
         (f"{_KINETO} with CUDA runtime events", "allocator memory events (torch.profiler profile_memory=True)"),
         (_d("allocator_churn", "churn repeats on (nearly) every step; retries hit the few steps that peak highest"),),
