@@ -176,3 +176,14 @@ def test_the_docs_page_renders_the_entries_literally():
     assert html.count("<h2>") == html.count("<strong>") == len(taxonomy.FAULTS)  # a heading and a bold title per class
     assert "<em>" not in html and html.count("<table>") == 1
     assert "enumerate(DataLoader)#...__next__" in html and "NCCL_* variables" in html
+
+
+def test_the_api_function_answers_as_the_command():
+    from perfsleuth import api
+    from perfsleuth.errors import InputError
+
+    assert "explain" in api.__all__
+    assert api.explain("T14") is taxonomy.BY_ID["straggler_rank"]
+    assert api.explain() == taxonomy.FAULTS
+    with pytest.raises(InputError, match="did you mean gc_pause"):
+        api.explain("gc-pause")

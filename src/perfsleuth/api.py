@@ -146,6 +146,26 @@ def signals(cases: Sequence[str | Path], *, workers: int | None = None):
     return ablate(find_cases([Path(c) for c in cases]), workers=workers)
 
 
+def explain(fault: str | None = None):
+    """``perfsleuth explain``: the ``taxonomy.FaultClass`` of ``fault`` (an id, or a catalog reference such as
+    ``T12``), or the tuple of every class without one. An unknown id raises ``InputError`` naming the closest ids."""
+    from perfsleuth import taxonomy
+    from perfsleuth.errors import InputError
+
+    if fault is None:
+        return taxonomy.FAULTS
+    entry = taxonomy.lookup(fault)
+    if entry is None:
+        close = taxonomy.close_matches(fault)
+        raise InputError(
+            None,
+            f"{fault!r} is not a fault id",
+            place="fault",
+            hint=f"did you mean {', '.join(close)}?" if close else "perfsleuth explain lists them",
+        )
+    return entry
+
+
 def make_cases(out: str | Path, n: int = 100, *, seed: int = 0, workers: int | None = None) -> list[Path]:
     """``perfsleuth cases make``: simulate ``n`` labelled trace cases under ``out``; their directories."""
     from perfsleuth.sim.suite import make_suite
@@ -189,6 +209,7 @@ __all__ = [
     "compare",
     "diff",
     "evaluate",
+    "explain",
     "fleet_report",
     "ingest",
     "load_trace_job",
