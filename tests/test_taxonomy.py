@@ -187,3 +187,11 @@ def test_the_api_function_answers_as_the_command():
     assert api.explain() == taxonomy.FAULTS
     with pytest.raises(InputError, match="did you mean gc_pause"):
         api.explain("gc-pause")
+
+
+def test_the_evaluation_abbreviates_every_class():
+    """The confusion matrix's column labels: a class added to the taxonomy needs one, and no label names a retired id."""
+    from perfsleuth.commands.evaluate_cmd import SHORT
+
+    assert set(SHORT) - {"none"} == taxonomy.IDS
+    assert len(set(SHORT.values())) == len(SHORT)
