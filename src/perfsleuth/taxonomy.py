@@ -789,8 +789,8 @@ FAULTS: tuple[FaultClass, ...] = (
         "measurement",
         UNATTRIBUTED,
         "The GPU is idle for a large share of the step while the host was busy with something the trace does not name: "
-        "operations the profiler did not record, waits on other processes, a dependency between streams. Idle time that "
-        "every named cause has already charged is excluded.",
+        "operations the profiler did not record, waits on other processes, a dependency between streams. Idle time "
+        "already charged to a named cause is not counted again.",
         ("GPU kernel events and ProfilerStep annotations: the idle time per step left after every named cause has taken its share",),
         (f"{_KINETO} with GPU kernels and ProfilerStep annotations",),
         (
