@@ -2,7 +2,7 @@
 
 Why: ``perfsleuth signals`` ranks signal groups by the diagnosis quality they buy against their
 collection cost; this script measures that cost on a GPU (the numbers in
-perfsleuth/cases/signal_costs.py come from one run of it on an H200) for two loops at the ends of
+perfsleuth/diagnose/signal_costs.py come from one run of it on an H200) for two loops at the ends of
 the range: a GPU-bound 8-layer MLP (the profiler's host overhead hides behind GPU work) and a
 launch-bound loop of 360 tiny layers (every microsecond of host overhead shows).
 

@@ -192,7 +192,7 @@ def test_small_suite_end_to_end_through_cases_make_and_evaluate(tmp_path: Path, 
 
 
 def test_evaluation_html_escapes_case_names_and_reports_the_same_numbers(tiny) -> None:
-    from perfsleuth.report.evaluation_html import render_evaluation_html
+    from perfsleuth.cases.evaluation_html import render_evaluation_html
 
     hostile = score([result("<script>alert(1)</script>", ["gc_pause"], findings=[("<img src=x>", 0.9, 0.2)])])
     page = render_evaluation_html(hostile)

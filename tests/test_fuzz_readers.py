@@ -301,9 +301,9 @@ def test_localize_store_runs_with_extreme_values(scratch: Path, data: st.DataObj
 
     from perfsleuth import engine
     from perfsleuth.errors import InputError
+    from perfsleuth.fleet.leaf import Window, fleet_leaves
     from perfsleuth.segment.localize import localize
     from perfsleuth.store import JobData, Store, StoreWriter
-    from perfsleuth.store.leaf import Window, fleet_leaves
 
     column = data.draw(st.sampled_from(("tokens", "gpu_seconds", "steps", "step_time_ns")), label="column")
     ints = st.sampled_from((-50, -1, 0, 2**63 - 1, -(2**63)))

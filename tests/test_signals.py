@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from perfsleuth.cases.ablation import ablate
-from perfsleuth.cases.signal_costs import GROUP_NAMES, GROUPS, MEASURED, drop_collective_args, keep_first_rank
 from perfsleuth.commands.signals_cmd import signals_command
+from perfsleuth.diagnose.signal_costs import GROUP_NAMES, GROUPS, MEASURED, drop_collective_args, keep_first_rank
 from perfsleuth.model import EVENTS
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "torch"

@@ -16,6 +16,7 @@ from perfsleuth import engine
 from perfsleuth.commands.ingest_cmd import ingest_command
 from perfsleuth.commands.localize_cmd import localize_store_command
 from perfsleuth.errors import InputError
+from perfsleuth.fleet.leaf import Window, fleet_leaves
 from perfsleuth.segment import LeafSpec, localize
 from perfsleuth.segment.lattice import element_label
 from perfsleuth.sim.demo import write_demo_job
@@ -25,7 +26,6 @@ from perfsleuth.store import JobData, Store, StoreWriter
 from perfsleuth.store import manifest as manifests
 from perfsleuth.store.dims import parse_flags, read_sidecar
 from perfsleuth.store.layout import inside, part_path, safe_component
-from perfsleuth.store.leaf import Window, fleet_leaves
 from perfsleuth.store.write import stored_schema
 
 

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from perfsleuth.cases.case import Case, read_case
 from perfsleuth.cases.evaluate import CaseResult, EvaluationReport, case_result, score
-from perfsleuth.cases.signal_costs import GROUPS, SignalGroup
+from perfsleuth.diagnose.signal_costs import GROUPS, SignalGroup
 
 ALL = "all signals"
 SCHEMA = "perfsleuth.signals/1"
@@ -131,7 +131,7 @@ def _diagnosed(case: Case, job: Any) -> CaseResult:
 
 def ablate_case(path: str, groups: Sequence[SignalGroup] = GROUPS) -> dict[str, CaseResult]:
     """One case graded on all its signals and without each group (keys: ALL and the group names)."""
-    from perfsleuth.api import load_trace_job
+    from perfsleuth.pipeline import load_trace_job
     from perfsleuth.errors import PerfsleuthError
 
     case = read_case(path)

@@ -318,7 +318,7 @@ class EvaluationReport:
 
 def diagnose_case(case: Case) -> CaseResult:
     """Analyse one case's files and compare with its label."""
-    from perfsleuth.api import analyze
+    from perfsleuth.pipeline import analyze
     from perfsleuth.errors import PerfsleuthError
 
     try:

@@ -4,7 +4,8 @@ Renders an ``EvaluationReport`` and computes nothing: the bar, per-class scores 
 the confusion matrix shaded by count, a reliability diagram (inline SVG: each confidence bin's
 accuracy against its mean confidence, the diagonal being perfect calibration), and the cases behind
 every miss, misleading finding and false alarm. Case names and paths come from the user's disk and
-are escaped like any other input.
+are escaped like any other input. It lives beside the evaluation it renders, so the report layer never
+imports the case machinery.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``perfsleuth changes --store DIR --metric M [--series-by dims]``: change points of a fleet's runs.
 
 Reads the store's records (``store.Store``, on DuckDB through Ibis), takes each run's value of the
-fleet metric (``store.leaf.metric``: the metric's numerator over its denominator for that run, so
+fleet metric (``fleet.leaf.metric``: the metric's numerator over its denominator for that run, so
 ``tokens_per_s_per_gpu`` is the run's tokens over its GPU-seconds), orders the runs of each series by
 ``time_ns`` (the run's date where that is missing) and hands every series to ``stats.changes``. One
 series per workload x cluster unless ``--series-by`` names the dimensions; the output contract is
@@ -48,8 +48,8 @@ def store_changes(
     from perfsleuth.commands import changes_cmd
     from perfsleuth.commands.changes_cmd import render_text
     from perfsleuth.engine import to_arrow
+    from perfsleuth.fleet.leaf import metric as fleet_metric
     from perfsleuth.store import Store
-    from perfsleuth.store.leaf import metric as fleet_metric
 
     formats = getattr(changes_cmd, "FORMATS", ("text", "json"))  # the file form's formats
     if format not in formats:

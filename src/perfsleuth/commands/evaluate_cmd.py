@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.text import Text
 
 from perfsleuth.cases.evaluate import RULES, EvaluationReport, evaluate
+from perfsleuth.cases.evaluation_html import render_evaluation_html
 from perfsleuth.commands.case_verbs import emit, run_on_cases
 from perfsleuth.report.escape import json_document
-from perfsleuth.report.evaluation_html import render_evaluation_html
 from perfsleuth.report.fit_table import Col, FitTable
 from perfsleuth.report.text_report import safe
 

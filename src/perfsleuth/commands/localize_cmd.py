@@ -3,13 +3,14 @@
 Reads a leaf table (CSV or Parquet, one row per combination of dimension values, or one row per run)
 through the chosen engine, names the metric columns, treats every other column as a dimension, and
 reports ``segment.localize`` as text (rich) or JSON (schema ``perfsleuth.localize/1``). The ``--store`` form
-builds that table from a fleet store instead (``perfsleuth.store.leaf``: a metric between two date
+builds that table from a fleet store instead (``perfsleuth.fleet.leaf``: a metric between two date
 windows). It only parses, connects and renders: the analysis lives in ``perfsleuth.segment``.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -115,8 +116,8 @@ def localize_store_command(
     master: str | None = None,
 ) -> int:
     """The ``--store`` form: the leaf table is built from the fleet store's records between two date windows."""
+    from perfsleuth.fleet.leaf import Window, fleet_leaves
     from perfsleuth.store import Store
-    from perfsleuth.store.leaf import Window, fleet_leaves
 
     try:
         _check_options(format, engine, bootstrap)
@@ -207,9 +208,10 @@ def _pct(v: float | None) -> str:
 
 def _ci(iv: Any, pct: bool = False) -> str:
     fmt = _pct if pct else _n
+    value = None if math.isnan(iv.value) else iv.value  # NaN: not measured
     if iv.low is None:
-        return fmt(iv.value)
-    return f"{fmt(iv.value)} [{fmt(iv.low)}, {fmt(iv.high)}]"
+        return fmt(value)
+    return f"{fmt(value)} [{fmt(iv.low)}, {fmt(iv.high)}]"
 
 
 def _inert(value: object) -> str:
@@ -276,8 +278,8 @@ def render_text(path: Path, r: Localization) -> str:
         con.print(f"  {_inert(r.unexplained)} (the culprits explain {share} of the rate change)")
     elif r.explained_share is not None:
         con.print(f"  the culprits explain {r.explained_share:.0%} of the rate change")
-    for c in r.confounded:
-        con.print(f"  confounded: {_inert(c.message)}")
+    for confounding in r.confounded:
+        con.print(f"  confounded: {_inert(confounding.message)}")
     for cav in r.caveats:
         con.print(f"  note: {_inert(cav.message)}")
     return terminal_block(buf.getvalue())

@@ -9,7 +9,7 @@ whose finding has no interval adds no width and is counted in a caveat. The conf
 multiplies each run's term by its finding's confidence: the loss to expect when every finding is right
 with the probability it states. Not-assessed answers say which classes the fleet could not judge, how
 many GPU-hours ran without the signal that would decide them, and what that signal costs to collect
-(``cases.signal_costs``, measured on an H200). Every reduction runs on the engine.
+(``diagnose.signal_costs``, measured on an H200). Every reduction runs on the engine.
 """
 
 from __future__ import annotations
@@ -271,8 +271,8 @@ def _missing(t: ir.Table) -> tuple[MissingSignal, ...]:
 
 def signal_costs(fault: str) -> tuple[SignalCost, ...]:
     """The profiler signal groups whose evidence would let ``fault``'s trace detector decide, with their costs."""
-    from perfsleuth.cases.signal_costs import GROUPS
     from perfsleuth.diagnose.registry import TRACE, load_detectors
+    from perfsleuth.diagnose.signal_costs import GROUPS
 
     keys = [k for d in load_detectors().values() if d.fault == fault and d.source == TRACE for k in d.evidence]
     wanted = {EVIDENCE_GROUP[k] for k in keys if k in EVIDENCE_GROUP}

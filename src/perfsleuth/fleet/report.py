@@ -23,6 +23,7 @@ Only small results (one row per day, per window, per culprit) come back to Pytho
 
 from __future__ import annotations
 
+import math
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -204,8 +205,9 @@ def build_fleet_page(
     link_dir = runs_dir if runs_found else None
     causes = tuple(_cause(c, keyed, cols, current, price, link_dir) for c in (loc.culprits if loc else ()))
     unexplained = None
-    if rate_lost_h is not None and all(c.lost_gpu_hours is not None for c in causes):
-        unexplained = rate_lost_h.value - sum(c.lost_gpu_hours.value for c in causes)
+    priced = [lost.value for c in causes if (lost := c.lost_gpu_hours) is not None]
+    if rate_lost_h is not None and len(priced) == len(causes):
+        unexplained = rate_lost_h.value - sum(priced)
     slowest = _slowest_runs(keyed, cols, current, link_dir, None)
     return FleetPage(
         source,
@@ -396,20 +398,22 @@ def _localize(
     except InputError as exc:
         return None, f"no culprit search: {exc.cause}", None, None
     whole = loc.fleet_change
+    if whole is None:  # never: fleet_evidence=True always measures the whole fleet
+        return loc, None, None, None
     rel = _interval(whole.relative_change, "same cells, current vs baseline: Σ w̄r¹ / Σ w̄r⁰ − 1")
     lost = _lost(whole.relative_change, _hours(whole.support.denominator_current, cols))
     return loc, None, rel, lost
 
 
-def _interval(iv, method: str) -> Interval | None:
-    if iv is None or iv.value is None:
+def _interval(iv: Interval | None, method: str) -> Interval | None:
+    if iv is None or math.isnan(iv.value):
         return None
     return Interval(iv.value, iv.low, iv.high, "fraction", method)
 
 
 def _lost(rel, gpu_hours: float | None) -> Interval | None:
     """GPU-hours lost to a relative slowdown ``rel`` over ``gpu_hours``: −rel × H, its interval flipped."""
-    if rel is None or rel.value is None or gpu_hours is None:
+    if rel is None or math.isnan(rel.value) or gpu_hours is None:
         return None
     low = None if rel.high is None else -rel.high * gpu_hours
     high = None if rel.low is None else -rel.low * gpu_hours

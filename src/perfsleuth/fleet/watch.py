@@ -314,9 +314,9 @@ def _culprits(
 ) -> tuple[CulpritNote, ...]:
     """``localize`` over the store between the change's windows; the culprits that touch this series."""
     from perfsleuth.errors import PerfsleuthError
+    from perfsleuth.fleet.leaf import Window, fleet_leaves
     from perfsleuth.segment.lattice import DEFAULT_OPTIONS, SearchOptions
     from perfsleuth.segment.localize import localize
-    from perfsleuth.store.leaf import Window, fleet_leaves
 
     first = max(int(c.times[c.prev] // NS_PER_DAY), c.day - o.baseline_days)
     last = int(c.times[c.end - 1] // NS_PER_DAY)

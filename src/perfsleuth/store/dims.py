@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from perfsleuth.errors import InputError
-from perfsleuth.model.job_identity import software
 from perfsleuth.model import MAX_MEASUREMENT, RECORDS
+from perfsleuth.model.job_identity import software
 from perfsleuth.store.layout import check_date
 
 SIDECAR = "dims.json"

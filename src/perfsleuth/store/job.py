@@ -177,4 +177,3 @@ def _tagged(t: pa.Table, run_id: str, date: str, cluster: str | None) -> pa.Tabl
     n = t.num_rows
     t = t.set_column(t.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * n, pa.string()))
     return t.append_column("date", pa.array([date] * n, pa.string())).append_column("cluster", pa.array([cluster] * n, pa.string()))
-

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import TracebackType
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,8 +109,8 @@ class StoreWriter:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._lock.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._lock.__exit__(exc_type, exc, tb)
 
     def add(self, job: JobData) -> tuple[str, JobEntry]:
         """Store ``job``; returns ("added" | "skipped" | "repaired", its manifest entry)."""
@@ -209,8 +210,8 @@ def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:
                     crash_point()
                     path.unlink(missing_ok=True)
                     removed.append(path)
-    for f in root.iterdir():
-        if f.name.endswith(TMP_SUFFIX) and f.name not in (MANIFEST, LOCK):
-            f.unlink(missing_ok=True)
-            removed.append(f)
+    for entry in root.iterdir():
+        if entry.name.endswith(TMP_SUFFIX) and entry.name not in (MANIFEST, LOCK):
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
     return removed
