@@ -219,11 +219,7 @@ def test_sockets_everywhere_without_a_baseline_is_insufficient_until_the_site_sa
     assert isinstance(out, NotAssessed) and out.reason == INSUFFICIENT_EVIDENCE
     site = tmp_path / "site.json"
     site.write_text('{"network": "roce_400g"}')
-    try:
-        fabric.use_fabric_table(site)
-        f = detectors.nccl_transport_fallback(sig)
-    finally:
-        fabric.use_fabric_table(None)
+    f = detectors.nccl_transport_fallback(JobSignals(trace=sig.trace, sources=sig.sources, fabric=fabric.load_fabric_table(site)))
     assert isinstance(f, Finding) and f.scope["basis"] == ["fabric"] and f.scope["hosts"] == ["e1", "e2"]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import nccl_log, nccl_tests
 from perfsleuth.ingest.nccl_log import algorithm_name, protocol_name, transport_of
@@ -485,10 +486,11 @@ def test_site_fabric_table_new_fabric_gpu_rule_and_env(tmp_path, monkeypatch):
         )
     )
     monkeypatch.setenv(fabric.ENV_VAR, str(f))
-    t = fabric.active_table()
+    t = fabric.fabric_table_from_env()
     assert t.expected("allreduce", gpu_model="AMD Instinct MI300X", nranks=8, nnodes=1).busbw_gbs == pytest.approx(336)
-    assert fabric.use_fabric_table(fabric.DEFAULT_TABLE) is fabric.DEFAULT_TABLE
-    fabric.use_fabric_table(None)
+    assert JobSignals().fabric.expected("allreduce", gpu_model="AMD Instinct MI300X", nranks=8, nnodes=1).busbw_gbs == pytest.approx(336)
+    monkeypatch.delenv(fabric.ENV_VAR)
+    assert fabric.fabric_table_from_env() is fabric.DEFAULT_TABLE and JobSignals().fabric is fabric.DEFAULT_TABLE
 
 
 @pytest.mark.parametrize(

@@ -349,19 +349,9 @@ class ServingView:
         )
 
 
-_VIEWS: dict[int, tuple[JobSignals, ServingView]] = {}
-
-
 def view(signals: JobSignals) -> ServingView:
-    """The job's serving view, built once per ``JobSignals`` (the detectors share it)."""
-    hit = _VIEWS.get(id(signals))
-    if hit is not None and hit[0] is signals:
-        return hit[1]
-    v = ServingView(signals)
-    if len(_VIEWS) > 16:
-        _VIEWS.clear()
-    _VIEWS[id(signals)] = (signals, v)
-    return v
+    """The job's serving view, built once per ``JobSignals`` and kept there (the detectors share it)."""
+    return signals.view("serving", lambda: ServingView(signals))
 
 
 METRICS_NEED = "vLLM/SGLang /metrics scraped periodically (a directory of scrapes)"

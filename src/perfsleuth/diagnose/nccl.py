@@ -24,8 +24,9 @@ from perfsleuth.diagnose.context import graded_confidence
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.metrics.fabric import Expected, active_table
+from perfsleuth.metrics.fabric import Expected, FabricTable
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.stats.resample import percentile_bootstrap
 
 SOURCE = "nccl"
 
@@ -57,9 +58,8 @@ def _bootstrap_mean(x: np.ndarray, unit: str, what: str) -> Interval:
     value = float(x.mean()) if len(x) else float("nan")
     if len(x) < 3:
         return Interval(value, None, None, unit, f"mean over {len(x)} {what} (too few for an interval)")
-    idx = np.random.default_rng(0).integers(0, len(x), size=(BOOTSTRAP, len(x)))
-    lo, hi = np.quantile(x[idx].mean(axis=1), [0.025, 0.975])
-    return Interval(value, float(lo), float(hi), unit, f"mean over {len(x)} {what}, 95% percentile bootstrap")
+    lo, hi = percentile_bootstrap(lambda idx: x[idx].mean(axis=1), len(x), tail=0.025, reps=BOOTSTRAP, seed=0)
+    return Interval(value, lo, hi, unit, f"mean over {len(x)} {what}, 95% percentile bootstrap")
 
 
 T = TypeVar("T")
@@ -220,11 +220,11 @@ def _selection_bands(group: pd.DataFrame, sigma: float) -> list[_Band]:
         best_t, best_l, gains = [], [], []
         for s in sizes:
             ch = d.chosen.get(s)
-            vals = {c.label: c.time[s] for c in forced if s in c.time and not _consistent(c.label, ch)}
+            vals = {c.label: c.time[s] for c in forced if c.label is not None and s in c.time and not _consistent(c.label, ch)}
             for h in history:  # NCCL's own other choice at this size, in an earlier run
                 if s in h.time and h.chosen.get(s) not in (None, ch):
                     vals[f"{h.chosen[s]} (NCCL's choice in {h.run_id})"] = h.time[s]
-            lab = min(vals, key=vals.get) if vals else ""
+            lab = min(vals, key=vals.__getitem__) if vals else ""
             best_t.append(vals.get(lab, np.nan))
             best_l.append(lab)
             gains.append(float(np.log(d.time[s] / vals[lab])) if vals else 0.0)
@@ -249,7 +249,7 @@ def _apparent(d: _RunCurve, forced: list[_RunCurve], sizes: list[int]) -> str:
     errs = []
     for a in forced:
         e = [abs(np.log(d.time[s] / a.time[s])) for s in sizes if s in a.time]
-        if e and float(np.mean(e)) < 0.05:
+        if e and float(np.mean(e)) < 0.05 and a.label is not None:  # forced runs all have a label
             errs.append((float(np.mean(e)), a.label))
     if not errs:
         return "unknown (run with NCCL_DEBUG_SUBSYS=TUNING to log it)"
@@ -437,10 +437,9 @@ class _Issue:
     strength: float  # 0..1, how decisive the basis is
 
 
-def _socket_issues(runs: dict[str, list[dict]], thin: list[str]) -> list[_Issue]:
+def _socket_issues(runs: dict[str, list[dict]], thin: list[str], table: FabricTable) -> list[_Issue]:
     multi = {rid: rows for rid, rows in runs.items() if _multi_node(rows)}
     rdma_fleet = [rid for rid, rows in multi.items() if any(_is_rdma(r) for r in rows) and not any(r["network"] == "Socket" for r in rows)]
-    table = active_table()
     site_rdma = table.network is not None and table.fabric(table.network).rdma
     out = []
     for rid, rows in multi.items():
@@ -607,7 +606,7 @@ def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed(fault, "NCCL_DEBUG=INFO log of the job (NET/IB or NET/Socket, GPU Direct RDMA and Channel lines)")
     thin: list[str] = []
     runs = _by_run(log)
-    issues = _socket_issues(runs, thin) + _gdr_issues(runs, thin) + _channel_issues(runs, thin)
+    issues = _socket_issues(runs, thin, signals.fabric) + _gdr_issues(runs, thin) + _channel_issues(runs, thin)
     if not issues:
         if thin:
             return insufficient(
@@ -619,7 +618,7 @@ def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
     kinds = sorted({i.kind for i in issues})
     hosts = sorted({h for i in issues for h in i.hosts})
     measured = _measured_loss(signals, {h for i in issues if i.kind != "channels" for h in i.hosts})
-    table = active_table()
+    table = signals.fabric
     if measured is not None:
         impact = Interval(
             measured.value,
@@ -641,7 +640,11 @@ def nccl_transport_fallback(job: Job) -> Finding | NotAssessed | None:
             "typical inter-node bandwidth lost without GPUDirect RDMA; not measured: run nccl-tests across these hosts to measure it",
         )
     else:
-        ratio = min(i.evidence.value.value / (i.evidence.baseline.value or 1) for i in issues if i.kind == "channels")
+        ratio = min(
+            i.evidence.value.value / (i.evidence.baseline.value or 1)
+            for i in issues
+            if i.kind == "channels" and i.evidence.baseline is not None  # a channel issue always carries its baseline
+        )
         impact = Interval(
             (1 - ratio) / 2, 0.0, 1 - ratio, "fraction", "at most the channel shortfall (bandwidth proportional to channels), not measured"
         )
@@ -739,7 +742,7 @@ def degraded_network(job: Job) -> Finding | NotAssessed | None:
     thin: list[str] = []
     observed: list[float] = []
     baseline_ev: list[Evidence] = []
-    table = active_table()
+    table = signals.fabric
     keys = ["collective", "nranks", "nhosts", "dtype", "gpu_model"]
     for key, g in inter.assign(**{k: inter[k].fillna("?") for k in keys}).groupby(keys):
         _sizes, runs = _run_bandwidths(g)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat
+from perfsleuth.metrics.fabric import FabricTable, fabric_table_from_env
 from perfsleuth.model.source import SourceData, concat
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ T = TypeVar("T")
 class JobSignals:
     trace: JobAnalysis | None = None
     sources: list[SourceData] = field(default_factory=list)
+    fabric: FabricTable = field(default_factory=fabric_table_from_env)  # what each link should deliver (site table or defaults)
     _views: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def view(self, name: str, build: Callable[[], T]) -> T:

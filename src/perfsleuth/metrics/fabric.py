@@ -1,12 +1,12 @@
 """What bus bandwidth a collective should reach on a given fabric, and the formulas behind busbw.
 
 nccl-tests reports ``busbw = algbw x factor`` so that one number can be held against the speed of
-the bottleneck link whatever the collective (NVIDIA/nccl-tests doc/PERFORMANCE.md). This module
-keeps those factors, a table of fabrics (NVLink generations, PCIe, InfiniBand/RoCE per GPU, TCP
+the bottleneck link whatever the collective (NVIDIA/nccl-tests doc/PERFORMANCE.md; the factors are in
+``model.collectives``). This module keeps a table of fabrics (NVLink generations, PCIe, InfiniBand/RoCE per GPU, TCP
 sockets) with the bus bandwidth nccl-tests reaches on them at large sizes, and the rule that picks
 the fabrics of a run from its GPU model. The numbers are defaults: a site replaces or extends them
 with a YAML, JSON or TOML file (``load_fabric_table``), or the ``PERFSLEUTH_FABRIC_TABLE``
-environment variable naming one.
+environment variable naming one. The table a job is judged against travels in its ``JobSignals.fabric``.
 
 It only states expectations; judging a measurement against them is the detectors' job.
 Bandwidths are GB/s = 1e9 B/s, one direction, per GPU, as nccl-tests prints them.
@@ -175,8 +175,6 @@ DEFAULT_TABLE = FabricTable(DEFAULT_FABRICS, DEFAULT_GPU_RULES)
 """Reference systems' fabrics, each number with its source in ``note``. A site's own measured
 baseline (a healthy run's nccl-tests output) beats every number here."""
 
-_active: FabricTable | None = None
-
 
 def _read_doc(path: Path) -> dict[str, Any]:
     try:
@@ -279,16 +277,8 @@ def load_fabric_table(path: str | Path, base: FabricTable = DEFAULT_TABLE) -> Fa
     return FabricTable(fabrics, tuple(rules) + base.gpu_rules, network, tolerance, str(p))
 
 
-def active_table() -> FabricTable:
-    """The table in force: one set by ``use_fabric_table``, else ``$PERFSLEUTH_FABRIC_TABLE``, else the defaults."""
-    if _active is not None:
-        return _active
+def fabric_table_from_env() -> FabricTable:
+    """The site's table when ``$PERFSLEUTH_FABRIC_TABLE`` names one, else the defaults. Read once per job, into
+    ``JobSignals.fabric``: the detectors take the table from the job they are given, never from process state."""
     env = os.environ.get(ENV_VAR)
     return load_fabric_table(env) if env else DEFAULT_TABLE
-
-
-def use_fabric_table(table: FabricTable | str | Path | None) -> FabricTable:
-    """Set (or with None, reset) the table the detectors use; returns the table now in force."""
-    global _active
-    _active = table if isinstance(table, FabricTable) or table is None else load_fabric_table(table)
-    return active_table()

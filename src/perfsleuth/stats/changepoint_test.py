@@ -27,6 +27,7 @@ This module does not pick positions and does not compute levels in the data's un
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -113,7 +114,13 @@ def scan_p_value(b: float, m: int, min_size: int) -> float:
     return float(min(1.0, lead * total))
 
 
-_BASE_SCORES: dict[int, np.ndarray] = {}
+@lru_cache(maxsize=256)
+def _untied_scores(m: int) -> np.ndarray:
+    """Normal scores of ``m`` distinct values in order (a pure function of ``m``, read-only: the tests of one
+    series ask for the same few lengths thousands of times)."""
+    base = ndtri((np.arange(1, m + 1, dtype=float) - 0.5) / m)
+    base.flags.writeable = False
+    return base
 
 
 def _scores_from_order(values_sorted: np.ndarray) -> np.ndarray:
@@ -121,13 +128,7 @@ def _scores_from_order(values_sorted: np.ndarray) -> np.ndarray:
     m = len(values_sorted)
     tied = m > 1 and bool(np.any(values_sorted[1:] == values_sorted[:-1]))
     if not tied:
-        base = _BASE_SCORES.get(m)
-        if base is None:
-            base = ndtri((np.arange(1, m + 1, dtype=float) - 0.5) / m)
-            if len(_BASE_SCORES) > 256:
-                _BASE_SCORES.clear()
-            _BASE_SCORES[m] = base
-        return base
+        return _untied_scores(m)
     ranks = np.arange(1, m + 1, dtype=float)
     new_group = np.empty(m, dtype=bool)
     new_group[0] = True
