@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from perfsleuth.cli import app
 from perfsleuth.ingest.kineto import read_rank_file
+from perfsleuth.pipeline import diff_traces
 from perfsleuth.sim.kineto_writer import write_job
 from perfsleuth.sim.simulator import SimConfig, simulate
-from perfsleuth.trace.diff import diff_traces, measure_rank, shared_time
+from perfsleuth.trace.diff import measure_rank, shared_time
 from perfsleuth.trace.intervals import Coverage
 from perfsleuth.trace.job import RankView
 from perfsleuth.trace.kernel_names import collective_key, copy_key, kernel_key, match_class

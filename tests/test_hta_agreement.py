@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import REPO, trace
 
-from perfsleuth.ingest import read_trace_job
+from perfsleuth.pipeline import read_trace_job
 from perfsleuth.trace.breakdown import gpu_span_breakdown
 from perfsleuth.trace.job import RankView, TraceJob
 

@@ -19,10 +19,11 @@ import pytest
 
 from perfsleuth.diagnose import diagnose
 from perfsleuth.errors import InputError
-from perfsleuth.ingest import kineto, nsys, read_trace_job
+from perfsleuth.ingest import kineto, nsys
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.ingest.source import ADAPTERS
 from perfsleuth.model import EVENTS
+from perfsleuth.pipeline import read_trace_job
 from perfsleuth.sim import kineto_writer, nsys_writer
 from perfsleuth.sim.faults import PipelineBubble, StragglerRank
 from perfsleuth.sim.nsys_writer import NsysStyle
@@ -52,7 +53,7 @@ EPOCH = 1_700_000_000_000_000_000
 
 
 def analyse(ranks: list[RankFile]) -> tuple[JobAnalysis, list[str]]:
-    """The streaming pipeline's entry points (api._parse_and_analyze + analyze_streaming) on rank files."""
+    """The streaming pipeline's entry points (pipeline._analyse_rank + analyze_streaming) on rank files."""
     results = [analyze_rank(RankView(r.rank, r.events), "job") for r in ranks]
     world, caveats = kineto.check_one_job(ranks)
     analysis = combine_ranks(results, kineto.runs_table("job", ranks, world), {r.rank: r.path for r in ranks}, caveats)

@@ -28,9 +28,7 @@ def verify(
     with ``store`` the verdict is kept there. Returns ``(fleet.verify.Verification, "added"|"skipped"|None)``."""
     from perfsleuth.commands.verify_cmd import run_verify
 
-    return run_verify(
-        before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers
-    )
+    return run_verify(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)
 
 
 def watch(store: str | Path, **options: Any):

@@ -1,7 +1,7 @@
 """``perfsleuth diff BASELINE CANDIDATE``: which kernels, collectives and phases made the candidate's steps slower.
 
 Each side is one job's traces (a folder or a file, any trace format perfsleuth reads; the two sides
-may differ). The verb measures both (``perfsleuth.trace.diff``), renders text, JSON (schema
+may differ). The verb measures both (``perfsleuth.pipeline.diff_traces``, ``perfsleuth.trace.diff``), renders text, JSON (schema
 ``perfsleuth.diff/1``), Markdown or HTML, and returns the exit status: 0 when the diff was made
 (whatever it found), 2 for a user error (one line naming the file and the cause).
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 from perfsleuth.commands.output import deliver, deliver_doc, fail
 from perfsleuth.errors import PerfsleuthError
+from perfsleuth.pipeline import diff_traces
 from perfsleuth.report.diff_report import render_html, render_markdown, render_text
 from perfsleuth.report.json_report import integer_ns
 from perfsleuth.report.text_report import make_console
-from perfsleuth.trace.diff import diff_traces
 
 FORMATS = ("text", "json", "md", "html")
 

@@ -35,12 +35,10 @@ def verify_command(
     workers: int | None = None,
 ) -> int:
     """Run the verb; returns the exit status."""
-    from perfsleuth.api import verify
-
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: verify writes {' or '.join(FORMATS)}")
     try:
-        v, stored = verify(
+        v, stored = run_verify(
             before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers
         )
     except PerfsleuthError as exc:
@@ -50,6 +48,32 @@ def verify_command(
     doc = v.to_json() | {"stored": stored}
     status = deliver_doc(doc, render_text(v, stored), format, out)
     return status or (0 if v.verdict == "validated" else 1)
+
+
+def run_verify(
+    before: str | Path,
+    after: str | Path,
+    *,
+    finding: str | None = None,
+    store: str | Path | None = None,
+    tolerance: float = 0.25,
+    threshold: float = 0.02,
+    diff: bool = True,
+    workers: int | None = None,
+):
+    """What the verb computes, before rendering: the ``fleet.verify.Verification`` and, with ``store``,
+    ``"added"`` or ``"skipped"`` for its verdict kept there (else None)."""
+    from perfsleuth import engine
+    from perfsleuth.fleet.verify import resolve_side, store_verdict, verify_sides
+    from perfsleuth.store import Store
+
+    opened = Store(store) if store is not None else None
+    con = engine.connect("duckdb") if opened is not None else None
+    b = resolve_side(str(before), store=opened, con=con, workers=workers)
+    a = resolve_side(str(after), store=opened, con=con, workers=workers)
+    v = verify_sides(b, a, fault=finding, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)
+    stored = store_verdict(Path(store), v, b, a) if store is not None else None
+    return v, stored
 
 
 def _iv(iv) -> str:

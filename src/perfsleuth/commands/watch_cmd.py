@@ -23,12 +23,12 @@ FORMATS = ("jsonl", "json", "openmetrics", "text")
 
 def watch_command(store: Path, *, format: str = "jsonl", out: Path | None = None, openmetrics: Path | None = None, **options) -> int:
     """Run the verb; returns the exit status."""
-    from perfsleuth.api import watch
+    from perfsleuth.fleet.watch import watch_store
 
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: watch writes {', '.join(FORMATS)}")
     try:
-        result = watch(store, **options)
+        result = watch_store(Path(store), **options)
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:

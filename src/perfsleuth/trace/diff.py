@@ -646,4 +646,3 @@ def diff_sides(
     return TraceDiff(
         baseline, candidate, step_time, phases, classes, tuple(rows), step_change - attributed, threshold, confidence, tuple(caveats)
     )
-
