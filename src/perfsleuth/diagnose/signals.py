@@ -37,7 +37,7 @@ class JobSignals:
         key = (name, len(self.sources))
         if key not in self._views:
             self._views[key] = build()
-        return self._views[key]  # type: ignore[no-any-return]
+        return self._views[key]
 
     def table(self, name: str) -> pa.Table | None:
         """The named table over every source that has it (None when no source does)."""
