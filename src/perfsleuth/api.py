@@ -193,8 +193,10 @@ def fleet_report(
         from perfsleuth.store import Store
 
         table, source = Store(Path(store)).records(con), str(store)
-    else:
+    elif records is not None:
         table, source = engines.table(con, Path(records)), str(records)
+    else:  # never: exactly one of the two was checked above
+        raise InputError(None, "give exactly one of store and records")
     return build_fleet_page(table, source=source, bootstrap=bootstrap, seed=seed, price_per_gpu_hour=price_per_gpu_hour)
 
 

@@ -356,6 +356,7 @@ def changes(
         from perfsleuth.commands.changes_store import changes_store_command
 
         raise typer.Exit(changes_store_command(store, metric, series_by or [], format.value, out, alpha))
+    assert file is not None  # exactly one of FILE and --store, checked above
     _require(file)
     from perfsleuth.commands.changes_cmd import changes_command
 
@@ -434,7 +435,9 @@ def localize(
     if problem:
         typer.echo(f"perfsleuth: error: {problem}", err=True)
         raise typer.Exit(2)
+    assert current is not None and baseline is not None  # the checks above, restated for the type checker
     if store is not None:
+        assert metric is not None
         raise typer.Exit(
             localize_store_command(
                 store,
@@ -451,6 +454,7 @@ def localize(
                 master=master,
             )
         )
+    assert file is not None
     raise typer.Exit(
         localize_command(
             file,

@@ -76,4 +76,8 @@ def task(description: str, total: float | None = None, unit: str = "") -> Iterat
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         tid = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(tid, n)
+
+        def advance(n: float = 1) -> None:
+            bar.advance(tid, n)
+
+        yield advance

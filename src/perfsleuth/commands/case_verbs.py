@@ -33,14 +33,16 @@ def run_on_cases(cases: list[Path], format: str, formats: tuple[str, ...], compu
 def emit(out: Path | None, text: str | None = None, render: Callable[[Console], None] | None = None) -> int:
     """Write ``text`` (already rendered) or what ``render`` prints to ``out`` or stdout; 0, or 2 when the
     file cannot be written. Into a file, ``render`` prints to a buffer first, so the file is written whole."""
-    if text is None and is_stdout(out):
-        render(make_console())
-        return 0
     if text is None:
+        if render is None:
+            raise TypeError("emit() needs text or render")
+        if is_stdout(out):
+            render(make_console())
+            return 0
         buffer = io.StringIO()
         render(make_console(buffer))
         text = buffer.getvalue()
-    if is_stdout(out):
+    if out is None or is_stdout(out):
         sys.stdout.write(text)
         return 0
     try:

@@ -124,10 +124,10 @@ def _number_format(scale: float | None):
     """A formatter showing about four significant digits of ``scale`` (the baseline mean) for every value;
     scientific (``1.235e+299``) when the scale, or the value itself, is huge or tiny."""
     decimals = 2
-    usable = scale is not None and scale == scale and scale != 0 and math.isfinite(scale)
-    if usable:
-        decimals = min(max(0, 3 - math.floor(math.log10(abs(scale)))), 9)
-    sci_scale = usable and _scientific(scale)
+    usable = scale if scale is not None and scale == scale and scale != 0 and math.isfinite(scale) else None
+    if usable is not None:
+        decimals = min(max(0, 3 - math.floor(math.log10(abs(usable)))), 9)
+    sci_scale = usable is not None and _scientific(usable)
 
     def fmt(x: float | None, unit: str = "", signed: bool = False) -> str:
         if x is None or x != x:
@@ -378,7 +378,7 @@ def compare_command(
             Path(baseline), Path(candidate), metric, _columns(group_by), _columns(cluster_by), threshold, higher_is_better
         )
         if format == "json":
-            write_output(STDOUT if is_stdout(out) else out, json_document(to_json(results, ctx), allow_nan=False) + "\n")
+            write_output(STDOUT if out is None else out, json_document(to_json(results, ctx), allow_nan=False) + "\n")
         elif format == "text" and is_stdout(out):
             render_text(results, ctx, make_console())
         else:
@@ -386,7 +386,7 @@ def compare_command(
             render_text(results, ctx, make_console(buffer))
             title = f"perfsleuth compare · {', '.join(ctx['metrics'])} · {Path(baseline).name} vs {Path(candidate).name}"
             text = page(format, title, buffer.getvalue())
-            write_output(STDOUT if is_stdout(out) else out, text if text.endswith("\n") else text + "\n")
+            write_output(STDOUT if out is None else out, text if text.endswith("\n") else text + "\n")
     except PerfsleuthError as exc:
         return fail(str(exc))
     except OSError as exc:  # --out in a missing directory, an unreadable input, ...

@@ -76,8 +76,10 @@ def _build(
 
         opened = Store(store)
         table, source = opened.records(con), str(store)
-    else:
+    elif records is not None:
         table, source = engines.table(con, Path(records)), str(records)
+    else:  # never: exactly one of the two was checked above
+        raise InputError(None, "give exactly one of --store DIR and --records FILE")
     page = build_fleet_page(
         table,
         source=source,
