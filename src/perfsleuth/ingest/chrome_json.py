@@ -7,7 +7,9 @@ msgspec decoder. A cut that falls inside a nested value or a string cannot decod
 opening brace stays unclosed), so the reader then tries an earlier boundary, and if there is none,
 reads more. Keys outside ``traceEvents`` (metadata) are returned separately.
 
-It does not interpret events: that is the adapter's job (``kineto.py``).
+It does not interpret events: that is the adapter's job (``kineto.py``, ``jax_trace.py``). It does
+declare what a Chrome-trace event is (``TraceEvent``): the keys every writer of the format uses, once,
+for every adapter that reads the format; each adapter adds the ``args`` it reads.
 """
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ BLOCK_BYTES = 2 << 20
 """2 MB of text decode to ~10k events, ~10 MB of Python objects; larger blocks are no faster."""
 MAX_HEADER_BYTES = 256 << 20
 _KEY = b'"traceEvents"'
+
+
+class TraceEvent(msgspec.Struct, gc=False):
+    """One element of ``traceEvents``: phase, category, name, process and thread, and ``ts``/``dur`` in
+    microseconds (float, a nanosecond fraction allowed). An adapter subclasses it with an ``args`` field
+    typed as the args it reads (``kineto_format.Event``, ``jax_trace.Event``); other keys are skipped
+    by the decoder without building Python objects for them."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
 
 
 @dataclass(slots=True)

@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto
-from perfsleuth.ingest.chrome_json import ChromeTraceStream
+from perfsleuth.ingest.chrome_json import ChromeTraceStream, TraceEvent
 from perfsleuth.ingest.source import register, sniff
 from perfsleuth.model import EVENT_KINDS, EVENTS
 from perfsleuth.model.collectives import collective_op
@@ -111,15 +111,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
 _NO_ARGS = Args()
 
 
-class Event(msgspec.Struct, gc=False):
-    """One traceEvents element; ``ts``/``dur`` in µs."""
+class Event(TraceEvent, gc=False):
+    """One traceEvents element (``chrome_json.TraceEvent``) with the args the JAX converter writes."""
 
-    ph: str = ""
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
     args: Args = _NO_ARGS
 
 

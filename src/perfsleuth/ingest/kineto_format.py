@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from perfsleuth.ingest.chrome_json import TraceEvent
+
 # Kineto `cat` (lower-cased) -> canonical `kind`. 2021-2022 traces used "Kernel", "Runtime",
 # "Memcpy", "Memset", "Operator"; ROCm traces use the CUDA names.
 CATEGORY_KIND: dict[str, str] = {
@@ -65,16 +67,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
 _NO_ARGS = Args()
 
 
-class Event(msgspec.Struct, gc=False):
-    """One element of traceEvents. ``ts``/``dur`` are microseconds (float, ns fraction allowed)."""
+class Event(TraceEvent, gc=False):
+    """One element of traceEvents (``chrome_json.TraceEvent``) with the args Kineto writes."""
 
-    ph: str = ""
-    cat: str | None = None
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
     args: Args = _NO_ARGS
 
 
