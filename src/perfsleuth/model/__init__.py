@@ -277,4 +277,5 @@ damage, and statistics would overflow on its square. Readers and table inputs re
 def usable(values: np.ndarray) -> np.ndarray:
     """Which values are measurements: finite and within ±``MAX_MEASUREMENT`` (NaN compares as unusable)."""
     with np.errstate(invalid="ignore"):
-        return np.isfinite(values) & (np.abs(values) <= MAX_MEASUREMENT)
+        ok: np.ndarray = np.isfinite(values) & (np.abs(values) <= MAX_MEASUREMENT)
+        return ok

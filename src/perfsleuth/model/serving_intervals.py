@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -108,7 +109,7 @@ def _delta(wide: pd.DataFrame, col: str, caveats: list[Caveat] | None, path: str
     if col not in wide:
         return np.full(len(wide) - 1, np.nan)
     v = wide[col].to_numpy(dtype=float)
-    d = np.diff(v)
+    d: np.ndarray = np.diff(v)
     reset = d < 0
     if reset.any():
         d = np.where(reset, v[1:], d)  # a counter that went down restarted from zero (server restart)
@@ -123,7 +124,9 @@ def _delta(wide: pd.DataFrame, col: str, caveats: list[Caveat] | None, path: str
     return d
 
 
-def _interval_rows(wide: pd.DataFrame, run_id: str, host: str | None, caveats: list[Caveat] | None, path: str | None) -> list[dict]:
+def _interval_rows(
+    wide: pd.DataFrame, run_id: str, host: str | None, caveats: list[Caveat] | None, path: str | None
+) -> list[dict[str, Any]]:
     ts = wide.index.to_numpy(dtype=np.int64)
     n = len(ts) - 1
     rows = {"run_id": [run_id] * n, "host": [host] * n, "start_ns": ts[:-1], "end_ns": ts[1:], "dur_s": np.diff(ts) / 1e9}
@@ -167,5 +170,5 @@ def _interval_rows(wide: pd.DataFrame, run_id: str, host: str | None, caveats: l
         deltas = np.where(np.isfinite(deltas), deltas, 0.0)
         for q, qv in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
             rows[f"{short}_{q}_s"] = np.array([histogram_quantile(bounds, d, qv) for d in deltas])
-    frame = pd.DataFrame(rows)
-    return frame.to_dict("records")
+    records: list[dict[str, Any]] = pd.DataFrame(rows).to_dict("records")
+    return records

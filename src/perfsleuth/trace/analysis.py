@@ -7,6 +7,7 @@ each analysis itself stays a pure function of the job's tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +54,7 @@ class JobAnalysis:
     def run_id(self) -> str:
         return str(self.runs["run_id"][0].as_py()) if self.runs.num_rows else "run"
 
-    def rank_summary(self) -> list[dict]:
+    def rank_summary(self) -> list[dict[str, Any]]:
         """Per rank: step count, step time median/p90 and breakdown totals over its step windows."""
         out = []
         df = self.steps.to_pandas()

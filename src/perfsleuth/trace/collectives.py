@@ -15,6 +15,7 @@ differences smaller than that cannot be trusted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -126,7 +127,7 @@ class ClockAlignment:
     instances_used: int
     method: str = "weighted least squares on median matched collective end-time differences"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "offset_ns": {str(k): v for k, v in self.offset_ns.items()},
             "residual_p50_ns": self.residual_p50_ns,

@@ -16,6 +16,7 @@ whether a rank is a straggler; this module says where the cost of waiting falls.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -61,11 +62,11 @@ class GroupView:
     nodes: pa.Table
     node_rule: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"groups": self.groups.to_pylist(), "nodes": self.nodes.to_pylist(), "node_rule": self.node_rule}
 
 
-def group_descriptions(metadata: list[dict]) -> dict[str, str]:
+def group_descriptions(metadata: list[dict[str, Any]]) -> dict[str, str]:
     """Process-group name -> description from the ranks' ``distributedInfo.pg_config`` (what PyTorch
     writes: Megatron's TENSOR_MODEL_PARALLEL_GROUP, a device mesh's mesh_tp, ...); empty where absent."""
     out: dict[str, str] = {}

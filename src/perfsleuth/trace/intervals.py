@@ -64,7 +64,8 @@ class Coverage:
 
     def measure(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Covered length inside each window [lo, hi)."""
-        return self.covered_before(hi) - self.covered_before(lo)
+        covered: np.ndarray = self.covered_before(hi) - self.covered_before(lo)
+        return covered
 
     @property
     def total(self) -> int:

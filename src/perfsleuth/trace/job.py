@@ -56,7 +56,8 @@ def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray
 
 def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     codes, values = _dictionary(col)
-    return values[codes]
+    strings: np.ndarray = values[codes]
+    return strings
 
 
 def _host_collective(name: str) -> str:
@@ -78,15 +79,18 @@ class RankView:
 
     @cached_property
     def ts(self) -> np.ndarray:
-        return self.table["ts_ns"].to_numpy()
+        ts: np.ndarray = self.table["ts_ns"].to_numpy()
+        return ts
 
     @cached_property
     def end(self) -> np.ndarray:
-        return self.ts + self.table["dur_ns"].to_numpy()
+        end: np.ndarray = self.ts + self.table["dur_ns"].to_numpy()
+        return end
 
     @cached_property
     def step(self) -> np.ndarray:
-        return self.table["step"].to_numpy()
+        step: np.ndarray = self.table["step"].to_numpy()
+        return step
 
     @cached_property
     def names(self) -> np.ndarray:
@@ -99,11 +103,13 @@ class RankView:
     @cached_property
     def is_gpu(self) -> np.ndarray:
         codes, values = _dictionary(self.table["kind"])
-        return np.isin(values, GPU_WORK)[codes]
+        is_gpu: np.ndarray = np.isin(values, GPU_WORK)[codes]
+        return is_gpu
 
     @cached_property
     def launch_ts(self) -> np.ndarray:
-        return self.table["launch_ts_ns"].fill_null(-1).to_numpy()
+        launch_ts: np.ndarray = self.table["launch_ts_ns"].fill_null(-1).to_numpy()
+        return launch_ts
 
     @cached_property
     def launch_end(self) -> np.ndarray:
@@ -172,7 +178,7 @@ class RankView:
         """Copies whose call blocked the host on the GPU: the call lasted 50 µs or more, returned only
         after its copy ended, and the copy started the moment other GPU work ended during the call (it
         was queued behind it). A slow launch call whose copy ran at once on an idle GPU is no wait."""
-        copy = np.flatnonzero((self.kind == "memcpy") & (self.launch_ts >= 0))
+        copy: np.ndarray = np.flatnonzero((self.kind == "memcpy") & (self.launch_ts >= 0))
         start, stop = self.launch_ts[copy], self.launch_end[copy]
         copy = copy[(stop >= self.end[copy]) & (stop - start >= BLOCKING_COPY_MIN_NS)]
         if len(copy) == 0:
@@ -181,7 +187,8 @@ class RankView:
         k = np.searchsorted(ends, self.ts[copy], side="right") - 1
         before = np.where(k >= 0, ends[np.maximum(k, 0)], -1)
         queued = (before > self.launch_ts[copy]) & (self.ts[copy] - before <= QUEUED_START_NS)
-        return copy[queued]
+        blocking: np.ndarray = copy[queued]
+        return blocking
 
     @cached_property
     def has_gpu(self) -> bool:

@@ -189,7 +189,8 @@ def _name_mask(view: RankView, pattern: re.Pattern[str], exclude: re.Pattern[str
     """Rows whose name matches, deciding once per distinct name."""
     codes, values = _dictionary(view.table["name"])
     hit = np.array([bool(pattern.search(v or "")) and not (exclude is not None and exclude.search(v or "")) for v in values], dtype=bool)
-    return hit[codes]
+    mask: np.ndarray = hit[codes]
+    return mask
 
 
 def _leaf_coverage(view: RankView, host: np.ndarray, *, long_frames_silent: bool = False) -> Coverage:

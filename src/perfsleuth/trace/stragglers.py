@@ -17,8 +17,10 @@ communication time in that step (waiting hidden behind compute costs nothing).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from scipy import stats
 
@@ -58,7 +60,7 @@ class StragglerReport:
     saving_fraction: Interval | None
     note: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "straggler": self.straggler,
             "p_value": self.p_value,
@@ -71,7 +73,7 @@ class StragglerReport:
         }
 
 
-def _per_rank(arr) -> pa.Table:
+def _per_rank(arr: pd.DataFrame) -> pa.Table:
     """Per rank, in group-bys over (instance, rank) rows: linear in ranks × collectives.
 
     A rank's imposed wait is the others' wait summed over the decisive collectives it arrived last
@@ -173,14 +175,15 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
             f"{best['last_share']:.0%} of {int(best['decisive'])} decisive collectives (adjusted p={best['p_value']:.2g}), median lead "
             f"{lead_p50 / 1e3:.0f} µs vs residual skew {skew / 1e3:.0f} µs"
         )
-    per_step, st, cf, frac = _counterfactual(arr, steps, straggler if is_straggler else int(best["rank"]))
+    per_step, st, cf, frac = _counterfactual(arr, steps, int(best["rank"]))  # the straggler, when there is one
     if not is_straggler:
         cf = frac = None
     return StragglerReport(per_rank, straggler, float(best["p_value"]), lead_p50, per_step, st, cf, frac, note)
 
 
-def _counterfactual(arr, steps: pa.Table, rank: int):
+def _counterfactual(arr: pd.DataFrame, steps: pa.Table, rank: int) -> tuple[pa.Table, Interval | None, Interval | None, Interval | None]:
     sdf = steps.to_pandas()
+
     sdf = sdf[sdf["step"] >= 0] if (sdf["step"] >= 0).any() else sdf
     step_time = sdf.groupby("step")["step_time_ns"].median()
     others = sdf[sdf["rank"] != rank]
