@@ -29,7 +29,7 @@ def _pct(x: float | None) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
 
 
-def _cost_rows(costs: Any, price: float, currency: str, group: str | None) -> str:
+def _cost_rows(costs: Any, price: float, currency: str, group: str | None) -> tuple[str, str]:
     rows = []
     for c in list(costs)[:TOP]:
         where = f'<td class="name">{esc(str(dict(c.group).get(group)))}</td>' if group else ""
