@@ -129,7 +129,8 @@ def shared_time(ps: np.ndarray, pe: np.ndarray, hidden: Coverage | None = None) 
         free -= hidden.measure(pts[:-1], pts[1:])
     per_segment = np.where(active > 0, free / np.maximum(active, 1), 0.0)
     cum = np.concatenate([[0.0], np.cumsum(per_segment)])
-    return cum[b] - cum[a]
+    shares: np.ndarray = cum[b] - cum[a]
+    return shares
 
 
 def _event_keys(view: RankView, gpu: np.ndarray) -> tuple[np.ndarray, list[str], list[str], list[str], np.ndarray]:
@@ -142,7 +143,8 @@ def _event_keys(view: RankView, gpu: np.ndarray) -> tuple[np.ndarray, list[str],
     nc, oc = name_codes[gpu], op_codes[gpu]
     combo = (kind_codes.astype(np.int64) * len(op_values) + oc) * len(name_values) + nc
     uniq, inverse = np.unique(combo, return_inverse=True)
-    keys, key_kind, key_class, key_index = [], [], [], {}
+    keys: list[str] = []
+    key_kind, key_class, key_index = [], [], {}
     combo_key = np.empty(len(uniq), np.int64)
     for i, c in enumerate(uniq):
         kind = str(kind_values[c // (len(op_values) * len(name_values))])
@@ -236,7 +238,7 @@ class SideProfile:
 
     @property
     def n_steps(self) -> int:
-        return self.steps.num_rows
+        return int(self.steps.num_rows)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -557,7 +559,15 @@ def diff_sides(
 ) -> TraceDiff:
     """Compare two measured jobs row by row (see the module docstring for every definition)."""
     labels = (baseline.label, candidate.label)
-    opts = {"threshold": threshold, "confidence": confidence, "method": method, "seed": seed, "labels": labels, "higher_is_better": False}
+    opts: dict[str, Any] = {
+        "threshold": threshold,
+        "confidence": confidence,
+        "method": method,
+        "seed": seed,
+        "labels": labels,
+        "higher_is_better": False,
+    }
+
     sb, sc = baseline.steps.to_pandas(), candidate.steps.to_pandas()
     step_time = compare(sb, sc, "step_time_ns", cluster_by=["step"], order_by="step", **opts)
     step_change = step_time.candidate.mean.value - step_time.baseline.mean.value
