@@ -597,8 +597,8 @@ def _step_rows(
 
 def _steps_line_numbers(names: list[str]) -> list[int] | None:
     """'train 3' -> 3, for every name of the Steps line, or None when one has no number or two share one."""
-    nums = [_TRAILING_INT.search(n or "") for n in names]
-    if not all(nums):
+    nums = [m for n in names if (m := _TRAILING_INT.search(n or "")) is not None]
+    if len(nums) < len(names):
         return None
     out = [int(m.group(1)) for m in nums]
     return out if len(set(out)) == len(out) else None
@@ -734,11 +734,12 @@ def expand_inputs(paths: Sequence[str | Path]) -> list[Path]:
 def plan_ranks(files: Sequence[Path]) -> tuple[dict[str, tuple[int, str]], list[Caveat]]:
     """Rank of each file: from its path when every path names one, else hosts in name order."""
     if len(files) == 1:
-        found = _rank_of(files[0])
-        return ({str(files[0]): (found, "file name")} if found is not None else {}), []
-    found = {str(f): _rank_of(f) for f in files}
-    if all(v is not None for v in found.values()):
-        return {k: (v, "file name") for k, v in found.items()}, []
+        rank = _rank_of(files[0])
+        return ({str(files[0]): (rank, "file name")} if rank is not None else {}), []
+    ranks = {str(f): _rank_of(f) for f in files}
+    named = {k: v for k, v in ranks.items() if v is not None}
+    if len(named) == len(ranks):
+        return {k: (v, "file name") for k, v in named.items()}, []
     order = sorted(files, key=lambda f: (host_of(f), str(f)))
     caveat = Caveat(
         "rank_from_host_order",
