@@ -839,13 +839,9 @@ class KinetoJob:
     caveats: list[Caveat]
 
 
-def _read_worker(args: tuple[str, bool]) -> RankFile:
-    path, single = args
-    return read_rank_file(path, single_file=single)
-
-
 def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, workers: int | None = None) -> list[T]:
-    """Apply ``fn((path, single_file))`` to every rank file, in worker processes when it pays.
+    """Apply ``fn((path, single_file))`` to every rank file, in worker processes when it pays (the
+    reader pool that ``perfsleuth.pipeline.map_ranks`` drives).
 
     ``fn`` must be a module-level function. Each worker holds one rank at a time, so memory is
     bounded by the largest rank, not by the job; what ``fn`` returns is all that crosses back.
@@ -861,13 +857,6 @@ def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:
             return list(pool.map(fn, jobs))
     return [fn(j) for j in jobs]
-
-
-def read_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
-    """Read the rank files of one job (already expanded: see ``perfsleuth.ingest.expand_inputs``)."""
-    files = [Path(p) for p in paths]
-    ranks = map_rank_files(files, _read_worker, workers=workers)
-    return assemble_job(ranks, run_id=run_id or default_run_id(files))
 
 
 def _pool_context():
