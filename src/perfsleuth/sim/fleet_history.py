@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,18 @@ from perfsleuth.fleet.windows import NS_PER_DAY as NS_DAY
 from perfsleuth.sim.fleet_sim import SKU_SPEED, WORKLOADS
 
 STORED_DIMS = ("rack", "node", "driver", "nccl", "model", "tp", "pp")
+
+
+class _Node(TypedDict):
+    """One simulated node: where it sits, what it runs on, and the index of its job in ``WORKLOADS``."""
+
+    cluster: str
+    rack: str
+    node: str
+    gpu_sku: str
+    driver: str
+    nccl: str
+    job: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +58,7 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
     """Per-run records (run_id, time_ns, dimension columns, tokens/s/GPU, GPU-seconds, tokens, step time and
     its fractions); ``slowest_run_id`` renames the bad rack's slowest run in the current window."""
     rng = np.random.default_rng(h.seed)
-    nodes = []
+    nodes: list[_Node] = []
     for c in range(2):
         for r in range(3):
             rack = h.bad_rack if (c, r) == (0, 1) else f"c{c + 1}-r{r + 1:02d}"
@@ -61,7 +74,7 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
                         "job": int(rng.integers(0, len(WORKLOADS))),
                     }
                 )
-    rows = []
+    rows: list[dict[str, Any]] = []  # a pa.Table's rows
     for day in range(h.days):
         for i, nd in enumerate(nodes):
             model, tp, pp, dp, mb, base = WORKLOADS[nd["job"]]
@@ -79,7 +92,12 @@ def fleet_history(h: FleetHistory = FleetHistory(), slowest_run_id: str | None =
                     {
                         "run_id": f"run-{day:02d}-{i:03d}-{k}",
                         "time_ns": (h.epoch_day + day) * NS_DAY + int(rng.uniform(0, 86_000)) * 10**9,
-                        **{d: nd[d] for d in ("cluster", "rack", "node", "gpu_sku", "driver", "nccl")},
+                        "cluster": nd["cluster"],
+                        "rack": nd["rack"],
+                        "node": nd["node"],
+                        "gpu_sku": nd["gpu_sku"],
+                        "driver": nd["driver"],
+                        "nccl": nd["nccl"],
                         "model": model,
                         "tp": str(tp),
                         "pp": str(pp),

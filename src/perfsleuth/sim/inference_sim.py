@@ -35,7 +35,7 @@ import numpy as np
 import orjson
 
 from perfsleuth.cases.case import Case, CaseFault, write_case
-from perfsleuth.model.hardware import lookup
+from perfsleuth.model.hardware import GpuSpec, lookup
 
 CLASSES = (
     "kv_cache_preemption",
@@ -125,6 +125,22 @@ MODELS = (  # (name, parameters, KV bytes per token: layers x kv heads x head di
 GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB")
 
 
+def _gpu(name: str) -> GpuSpec:
+    """The hardware row of a simulated server's GPU: the engine's costs come from its bandwidth and peaks."""
+    spec = lookup(name)
+    if spec is None:
+        raise ValueError(f"the inference simulator has no hardware row for GPU {name!r}")
+    return spec
+
+
+def _bf16_flop_per_s(spec: GpuSpec) -> float:
+    """Dense BF16 peak, the rate prefill runs at (times the model's MFU)."""
+    peak = spec.peak("bf16")
+    if peak is None:
+        raise ValueError(f"{spec.display} has no BF16 peak in the hardware table")
+    return peak
+
+
 @dataclass(frozen=True, slots=True)
 class Server:
     gpu: str
@@ -148,7 +164,7 @@ class Server:
         return self.params * self.bytes_per_param
 
     def kv_capacity_tokens(self) -> int:
-        spec = lookup(self.gpu)
+        spec = _gpu(self.gpu)
         pool = self.gpu_memory_utilization * spec.hbm_capacity_bytes - self.weight_bytes - self.activation_reserve_bytes
         return max(int(pool / self.kv_bytes_per_token) // self.block_size * self.block_size, 64 * self.block_size)
 
@@ -233,8 +249,8 @@ class _Engine:
 
     def __init__(self, s: Server, load: Load, rng: np.random.Generator):
         self.s, self.load, self.rng = s, load, rng
-        spec = lookup(s.gpu)
-        self.bw, self.flops = spec.hbm_bytes_per_s, spec.peak("bf16")
+        spec = _gpu(s.gpu)
+        self.bw, self.flops = spec.hbm_bytes_per_s, _bf16_flop_per_s(spec)
         self.capacity = s.kv_capacity_tokens()
         self.total_blocks = self.capacity // s.block_size
         self.free_blocks = self.total_blocks
@@ -285,7 +301,7 @@ def simulate(server: Server, load: Load, seed: int = 0) -> SimResult:
     rng = np.random.default_rng(seed)
     e = _Engine(server, load, rng)
     s = server
-    spec = lookup(s.gpu)
+    spec = _gpu(s.gpu)
     step = s.host_step_s + (s.weight_bytes + max(load.users, 1) * (load.prompt_median + load.output_median / 2) * s.kv_bytes_per_token) / (
         spec.hbm_bytes_per_s * s.mem_efficiency
     )
@@ -497,7 +513,7 @@ def _truth(res: SimResult, e: _Engine) -> dict[str, float]:
     ctx_mean = float((R["prompt"][in_window] + R["out"][in_window] / 2).mean()) if in_window.any() else 1.0
     busy_batch = a["dec_time"] / max(a["busy"], 1e-9)
     cap = min(s.max_num_seqs, e.capacity / max(ctx_mean, 1.0))
-    spec = lookup(s.gpu)
+    spec = _gpu(s.gpu)
     per_seq = ctx_mean * s.kv_bytes_per_token / (spec.hbm_bytes_per_s * s.mem_efficiency)
     step_b = a["busy"] / max(a["steps"], 1)
     step_cap = step_b + (cap - busy_batch) * per_seq
@@ -719,8 +735,8 @@ def _healthy(rng: np.random.Generator) -> tuple[Server, Load]:
 def _step_chunk(s: Server, load: Load) -> int:
     """The largest power-of-two prefill chunk that costs at most 1.5 decode steps (Sarathi-Serve's rule of
     sizing the chunk to the decode latency budget)."""
-    spec = lookup(s.gpu)
-    per_token = 2 * s.params / (spec.peak("bf16") * s.prefill_mfu)
+    spec = _gpu(s.gpu)
+    per_token = 2 * s.params / (_bf16_flop_per_s(spec) * s.prefill_mfu)
     running = min(load.users, s.max_num_seqs) if load.users else s.max_num_seqs
     ctx = load.prompt_median + load.output_median / 2
     decode = s.host_step_s + (s.weight_bytes + running * ctx * s.kv_bytes_per_token) / (spec.hbm_bytes_per_s * s.mem_efficiency)
@@ -748,7 +764,7 @@ def scenario(fault: str | None, rng: np.random.Generator) -> tuple[Server, Load]
         load = replace(load, output_median=float(rng.uniform(500, 900)), prompt_median=float(rng.uniform(300, 600)))
         tokens = load.users * (load.prompt_median + load.output_median)
         want = tokens * rng.uniform(0.15, 0.35)  # the pool holds a sixth to a third of what the clients need at once
-        spec = lookup(s.gpu)
+        spec = _gpu(s.gpu)
         util = (want * s.kv_bytes_per_token + s.weight_bytes + s.activation_reserve_bytes) / spec.hbm_capacity_bytes
         s = replace(s, gpu_memory_utilization=round(float(min(util, 0.9)), 3))
     elif fault == "prefill_decode_interference":
@@ -765,7 +781,7 @@ def scenario(fault: str | None, rng: np.random.Generator) -> tuple[Server, Load]
         s = replace(s, max_num_seqs=cap)
         load = replace(load, users=int(cap * rng.uniform(2.5, 4.0)))
     elif fault == "host_bound_serving":
-        spec = lookup(s.gpu)
+        spec = _gpu(s.gpu)
         ctx = load.prompt_median + load.output_median / 2
         step = s.host_step_s + (s.weight_bytes + load.users * ctx * s.kv_bytes_per_token) / (spec.hbm_bytes_per_s * s.mem_efficiency)
         if rng.random() < 0.6:  # host work per step 1.5-4x the GPU's: no CUDA graphs, a slow scheduler
@@ -788,10 +804,11 @@ def make_case(out: str | Path, fault: str | None, seed: int, *, bench_format: st
     res = simulate(server, load, seed=seed)
     path = Path(out)
     write_run(res, path, bench_format=bench_format)
+    explained = EXPLAINS.get(fault, ()) if fault is not None else ()
     faults: tuple[CaseFault, ...] = tuple(  # what the run shows although it was not injected
         CaseFault(k, {"emergent": True}, round(float(res.truth[m]), 4), True)
         for k, (m, bar) in DETECTABLE.items()
-        if k != fault and k not in EXPLAINS.get(fault, ()) and res.truth[m] >= bar and _visible(k, bench_format, res)
+        if k != fault and k not in explained and res.truth[m] >= bar and _visible(k, bench_format, res)
     )
     if fault is not None:
         measure, bar = DETECTABLE[fault]

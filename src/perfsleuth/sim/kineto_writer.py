@@ -112,7 +112,15 @@ def _events(job: SimulatedJob, tr: RankTrace) -> list[dict[str, Any]]:
                 }
             )
         else:
-            args = {"External id": g.ext, "queued": 0, "device": dev, "context": 1, "stream": g.stream, "correlation": g.corr, **g.static}
+            args = {
+                "External id": g.ext,
+                "queued": 0,
+                "device": dev,
+                "context": 1,
+                "stream": g.stream,
+                "correlation": g.corr,
+                **(g.static or {}),
+            }
             if g.cargs:
                 args.update(g.cargs)
             add({"ph": "X", "cat": "kernel", "name": g.name, "pid": dev, "tid": g.stream, "ts": ts, "dur": dur, "args": args})

@@ -85,7 +85,7 @@ def labels_for(collective: str) -> list[tuple[str, str]]:
 
 
 def best_label(collective: str, size: int, nranks: int, nnodes: int, m: Machine) -> tuple[str, str]:
-    return min(labels_for(collective), key=lambda lp: model_time_us(collective, size, nranks, nnodes, *lp, m))
+    return min(labels_for(collective), key=lambda lp: model_time_us(collective, size, nranks, nnodes, lp[0], lp[1], m))
 
 
 def measure(t_us: float, rng: np.random.Generator, sigma: float = NOISE_SIGMA) -> float:
@@ -504,7 +504,7 @@ def _pairs(hosts: list[str], rng: np.random.Generator) -> list[tuple[str, str]]:
     if k <= 5:
         return allp
     ring = [(hosts[i], hosts[(i + 1) % k]) for i in range(k)] + [(hosts[i], hosts[(i + k // 2) % k]) for i in range(k // 2)]
-    return sorted({tuple(sorted(p)) for p in ring})
+    return sorted({(a, b) if a <= b else (b, a) for a, b in ring})
 
 
 def case_network(out: Path, rng: np.random.Generator, *, kind: str) -> Case:

@@ -154,7 +154,8 @@ def _write(conn: sqlite3.Connection, job: SimulatedJob, tr: RankTrace, style: Ns
     gtid = gpid | tr.pid
     dev = tr.device
     # --- GPU activity
-    kernels, copies = [], []
+    kernels: list[tuple[object, ...]] = []  # CUPTI_ACTIVITY_KIND_KERNEL rows
+    copies: list[tuple[object, ...]] = []  # CUPTI_ACTIVITY_KIND_MEMCPY rows
     for g in sorted(tr.gpu, key=lambda g: g.start):
         if g.kind == K_MEMCPY:
             m = _COPY_NAME.match(g.name)

@@ -21,7 +21,8 @@ from pathlib import Path
 from perfsleuth.ingest import kineto
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.sim import kineto_writer
-from perfsleuth.sim.faults import StragglerRank
+from perfsleuth.sim.faults import Fault, StragglerRank
+from perfsleuth.sim.layouts import Framework
 from perfsleuth.sim.simulator import SimConfig, SimulatedJob, simulate
 from perfsleuth.trace.analysis import JobAnalysis, combine_ranks
 from perfsleuth.trace.groups import group_descriptions
@@ -30,11 +31,18 @@ from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 
 
 def scale_config(
-    world_size: int, *, tp: int = 8, pp: int = 2, straggler: int | None = None, framework: str = "megatron", seed: int = 0, steps: int = 3
+    world_size: int,
+    *,
+    tp: int = 8,
+    pp: int = 2,
+    straggler: int | None = None,
+    framework: Framework = "megatron",
+    seed: int = 0,
+    steps: int = 3,
 ) -> SimConfig:
     """A tiny TP × DP × PP job: 2 layers per stage, 2 microbatches, ``steps`` steps, and optionally
     one rank whose compute runs 60% slower."""
-    faults = [StragglerRank(rank=straggler, slowdown=0.6)] if straggler is not None else []
+    faults: list[Fault] = [StragglerRank(rank=straggler, slowdown=0.6)] if straggler is not None else []
     return SimConfig(
         seed=seed,
         world_size=world_size,
@@ -47,7 +55,7 @@ def scale_config(
         framework=framework,
         faults=faults,
         measure_impact=False,
-    )  # type: ignore[arg-type]
+    )
 
 
 @dataclass

@@ -109,7 +109,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perfsleuth.sim.faults import Fault, fault_to_dict
+from perfsleuth.sim.faults import (
+    CheckpointStall,
+    CollectiveHang,
+    Fault,
+    MemoryFragmentation,
+    Recompilation,
+    SequenceImbalance,
+    SmallKernels,
+    fault_to_dict,
+)
 from perfsleuth.sim.layouts import FRAMEWORKS, ParallelLayout, group_dimension
 
 SCHEMA = "perfsleuth.simtruth/1"
@@ -788,9 +797,10 @@ class _Builder:
         self.d = _Draws(np.random.default_rng([cfg.seed, 1, rank]))
         # faults draw from their own stream, so the job without them keeps every other draw
         self.fd = _Draws(np.random.default_rng([cfg.seed, 3, rank]))
-        self.cat, self.pg_of, self.prog = catalog, pg_of, []
+        self.cat, self.pg_of = catalog, pg_of
+        self.prog: list[tuple[Any, ...]] = []
         self.seq: dict[str, int] = {}
-        own = [f.cpu_op_ns(rank) for f in cfg.faults if f.cpu_op_ns(rank) is not None]
+        own = [ns for f in cfg.faults if (ns := f.cpu_op_ns(rank)) is not None]
         lo, hi = cfg.cpu_op_ns
         self.cpu_lo, self.cpu_span = (int(own[-1] * 0.9), int(own[-1] * 0.2)) if own else (lo, hi - lo)
         self.kscale = float(np.prod([f.kernel_scale(rank) for f in cfg.faults])) if cfg.faults else 1.0
@@ -814,7 +824,8 @@ class _Builder:
             self.chain_ops, self.chain_fused = ks[:-1], ks[-1]
             self.info["small_kernel_names"] = sorted({self.chain_fused[1][0]} if self.chain.fused else {k[0] for _, k in self.chain_ops})
         self.frag = next((m for f in faults if (m := f.fragmentation(rank)) is not None), None)
-        self.flush_now, self.regrow_left, self.flush_lows = False, 0, []
+        self.flush_now, self.regrow_left = False, 0
+        self.flush_lows: list[int] = []  # Total Reserved right after each flush
         self.mem = _Memory(cfg, rank, cfg.profile_memory) if cfg.profile_memory or self.frag else None
         self.batch_blk: tuple[int, int] | None = None
         self.hang = next((h for f in faults if (h := f.hang(rank)) is not None), None)
@@ -863,7 +874,7 @@ class _Builder:
                 if mem is not None:
                     saved.append(mem.alloc(prog, _FWD_OUT[i] * act))
                 if i == 1 and chain is not None:
-                    self.small_chain()
+                    self.small_chain(chain)
             if mem is not None:
                 mem.saved.setdefault(mb, []).append(saved)
         self.tp_allreduce()
@@ -886,7 +897,7 @@ class _Builder:
                 if mem is not None:
                     mem.swap_temp(prog, act)
                 if i == 10 and chain is not None:
-                    self.small_chain()
+                    self.small_chain(chain)
             if mem is not None:
                 for blk in mem.saved[mb].pop():
                     mem.free(prog, blk)
@@ -926,9 +937,8 @@ class _Builder:
             self.prog.append((I_END,))
             self.prog.append((I_END,))
 
-    def small_chain(self) -> None:
+    def small_chain(self, c: SmallKernels) -> None:
         """An unfused chain of tiny kernels (or, as the healthy baseline, its one fused kernel)."""
-        c = self.chain
         if c.fused:
             self.kernel(self.chain_fused[0], "", c.fused_ns * self.mb_scale, self.work, self.fd, self.chain_fused[1])
             return
@@ -939,8 +949,10 @@ class _Builder:
 
     def _fragmentation(self, i: int) -> None:
         """Before forward op ``i`` (-1: a backward op): the allocator's flush-and-retry, or a regrowth."""
+        f, mem = self.frag, self.mem
+        if f is None or mem is None:  # no fragmented allocator on this rank: nothing flushes or regrows
+            return
         if self.flush_now and i == 6:
-            f, mem = self.frag, self.mem
             self.flush_lows.append(
                 _round_up((mem.allocated + _FWD_OUT[6] * self.cfg.activation_memory_bytes * self.mb_scale) * 1.03, 2 * _MIB)
             )
@@ -949,7 +961,7 @@ class _Builder:
             self.prog.append((I_MARK, "flush", 1, f.segments_freed))
             self.flush_now, self.regrow_left = False, f.regrow_mallocs
         elif self.regrow_left > 0 and not self.flush_now:
-            self.prog.append((I_GROW, self.frag.malloc_ns))
+            self.prog.append((I_GROW, f.malloc_ns))
             self.regrow_left -= 1
 
     # --- steps ---
@@ -1065,13 +1077,14 @@ class _Builder:
         if not mem.emit:
             return
         prog, lows = self.prog, list(self.flush_lows)
+        regrow_mallocs = self.frag.regrow_mallocs if self.frag is not None else 0  # flushes (pending) come only with a frag
         reserved, step_up, pending, lowest = high, 0, False, high
         for i, ins in enumerate(prog):
             op = ins[0]
             if op == I_MEM:
                 if pending:
                     reserved, pending = lows.pop(0), False
-                    step_up = _round_up((high - reserved) / max(1, self.frag.regrow_mallocs), 2 * _MIB)
+                    step_up = _round_up((high - reserved) / max(1, regrow_mallocs), 2 * _MIB)
                 value = max(reserved, _round_up(ins[3], 2 * _MIB))
                 lowest = min(lowest, value)
                 prog[i] = (I_MEM, ins[1], ins[2], ins[3], value)
@@ -1712,7 +1725,8 @@ def _stop_profiler(cfg: SimConfig, sims: list[_RankSim]) -> None:
     hung = [s for s in sims if s.hung_at is not None]
     window = max(h.window_ns for s in hung for f in cfg.faults if (h := f.hang(s.tr.rank)) is not None)
     last = max([e[3] for s in sims for e in s.tr.host] + [g.end for s in sims for g in s.tr.gpu])
-    end = max(min(s.hung_at for s in hung) + window, last + 10_000)
+    first_hang = min(t for s in hung if (t := s.hung_at) is not None)
+    end = max(first_hang + window, last + 10_000)
     for s in sims:
         tr = s.tr
         keep = [(g, a) for g, a in zip(tr.gpu, tr.gpu_annotation_ext, strict=True) if g.start >= 0]
@@ -1862,8 +1876,8 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
             }
         elif f.fault == "dataloader_stall":
             stall: dict[int, dict[int, int]] = {}
-            for r in hit:
-                stall.setdefault(r["rank"], {})[r["step"]] = r["dataloader_stall_ns"]
+            for row in hit:
+                stall.setdefault(row["rank"], {})[row["step"]] = row["dataloader_stall_ns"]
             effect = {"stall_ns_by_rank_step": stall, "dataloader_ns_per_step": _mean(hit, "dataloader_ns")}
         elif f.fault == "host_launch_bound":
             effect = {
@@ -1896,7 +1910,7 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                 "fabric_bandwidth_gbps": job.parallel["fabric_bandwidth_gbps"],
                 "overlap": job.parallel["overlap"],
             }
-        elif f.fault == "sequence_imbalance":
+        elif isinstance(f, SequenceImbalance):
             dp = cfg.dp
             heavy = {first + k: [r for r in range(cfg.world_size) if cfg.dp_index(r) == f.heavy_index(dp, k)] for k in steps}
             heavy_rows = [r for r in rows if r["rank"] in heavy.get(r["step"], ())]
@@ -1910,7 +1924,7 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                 "heavy_comm_wait_ns_per_step": _mean(heavy_rows, "comm_wait_ns"),
                 "peer_comm_wait_ns_per_step": _mean(light_rows, "comm_wait_ns"),
             }
-        elif f.fault == "checkpoint_stall":
+        elif isinstance(f, CheckpointStall):
             saves = _by_rank_step(job, "checkpoint")
             for r, per in saves.items():
                 for step, sv in per.items():
@@ -1934,7 +1948,12 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                         ns += g.end - g.start
             n_rs = max(1, len(hit))
             tr0 = job.ranks[ranks[0]] if ranks else None
-            st = next((g.static for g in tr0.gpu if g.name in set(tr0.info.get("small_kernel_names", ()))), {}) if tr0 is not None else {}
+            static0 = (
+                next((g.static for g in tr0.gpu if g.name in set(tr0.info.get("small_kernel_names", ()))), None)
+                if tr0 is not None
+                else None
+            )
+            st: dict[str, Any] = static0 or {}
             effect = {
                 "small_kernels_per_step": n_k / n_rs,
                 "small_kernel_ns_per_step": ns / n_rs,
@@ -1964,13 +1983,13 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                 "peer_comm_wait_ns_per_step": _mean(peers, "comm_wait_ns"),
                 "gpu_idle_ns_per_step": _mean([r for r in rows if (r["rank"], r["step"]) in paused], "gpu_idle_ns"),
             }
-        elif f.fault == "recompilation":
+        elif isinstance(f, Recompilation):
             comp = _by_rank_step(job, "compile")
             for per in comp.values():
                 for v in per.values():
                     v["compile_id"] = v.pop("info")
             effect = {"recompiles": comp, "compile_ns": f.compile_ns, "gpu_idle_ns_per_step": _mean(hit, "gpu_idle_ns")}
-        elif f.fault == "memory_fragmentation":
+        elif isinstance(f, MemoryFragmentation):
             flushes = _by_rank_step(job, "flush")
             for per in flushes.values():
                 for v in per.values():
@@ -1983,13 +2002,15 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                 "alloc_ns_per_step": _mean(hit, "alloc_ns"),
                 "profile_memory": cfg.profile_memory,
             }
-        elif f.fault == "collective_hang":
+        elif isinstance(f, CollectiveHang):
             mark = next((m for m in job.ranks[f.rank].log if m[0] == "hang"), None)
             effect = {"triggered": mark is not None}
             if mark is not None:
                 pg, seq, name = mark[4]
                 c = next((c for c in job.collectives if c.pg == pg and c.seq == seq), None)
                 waiting = dict(sorted(c.arrivals.items())) if c is not None else {}
+                window_end = job.ranks[f.rank].window_end
+                assert window_end is not None, "a hang that triggered stopped the profiler (_stop_profiler)"
                 effect.update(
                     rank=f.rank,
                     step=first + mark[1],
@@ -1998,7 +2019,7 @@ def _fault_truth(job: SimulatedJob) -> list[dict[str, Any]]:
                     seq=seq,
                     collective=name,
                     hang_start_ns=s0 + mark[3],
-                    window_end_ns=s0 + job.ranks[f.rank].window_end,
+                    window_end_ns=s0 + window_end,
                     waiting_ranks=sorted(waiting),
                     waiting_since_ns={r: s0 + t for r, t in waiting.items()},
                     open_steps={tr.rank: first + tr.open_step[0] for tr in job.ranks if tr.open_step is not None},

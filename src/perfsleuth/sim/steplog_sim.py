@@ -422,11 +422,11 @@ def _megatron(job: Job, run: _Run, rng: np.random.Generator, old: bool) -> str:
                     out.append("(min, max) time across ranks (ms):")
                     out.append(f"    {'save-checkpoint '.ljust(48, '.')}: ({ms * 0.98:.2f}, {ms:.2f})")
             elif e.kind == "eval":
-                loss = _loss(e.step or 1) * 1.02
+                val_loss = _loss(e.step or 1) * 1.02
                 out.append("-" * 100)
                 out.append(
-                    f" validation loss at iteration {e.step} on validation set | lm loss value: {loss:.6E} | "
-                    f"lm loss PPL: {math.exp(loss):.6E} | "
+                    f" validation loss at iteration {e.step} on validation set | lm loss value: {val_loss:.6E} | "
+                    f"lm loss PPL: {math.exp(val_loss):.6E} | "
                 )
                 out.append("-" * 100)
             continue
