@@ -19,16 +19,15 @@ A path that cannot be written is a user error (status 2), never a traceback.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from perfsleuth.errors import OutputError, PerfsleuthError
+from perfsleuth.files import replace_file
 from perfsleuth.report.escape import json_document, terminal_block
 
 STDOUT = "-"
@@ -121,44 +120,13 @@ def _send_to_socket(path: Path, target: Path, data: bytes) -> None:
 
 
 def _replace_regular(path: Path, target: Path, data: bytes, old: os.stat_result | None) -> None:
-    """Write ``data`` to a fresh temporary beside ``target`` and rename it over ``target``.
-
-    The temporary's name is unique (two perfsleuths writing one report never share it), it gets the
-    replaced file's mode and owner (or the umask's default for a new file) before the rename, and it is
-    removed on any failure, so a full disk leaves ``target`` exactly as it was."""
+    """Write ``data`` over ``target`` through ``files.replace_file``: a unique temporary (two perfsleuths writing
+    one report never share it) with the replaced file's mode and owner, removed on any failure, so a full disk
+    leaves ``target`` exactly as it was."""
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        replace_file(target, data, old=old)
     except OSError as exc:
         raise _cannot(path, exc) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            _copy_mode(fh.fileno(), old)
-        os.replace(tmp, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise _cannot(path, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
-def _copy_mode(fd: int, old: os.stat_result | None) -> None:
-    """Give the temporary the replaced file's permissions (and owner, where allowed); a new file gets
-    what ``open()`` would have given it (0666 less the umask), not mkstemp's 0600."""
-    if old is None:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        return
-    with contextlib.suppress(PermissionError):
-        os.fchown(fd, old.st_uid, old.st_gid)
-    os.fchmod(fd, stat.S_IMODE(old.st_mode))
 
 
 def _cannot(path: Path, exc: OSError) -> OutputError:
@@ -172,7 +140,7 @@ def deliver(text: str, out: Path | str | None) -> int:
     """Send a rendered result to ``out`` or stdout; 0, or 2 when ``out`` cannot be written."""
     if not text.endswith("\n"):
         text += "\n"
-    if is_stdout(out):
+    if out is None or is_stdout(out):
         _write_stdout(text)
         return 0
     try:

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from perfsleuth.errors import InputError, StoreWriteError
+from perfsleuth.files import replace_file
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
-TMP_SUFFIX = ".tmp"
 STORED_TABLES = ("runs", "steps", "records", "samples", "findings", "verdicts", "alerts")
 """Events are not stored: a job's events are millions of rows (hundreds of MB of traces) that no fleet
 query reads; the per-step breakdown (``steps``) and the per-job ``records`` carry what fleet analyses use,
@@ -106,29 +106,11 @@ def write_atomically(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise store_write_error(path, exc) from exc
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     crash_point()
     try:
-        _write_flushed(tmp, data)
-        crash_point()
-        os.replace(tmp, path)
+        replace_file(path, data, checkpoint=crash_point, sync_parent=True)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise store_write_error(path, exc) from exc
-    crash_point()
-    sync_dir(path.parent)
-
-
-def _write_flushed(tmp: Path, data: bytes) -> None:
-    """``data`` into ``tmp``, on disk when this returns (with a crash point half way, for the kill tests)."""
-    with open(tmp, "wb") as fh:
-        half = len(data) // 2
-        fh.write(data[:half])
-        fh.flush()
-        crash_point()  # a temporary holding half the bytes
-        fh.write(data[half:])
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def _refuse_non_regular(path: Path) -> None:
@@ -151,15 +133,6 @@ def store_write_error(path: Path, exc: OSError) -> StoreWriteError:
         f"cannot write the store: {exc.strerror or exc}",
         hint="free space or fix the permissions, then run the same ingest again; the store was left as it was",
     )
-
-
-def sync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (a crash of the machine, not only of the process)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager

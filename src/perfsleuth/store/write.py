@@ -24,13 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsleuth.errors import InputError
+from perfsleuth.files import TMP_SUFFIX
 from perfsleuth.model import TABLES
 from perfsleuth.store import manifest as manifests
 from perfsleuth.store.layout import (
     LOCK,
     MANIFEST,
     STORED_TABLES,
-    TMP_SUFFIX,
     crash_point,
     inside,
     part_path,
