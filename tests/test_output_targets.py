@@ -329,6 +329,8 @@ OTHER_VERBS: dict[str, tuple[Callable[[Path, Path], list[str]], int]] = {
     "watch": (lambda d, t: ["watch", "--store", str(d / "store"), "-f", "json", "--openmetrics", str(t / "w.prom")], 1),
     "formats": (lambda d, t: ["formats"], 0),
     "version": (lambda d, t: ["version"], 0),
+    "explain": (lambda d, t: ["explain", "straggler_rank", "-f", "json"], 0),
+    "explain-unknown": (lambda d, t: ["explain", "\x1b[31mnot_a_fault"], 2),
     "compare-1e299": (lambda d, t: ["compare", str(d / "huge_a.csv"), str(d / "huge_b.csv"), "--metric", "v", "--lower-is-better"], 1),
     "fleet-report-extremes": (
         lambda d, t: ["fleet", "report", "--records", str(d / "extreme.parquet"), "--bootstrap", "0", "--out", str(t / "x.html")],
