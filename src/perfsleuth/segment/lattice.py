@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -357,7 +358,7 @@ def _materialize_rest(
     The culprits found so far and the pruned values travel as two small tables, so the view's SQL has
     one shape per set of dimensions and is compiled once.
     """
-    cols: dict[str, list] = {f"v{i}": [] for i in range(len(gdims))}
+    cols: dict[str, list[Any]] = {f"v{i}": [] for i in range(len(gdims))}
     for element in removed:
         fixed = dict(element)
         for i, g in enumerate(gdims):
@@ -406,9 +407,9 @@ def _layer_expr(con: BaseBackend, gdims: tuple[str, ...], filtered: bool) -> ir.
 
 def _layer_rows(
     con: BaseBackend, gdims: tuple[str, ...], cuboids: list[tuple[str, ...]], layer: int, per_query: int
-) -> tuple[list[dict], int]:
+) -> tuple[list[dict[str, Any]], int]:
     """Aggregates of the cuboids' elements (only candidates below layer 1), with keys in cuboid order."""
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     queries = 0
     for start in range(0, len(cuboids), per_query):
         chunk = cuboids[start : start + per_query]
@@ -456,7 +457,9 @@ def _not_in_any(t: ir.Table, elements: Sequence[Element]) -> ir.BooleanValue:
     return mask
 
 
-def _candidates(rows: list[dict], cuboids: list[tuple[str, ...]], layer: int, threshold: float, pruned: dict[str, set[str]]) -> list[dict]:
+def _candidates(
+    rows: list[dict[str, Any]], cuboids: list[tuple[str, ...]], layer: int, threshold: float, pruned: dict[str, set[str]]
+) -> list[dict[str, Any]]:
     """Elements worth a risk check, largest explained change first.
 
     On layer 1 every element comes back (there are few), and those that cannot matter are pruned from
@@ -478,7 +481,7 @@ def _candidates(rows: list[dict], cuboids: list[tuple[str, ...]], layer: int, th
 
 
 def _first_risky(
-    con: BaseBackend, gdims: tuple[str, ...], cands: list[dict], options: SearchOptions, abnormal_total: float, smoothing: float
+    con: BaseBackend, gdims: tuple[str, ...], cands: list[dict[str, Any]], options: SearchOptions, abnormal_total: float, smoothing: float
 ) -> tuple[Culprit | None, float, int]:
     """The first candidate (in order) whose risk reaches the threshold, and its abnormal change.
 
@@ -509,7 +512,7 @@ def _first_risky(
     return None, 0.0, queries
 
 
-def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], batch: list[dict]) -> list[float]:
+def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], batch: list[dict[str, Any]]) -> list[float]:
     """How badly one scale factor fits each candidate's leaves, relative to how far they moved.
 
     Under a root cause every leaf below it moves by the same factor ρ = Σreal/Σpredict (over its
@@ -517,7 +520,7 @@ def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], batch: list[dict]) 
     ``ρ·predict``, over the mean deviation from ``predict``, is small. The candidates travel to the
     engine as a small table (a value per dimension, null where the element does not fix it).
     """
-    values: dict[str, list] = {f"v{i}": [] for i in range(len(gdims))}
+    values: dict[str, list[Any]] = {f"v{i}": [] for i in range(len(gdims))}
     rho = []
     for cand in batch:
         rho.append(cand["rnz"] / cand["pnz"] if cand["pnz"] else 0.0)

@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import ibis.expr.types as ir
 
@@ -23,11 +24,10 @@ from perfsleuth.segment.evidence import (
     CulpritEvidence,
     confounding,
     culprit_evidence,
-    element_mask,
     split_dims,
     with_poisson_weight,
 )
-from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, search
+from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, element_mask, search
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
 UNEXPLAINED = "unexplained — a cause outside the recorded dimensions"
@@ -52,7 +52,7 @@ class Localization:
     caveats: tuple[Caveat, ...] = field(default=())
     fleet_change: CulpritEvidence | None = None  # the whole fleet as one element (``fleet_evidence=True``): same-cell change
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         rate_left = None if self.explained_share is None else self.mix.rate * (1.0 - self.explained_share)
         return {
             "engine": self.engine,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -67,7 +68,7 @@ class MixRate:
     new_leaves: int
     gone_leaves: int
     mix_from_new_or_gone: float
-    top_mix: tuple[dict, ...] = field(default=())
+    top_mix: tuple[dict[str, Any], ...] = field(default=())
 
     @property
     def delta(self) -> float:
@@ -77,7 +78,7 @@ class MixRate:
     def residual(self) -> float:
         return self.delta - self.mix - self.rate
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "baseline": self.baseline,
@@ -209,7 +210,7 @@ def decompose(terms: ir.Table, ratio: bool, workload_dims: tuple[str, ...] = (),
     )
 
 
-def _top_mix(terms: ir.Table, dims: tuple[str, ...], top: int, totals: tuple[float, float]) -> tuple[dict, ...]:
+def _top_mix(terms: ir.Table, dims: tuple[str, ...], top: int, totals: tuple[float, float]) -> tuple[dict[str, Any], ...]:
     """The workload values whose share moved the fleet metric most (mix terms summed per value).
 
     Shares are of the denominator (GPU time) for a ratio metric, of the metric itself for a sum.

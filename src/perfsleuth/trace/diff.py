@@ -567,7 +567,6 @@ def diff_sides(
         "labels": labels,
         "higher_is_better": False,
     }
-
     sb, sc = baseline.steps.to_pandas(), candidate.steps.to_pandas()
     step_time = compare(sb, sc, "step_time_ns", cluster_by=["step"], order_by="step", **opts)
     step_change = step_time.candidate.mean.value - step_time.baseline.mean.value

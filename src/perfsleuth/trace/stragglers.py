@@ -183,7 +183,6 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
 
 def _counterfactual(arr: pd.DataFrame, steps: pa.Table, rank: int) -> tuple[pa.Table, Interval | None, Interval | None, Interval | None]:
     sdf = steps.to_pandas()
-
     sdf = sdf[sdf["step"] >= 0] if (sdf["step"] >= 0).any() else sdf
     step_time = sdf.groupby("step")["step_time_ns"].median()
     others = sdf[sdf["rank"] != rank]
