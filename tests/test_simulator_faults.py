@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfsleuth.sim.faults import (
+    FAULT_TYPES,
     CheckpointStall,
     CollectiveHang,
     GcPause,
@@ -28,6 +29,7 @@ from perfsleuth.sim.faults import (
 )
 from perfsleuth.sim.kineto_writer import trace_bytes, write_job
 from perfsleuth.sim.simulator import SimConfig, simulate
+from perfsleuth.sim.suite import CLASSES
 
 MEMORY_ARGS = ["Ev Idx", "Device Type", "Device Id", "Addr", "Bytes", "Total Allocated", "Total Reserved"]
 
@@ -391,3 +393,12 @@ def test_new_faults_are_deterministic_round_trip_and_leave_the_default_job_healt
         simulate(small(faults=[CollectiveHang(collective_index=5)]))
     with pytest.raises(ValueError):
         simulate(small(parallelism="pp", world_size=4, pp_stages=4, faults=[SequenceImbalance()]))
+
+
+def test_every_fault_the_suite_injects_reads_back_from_its_truth_config():
+    """A truth file's config re-simulates: unattributed_host_stall (a GcPause written as silence) was
+    missing from the id -> class table, so reading its config back raised KeyError."""
+    assert set(CLASSES) <= set(FAULT_TYPES)
+    f = UnattributedHostStall(seed=2, rank_ids=(1,))
+    back = fault_from_dict(json.loads(json.dumps(fault_to_dict(f))))
+    assert type(back) is UnattributedHostStall and back == f and not back.recorded

@@ -646,6 +646,7 @@ FAULT_TYPES: dict[str, type[Fault]] = {
         CheckpointStall,
         SmallKernels,
         GcPause,
+        UnattributedHostStall,
         Recompilation,
         MemoryFragmentation,
         CollectiveHang,
