@@ -19,6 +19,8 @@ import pandas as pd
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Interval
+from perfsleuth.stats.confidence import TRACE_POLICY
+from perfsleuth.stats.resample import percentile_bootstrap, two_sided_tail
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 
@@ -37,12 +39,9 @@ on the development real-trace suite (seed 20240612, issue 12) findings on one- a
 were right 41 times in 41 at 0.82, so the penalty was too large for real traces; a few steps still leave
 start-up and window-end effects possible, hence not 1."""
 
-CONFIDENCE_CEILING = 0.98
-CONFIDENCE_FLOOR = 0.8
-"""The anchors of ``graded_confidence``: 0.7 and 0.97 were set on simulated cases; on the real-trace
-suites of issue 12 (and on simulated seed 8080) findings at the floor were right every time (ECE 0.08,
-all under-confident), so the floor is 0.8; it stays below 1 because hidden cases hold errors these
-suites do not."""
+CONFIDENCE_CEILING = TRACE_POLICY.ceiling
+CONFIDENCE_FLOOR = TRACE_POLICY.floor
+"""The anchors of ``graded_confidence``: the trace detectors' case of the one policy (``stats.confidence``)."""
 
 BOOTSTRAP = 1000
 
@@ -60,13 +59,14 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, *, what: str = "steps", con
         return Interval(value, None, None, "fraction", f"share of step time over {n} {what} (too few for an interval)")
     if np.ptp(num / np.where(den > 0, den, 1)) == 0:
         return Interval(value, value, value, "fraction", f"share of step time over {n} {what} (all equal)")
-    idx = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP, n))
-    ratios = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-9)
-    a = (1 - confidence) / 2
-    lo, hi = np.quantile(ratios, [a, 1 - a])
-    return Interval(
-        value, float(lo), float(hi), "fraction", f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}"
+    lo, hi = percentile_bootstrap(
+        lambda idx: num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-9),
+        n,
+        tail=two_sided_tail(confidence),
+        reps=BOOTSTRAP,
+        seed=0,
     )
+    return Interval(value, lo, hi, "fraction", f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}")
 
 
 def fraction_interval(x: np.ndarray, *, what: str = "steps") -> Interval:
@@ -84,10 +84,9 @@ def graded_confidence(value: float, threshold: float, *, specificity: float = 1.
     as the fault (``CONFIDENCE_FLOOR``); at ``full_at`` times the threshold the class's signature
     decides it (``CONFIDENCE_CEILING``). ``specificity`` (<= 1) scales it down when the signature
     itself is ambiguous (an alternative the trace cannot rule out). The two anchors were checked
-    against the accuracy of findings on simulated cases (``perfsleuth evaluate``)."""
-    margin = value / threshold if threshold > 0 else full_at
-    frac = min(1.0, max(0.0, (margin - 1) / (full_at - 1)))
-    return float((CONFIDENCE_FLOOR + (CONFIDENCE_CEILING - CONFIDENCE_FLOOR) * frac) * specificity)
+    against the accuracy of findings on simulated and real cases (``perfsleuth evaluate``); the policy
+    is ``stats.confidence.TRACE_POLICY``."""
+    return TRACE_POLICY.grade(value, threshold, specificity=specificity, full_at=full_at)
 
 
 @dataclass
@@ -113,7 +112,7 @@ class JobContext:
         """A view several detectors share (the communication view), built on first use for this job only."""
         if name not in self._derived:
             self._derived[name] = build()
-        return self._derived[name]  # type: ignore[no-any-return]
+        return self._derived[name]
 
     # --- frames ----------------------------------------------------------------------------------
     @cached_property

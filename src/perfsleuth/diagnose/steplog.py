@@ -24,6 +24,7 @@ from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.stats import summary
 
 SOURCE = "steplog"
 NEEDS_LOG = "a training step log (Megatron-LM, DeepSpeed or JSON Lines) with per-iteration times"
@@ -45,24 +46,9 @@ PERIOD_TOLERANCE = 0.1
 
 
 def median_interval(x: np.ndarray, unit: str, *, what: str = "rows") -> Interval | None:
-    """Median with its distribution-free 95% interval (order statistics of a binomial(n, 1/2) sign test):
+    """Median with its distribution-free 95% interval (``stats.summary.median_interval``'s sign test):
     exact for any continuous distribution and cheap enough to run per run and per detector."""
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if len(x) == 0:
-        return None
-    value = float(np.median(x))
-    if len(x) < 3:
-        return Interval(value, None, None, unit, f"median over {len(x)} {what} (too few for an interval)")
-    ci = stats.quantile_test(x, q=value, p=0.5).confidence_interval(confidence_level=0.95)
-    low, high = float(ci.low), float(ci.high)
-    return Interval(
-        value,
-        low if np.isfinite(low) else None,
-        high if np.isfinite(high) else None,
-        unit,
-        f"median over {len(x)} {what}, 95% order-statistic (sign-test) interval",
-    )
+    return summary.median_interval(x, unit, what=what, method="sign test")
 
 
 @dataclass(slots=True)

@@ -38,6 +38,7 @@ from perfsleuth.errors import InvalidArgument
 from perfsleuth.metrics.run_parts import UNATTRIBUTED, RunParts, mean_run
 from perfsleuth.metrics.tree import TreeFactors, tree_factors
 from perfsleuth.model import Interval
+from perfsleuth.stats.resample import arm_resamples, percentile_bounds, two_sided_tail
 
 TOP_LINES = ("mfu", "tokens_per_s_per_gpu")
 NO_CHANGE = 1e-12
@@ -192,8 +193,8 @@ def _percentile(x: np.ndarray, confidence: float, value: float, unit: str, metho
     x = x[np.isfinite(x)]
     if len(x) == 0:
         return None
-    alpha = (1 - confidence) / 2
-    return Interval(value, float(np.quantile(x, alpha)), float(np.quantile(x, 1 - alpha)), unit, method)
+    lo, hi = percentile_bounds(x, two_sided_tail(confidence))
+    return Interval(value, lo, hi, unit, method)
 
 
 def attribute_runs(
@@ -215,14 +216,13 @@ def attribute_runs(
     what = f"average run of {len(before)} vs {len(after)} runs"
     if min(len(before), len(after)) < MIN_RUNS_FOR_INTERVAL:
         return replace(point, method=f"{point.method}; {what} (too few runs for an interval)")
-    rng = np.random.default_rng(seed)
     keys = [("factors", c.name) for c in point.factors] + [("parts", c.name) for c in point.parts]
     contrib = np.full((n_resamples, len(keys)), np.nan)
     shares = np.full((n_resamples, len(keys)), np.nan)
     change = np.full(n_resamples, np.nan)
-    for i in range(n_resamples):
-        b = mean_run([before[j] for j in rng.integers(0, len(before), len(before))])
-        a = mean_run([after[j] for j in rng.integers(0, len(after), len(after))])
+    for i, (bi, ai) in enumerate(arm_resamples((len(before), len(after)), n_resamples, seed)):
+        b = mean_run([before[j] for j in bi])
+        a = mean_run([after[j] for j in ai])
         try:
             res = attribute_change(b, a, top_line)
         except ValueError:

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 from perfsleuth.fleet.report import Cause, FleetPage, RunLink
 from perfsleuth.fleet.windows import day_to_date
+from perfsleuth.model import Interval as EvidenceInterval
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.html_report import _n, _svg_open, _tick_label, _ticks, fmt_interval, fmt_pct, page
-from perfsleuth.segment.evidence import Interval as EvidenceInterval
+from perfsleuth.segment.mixrate import MixRate
 
 BASELINE_FILL, CURRENT_FILL = "#e8eef7", "#fbeedd"
 LINE, CHANGE = "#1f4e8c", "#b3261e"
@@ -169,7 +170,7 @@ def _cost_table(p: FleetPage) -> str:
 
 def _cost_row(label: str, c: Cause, p: FleetPage) -> str:
     lost, cost = c.lost_gpu_hours, c.lost_cost
-    if lost is None:
+    if lost is None or cost is None:  # both or neither: the cost is the lost GPU-hours priced
         return f'<tr><td class="name">{label}</td><td>—</td><td>—</td><td class="l">no same-cell change measured</td></tr>'
     money = _money(cost.value, p.currency) + _between(cost.low, cost.high, lambda v: _money(v, p.currency))
     why = (
@@ -344,14 +345,13 @@ def _factor_value(v: float | None) -> str:
     return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.4e}"
 
 
-def _waterfall_svg(p: FleetPage) -> str:
-    loc = p.localization
-    bars: list[tuple[str, float, float, str]] = [("baseline", 0.0, loc.mix.baseline, "total")]
-    level = loc.mix.baseline
+def _waterfall_svg(p: FleetPage, mix: MixRate) -> str:
+    bars: list[tuple[str, float, float, str]] = [("baseline", 0.0, mix.baseline, "total")]
+    level = mix.baseline
     for s in p.waterfall:
         bars.append((s.label, level, level + s.delta, s.kind))
         level += s.delta
-    bars.append(("current", 0.0, loc.mix.current, "total"))
+    bars.append(("current", 0.0, mix.current, "total"))
     width, row, left, right = 1040, 30, 300, 150
     height = row * len(bars) + 40
     top_value = max(max(a, b) for _l, a, b, _k in bars)
@@ -401,7 +401,7 @@ def _waterfall(p: FleetPage) -> str:
         head + '<p class="note">Kitagawa\'s symmetric split of the change in fleet tokens/s/GPU (exact, no residual): '
         "<b>mix</b> is the share of GPU time moving between cells (models, configurations, machines) at their own rates; "
         "<b>rate</b> is cells getting faster or slower, split among the culprits and the rest. Had the mix not changed: "
-        f"{_num(m.counterfactual_same_mix, 1)}; had no rate changed: {_num(m.counterfactual_same_rates, 1)}.</p>" + _waterfall_svg(p)
+        f"{_num(m.counterfactual_same_mix, 1)}; had no rate changed: {_num(m.counterfactual_same_rates, 1)}.</p>" + _waterfall_svg(p, m)
     )
 
 

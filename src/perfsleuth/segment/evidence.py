@@ -33,8 +33,10 @@ import numpy as np
 from ibis import _
 
 from perfsleuth.engine import to_arrow
+from perfsleuth.model import Interval
 from perfsleuth.segment.lattice import Element, element_label, element_mask
 from perfsleuth.segment.mixrate import LeafSpec, MixRate
+from perfsleuth.stats.resample import percentile_bounds, resample_indices, two_sided_tail
 
 WORKLOAD_PATTERN = re.compile(
     r"(^|_)(model|arch|tp|pp|dp|ep|cp|sp|vpp|batch|mbs|gbs|micro_batch|global_batch|seq|seq_len|"
@@ -45,18 +47,10 @@ LOCATION_PATTERN = re.compile(r"(^|_)(cluster|rack|node|host|hostname|region|zon
 BOOT_BUCKETS = 50  # runs are dealt into this many buckets; buckets are resampled
 BOOT_REPS = 1000
 LEVEL = 0.95
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A value with a bootstrap interval (``low``/``high`` are None when too few runs support it)."""
-
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-
-    def to_json(self) -> dict:
-        return {"value": _f(self.value), "low": _f(self.low), "high": _f(self.high)}
+BOOT_METHOD = f"{LEVEL:.0%} percentile bootstrap over {BOOT_BUCKETS} buckets (of runs; of cells for a same-cell change)"
+TOO_FEW = "too few runs or buckets for an interval"
+NO_VALUE = "not measured"
+RELATIVE = "fraction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +95,7 @@ class CulpritEvidence:
     layer: int
     kind: str  # "suspect", "workload" or "mixed": which side of the like-with-like split its dims are on
     support: Support
-    rate_baseline: Interval
+    rate_baseline: Interval  # value NaN when not measured; low/high None when too few runs support an interval
     rate_current: Interval
     relative_change: Interval  # same cells, current vs baseline (mix-free)
     contribution: float  # its rate term, in the metric's units
@@ -127,9 +121,9 @@ class CulpritEvidence:
             "share_of_change": _f(self.share_of_change),
             "share_of_rate": _f(self.share_of_rate),
             "support": self.support.to_json(),
-            "rate_baseline": self.rate_baseline.to_json(),
-            "rate_current": self.rate_current.to_json(),
-            "relative_change": self.relative_change.to_json(),
+            "rate_baseline": _interval_json(self.rate_baseline),
+            "rate_current": _interval_json(self.rate_current),
+            "relative_change": _interval_json(self.relative_change),
             "counterfactual_without": _f(self.counterfactual_without),
             "siblings": {"relative_change": _f(self.siblings_relative_change), "cells": self.siblings_cells},
             "selection_frequency": _f(self.selection_frequency),
@@ -268,9 +262,8 @@ def _rates_with_intervals(raw: ir.Table, spec: LeafSpec, element: Element, seed:
 
     point0, point1 = float(rate(n0, d0)), float(rate(n1, d1))
     if len(n0) < 5 or rows < 5:
-        return Interval(_nan(point0)), Interval(_nan(point1))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(n0), size=(BOOT_REPS, len(n0)))
+        return Interval(_nan(point0), method=TOO_FEW), Interval(_nan(point1), method=TOO_FEW)
+    idx = resample_indices(len(n0), BOOT_REPS, seed)
     return _interval(point0, rate(n0[idx], d0[idx])), _interval(point1, rate(n1[idx], d1[idx]))
 
 
@@ -287,14 +280,14 @@ def _same_cells_change(terms: ir.Table, spec: LeafSpec, element: Element, seed: 
     ).to_pydict()
     real, predict = _arr(b["real"]), _arr(b["predict"])
     if not predict.sum():
-        return Interval(None)
+        return Interval(math.nan, unit=RELATIVE, method=NO_VALUE)
     point = float(real.sum() / predict.sum() - 1.0)
     if len(real) < 5:
-        return Interval(point)
-    idx = np.random.default_rng(seed + 7).integers(0, len(real), size=(BOOT_REPS, len(real)))
+        return Interval(point, unit=RELATIVE, method=TOO_FEW)
+    idx = resample_indices(len(real), BOOT_REPS, seed + 7)
     with np.errstate(divide="ignore", invalid="ignore"):
         draws = real[idx].sum(axis=1) / predict[idx].sum(axis=1) - 1.0
-    return _interval(point, draws)
+    return _interval(point, draws, RELATIVE)
 
 
 def _siblings(terms: ir.Table, element: Element, workload: Sequence[str]) -> tuple[float | None, int]:
@@ -527,20 +520,27 @@ def _gpu_hours_factor(name: str) -> float | None:
     return None
 
 
-def _interval(point: float, draws: np.ndarray) -> Interval:
+def _interval(point: float, draws: np.ndarray, unit: str = "") -> Interval:
+    """The point with the percentile interval of its finite bootstrap draws (none when over half failed)."""
     draws = draws[np.isfinite(draws)]
     if len(draws) < BOOT_REPS // 2 or not math.isfinite(point):
-        return Interval(_nan(point))
-    lo, hi = np.quantile(draws, [(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2])
-    return Interval(point, float(lo), float(hi))
+        return Interval(_nan(point), unit=unit, method=TOO_FEW if math.isfinite(point) else NO_VALUE)
+    lo, hi = percentile_bounds(draws, two_sided_tail(LEVEL))
+    return Interval(point, lo, hi, unit, BOOT_METHOD)
+
+
+def _interval_json(iv: Interval) -> dict[str, float | None]:
+    """An evidence interval in the localize JSON: value, low, high (null when absent or not finite)."""
+    return {"value": _f(iv.value), "low": _f(iv.low), "high": _f(iv.high)}
 
 
 def _arr(values: list) -> np.ndarray:
     return np.array([0.0 if v is None else float(v) for v in values], dtype=float)
 
 
-def _nan(v: float) -> float | None:
-    return v if v is not None and math.isfinite(v) else None
+def _nan(v: float) -> float:
+    """The value, or NaN (an interval's "not measured") when it is not finite."""
+    return v if math.isfinite(v) else math.nan
 
 
 def _safe_div(a: float, b: float) -> float | None:

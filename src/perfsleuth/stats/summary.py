@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from scipy import stats
 
 from perfsleuth.model import Interval
+from perfsleuth.stats.resample import QuantileRule, percentile_bootstrap, two_sided_tail
 
 MIN_FOR_INTERVAL = 3
 
+MedianMethod = Literal["bootstrap", "sign test"]
 
-def median_interval(x: np.ndarray, unit: str, *, what: str = "steps", confidence: float = 0.95) -> Interval | None:
-    """Median with a percentile-bootstrap interval; no interval below three values (said in ``method``)."""
+
+def median_interval(
+    x: np.ndarray,
+    unit: str,
+    *,
+    what: str = "steps",
+    confidence: float = 0.95,
+    method: MedianMethod = "bootstrap",
+    reps: int = 2000,
+    tail: float | None = None,
+    rule: QuantileRule = "scipy",
+) -> Interval | None:
+    """Median with its interval; no interval below three values (said in ``method``), None when empty.
+
+    ``method="bootstrap"``: a percentile bootstrap over the values (``reps`` resamples, seed 0; the
+    defaults reproduce ``scipy.stats.bootstrap``); a sample of equal values is its own interval.
+    ``method="sign test"``: the distribution-free order-statistic interval of a binomial(n, 1/2) sign
+    test, exact for any continuous distribution and cheap enough to run per run and per detector.
+    ``tail`` (default ``two_sided_tail(confidence)``) and ``rule`` pick the bootstrap's quantiles."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:
@@ -19,15 +40,24 @@ def median_interval(x: np.ndarray, unit: str, *, what: str = "steps", confidence
     value = float(np.median(x))
     if len(x) < MIN_FOR_INTERVAL:
         return Interval(value, None, None, unit, f"median over {len(x)} {what} (too few for an interval)")
+    if method == "sign test":
+        ci = stats.quantile_test(x, q=value, p=0.5).confidence_interval(confidence_level=confidence)
+        low, high = float(ci.low), float(ci.high)
+        return Interval(
+            value,
+            low if np.isfinite(low) else None,
+            high if np.isfinite(high) else None,
+            unit,
+            f"median over {len(x)} {what}, {confidence:.0%} order-statistic (sign-test) interval",
+        )
     if np.ptp(x) == 0:
         return Interval(value, value, value, unit, f"median over {len(x)} {what} (all equal)")
-    res = stats.bootstrap(
-        (x,), np.median, confidence_level=confidence, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
+    lo, hi = percentile_bootstrap(
+        lambda idx: np.median(x[idx], axis=-1),
+        len(x),
+        tail=two_sided_tail(confidence) if tail is None else tail,
+        reps=reps,
+        seed=0,
+        rule=rule,
     )
-    return Interval(
-        value,
-        float(res.confidence_interval.low),
-        float(res.confidence_interval.high),
-        unit,
-        f"median over {len(x)} {what}, {confidence:.0%} percentile bootstrap",
-    )
+    return Interval(value, lo, hi, unit, f"median over {len(x)} {what}, {confidence:.0%} percentile bootstrap")
