@@ -100,7 +100,7 @@ class _LinearPrefix:
         self.st, self.stt = acc(t), acc(t * t)
         self.sx, self.sxx, self.stx = acc(xc), acc(xc * xc), acc(t * xc)
 
-    def rss(self, a, c) -> np.ndarray:
+    def rss(self, a: int | np.ndarray, c: int | np.ndarray) -> np.ndarray:
         s0 = self.s0[c] - self.s0[a]
         st, stt = self.st[c] - self.st[a], self.stt[c] - self.stt[a]
         sx, sxx, stx = self.sx[c] - self.sx[a], self.sxx[c] - self.sxx[a], self.stx[c] - self.stx[a]
@@ -108,7 +108,8 @@ class _LinearPrefix:
         cx = stx - st * sx / s0
         safe = np.where(vt > 1e-15, vt, 1.0)
         r = sxx - sx * sx / s0 - np.where(vt > 1e-15, cx * cx / safe, 0.0)
-        return np.maximum(r, 0.0) * self.scale2
+        rss: np.ndarray = np.maximum(r, 0.0) * self.scale2
+        return rss
 
 
 def fine_noise_sd(x: np.ndarray) -> float:
@@ -116,11 +117,12 @@ def fine_noise_sd(x: np.ndarray) -> float:
     if len(x) < 3:
         return 0.0
     d = np.diff(x, 2)
-    robust = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(6.0)
+    robust: float = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(6.0)
     if robust > 1e-9 * max(float(np.max(np.abs(x))), 1e-300):
         return robust
     # most second differences are (numerically) zero: a noiseless pattern; its own spread is the scale
-    return float(np.std(d)) / np.sqrt(6.0)
+    spread: float = float(np.std(d)) / np.sqrt(6.0)
+    return spread
 
 
 def linear_residuals(x: np.ndarray, cps: list[int]) -> np.ndarray:
@@ -162,7 +164,7 @@ class PiecewiseLinear:
         self.beta = beta
         self.rounds = rounds
 
-    def locate(self, stat) -> list[int]:
+    def locate(self, stat: RankCusum | np.ndarray) -> list[int]:
         from scipy.ndimage import median_filter
 
         x = np.asarray(stat.x if hasattr(stat, "x") else stat, dtype=float)
@@ -204,10 +206,10 @@ class PiecewiseLinear:
         return sorted(out)
 
 
-LOCATORS: dict[str, type] = {"binseg": BinarySegmentation, "kernel": KernelSegmentation}
+LOCATORS: dict[str, type[BinarySegmentation] | type[KernelSegmentation]] = {"binseg": BinarySegmentation, "kernel": KernelSegmentation}
 
 
-def make_locator(name: str, *, min_size: int):
+def make_locator(name: str, *, min_size: int) -> BinarySegmentation | KernelSegmentation:
     try:
         return LOCATORS[name](min_size=min_size)
     except KeyError:

@@ -44,7 +44,8 @@ def normal_scores(x: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0)
     ranks = rankdata(x, method="average")
-    return ndtri((ranks - 0.5) / n)
+    scores: np.ndarray = ndtri((ranks - 0.5) / n)
+    return scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +84,14 @@ def _nu(x: np.ndarray) -> np.ndarray:
     h = x / 2.0
     cdf = ndtr(h)
     pdf = np.exp(-0.5 * h * h) / _SQRT_2PI
-    return (2.0 / x) * (cdf - 0.5) / (h * cdf + pdf)
+    nu: np.ndarray = (2.0 / x) * (cdf - 0.5) / (h * cdf + pdf)
+    return nu
 
 
 def _terms(k: np.ndarray, m: int, b: float) -> np.ndarray:
     w = m / (k * (m - k))
-    return w * _nu(b * np.sqrt(w))
+    terms: np.ndarray = w * _nu(b * np.sqrt(w))
+    return terms
 
 
 def scan_p_value(b: float, m: int, min_size: int) -> float:
@@ -118,7 +121,7 @@ def scan_p_value(b: float, m: int, min_size: int) -> float:
 def _untied_scores(m: int) -> np.ndarray:
     """Normal scores of ``m`` distinct values in order (a pure function of ``m``, read-only: the tests of one
     series ask for the same few lengths thousands of times)."""
-    base = ndtri((np.arange(1, m + 1, dtype=float) - 0.5) / m)
+    base: np.ndarray = ndtri((np.arange(1, m + 1, dtype=float) - 0.5) / m)
     base.flags.writeable = False
     return base
 
@@ -135,7 +138,8 @@ def _scores_from_order(values_sorted: np.ndarray) -> np.ndarray:
     np.not_equal(values_sorted[1:], values_sorted[:-1], out=new_group[1:])
     gid = np.cumsum(new_group) - 1
     ranks = (np.bincount(gid, weights=ranks) / np.bincount(gid))[gid]
-    return ndtri((ranks - 0.5) / m)
+    scores: np.ndarray = ndtri((ranks - 0.5) / m)
+    return scores
 
 
 class RankCusum:

@@ -27,7 +27,9 @@ benchmarks/README.md.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -207,9 +209,11 @@ def _as_times(times: Any, n: int, name: str) -> np.ndarray:
 
 def _missing_time(t: np.ndarray) -> np.ndarray:
     if t.dtype.kind == "M":
-        return np.isnat(t)
+        nat: np.ndarray = np.isnat(t)
+        return nat
     if t.dtype.kind == "f":
-        return ~np.isfinite(t)
+        non_finite: np.ndarray = ~np.isfinite(t)
+        return non_finite
     return np.zeros(len(t), dtype=bool)
 
 
@@ -250,7 +254,7 @@ def _prepare(series: Any, times: Any, name: str) -> _Prepared:
     return _Prepared(x[positions], positions, t, n, caveats)
 
 
-def _quality_module():
+def _quality_module() -> ModuleType | None:
     try:
         from perfsleuth.stats import quality
     except ImportError:  # the quality checks are optional for this analysis
@@ -366,7 +370,8 @@ def _robust_noise_sd(x: np.ndarray) -> float:
     if len(d) == 0:
         return 0.0
     mad = float(np.median(np.abs(d - np.median(d))))
-    return 1.4826 * mad / np.sqrt(2.0)
+    sd: float = 1.4826 * mad / np.sqrt(2.0)
+    return sd
 
 
 # --- the analysis --------------------------------------------------------------------------------
@@ -433,7 +438,7 @@ def changes(
     )
 
 
-def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list, NoiseModel]:
+def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list[Decision], NoiseModel]:
     """Locate and decide on a clean, non-constant series: the kept decisions and the noise model."""
     stat = RankCusum(x, 1.0, min_size)
     noise = estimate_noise(stat.scores(0, len(x)))
@@ -459,7 +464,7 @@ def _analyse(
 
     shape: dict[str, Any] = {"season": None, "variance": ()}
 
-    def report(cps=(), n_analysed=0, warmup=0, ar1=0.0):
+    def report(cps: Sequence[ChangePoint] = (), n_analysed: int = 0, warmup: int = 0, ar1: float = 0.0) -> ChangeReport:
         return ChangeReport(
             tuple(cps), prep.n, tuple(caveats), method, alpha, n_analysed, warmup, ar1, unit, shape["season"], tuple(shape["variance"])
         )
@@ -498,7 +503,8 @@ def _analyse(
     first_check = quality.check_series(x_all, name=name) if quality is not None else []
     # warm-up and outliers are re-judged below: the first regime's warm-up, outliers within segments
     caveats.extend(c for c in first_check if c.code not in ("non_finite", "too_few_samples", "warmup", "outliers"))
-    decisions, noise = [], NoiseModel(0.0, 0.0, 0.0)
+    decisions: list[Decision] = []
+    noise = NoiseModel(0.0, 0.0, 0.0)
     if np.ptp(x_all) > 0:
         decisions, noise = _detect(x_all, alpha=alpha, min_size=min_size, locator=locator)
     warmup = 0
@@ -585,7 +591,14 @@ def _sampling_caveat(times: np.ndarray | None, caveats: list[Caveat], name: str)
 
 
 def _variance_report(
-    x: np.ndarray, positions: np.ndarray, decisions, alpha: float, min_size: int, shape: dict[str, Any], caveats: list[Caveat], name: str
+    x: np.ndarray,
+    positions: np.ndarray,
+    decisions: Sequence[Decision],
+    alpha: float,
+    min_size: int,
+    shape: dict[str, Any],
+    caveats: list[Caveat],
+    name: str,
 ) -> None:
     bounds = [0, *(d.index for d in decisions), len(x)]
     found = series_shape.variance_changes(x, bounds, alpha=alpha, min_size=min_size)
@@ -603,7 +616,7 @@ def _variance_report(
     )
 
 
-def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:
+def _outliers(quality: ModuleType, x: np.ndarray, decisions: Sequence[Decision], name: str) -> list[Caveat]:
     """The quality module's outlier rule applied within segments (another level is not an outlier)."""
     res = _residuals(x, decisions)
     med, sd = quality.robust_scale(res)
@@ -621,7 +634,7 @@ def _outliers(quality, x: np.ndarray, decisions, name: str) -> list[Caveat]:
     ]
 
 
-def _residuals(x: np.ndarray, decisions) -> np.ndarray:
+def _residuals(x: np.ndarray, decisions: Sequence[Decision]) -> np.ndarray:
     """The series with each segment's median moved to the overall median (outliers judged within segments)."""
     bounds = [0, *(d.index for d in decisions), len(x)]
     out = x.copy()
@@ -631,7 +644,9 @@ def _residuals(x: np.ndarray, decisions) -> np.ndarray:
     return out
 
 
-def _with_linear_fit(x: np.ndarray, decisions: list, min_size: int, noise: NoiseModel, cycle_free: np.ndarray | None = None) -> list:
+def _with_linear_fit(
+    x: np.ndarray, decisions: list[Decision], min_size: int, noise: NoiseModel, cycle_free: np.ndarray | None = None
+) -> list[Decision]:
     """The scan test's decisions plus the piecewise-linear detector's splits that none of them is
     within ``min_size`` points of; each added split gets the rank statistic of its own window
     (reported, not used to keep it). The detector runs on ``cycle_free`` (the values with a
@@ -686,7 +701,7 @@ def _measure(
     x: np.ndarray,
     positions: np.ndarray,
     times: np.ndarray | None,
-    decisions,
+    decisions: Sequence[Decision],
     noise: NoiseModel,
     unit: str,
     scan_found: set[int] | None = None,

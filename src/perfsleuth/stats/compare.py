@@ -241,7 +241,8 @@ class _Sample:
 
 
 def _is_numeric_arrow(typ: pa.DataType) -> bool:
-    return pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+    numeric: bool = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+    return numeric
 
 
 def _codes(column: Any) -> np.ndarray:
@@ -251,9 +252,11 @@ def _codes(column: Any) -> np.ndarray:
         if pa.types.is_dictionary(arr.type):
             arr = arr.cast(arr.type.value_type)
         enc = pc.dictionary_encode(arr)
-        return enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        arrow_codes: np.ndarray = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return arrow_codes
     codes, _ = pd.factorize(column, use_na_sentinel=True)
-    return codes.astype(np.int64, copy=False)
+    pandas_codes: np.ndarray = codes.astype(np.int64, copy=False)
+    return pandas_codes
 
 
 def _sample(
@@ -484,7 +487,8 @@ def _inflate(x: np.ndarray) -> np.ndarray:
     """Rescale deviations by √(n/(n−1)) so resampling reproduces the unbiased variance."""
     n = len(x)
     m = x.mean()
-    return m + (x - m) * math.sqrt(n / (n - 1))
+    inflated: np.ndarray = m + (x - m) * math.sqrt(n / (n - 1))
+    return inflated
 
 
 def _ratio_and_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -587,6 +591,11 @@ def _hodges_lehmann(b: np.ndarray, c: np.ndarray, unit: str, s: _Settings, what:
     )
 
 
+def _excludes_one(ratio: Interval) -> bool:
+    """Whether the ratio's interval lies wholly above or below 1 (the two arms differ)."""
+    return (ratio.low is not None and ratio.low > 1.0) or (ratio.high is not None and ratio.high < 1.0)
+
+
 def _decide(ratio: Interval, significant: bool, s: _Settings, higher_is_better: bool, equivalent: bool | None = None) -> str:
     """The verdict. ``equivalent`` (compare_many: the adjusted equivalence test) replaces the rule
     that the interval lies inside (1 - threshold, 1 + threshold) when given."""
@@ -618,7 +627,8 @@ def _extra_units(lr_est: float, vb: float, vc: float, nb: int, nc: int, s: _Sett
     def enough(ks: np.ndarray) -> np.ndarray:
         se, df = _se_df(vb, vc, nb + ks, nc + ks)
         crit = stats.t.ppf(1 - s.alpha / 2, df) + stats.t.ppf(s.power, df)
-        return crit * se <= target
+        met: np.ndarray = crit * se <= target
+        return met
 
     # The requirement falls monotonically with k: bracket the first k that meets it on powers of two,
     # then narrow the bracket a grid at a time (a few vectorised calls instead of a bisection's dozens).
@@ -845,7 +855,7 @@ def _compare_arms(
     difference = Interval(diff_value, diff_lo, diff_hi, unit, f"candidate − baseline of {what} means; {diff_detail}")
     crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
     mde = math.expm1(crit * lr.se)
-    significant = ratio.low > 1.0 or ratio.high < 1.0
+    significant = _excludes_one(ratio)
     verdict = _decide(ratio, significant, s, direction.higher_is_better)
     extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, b.units, c.units, s) if verdict == "inconclusive" else None
     return Comparison(
@@ -909,7 +919,7 @@ def _paired_comparison(
     lr, ratio, difference, p_value = _paired_intervals(bm, cm, s, unit, f"{k} {what}s in both arms", what)
     crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
     mde = math.expm1(crit * lr.se)
-    significant = ratio.low > 1.0 or ratio.high < 1.0
+    significant = _excludes_one(ratio)
     verdict = _decide(ratio, significant, s, direction.higher_is_better)
     extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, k, k, s) if verdict == "inconclusive" else None
     return Comparison(
@@ -1023,14 +1033,14 @@ def _shared_unit_codes(baseline: Data, candidate: Data, cluster_by: Sequence[str
     return (replace(sb, levels=(codes[:nb], *sb.levels[1:])), replace(sc, levels=(codes[nb:], *sc.levels[1:])))
 
 
-def _group_index(data: Data, group_by: Sequence[str]) -> dict[tuple, np.ndarray]:
+def _group_index(data: Data, group_by: Sequence[str]) -> dict[tuple[Any, ...], np.ndarray]:
     """Row indices of each group (keys as Python values), in first-seen order."""
     if not group_by:
         n = data.num_rows if isinstance(data, pa.Table) else len(data)
         return {(): np.arange(n)}
     cols = [data[g].to_pandas() if isinstance(data, pa.Table) else data[g] for g in group_by]
     frame = pd.DataFrame({f"k{i}": np.asarray(col) for i, col in enumerate(cols)})
-    out: dict[tuple, np.ndarray] = {}
+    out: dict[tuple[Any, ...], np.ndarray] = {}
     for key, idx in frame.groupby(list(frame.columns), sort=False, dropna=False).indices.items():
         key = key if isinstance(key, tuple) else (key,)
         out[tuple(_py(k) for k in key)] = np.asarray(idx)

@@ -89,12 +89,14 @@ def _phase_effects(x: np.ndarray, p: int) -> np.ndarray:
     r = x - trend
     phase = np.arange(len(x)) % p
     eff = np.array([np.median(r[phase == k]) for k in range(p)])
-    return eff - np.median(eff)
+    centred: np.ndarray = eff - np.median(eff)
+    return centred
 
 
 def deseasonalise(x: np.ndarray, season: Season) -> np.ndarray:
     eff = _phase_effects(x, season.period)
-    return x - eff[np.arange(len(x)) % season.period]
+    deseasonalised: np.ndarray = x - eff[np.arange(len(x)) % season.period]
+    return deseasonalised
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +145,11 @@ def sampling_gaps(times: np.ndarray | None) -> tuple[int, float]:
 def _seconds(times: np.ndarray) -> np.ndarray:
     """The present times as floats (nanoseconds for timestamps)."""
     if times.dtype.kind == "M":
-        return times[~np.isnat(times)].astype("datetime64[ns]").astype("int64").astype(float)
+        stamps: np.ndarray = times[~np.isnat(times)].astype("datetime64[ns]").astype("int64").astype(float)
+        return stamps
     t = times.astype(float)
-    return t[np.isfinite(t)]
+    finite: np.ndarray = t[np.isfinite(t)]
+    return finite
 
 
 def detectable_shift(n: int, *, alpha: float, min_size: int) -> float:
@@ -160,4 +164,5 @@ def detectable_shift(n: int, *, alpha: float, min_size: int) -> float:
         else:
             hi = mid
     k = n // 2
-    return hi / np.sqrt(k * (n - k) / n)
+    shift: float = hi / np.sqrt(k * (n - k) / n)
+    return shift
