@@ -18,7 +18,8 @@ from perfsleuth.diagnose.registry import DETECTORS, INSUFFICIENT_EVIDENCE, NotAs
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.errors import InputError
 from perfsleuth.ingest import ncu
-from perfsleuth.model import Finding, hardware, roofline
+from perfsleuth.metrics import roofline
+from perfsleuth.model import Finding, hardware
 from perfsleuth.model.source import SourceData
 
 DATA = Path(__file__).parent / "data"

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from perfsleuth import __version__
 from perfsleuth.diagnose import Diagnosis
-from perfsleuth.model.job_identity import cuda_version
 from perfsleuth.model import Finding, Interval
+from perfsleuth.model.job_identity import cuda_version
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
