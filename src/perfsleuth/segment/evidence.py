@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -64,8 +65,8 @@ class Support:
     denominator_current: float | None
     denominator_name: str | None
 
-    def to_json(self) -> dict:
-        out = {
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "cells": self.cells,
             "cells_baseline": self.cells_baseline,
             "cells_current": self.cells_current,
@@ -105,13 +106,13 @@ class CulpritEvidence:
     siblings_relative_change: float | None  # the same workload cells elsewhere
     siblings_cells: int
     selection_frequency: float | None
-    inseparable_from: tuple[dict, ...] = field(default=())
+    inseparable_from: tuple[dict[str, Any], ...] = field(default=())
 
     @property
     def label(self) -> str:
         return element_label(self.elements)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "elements": dict(self.elements),
             "label": self.label,
@@ -139,12 +140,12 @@ class Confounding:
     value: str
     apparent_gap: float  # its current rate vs other values' on the same workloads
     own_change: float  # its own cells, current vs baseline
-    location: dict  # where most of its GPU time was
+    location: dict[str, Any]  # where most of its GPU time was
     location_share: float
     location_baseline_gap: float  # that place's baseline rate vs the rest of the fleet
     message: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dim": self.dim,
             "value": self.value,
@@ -258,7 +259,8 @@ def _rates_with_intervals(raw: ir.Table, spec: LeafSpec, element: Element, seed:
     def rate(n: np.ndarray, d: np.ndarray) -> np.ndarray:
         num, den = n.sum(axis=-1), d.sum(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return num / den if spec.ratio else num
+            rates: np.ndarray = num / den if spec.ratio else num
+            return rates
 
     point0, point1 = float(rate(n0, d0)), float(rate(n1, d1))
     if len(n0) < 5 or rows < 5:
@@ -303,7 +305,7 @@ def _siblings(terms: ir.Table, element: Element, workload: Sequence[str]) -> tup
     return row["real"] / row["predict"] - 1.0, int(row["cells"])
 
 
-def _inseparable(terms: ir.Table, element: Element, spec: LeafSpec) -> tuple[dict, ...]:
+def _inseparable(terms: ir.Table, element: Element, spec: LeafSpec) -> tuple[dict[str, Any], ...]:
     """Values of other dimensions whose cells (with data now) are exactly the element's."""
     others = [d for d in spec.dims if d not in {e for e, _v in element}]
     if not others:
@@ -404,7 +406,7 @@ def _version_gaps(cur: ir.Table, terms: ir.Table, d: str, workload: Sequence[str
 
 def _main_place(
     terms: ir.Table, d: str, value: str, places: Sequence[str], workload: Sequence[str]
-) -> tuple[dict, float, float | None] | None:
+) -> tuple[dict[str, Any], float, float | None] | None:
     """The place holding most of the value's current GPU time, and how slow it was in the baseline.
 
     Among places with the largest share the most specific one (fewest cells) is taken: a rack rather
@@ -459,7 +461,8 @@ def _place_gap(terms: ir.Table, p: str, pv: str, d: str, workload: Sequence[str]
     row = to_arrow(agg.aggregate(a=agg.ni.sum(), b=(agg.di * agg.no / agg.do).sum())).to_pylist()[0]
     if row["a"] is None or not row["b"]:
         return None
-    return row["a"] / row["b"] - 1.0
+    gap: float = row["a"] / row["b"] - 1.0
+    return gap
 
 
 def _dims_of(terms: ir.Table) -> set[str]:
@@ -534,7 +537,7 @@ def _interval_json(iv: Interval) -> dict[str, float | None]:
     return {"value": _f(iv.value), "low": _f(iv.low), "high": _f(iv.high)}
 
 
-def _arr(values: list) -> np.ndarray:
+def _arr(values: list[Any]) -> np.ndarray:
     return np.array([0.0 if v is None else float(v) for v in values], dtype=float)
 
 
