@@ -131,8 +131,8 @@ def _diagnosed(case: Case, job: Any) -> CaseResult:
 
 def ablate_case(path: str, groups: Sequence[SignalGroup] = GROUPS) -> dict[str, CaseResult]:
     """One case graded on all its signals and without each group (keys: ALL and the group names)."""
-    from perfsleuth.pipeline import load_trace_job
     from perfsleuth.errors import PerfsleuthError
+    from perfsleuth.pipeline import load_trace_job
 
     case = read_case(path)
     try:

@@ -232,7 +232,7 @@ class EvaluationReport:
     def undetectable_outcomes(self) -> dict[str, int]:
         """On faults labeled undetectable: how often the diagnosis said insufficient evidence, stayed
         silent, or reported the fault anyway."""
-        out = Counter()
+        out: Counter[str] = Counter()
         for c in self.cases:
             for f in c.undetectable:
                 if f in c.found:
@@ -318,8 +318,8 @@ class EvaluationReport:
 
 def diagnose_case(case: Case) -> CaseResult:
     """Analyse one case's files and compare with its label."""
-    from perfsleuth.pipeline import analyze
     from perfsleuth.errors import PerfsleuthError
+    from perfsleuth.pipeline import analyze
 
     try:
         report = analyze([case.path], workers=1)
@@ -333,17 +333,12 @@ def case_result(case: Case, diagnosis: Diagnosis | None = None, error: str | Non
     mags = {f.fault: f.magnitude for f in case.faults}
     job = case.extra.get("job")  # transformed real suites name cases per job: say which job
     name = f"{job}/{case.name}" if isinstance(job, str) else case.name
-    base = dict(
-        name=name,
-        path=str(case.path),
-        expected=tuple(sorted(case.detectable)),
-        undetectable=tuple(sorted(case.undetectable)),
-        magnitude=mags,
-    )
+    path, expected, undetectable = str(case.path), tuple(sorted(case.detectable)), tuple(sorted(case.undetectable))
     if diagnosis is None:
-        return CaseResult(findings=(), insufficient=(), error=error or "no diagnosis", **base)
+        return CaseResult(name, path, expected, undetectable, findings=(), insufficient=(), magnitude=mags, error=error or "no diagnosis")
     answers = tuple(Answer(f.fault, float(f.confidence), float(f.impact.value)) for f in diagnosis.findings)
-    return CaseResult(findings=answers, insufficient=tuple(sorted({n.fault for n in diagnosis.insufficient_evidence})), **base)
+    insufficient = tuple(sorted({n.fault for n in diagnosis.insufficient_evidence}))
+    return CaseResult(name, path, expected, undetectable, findings=answers, insufficient=insufficient, magnitude=mags)
 
 
 def _run_one(path: str) -> CaseResult:
@@ -354,7 +349,10 @@ def score(results: Sequence[CaseResult], *, real: bool = False) -> EvaluationRep
     """Scores from per-case results (no analysis: the part the exact-metric tests pin down); ``real``:
     a transformed real suite (its bar is ``REAL_BAR``)."""
     classes = sorted({f for c in results for f in (*c.expected, *c.undetectable)} | {a.fault for c in results for a in c.graded})
-    tp, fp, fn, sup = Counter(), Counter(), Counter(), Counter()
+    tp: Counter[str] = Counter()  # per class: found, reported wrongly, missed, expected
+    fp: Counter[str] = Counter()
+    fn: Counter[str] = Counter()
+    sup: Counter[str] = Counter()
     labels = [*classes, NONE]
     idx = {k: i for i, k in enumerate(labels)}
     mat = np.zeros((len(labels), len(labels)), dtype=int)
@@ -454,10 +452,8 @@ def evaluate(case_dirs: Sequence[str | Path], *, workers: int | None = None) -> 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
             results = list(pool.map(_run_one, todo, chunksize=2))
     by_path = {Path(p).resolve(): r for p, r in zip(todo, results, strict=True)}
-    graded = [
-        with_baseline(by_path[c.path.resolve()], by_path.get(originals[c.path.resolve()]))
-        if originals[c.path.resolve()] is not None
-        else by_path[c.path.resolve()]
-        for c in cases
-    ]
+    graded: list[CaseResult] = []
+    for c in cases:
+        result, original = by_path[c.path.resolve()], originals[c.path.resolve()]
+        graded.append(with_baseline(result, by_path.get(original)) if original is not None else result)
     return score(graded, real=any(o is not None for o in originals.values()))

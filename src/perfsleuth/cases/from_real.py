@@ -239,7 +239,8 @@ class SuiteWriter:
     ) -> Path | None:
         """Tune ``make(docs, scale)`` until the measured magnitude is near ``target``; write the case."""
         base = docs if docs is not None else self.docs
-        scale, best = 1.0, None
+        scale = 1.0
+        best: tuple[list[dict[str, Any]], Outcome] | None = None
         for _ in range(TUNE_TRIES):
             trial = copy.deepcopy(base)
             out = make(trial, scale)
@@ -253,6 +254,7 @@ class SuiteWriter:
             if abs(m - target) <= 0.25 * target:
                 break
             scale *= min(max(target * (1 - m) / (m * (1 - target)), 0.2), 5.0)
+        assert best is not None, "TUNE_TRIES >= 1: each try returns or keeps its trial"
         trial, out = best
         if out.magnitude <= 0:
             return None

@@ -101,6 +101,12 @@ class RankIndex:
         """(step, start ns, end ns) of the host ProfilerStep spans."""
         return [(n, int(self.ts[i]), int(self.end[i])) for n, i in self.steps]
 
+    def main_thread(self) -> tuple[Any, Any]:
+        """(pid, tid) of the main thread, where inserted host spans go; a trace without ProfilerStep spans has none."""
+        if self.main is None:
+            raise ValueError("the trace has no ProfilerStep spans: no main thread to insert host events on")
+        return self.main
+
 
 def index_rank(doc: dict[str, Any]) -> RankIndex:
     """Index the ``ph: X`` events of one rank's document."""

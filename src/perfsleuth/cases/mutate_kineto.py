@@ -138,8 +138,8 @@ def replay(
                 transfer[r][groups[r][j]] = t_j
     elif comm_factor != 1.0:
         for r, idx in enumerate(indices):
-            for i in np.flatnonzero(idx.chain & np.array([bool(COMM_RE.search(x)) for x in idx.name], dtype=bool)):
-                transfer[r][int(i)] = int(idx.end[i] - idx.ts[i])
+            for c in np.flatnonzero(idx.chain & np.array([bool(COMM_RE.search(x)) for x in idx.name], dtype=bool)):
+                transfer[r][int(c)] = int(idx.end[c] - idx.ts[c])
     out: list[Retimed] = []
     for _ in range(MAX_PASSES):
         st = []
@@ -212,8 +212,8 @@ def write_back(idx: RankIndex, rt: Retimed) -> None:
         if not isinstance(e, dict) or e.get("ph") in ("X", "M") or "ts" not in e:
             continue
         t = round(float(e["ts"]) * 1000)
-        k = chain_by_corr.get(e.get("id")) if e.get("cat") in LAUNCH_FLOW_CATS and e.get("ph") == "f" else None
-        d = float(ds[k]) if k is not None else round(rt.warp.at(t, right=True))
+        c = chain_by_corr.get(e.get("id", -1)) if e.get("cat") in LAUNCH_FLOW_CATS and e.get("ph") == "f" else None  # -1: no corr id
+        d = float(ds[c]) if c is not None else round(rt.warp.at(t, right=True))
         e["ts"] = _num(e["ts"], d)
 
 
@@ -245,7 +245,7 @@ def _us(ns: int) -> float:
 
 
 def span(idx: RankIndex, name: str, cat: str, lo_ns: int, hi_ns: int, ids: Ids, **args: Any) -> dict[str, Any]:
-    pid, tid = idx.main
+    pid, tid = idx.main_thread()
     base = {"External id": ids.next("ext")}
     if cat in ("user_annotation", "cpu_op"):
         base.update({"Record function id": 0, "Ev Idx": ids.next("ev")})

@@ -175,7 +175,7 @@ def _save(
     }
     evs.append(gpu)
     if has_launch_flows(idx):
-        pid, tid = idx.main
+        pid, tid = idx.main_thread()
         evs.append({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": c0 / 1000.0, "cat": "ac2g", "name": "ac2g"})
         evs.append(
             {"ph": "f", "id": corr, "pid": ref["pid"], "tid": ref["tid"], "ts": g0 / 1000.0, "cat": "ac2g", "name": "ac2g", "bp": "e"}

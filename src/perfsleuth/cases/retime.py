@@ -25,6 +25,7 @@ the cost is what the replay measures.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,7 +151,7 @@ def _cross_stream_pred(idx: RankIndex, ref: np.ndarray, pred: np.ndarray, lat0: 
 
 
 def retime(
-    idx: RankIndex, gaps: list[Gap] = (), stretch: dict[int, int] | None = None, coll_floor: dict[int, int] | None = None
+    idx: RankIndex, gaps: Sequence[Gap] = (), stretch: dict[int, int] | None = None, coll_floor: dict[int, int] | None = None
 ) -> Retimed:
     """Replay the rank with ``gaps`` inserted, chain events ``stretch``-ed to new durations (ns) and
     collective kernels ending no earlier than ``end + coll_floor[i]`` (see the module docstring)."""
@@ -162,13 +163,13 @@ def retime(
     # stream predecessor in launch order (FIFO streams): sort each stream by its start
     key = [(idx.pid[i], idx.tid[i]) for i in chain]
     streams: dict[tuple, list[int]] = {}
-    for i, k in zip(chain, key, strict=True):
-        streams.setdefault(k, []).append(int(i))
+    for c, stream in zip(chain, key, strict=True):
+        streams.setdefault(stream, []).append(int(c))
     pred = np.full(n, -1, np.int64)
     for members in streams.values():
         members.sort(key=lambda i: (idx.ts[i], idx.end[i]))
-        for a, b in zip(members[:-1], members[1:], strict=False):
-            pred[b] = a
+        for before, after in zip(members[:-1], members[1:], strict=False):
+            pred[after] = before
     order = chain[np.argsort(ref[chain], kind="stable")]
     lat0 = _launch_latency(idx, ref, order, pred[order])
     xpred = _cross_stream_pred(idx, ref, pred, lat0)
