@@ -3,7 +3,8 @@
 Kineto writes one file per rank, JAX one profile per process, Nsight Systems one report per rank
 or per node (several ranks in one file). Each format's reader returns Kineto-shaped ``RankFile``s
 (events without run_id/rank columns), so the per-rank analyses and the job assembly downstream
-do not know which tool wrote the trace.
+do not know which tool wrote the trace. This module reads one file; ``perfsleuth.pipeline`` hands a
+job's files to it in workers and analyses each rank where it was read.
 """
 
 from __future__ import annotations
