@@ -291,10 +291,10 @@ def child_stages(data: str) -> dict:
     imports, reading (native decode + column building), per-rank analysis, the cross-rank part,
     diagnosis and JSON rendering. Not a ratio: it says where the time goes."""
     t0 = time.perf_counter()
-    from perfsleuth import api
     from perfsleuth.diagnose.registry import diagnose
     from perfsleuth.diagnose.signals import JobSignals
     from perfsleuth.ingest import kineto
+    from perfsleuth.report.json_report import analysis_to_json
     from perfsleuth.trace.analysis import combine_ranks
     from perfsleuth.trace.job import RankView
     from perfsleuth.trace.rank_analysis import analyze_rank
@@ -318,7 +318,7 @@ def child_stages(data: str) -> dict:
     b = time.perf_counter()
     diagnosis = diagnose(JobSignals(trace=analysis, sources=[]))
     c = time.perf_counter()
-    doc = json.dumps(api.analysis_to_json(analysis, diagnosis), default=str)
+    doc = json.dumps(analysis_to_json(analysis, diagnosis), default=str)
     d = time.perf_counter()
     st.update(cross_rank=b - a, diagnosis=c - b, render_json=d - c)
     return {"work_s": d - t0, "stages_s": st, "files": len(files), "json_bytes": len(doc)}
