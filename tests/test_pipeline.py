@@ -103,4 +103,4 @@ def test_only_the_pipeline_and_above_drive_both_readers_and_analyses() -> None:
         if {"ingest", "trace"} <= imported and unit not in above:
             both.append(str(rel))
     assert both == []
-    assert set(pool) == {"pipeline.py"}, "the reader pool is driven from perfsleuth.pipeline only"
+    assert set(pool) == {"pipeline/job.py"}, "the reader pool is driven from perfsleuth.pipeline only"

@@ -9,7 +9,7 @@ from perfsleuth.diagnose import diagnose
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.ingest.vllm_metrics import parse_exposition
 from perfsleuth.model.source import SourceData
-from perfsleuth.pipeline import _no_trace
+from perfsleuth.pipeline.job import _no_trace
 from perfsleuth.report.html_report import render_html
 from perfsleuth.report.markdown_report import render_markdown
 from perfsleuth.report.run_header import ranks_phrase

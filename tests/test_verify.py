@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from perfsleuth.cases import real_faults as rf
 from perfsleuth.cases.kineto_raw import index_rank, load_doc, save_doc, trace_files
 from perfsleuth.cli import app
-from perfsleuth.fleet.verify import decide, resolve_side, verify_sides
 from perfsleuth.model import Interval
+from perfsleuth.pipeline.verify import decide, resolve_side, verify_sides
 from perfsleuth.sim.faults import DataloaderStall
 from perfsleuth.sim.kineto_writer import write_job
 from perfsleuth.sim.simulator import SimConfig, simulate

@@ -25,7 +25,7 @@ def verify(
 ):
     """The ``perfsleuth verify`` verb: did fixing BEFORE's finding (``finding``, default its largest) save
     what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids of that store;
-    with ``store`` the verdict is kept there. Returns ``(fleet.verify.Verification, "added"|"skipped"|None)``."""
+    with ``store`` the verdict is kept there. Returns ``(pipeline.verify.Verification, "added"|"skipped"|None)``."""
     from perfsleuth.commands.verify_cmd import run_verify
 
     return run_verify(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)

@@ -1,7 +1,7 @@
 """``perfsleuth verify BEFORE AFTER [--finding FAULT]``: did the fix save what BEFORE's finding predicted?
 
 Each side is a job's files (what ``analyze`` takes) or, with ``--store DIR``, run ids of the store
-(comma-separated for several runs). The verb resolves the sides, runs ``fleet.verify`` and renders a
+(comma-separated for several runs). The verb resolves the sides, runs ``pipeline.verify`` and renders a
 short note (text) or versioned JSON (``perfsleuth.verify/1``); with ``--store`` the verdict is kept in
 the store's ``verdicts`` table, which the fleet page summarises per fault class.
 
@@ -61,10 +61,10 @@ def run_verify(
     diff: bool = True,
     workers: int | None = None,
 ):
-    """What the verb computes, before rendering: the ``fleet.verify.Verification`` and, with ``store``,
+    """What the verb computes, before rendering: the ``pipeline.verify.Verification`` and, with ``store``,
     ``"added"`` or ``"skipped"`` for its verdict kept there (else None)."""
     from perfsleuth import engine
-    from perfsleuth.fleet.verify import resolve_side, store_verdict, verify_sides
+    from perfsleuth.pipeline.verify import resolve_side, store_verdict, verify_sides
     from perfsleuth.store import Store
 
     opened = Store(store) if store is not None else None

@@ -132,7 +132,7 @@ def _finite(x: float | None) -> bool:
 
 def side_from_paths(paths: Sequence[str | Path], *, workers: int | None = None, label: str | None = None) -> Side:
     """A side from a job's files, analysed as ``perfsleuth analyze`` would."""
-    from perfsleuth.pipeline import analyze
+    from perfsleuth.pipeline.job import analyze
 
     report = analyze(list(paths), workers=workers)
     a = report.analysis
@@ -298,7 +298,7 @@ def _other_changes(before: Side, after: Side, threshold: float, workers: int | N
     if not before.paths or not after.paths:
         return (), "no trace files for one side (store runs whose source is gone): no diff of what else changed"
     from perfsleuth.errors import PerfsleuthError
-    from perfsleuth.pipeline import diff_traces
+    from perfsleuth.pipeline.job import diff_traces
 
     try:
         d = diff_traces(list(before.paths), list(after.paths), threshold=threshold, workers=workers)
