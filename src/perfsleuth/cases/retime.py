@@ -31,15 +31,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfsleuth.cases.kineto_raw import WAITING_RE, RankIndex
+from perfsleuth.trace.job import QUEUED_START_NS
 
 AWAIT_SLACK_NS = 20_000
 """A call that returns within 20 µs after GPU work launched before it ended was waiting for it."""
 MIN_CALL_NS = 5_000
 """The least a waiting call costs once nothing is pending (its own API overhead)."""
 DEVICE_SYNC_LATENCY_NS = 5_000
-CROSS_STREAM_WINDOW_NS = 20_000
-"""Work that starts within 20 µs of another stream's work ending, later than its launch and its own
-stream allow, was waiting for it."""
+CROSS_STREAM_WINDOW_NS = QUEUED_START_NS
+"""Work that starts within this window of another stream's work ending, later than its launch and its own
+stream allow, was waiting for it: the trace analysis's own rule (``trace.job.QUEUED_START_NS``)."""
 
 
 @dataclass(frozen=True, slots=True)
