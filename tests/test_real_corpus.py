@@ -200,6 +200,19 @@ def serving_summary(sd, path: Path) -> None:
             assert r["ttft_median_ms"] == float(m.group(1))
 
 
+def genai_json(sd, path: Path) -> None:
+    """A genai-perf / AIPerf profile export: request throughput, request count and the p50s of time to first token and
+    request latency, as the file's metric blocks hold them (top level, or under ``records`` in AIPerf 0.1-0.2)."""
+    doc = json.loads(path.read_text())
+    blocks = doc["records"] if isinstance(doc.get("records"), dict) else doc
+    r = sd.tables["inference_records"].to_pylist()[0]
+    assert r["request_throughput_rps"] == blocks["request_throughput"]["avg"]
+    assert r["completed"] == int(blocks["request_count"]["avg"])
+    ttft = blocks.get("time_to_first_token") or blocks["ttft"]
+    assert r["ttft_median_ms"] == ttft["p50"]
+    assert r["e2el_median_ms"] == blocks["request_latency"]["p50"]
+
+
 def vllm_samples(sd, path: Path) -> None:
     """A /metrics scrape: one sample row per sample line, with its value."""
     vals = [
@@ -283,6 +296,7 @@ ORACLES = {
         torchtune,
         trtllm_summary,
         serving_summary,
+        genai_json,
         vllm_samples,
         exporter_samples,
         exporter_field,

@@ -25,8 +25,10 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
     ),
     "dcgmi_dmon": (1, ("DCGM 3.x dcgmi dmon",)),
     "inference_bench": (
-        9,
+        11,
         (
+            "AIPerf 0.1-0.2 profile_export_aiperf.json (metric blocks under 'records', cancelled requests)",
+            "AIPerf 0.8.0 profile_export_aiperf.json (schema 1.0, phases, against a mock server)",
             "SGLang 0.4.0.post2 bench_serving (summary cut in the thread)",
             "SGLang 0.5 bench_serving (P95/Max ITL)",
             "SGLang 0.5 bench_serving (vision tokens, Concurrency)",

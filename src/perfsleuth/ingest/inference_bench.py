@@ -19,7 +19,10 @@ Formats (keys as the tools write them, read from their source):
 - genai-perf / AIPerf (``genai_perf/export_data/json_exporter.py``): one object of metric blocks
   ``{"unit": "ms", "avg", "p50", "p90", "p95", "p99", "min", "max", "std"}`` plus ``input_config``.
   Its ``inter_token_latency`` is per request ``(latency - ttft) / (osl - 1)``: that is vLLM's TPOT and
-  is stored as ``tpot_*``.
+  is stored as ``tpot_*``. AIPerf's ``profile_export_aiperf.json``: 0.1-0.2 nest the blocks under ``records``
+  (``ttft``, ``ttst``, ``benchmark_duration`` in ``sec``; ``input_config.loadgen.concurrency``); 0.8 writes them
+  at top level beside ``aiperf_version`` (``input_config.models.items[].name``, ``phases[].concurrency``).
+  Blocks with no column of their own are kept by name in ``extra`` (their ``avg``).
 
 Tables: ``records`` (canonical, one row per result: ``step_time_ns`` is the median inter-token latency,
 the decode step a request sees), ``inference_records`` (every metric, units in names) and, when the file
@@ -122,7 +125,7 @@ INFERENCE_REQUESTS = pa.schema(
 )
 
 _VLLM_KEYS = ("mean_ttft_ms", "median_tpot_ms", "request_throughput", "output_throughput", "mean_itl_ms")
-_GENAI_KEYS = ("time_to_first_token", "inter_token_latency", "request_latency", "output_token_throughput", "request_throughput")
+_GENAI_KEYS = ("time_to_first_token", "ttft", "inter_token_latency", "request_latency", "output_token_throughput", "request_throughput")
 _LAT_KEY = re.compile(r"^(mean|median|std|max|min|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms$")
 _SETUP = {
     "date",
@@ -141,7 +144,13 @@ _SETUP = {
 }
 _ARRAYS = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "generated_texts", "errors"}
 _TIME_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3, "seconds": 1e3}
-_GENAI_METRIC = {"time_to_first_token": "ttft", "inter_token_latency": "tpot", "request_latency": "e2el", "inter_chunk_latency": "itl"}
+_GENAI_METRIC = {
+    "time_to_first_token": "ttft",
+    "ttft": "ttft",  # AIPerf's tag
+    "inter_token_latency": "tpot",
+    "request_latency": "e2el",
+    "inter_chunk_latency": "itl",
+}
 _GENAI_STAT = {"avg": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99", "max": "max", "std": "std"}
 
 
@@ -356,7 +365,17 @@ def _kind(doc: dict) -> str | None:
     return None
 
 
+def _unwrap_aiperf(doc: dict) -> dict:
+    """AIPerf 0.1-0.2 nest the metric blocks under ``records`` (each block also names its ``tag`` and ``header``);
+    later versions and genai-perf put them at top level. The blocks are lifted so one reading serves both."""
+    blocks = doc.get("records")
+    if isinstance(blocks, dict) and blocks and all(isinstance(b, dict) and "unit" in b for b in blocks.values()):
+        return {**{k: v for k, v in doc.items() if k != "records"}, **blocks}
+    return doc
+
+
 def _parse_doc(doc: dict, rid: str, p: Path, place: str | None, slo: Mapping[str, float] | None, caveats: list[Caveat]) -> _Parsed:
+    doc = _unwrap_aiperf(doc)
     kind = _kind(doc)
     if kind is None:
         raise InputError(
@@ -507,20 +526,26 @@ def _genai(doc: dict, row: dict, dims: dict, p: Path, caveats: list[Caveat]) -> 
             row["mean_input_tokens"] = avg
         elif key == "output_sequence_length":
             row["mean_output_tokens"] = avg
+        elif key == "benchmark_duration" and str(block.get("unit", "")).strip() in ("sec", "s"):
+            row["duration_s"] = avg
         else:
             extra[key] = avg
     row["extra"] = extra
-    models = cfg.get("model_names") or cfg.get("model") or []
-    row["model"] = _str(models[0] if isinstance(models, list) and models else models or None)
     raw_endpoint = cfg.get("endpoint")
     endpoint = raw_endpoint if isinstance(raw_endpoint, dict) else {}
+    models = cfg.get("model_names") or cfg.get("model") or endpoint.get("model_names") or _aiperf_models(cfg) or []
+    row["model"] = _str(models[0] if isinstance(models, list) and models else models or None)
     row["backend"] = _str(cfg.get("backend") or endpoint.get("backend") or cfg.get("endpoint_type") or endpoint.get("type"))
     tok = cfg.get("tokenizer")
     row["tokenizer"] = _str(tok.get("name") if isinstance(tok, dict) else tok)
     analyzer = cfg.get("perf_analyzer")
     stim = (analyzer.get("stimulus") or {}) if isinstance(analyzer, dict) else {}
-    row["max_concurrency"] = _int(stim.get("concurrency", cfg.get("concurrency")))
-    rate = stim.get("request_rate", cfg.get("request_rate"))
+    raw_loadgen = cfg.get("loadgen")  # AIPerf
+    loadgen = raw_loadgen if isinstance(raw_loadgen, dict) else {}
+    phases = [ph for ph in cfg.get("phases") or [] if isinstance(ph, dict) and ph.get("name") == "profiling"]  # AIPerf 0.8
+    conc = stim.get("concurrency", cfg.get("concurrency", loadgen.get("concurrency", phases[0].get("concurrency") if phases else None)))
+    row["max_concurrency"] = _int(conc)
+    rate = stim.get("request_rate", cfg.get("request_rate", loadgen.get("request_rate")))
     row["request_rate_rps"] = _num(rate)
     raw_input = cfg.get("input")
     inp = raw_input if isinstance(raw_input, dict) else {}
@@ -531,9 +556,16 @@ def _genai(doc: dict, row: dict, dims: dict, p: Path, caveats: list[Caveat]) -> 
         row["total_input_tokens"] = _round(row["completed"] * row["mean_input_tokens"])
     if row.get("completed") is not None and row.get("mean_output_tokens") is not None:
         row["total_output_tokens"] = _round(row["completed"] * row["mean_output_tokens"])
-    if row.get("completed") and row.get("request_throughput_rps"):
+    if row.get("completed") and row.get("request_throughput_rps") and row.get("duration_s") is None:
         row["duration_s"] = row["completed"] / row["request_throughput_rps"]
     _setup_dims(row, dims, "genai_perf")
+
+
+def _aiperf_models(cfg: dict) -> list[str]:
+    """AIPerf 0.8's ``input_config.models.items[].name``."""
+    models = cfg.get("models")
+    items = models.get("items") if isinstance(models, dict) else None
+    return [str(m["name"]) for m in items or [] if isinstance(m, dict) and m.get("name")]
 
 
 def _requests(doc: dict, rid: str, p: Path, place: str | None, caveats: list[Caveat]) -> list[dict[str, Any]]:
