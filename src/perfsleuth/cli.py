@@ -170,6 +170,14 @@ def _render_document(report, fmt: OutputFormat) -> str:
     return render_markdown(report.analysis, report.diagnosis, report.sources)
 
 
+_RANK_ENGINE_HELP = (
+    "where each rank file is parsed and analysed: local (a process pool) or spark (one Spark task per file; --master for a cluster)"
+)
+_RANK_MASTER_HELP = (
+    "Spark master URL, e.g. spark://host:7077 or yarn (default local[2]); the trace files must be at the same path on every executor"
+)
+
+
 @app.command()
 def analyze(
     paths: Annotated[
@@ -203,6 +211,8 @@ def analyze(
             "report says what the other ranks leave undecidable",
         ),
     ] = None,
+    engine: Annotated[str, typer.Option(help=_RANK_ENGINE_HELP)] = "local",
+    master: Annotated[str | None, typer.Option(help=_RANK_MASTER_HELP)] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """What is wrong with this job, from whatever it has: traces, telemetry, NCCL, ncu, step logs, benchmarks."""
@@ -213,7 +223,14 @@ def analyze(
     try:
         with progress.task(f"analysing {', '.join(p.name for p in paths[:3])}{' ...' if len(paths) > 3 else ''}"):
             report = run_analysis(
-                paths, run_id=run_id, workers=workers, placement=placement, keep_events=format is AnalyzeFormat.perfetto, ranks=ranks
+                paths,
+                run_id=run_id,
+                workers=workers,
+                placement=placement,
+                keep_events=format is AnalyzeFormat.perfetto,
+                ranks=ranks,
+                engine=engine,
+                master=master,
             )
     except PerfsleuthError as exc:
         _fail(exc)
@@ -487,13 +504,15 @@ def ingest(
     run_id: Annotated[str | None, typer.Option(help="the run's id (one PATH only; default: the trace's, else the PATH's name)")] = None,
     format: Annotated[DataFormat, typer.Option("--format", "-f", help="text or json")] = DataFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    engine: Annotated[str, typer.Option(help=_RANK_ENGINE_HELP)] = "local",
+    master: Annotated[str | None, typer.Option(help=_RANK_MASTER_HELP)] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """Add jobs to the fleet store (Parquet, partitioned by date and cluster); content already stored is skipped."""
     _require(*paths)
     from perfsleuth.commands.ingest_cmd import ingest_command
 
-    raise typer.Exit(ingest_command(paths, store, dims or [], run_id, format.value, out))
+    raise typer.Exit(ingest_command(paths, store, dims or [], run_id, format.value, out, engine=engine, master=master))
 
 
 @app.command()

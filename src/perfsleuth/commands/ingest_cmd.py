@@ -27,6 +27,7 @@ from perfsleuth.metrics.tree import job_record
 from perfsleuth.model.clock import EPOCH_RANGE_NS, wall_clock_ns
 from perfsleuth.model.job_identity import default_run_id, unique_run_id, workload_name
 from perfsleuth.pipeline import JobReport, analyze
+from perfsleuth.pipeline.spark_ranks import require_rank_engine
 from perfsleuth.store import manifest as manifests
 from perfsleuth.store.dims import from_metadata, parse_flags, read_sidecar
 from perfsleuth.store.job import content_hash, lay_out_job, with_dims, workload_facts
@@ -37,11 +38,21 @@ SCHEMA = "perfsleuth.ingest/1"
 
 
 def ingest_command(
-    paths: Sequence[Path], store: Path, dims: Sequence[str] = (), run_id: str | None = None, format: str = "text", out: Path | None = None
+    paths: Sequence[Path],
+    store: Path,
+    dims: Sequence[str] = (),
+    run_id: str | None = None,
+    format: str = "text",
+    out: Path | None = None,
+    *,
+    engine: str = "local",
+    master: str | None = None,
 ) -> int:
-    """Run the verb; returns the exit status (0 all stored or skipped, 2 a PATH or an option was bad)."""
+    """Run the verb; returns the exit status (0 all stored or skipped, 2 a PATH or an option was bad).
+    ``engine``/``master``: where each job's rank files are parsed and analysed (``pipeline.analyze``)."""
     root = Path(store)
     try:
+        require_rank_engine(engine)
         if format not in ("text", "json"):
             raise InputError(None, f"unknown format {format!r}", hint="use text or json")
         if not paths:
@@ -57,7 +68,7 @@ def ingest_command(
     outcomes = []
     with progress.task(f"ingesting {len(paths)} job{'s' if len(paths) != 1 else ''}", total=len(paths)) as advance:
         for path in map(Path, paths):
-            outcomes.append(_ingest_one(root, path, flag_dims, run_id))
+            outcomes.append(_ingest_one(root, path, flag_dims, run_id, engine=engine, master=master))
             advance(1)
     summary = {s: sum(o["status"] == s for o in outcomes) for s in ("added", "skipped", "repaired", "failed")}
     doc = {"schema": SCHEMA, "store": str(root), "jobs": outcomes, "summary": summary}
@@ -65,7 +76,9 @@ def ingest_command(
     return 2 if summary["failed"] else status
 
 
-def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None) -> dict[str, Any]:
+def _ingest_one(
+    root: Path, path: Path, flag_dims: dict[str, str], run_id: str | None, *, engine: str = "local", master: str | None = None
+) -> dict[str, Any]:
     try:
         sha = content_hash(path)
         known = manifests.load(root).by_hash(sha)  # a peek without the lock: skip known content unread
@@ -76,7 +89,7 @@ def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str |
             owner = manifests.load(root).owner_of_run(rid)
             return owner is not None and owner.sha256 != sha
 
-        job = analyse_job(path, sha, flag_dims, run_id, taken=taken)
+        job = analyse_job(path, sha, flag_dims, run_id, taken=taken, engine=engine, master=master)
         with StoreWriter(root) as writer:
             status, entry = writer.add(job)
         return _outcome(path, status, entry, list(job.notes) if status != "skipped" else [])
@@ -85,12 +98,19 @@ def _ingest_one(root: Path, path: Path, flag_dims: dict[str, str], run_id: str |
 
 
 def analyse_job(
-    path: Path, sha256: str, flag_dims: Mapping[str, str], run_id: str | None = None, taken: Callable[[str], bool] | None = None
+    path: Path,
+    sha256: str,
+    flag_dims: Mapping[str, str],
+    run_id: str | None = None,
+    taken: Callable[[str], bool] | None = None,
+    *,
+    engine: str = "local",
+    master: str | None = None,
 ) -> JobData:
     """Analyse the job at ``path`` and hand the store its tables. Without ``run_id`` the run is named
     after the trace or the job (``model.job_identity.default_run_id``), with its content hash appended
     when ``taken`` says another job already has that name."""
-    report = analyze([path], run_id=run_id)
+    report = analyze([path], run_id=run_id, engine=engine, master=master)
     analysis = report.analysis
     traced = analysis.run_id if analysis.ranks_with_gpu or analysis.steps.num_rows else None
     rid = run_id or default_run_id(traced, path)

@@ -24,6 +24,7 @@ from perfsleuth.ingest.placement import Slot, TraceRank, build_placement, explic
 from perfsleuth.model import RUNS
 from perfsleuth.model.job_identity import software, workload_name
 from perfsleuth.model.source import SourceData
+from perfsleuth.pipeline.spark_ranks import require_rank_engine
 from perfsleuth.report.json_report import analysis_to_json, integer_ns
 from perfsleuth.trace import diff as trace_diff
 from perfsleuth.trace.analysis import JobAnalysis, analyze_job, combine_ranks
@@ -44,13 +45,27 @@ def _each_rank(job: tuple[str, bool], fmt: str, plan: traces.Plan, per_rank: Cal
 
 
 def map_ranks(
-    fmt: str, files: Sequence[Path], per_rank: Callable[[RankFile], T], *, workers: int | None = None
+    fmt: str,
+    files: Sequence[Path],
+    per_rank: Callable[[RankFile], T],
+    *,
+    workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> tuple[list[tuple[RankFile, T]], list[Caveat]]:
     """Every rank of one job's trace files with ``per_rank`` applied where the rank was decoded (one file
     per worker at a time: memory bounded by the largest file), plus what numbering the ranks had to say.
-    ``per_rank`` must be a module-level function (or a ``partial`` of one): it travels to the workers."""
+    ``per_rank`` must be a module-level function (or a ``partial`` of one): it travels to the workers.
+    ``engine="spark"`` runs each file as a Spark task on ``master`` instead of in a local pool
+    (``pipeline.spark_ranks``); what comes back, and all that follows, is the same."""
     plan, caveats = traces.plan_ranks(fmt, files)
-    per_file = map_rank_files(files, partial(_each_rank, fmt=fmt, plan=plan, per_rank=per_rank), workers=workers)
+    each = partial(_each_rank, fmt=fmt, plan=plan, per_rank=per_rank)
+    if engine == "spark":
+        from perfsleuth.pipeline.spark_ranks import map_rank_files_spark
+
+        per_file = map_rank_files_spark(files, each, master=master)
+    else:
+        per_file = map_rank_files(files, each, workers=workers)
     return [p for found in per_file for p in found], caveats
 
 
@@ -58,10 +73,12 @@ def _whole(rf: RankFile) -> RankFile:
     return rf
 
 
-def read_trace_job(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> KinetoJob:
+def read_trace_job(
+    paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None, engine: str = "local", master: str | None = None
+) -> KinetoJob:
     """Read one job's trace files (every rank's events in memory)."""
     fmt, files = trace_files(paths)
-    pairs, caveats = map_ranks(fmt, files, _whole, workers=workers)
+    pairs, caveats = map_ranks(fmt, files, _whole, workers=workers, engine=engine, master=master)
     job = assemble_job([whole for _, whole in pairs], run_id=run_id or default_run_id(files))
     job.runs = traces.with_source_format(job.runs, fmt)
     job.caveats = caveats + job.caveats
@@ -83,10 +100,17 @@ def _analyse_rank(rf: RankFile, run_id: str) -> tuple[RankResult, TraceRank]:
 
 
 def _analyze_traces(
-    fmt: str, files: Sequence[Path], *, run_id: str | None, workers: int | None, ranks: frozenset[int] | None = None
+    fmt: str,
+    files: Sequence[Path],
+    *,
+    run_id: str | None,
+    workers: int | None,
+    ranks: frozenset[int] | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> tuple[JobAnalysis, list[TraceRank]]:
     rid = run_id or default_run_id(files)
-    found, caveats = map_ranks(fmt, files, partial(_analyse_rank, run_id=rid), workers=workers)
+    found, caveats = map_ranks(fmt, files, partial(_analyse_rank, run_id=rid), workers=workers, engine=engine, master=master)
     kept = [(rf, result) for rf, result in found if rank_subset.keep(rf.rank, ranks)]
     if ranks is not None and not kept:
         raise InvalidArgument(f"--ranks: none of the {len(files)} trace file(s) holds any of the stated ranks")
@@ -189,6 +213,8 @@ def analyze(
     keep_events: bool = False,
     placement: str | Path | None = None,
     ranks: str | frozenset[int] | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> JobReport:
     """Read, analyse and diagnose one job from whatever signal files it has: per-rank traces (Kineto,
     JAX, Nsight Systems) and any mix of telemetry, NCCL, Nsight Compute, step-log and inference files.
@@ -197,7 +223,11 @@ def analyze(
     ``placement`` (a file, or ``"0=node-a:0,1=node-a:1"``) says which host and GPU each rank ran on, for
     joining telemetry to the ranks (``ingest.placement`` lists the other ways it is found).
     ``ranks`` (``"0,8,16-31"`` or a set) analyses those ranks' traces only (``ingest.rank_subset``).
+    ``engine="spark"`` parses and analyses each rank file as a Spark task (``master``: a Spark master
+    URL, default ``local[2]``), the files read where they lie; only per-rank results come back, and the
+    report is the same as the local run's (``pipeline.spark_ranks``).
     """
+    require_rank_engine(engine)
     found = classify_inputs(paths)
     explicit = explicit_placement(placement)  # a bad option fails before any trace is parsed
     subset = rank_subset.parse_rank_spec(ranks) if isinstance(ranks, str) else ranks
@@ -211,14 +241,16 @@ def analyze(
         rid = run_id or default_run_id([p for _, p in found.others])
         analysis = _no_trace(rid, sources)
     elif keep_events:
-        k = read_trace_job(found.trace_files, run_id=run_id, workers=workers)
+        k = read_trace_job(found.trace_files, run_id=run_id, workers=workers, engine=engine, master=master)
         if subset is not None:
             k = rank_subset.restrict_job(k, subset)
         analysis = analyze_job(TraceJob(k.runs, k.events, k.caveats, k.rank_files))
         analysis.process_groups = group_descriptions(list(k.metadata.values()))
         trace_ranks = _trace_ranks_in_memory(k)
     else:
-        analysis, trace_ranks = _analyze_traces(found.trace_format, found.trace_files, run_id=run_id, workers=workers, ranks=subset)
+        analysis, trace_ranks = _analyze_traces(
+            found.trace_format, found.trace_files, run_id=run_id, workers=workers, ranks=subset, engine=engine, master=master
+        )
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
     analysis.runs = _readable_workload(analysis.runs, [Path(p) for p in paths])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
