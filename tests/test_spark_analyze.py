@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -62,3 +63,18 @@ def test_an_unknown_engine_is_refused_before_any_file_is_read(tmp_path):
     res = CliRunner().invoke(app, ["analyze", str(REAL), "--engine", "ray"])
     assert res.exit_code == 2
     assert "unknown engine 'ray'" in res.output
+
+
+def test_spark_ingest_stores_the_tables_the_local_ingest_stores(tmp_path, spark_con):
+    docs = {}
+    for engine in ("local", "spark"):
+        store = tmp_path / engine
+        res = CliRunner().invoke(app, ["ingest", str(REAL), "--store", str(store), "--format", "json", "--engine", engine])
+        assert res.exit_code == 0, res.output
+        docs[engine] = {k: v for k, v in json.loads(res.stdout).items() if k != "store"}
+    assert docs["spark"] == docs["local"]
+    assert docs["local"]["summary"]["added"] == 1
+    parts = {e: sorted(p.relative_to(tmp_path / e) for p in (tmp_path / e).rglob("*.parquet")) for e in docs}
+    assert parts["spark"] == parts["local"] and {p.parts[0] for p in parts["local"]} >= {"runs", "steps", "records", "findings"}
+    for rel in parts["local"]:
+        assert pq.read_table(tmp_path / "spark" / rel).equals(pq.read_table(tmp_path / "local" / rel)), rel
