@@ -87,7 +87,14 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "nvidia-smi dmon layout (old 'temp' column), 2 GPUs, from NVML's Go sample",
         ),
     ),
-    "nvidia_smi_query": (1, ("driver 580.159.04",)),
+    "nvidia_smi_query": (
+        3,
+        (
+            "--format=csv on GeForce (2020, no index column, two GPUs)",
+            "driver 520.56.06 --format=csv (units in values, pstate, no timestamp)",
+            "driver 580.159.04",
+        ),
+    ),
     "steplog": (
         42,
         (

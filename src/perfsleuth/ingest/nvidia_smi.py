@@ -342,6 +342,27 @@ def _query_values(raw: pd.Series, field: GpuField, header_unit: str | None, path
     return out, int(absent.sum())
 
 
+def _gpu_without_index(frame: pd.DataFrame, by_name: dict[str, str], path: Path, caveats: list[Caveat]) -> np.ndarray:
+    """GPU numbers for a query with no ``index`` column. nvidia-smi lists the GPUs in index order, every sample: a
+    GPU's uuid or PCI bus id numbers it by first appearance; with neither, the k-th row of a timestamp is GPU k, and
+    with no timestamp either the file is read as one snapshot (row k is GPU k). Each way is said in a caveat."""
+    for key in ("uuid", "pci.bus_id", "serial"):
+        if key in by_name:
+            ids = frame[by_name[key]].str.strip()
+            gpu = pd.factorize(ids)[0].astype(np.int64)
+            how = f"no index column: GPUs numbered 0, 1, ... by first appearance of their {key}"
+            break
+    else:
+        if "timestamp" in by_name:
+            gpu = frame.groupby(frame[by_name["timestamp"]].str.strip(), sort=False).cumcount().to_numpy(np.int64)
+            how = "no index column: the k-th row of each timestamp read as GPU k (nvidia-smi's order)"
+        else:
+            gpu = np.arange(len(frame), dtype=np.int64)
+            how = "no index, identity or timestamp column: read as one snapshot, row k as GPU k (nvidia-smi's order)"
+    caveats.append(Caveat("gpu_from_row_order", how, str(path)))
+    return gpu
+
+
 def read_query(
     path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None, interval_ms: int = 1000
 ) -> SourceData:
@@ -377,9 +398,10 @@ def read_query(
     units = {c: (m.group(2).strip() if m and m.group(2) else None) for c, m in headers.items()}
     _no_repeated_columns([names[c] for c in frame.columns], path, numbered[0][0])
     by_name = {v: k for k, v in names.items()}
-    if "index" not in by_name:
-        raise InputError(path, "no index column: samples cannot be given a GPU", hint="add index to --query-gpu")
-    gpu = _gpu_indexes(frame[by_name["index"]], path, "index", [n for n, _ in numbered[1:]])
+    if "index" in by_name:
+        gpu = _gpu_indexes(frame[by_name["index"]], path, "index", [n for n, _ in numbered[1:]])
+    else:
+        gpu = _gpu_without_index(frame, by_name, path, caveats)
     if "timestamp" in by_name:
         ts = _to_utc_ns(frame[by_name["timestamp"]].str.strip(), "%Y/%m/%d %H:%M:%S.%f", tz, path, "timestamp")
         if tz is None:
