@@ -808,11 +808,18 @@ def render_html(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequence =
 
 def _sources(sources: Sequence) -> str:
     """One section per non-trace input: what was read, and the first rows of each table."""
-    from perfsleuth.report.sources_text import previews
+    from perfsleuth.report.sources_text import previews, view_table
 
     out = []
-    for fmt, path, counts, tables in previews(sources):
+    for fmt, path, counts, views, tables in previews(sources):
         out.append(f'<section><h2>Read {esc(fmt)}</h2><p class="muted">{esc(path)}: {esc(counts)}</p>')
+        for view in views:
+            title, headers, cells = view_table(view)
+            num = ["" if c.numeric else ' class="l"' for c in view.columns]  # numbers right-aligned, names wrap
+            head = "".join(f"<th{n}>{esc(h)}</th>" for h, n in zip(headers, num, strict=True))
+            body = "".join("<tr>" + "".join(f"<td{n}>{esc(v)}</td>" for v, n in zip(r, num, strict=True)) + "</tr>" for r in cells)
+            out.append(f'<table data-view="{esc(view.kind)}"><caption>{esc(title)}</caption><tr>{head}</tr>{body}</table>')
+            out.append("".join(f'<p class="muted">{esc(n)}</p>' for n in view.notes))
         for title, cols, rows in tables:
             head = "".join(f"<th>{esc(c)}</th>" for c in cols)
             body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)

@@ -19,7 +19,7 @@ from perfsleuth.model import Finding
 from perfsleuth.report.escape import markdown_text as md
 from perfsleuth.report.html_report import VERDICT_LABELS, fmt_interval, fmt_ms, fmt_pct, fmt_scope
 from perfsleuth.report.run_header import ranks_phrase
-from perfsleuth.report.sources_text import previews
+from perfsleuth.report.sources_text import previews, view_table
 from perfsleuth.trace.analysis import JobAnalysis
 
 TOP_KERNELS = 5
@@ -88,8 +88,13 @@ def render_markdown(analysis: JobAnalysis, diagnosis: Diagnosis, sources: Sequen
         + (f" · step time {md(fmt_interval(rep.step_time))}" if rep.step_time else ""),
         "",
     ]
-    for fmt, path, counts, tables in previews(sources):
+    for fmt, path, counts, views, tables in previews(sources):
         out += [f"### Read {md(fmt)}: {md(path)}", "", md(counts), ""]
+        for view in views:
+            title, headers, cells = view_table(view)
+            align = "".join("r" if c.numeric else "l" for c in view.columns)
+            out += [f"**{md(title)}**", "", *_table([md(h) for h in headers], [[md(v) for v in r] for r in cells], align), ""]
+            out += [*(f"- {md(n)}" for n in view.notes), ""]
         for title, cols, rows in tables:
             out += [f"**{md(title)}**", "", *_table([md(c) for c in cols], [[md(v) for v in r] for r in rows], "l" * len(cols)), ""]
     if analysis.caveats:

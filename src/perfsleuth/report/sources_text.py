@@ -3,7 +3,10 @@
 A job that came as an Nsight Compute CSV, an nccl-tests log or an nvidia-smi capture alone has no
 per-rank breakdown to show; without this section its report would be an empty trace-shaped table.
 Each source gets a line (format, file, rows per table) and each table its first rows, in the columns
-that hold values, numbers whole (``report.fit_table``). It renders only what the adapter returned.
+that hold values, numbers whole (``report.fit_table``). Above them, the input's own views
+(``diagnose.input_views``: kernels on the roofline, bus bandwidth against the fabric, per-GPU telemetry,
+step-time history, serving latency), which stand for the tables they summarise; this module only
+formats them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.text import Text
 
+from perfsleuth.diagnose.input_views import InputView, ViewColumn, input_views
 from perfsleuth.report.escape import terminal_text
 from perfsleuth.report.fit_table import Col, FitTable
 
@@ -81,9 +85,13 @@ def render_sources(sources: Sequence, console: Console) -> None:
         console.print(
             Text.assemble(("Read ", "bold"), terminal_text(s.format), " ", terminal_text(s.path, 200), f": {counts or 'no rows'}")
         )
+        views = input_views([s])
+        for view in views:
+            render_view(view, console)
+        covered = {name for v in views for name in v.covers}
         for name, t in s.tables.items():
             cols = _shown_columns(t)
-            if not t.num_rows or not cols:
+            if name in covered or not t.num_rows or not cols:
                 continue
             title, shown = _sample(name, t, cols)
             table = FitTable([Col(c, numeric=not pa.types.is_string(t.schema.field(c).type)) for c in cols], title=title)
@@ -92,19 +100,85 @@ def render_sources(sources: Sequence, console: Console) -> None:
             console.print(table)
 
 
-def previews(sources: Sequence) -> list[tuple[str, str, str, list[tuple[str, list[str], list[list[str]]]]]]:
-    """For md and html: per source (format, path, rows-per-table line, [(table title, headers, rows)]),
-    the same columns and rows the terminal shows; strings are raw (each renderer escapes them)."""
+def _bytes(v: float) -> str:
+    for k, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(v) >= 1024**k:
+            return f"{v / 1024**k:.4g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _ms(ns: float) -> str:
+    ms = ns / 1e6
+    return f"{ms:,.1f}" if abs(ms) >= 100 else f"{ms:.3f}" if abs(ms) >= 1 else f"{ms:.4f}"
+
+
+_VIEW_UNITS = {"ns": "ms", "bytes": ""}  # the unit a header names: step times in ms; sizes label themselves
+
+
+def view_cell(value: object, col: ViewColumn) -> str:
+    """One value of an ``InputView`` as its report shows it (the unit is in the column's header)."""
+    if value is None:
+        return "—"
+    if not col.numeric or isinstance(value, str):
+        return str(value)
+    v = float(value)  # type: ignore[arg-type]
+    if col.unit == "ns":
+        return _ms(v)
+    if col.unit == "bytes":
+        return _bytes(v)
+    if col.unit == "%":
+        return f"{v:.1f}"
+    if col.unit == "GB/s":
+        return f"{v:,.2f}"
+    if col.unit == "fraction":
+        return f"{v:.3f}"
+    return _cell(value)
+
+
+def view_header(col: ViewColumn) -> str:
+    unit = _VIEW_UNITS.get(col.unit, col.unit)
+    return f"{col.name} ({unit})" if unit else col.name
+
+
+def view_table(view: InputView) -> tuple[str, list[str], list[list[str]]]:
+    """A view's title, headers and cells as strings (raw: each renderer escapes them)."""
+    return (
+        view.title,
+        [view_header(c) for c in view.columns],
+        [[view_cell(v, c) for v, c in zip(r, view.columns, strict=True)] for r in view.rows],
+    )
+
+
+def render_view(view: InputView, console: Console) -> None:
+    """One view as a terminal table, its notes below it."""
+    title, headers, rows = view_table(view)
+    table = FitTable([Col(h, numeric=c.numeric) for h, c in zip(headers, view.columns, strict=True)], title=title)
+    for r in rows:
+        table.add_row(*(terminal_text(v, 200) for v in r))
+    console.print(table)
+    for note in view.notes:
+        console.print(Text.assemble("  ", terminal_text(note, 400)), style="dim")
+
+
+Preview = tuple[str, str, str, list[InputView], list[tuple[str, list[str], list[list[str]]]]]
+
+
+def previews(sources: Sequence) -> list[Preview]:
+    """For md and html: per source (format, path, rows-per-table line, its views, [(table title,
+    headers, rows)] of the tables no view covers, the same columns and rows the terminal shows);
+    strings are raw (each renderer escapes them)."""
     out = []
     for s in sources:
         counts = ", ".join(f"{t.num_rows:,} {name}" for name, t in s.tables.items()) or "no rows"
+        views = input_views([s])
+        covered = {name for v in views for name in v.covers}
         tables = []
         for name, t in s.tables.items():
             cols = _shown_columns(t)
-            if not t.num_rows or not cols:
+            if name in covered or not t.num_rows or not cols:
                 continue
             title, shown = _sample(name, t, cols)
             rows = [[_cell(row[c]) for c in cols] for row in shown]
             tables.append((title, cols, rows))
-        out.append((s.format, s.path, counts, tables))
+        out.append((s.format, s.path, counts, views, tables))
     return out
