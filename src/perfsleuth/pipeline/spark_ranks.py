@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from perfsleuth.errors import InputError, InvalidArgument, PerfsleuthError
 
@@ -60,15 +60,29 @@ def _task(job: tuple[str, bool], fn: Callable[[tuple[str, bool]], T]) -> T | _Fa
         return _Failed("argument", str(exc))
 
 
-def map_rank_files_spark(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, master: str | None = None) -> list[T]:
-    """Apply ``fn((path, single_file))`` to every rank file as one Spark task per file, in the files'
-    order (the same contract as ``ingest.kineto.map_rank_files``). ``master`` is a Spark master URL
-    (default ``local[2]``; a running session is reused, as the fleet verbs' ``--engine spark`` does)."""
-    if not files:
-        raise InputError(None, "no trace files given")
+def _session(master: str | None) -> Any:
+    """The running SparkSession when there is one and no ``master`` is named (a script run by
+    ``spark-submit`` that made its session first keeps its cluster), else one for ``master``."""
     from perfsleuth import engine as engines  # DuckDB, Ibis and Spark load only when Spark is asked for
 
-    session = engines.local_spark_session(master=master)
+    if master is None:
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:  # local_spark_session says what to install
+            pass
+        else:
+            if (active := SparkSession.getActiveSession()) is not None:
+                return active
+    return engines.local_spark_session(master=master)
+
+
+def map_rank_files_spark(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, master: str | None = None) -> list[T]:
+    """Apply ``fn((path, single_file))`` to every rank file as one Spark task per file, in the files'
+    order (the same contract as ``ingest.kineto.map_rank_files``). ``master`` is a Spark master URL;
+    without one, the running SparkSession, else a local one (``local[2]``, as the fleet verbs' ``--engine spark``)."""
+    if not files:
+        raise InputError(None, "no trace files given")
+    session = _session(master)
     single = len(files) == 1
     jobs = [(str(f), single) for f in files]
     rdd = session.sparkContext.parallelize(jobs, numSlices=len(jobs))
