@@ -58,14 +58,25 @@ def test_old_header_and_collapsed_spaces(tmp_path: Path) -> None:
     assert df[(df.metric == "pcie_tx_bytes_per_s") & (df.gpu == 12)]["value"].tolist() == [528378278.0]
 
 
-def test_real_capture_with_prompt_and_unknown_nvlink_counters() -> None:
-    """NVIDIA/DCGM issue #265: the prompt and command before the header; fields 1200-1211 that the
-    registry does not name are kept under their dmon short names."""
+def test_real_capture_with_prompt_and_nvlink_counters() -> None:
+    """NVIDIA/DCGM issue #265: the prompt and command before the header; fields 1200-1211 (NVLink counters read
+    through NVML, DCGM 3.3+) named by the registry from their dmon short names (dcgm_fields.cpp: NLXMITP is
+    DCGM_FI_DEV_NVLINK_TX_PACKET_TOTAL, NLRCVB DCGM_FI_DEV_NVLINK_RX_BYTES_TOTAL)."""
     p = DATA / "real" / "dcgm" / "dcgm_issue265_nvlink_counters.txt"
     sd = dcgm.read_dmon(p)
-    assert series(sd, "dcgmi_dmon.NLXMITP") == [170836581862.0]
-    assert series(sd, "dcgmi_dmon.NLRCVB") == [9364025417786.0]
+    assert series(sd, "nvlink_tx_packets") == [170836581862.0]
+    assert series(sd, "nvlink_rx_bytes") == [9364025417786.0]
     assert sd.meta["field_ids"] == list(range(1200, 1212))
+    assert not any(c.code == "unknown_metric" for c in sd.caveats)
+
+
+def test_unknown_dmon_columns_are_kept_by_name(tmp_path: Path) -> None:
+    """A short name the registry does not know (a field newer than it) is kept as dcgmi_dmon.<name>, with a caveat."""
+    p = tmp_path / "d.txt"
+    p.write_text("#Entity   ZZNEW        POWER\nID                     W\nGPU 0     7            100.5\n")
+    sd = dcgm.read_dmon(p)
+    assert series(sd, "dcgmi_dmon.ZZNEW") == [7.0]
+    assert series(sd, "power_w") == [100.5]
     assert any(c.code == "unknown_metric" for c in sd.caveats)
 
 

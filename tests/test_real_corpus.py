@@ -255,6 +255,27 @@ def dmon_first_value(sd, path: Path) -> None:
     assert got.iloc[0] == float(row[2])
 
 
+def dmon_values(sd, path: Path) -> None:
+    """Every value of every ``dcgmi dmon`` row, per entity (``GPU 3``, ``GPU-I 21``), as the file prints it; each
+    ``N/A`` missing, and counted in the reader's caveat."""
+    want: dict[str, list[float]] = {}
+    na = 0
+    for ln in path.read_text().splitlines():
+        if m := re.match(r"^(GPU(?:-I|-CI)?) (\d+)\s+(.*)$", ln):
+            cells = m.group(3).split()
+            na += cells.count("N/A")
+            want.setdefault(f"{m.group(1)} {m.group(2)}", []).extend(float(c) for c in cells if c != "N/A")
+    assert want
+    df = sd.tables["samples"].to_pandas()
+    for entity, vals in want.items():
+        kind, n = entity.split()
+        got = df[df.gpu == int(n)] if kind == "GPU" else df[df.metric.str.endswith(f"{{entity={kind}_{n}}}")]
+        assert sorted(got["value"]) == sorted(vals), entity
+    assert len(df) == sum(len(v) for v in want.values())
+    counted = [int(c.message.split()[0]) for c in sd.caveats if c.code == "not_available"]
+    assert sum(counted) == na
+
+
 def smi_dmon_rows(sd, path: Path) -> None:
     rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     names = next(ln for ln in path.read_text().splitlines() if ln.startswith("#")).lstrip("#").split()
@@ -301,6 +322,7 @@ ORACLES = {
         exporter_samples,
         exporter_field,
         dmon_first_value,
+        dmon_values,
         smi_dmon_rows,
         smi_query_rows,
         ncu_kernels,

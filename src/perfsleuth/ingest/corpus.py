@@ -23,7 +23,15 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "dcgm-exporter 4.x (mixed models, MIG and pod labels, lower-case hostname)",
         ),
     ),
-    "dcgmi_dmon": (1, ("DCGM 3.x dcgmi dmon",)),
+    "dcgmi_dmon": (
+        4,
+        (
+            "DCGM 3.x dcgmi dmon",
+            "DCGM 3.x dcgmi dmon -g on MIG (GPU-I entities, 1001-1004)",
+            "DCGM 4.2.3 dcgmi dmon -e 1001-1008 (8 GPUs, N/A mixed with values)",
+            "DCGM 4.2.3 dcgmi dmon -e 1002 (every value N/A)",
+        ),
+    ),
     "inference_bench": (
         11,
         (

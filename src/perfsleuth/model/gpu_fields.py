@@ -297,6 +297,25 @@ FIELDS: tuple[GpuField, ...] = (
         (_D + "NVLINK_RECOVERY_ERROR_COUNT_TOTAL", _D + "NVLINK_RECOVERY_ERROR_TOTAL"),
         "NRCLT",
     ),
+    # NVLink counters read through NVML's field values (DCGM 3.3+, ids 1200-1211): 4.x names first, then the
+    # 3.x NVLINK_COUNT_ aliases DCGM keeps with the same id; dcgmi dmon short names as dcgm_fields.cpp prints them
+    *(
+        _f(name, unit, COUNTER, fid, tuple(dict.fromkeys((_D + new, _D + "NVLINK_COUNT_" + old))), short)
+        for name, unit, fid, new, old, short in (
+            ("nvlink_tx_packets", "count", 1200, "NVLINK_TX_PACKET_TOTAL", "TX_PACKETS", "NLXMITP"),
+            ("nvlink_tx_bytes", "B", 1201, "NVLINK_TX_BYTES_TOTAL", "TX_BYTES", "NLXMITB"),
+            ("nvlink_rx_packets", "count", 1202, "NVLINK_RX_PACKET_TOTAL", "RX_PACKETS", "NLRCVP"),
+            ("nvlink_rx_bytes", "B", 1203, "NVLINK_RX_BYTES_TOTAL", "RX_BYTES", "NLRCVB"),
+            ("nvlink_rx_malformed_packets", "count", 1204, "NVLINK_RX_PACKET_MALFORMED_TOTAL", "RX_MALFORMED_PACKET_ERRORS", "NLMALP"),
+            ("nvlink_rx_buffer_overruns", "count", 1205, "NVLINK_RX_PACKET_DROPPED_TOTAL", "RX_BUFFER_OVERRUN_ERRORS", "NLBUFO"),
+            ("nvlink_rx_errors", "count", 1206, "NVLINK_RX_ERROR_TOTAL", "RX_ERRORS", "NLRCVE"),
+            ("nvlink_rx_remote_errors", "count", 1207, "NVLINK_RX_REMOTE_ERROR_TOTAL", "RX_REMOTE_ERRORS", "NLRCVRE"),
+            ("nvlink_rx_general_errors", "count", 1208, "NVLINK_RX_GENERAL_ERROR_TOTAL", "RX_GENERAL_ERRORS", "NLRCVGE"),
+            ("nvlink_link_integrity_errors", "count", 1209, "NVLINK_INTEGRITY_ERROR_TOTAL", "LOCAL_LINK_INTEGRITY_ERRORS", "NLLLIE"),
+            ("nvlink_tx_discards", "count", 1210, "NVLINK_COUNT_TX_DISCARDS", "TX_DISCARDS", "NLXMITD"),
+            ("nvlink_link_recoveries_ok", "count", 1211, "NVLINK_RECOVERY_SUCCESSFUL_TOTAL", "LINK_RECOVERY_SUCCESSFUL_EVENTS", "NLLRS"),
+        )
+    ),
     # errors
     _f(
         "xid_errors",
