@@ -33,7 +33,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "inference_bench": (
-        11,
+        13,
         (
             "AIPerf 0.1-0.2 profile_export_aiperf.json (metric blocks under 'records', cancelled requests)",
             "AIPerf 0.8.0 profile_export_aiperf.json (schema 1.0, phases, against a mock server)",
@@ -42,6 +42,8 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "SGLang 0.5 bench_serving (vision tokens, Concurrency)",
             "SGLang 0.5.x bench_serving (peak throughput, P90/P95 E2E)",
             "SGLang bench_serving against vLLM (quoted with '> ')",
+            "trtllm-bench 0.17.0 throughput (PyTorch backend banner)",
+            "trtllm-bench 0.17.0 throughput (TensorRT engine, [TRT-LLM] [I] log lines, no latency percentiles)",
             "trtllm-bench 0.21 (latency breakdown, dataset details)",
             "trtllm-bench 1.1.0rc1 (PyTorch backend, setup sections)",
             "trtllm-bench throughput (PyTorch backend, 2025)",
