@@ -10,7 +10,7 @@ from __future__ import annotations
 
 REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
     "dcgm_exporter": (
-        9,
+        10,
         (
             "dcgm-exporter (GPU Operator 24.9.2) on L40S",
             "dcgm-exporter 2.0.13 (DCGM 2.1.2), a blank-sentinel value",
@@ -21,6 +21,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "dcgm-exporter 3.x on H100 MIG (driver 535, GPU_I_ID labels)",
             "dcgm-exporter 3.x on V100 (counter family)",
             "dcgm-exporter 4.x (mixed models, MIG and pod labels, lower-case hostname)",
+            "dcgm-exporter on GB200 (DCGM_FI_DEV_NVLINK_COUNT_* counters, 2025)",
         ),
     ),
     "dcgmi_dmon": (
