@@ -34,7 +34,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "inference_bench": (
-        14,
+        15,
         (
             "AIPerf 0.1-0.2 profile_export_aiperf.json (metric blocks under 'records', cancelled requests)",
             "AIPerf 0.8.0 profile_export_aiperf.json (1M requests, no errors, no error_request_count block)",
@@ -50,6 +50,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "trtllm-bench 1.1.0rc1 (PyTorch backend, setup sections)",
             "trtllm-bench throughput (PyTorch backend, 2025)",
             "vllm bench serve 0.11+ (peak throughput, failed requests)",
+            "vllm bench serve 0.9 (2025-05, openai-chat, ShareGPT via hf)",
         ),
     ),
     "nccl_log": (
