@@ -640,6 +640,13 @@ def fleet_report(
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[2])")] = None,
     bootstrap: Annotated[int, typer.Option(help="bootstrap resamples for the culprits' selection frequency")] = 20,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="the top line: tokens (tokens/s/GPU, GPU-time weighted; needs tokens per step), "
+            "step_time (step weighted) or mfu (GPU-time weighted)"
+        ),
+    ] = "tokens",
     _progress: ShowProgress = None,
 ) -> None:
     """Write the fleet page: GPU-hours and cost lost per cause, the trend and its change points, culprits with evidence."""
@@ -659,6 +666,7 @@ def fleet_report(
             master=master,
             bootstrap=bootstrap,
             seed=seed,
+            metric=metric,
         )
     raise typer.Exit(status)
 

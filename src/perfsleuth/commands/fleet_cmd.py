@@ -1,4 +1,5 @@
-"""``perfsleuth fleet report``: the fleet page, from a store (``--store DIR``) or a records file (``--records FILE``).
+"""``perfsleuth fleet report``: the fleet page, from a store (``--store DIR``) or a records file (``--records FILE``),
+following ``--metric`` tokens (tokens/s/GPU), step_time or mfu (``fleet.columns.METRICS``).
 
 It only parses options, opens the records on the chosen engine, and hands them to
 ``fleet.report.build_fleet_page``; ``report.fleet_html`` renders the page, written whole to ``--out``
@@ -13,6 +14,7 @@ from pathlib import Path
 from perfsleuth import engine as engines
 from perfsleuth.commands.output import deliver, fail
 from perfsleuth.errors import InputError, PerfsleuthError
+from perfsleuth.fleet.columns import METRICS
 from perfsleuth.fleet.report import build_fleet_page
 from perfsleuth.fleet.windows import parse_window
 from perfsleuth.report.fleet_html import render_fleet_html
@@ -34,10 +36,11 @@ def fleet_report_command(
     master: str | None = None,
     bootstrap: int = 20,
     seed: int = 0,
+    metric: str = "tokens",
 ) -> int:
     """Write the fleet page to ``out``; returns the exit status (0 done, 2 bad input or options)."""
     try:
-        page = _build(Path(out), store, records, baseline, current, price_per_gpu_hour, currency, engine, master, bootstrap, seed)
+        page = _build(Path(out), store, records, baseline, current, price_per_gpu_hour, currency, engine, master, bootstrap, seed, metric)
     except PerfsleuthError as exc:
         return fail(str(exc))
     status = deliver(render_fleet_html(page), Path(out))
@@ -61,9 +64,12 @@ def _build(
     master: str | None,
     bootstrap: int,
     seed: int,
+    metric: str = "tokens",
 ):
     if (store is None) == (records is None):
         raise InputError(None, "give exactly one of --store DIR and --records FILE")
+    if metric not in METRICS:
+        raise InputError(None, f"--metric {metric!r}: not a fleet metric", hint=f"one of {', '.join(METRICS)}")
     engines.require(engine)
     check_bootstrap(bootstrap)
     if (baseline is None) != (current is None):
@@ -90,6 +96,7 @@ def _build(
         runs_dir=out.parent / RUNS_DIR,
         bootstrap=bootstrap,
         seed=seed,
+        metric=metric,
     )
     if opened is None:
         return page

@@ -37,7 +37,7 @@ from ibis import _
 from perfsleuth.engine import backend_of, engine_name, to_arrow
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.fleet import values
-from perfsleuth.fleet.columns import RUN_ID, THROUGHPUT, TIME, RecordColumns, record_columns
+from perfsleuth.fleet.columns import RUN_ID, THROUGHPUT, TIME, TOKENS_HINT, RecordColumns, record_columns
 from perfsleuth.fleet.factor_tree import fleet_attribution
 from perfsleuth.fleet.windows import NS_PER_DAY, Window, choose_windows, day_to_date
 from perfsleuth.metrics.attribution import Attribution
@@ -60,9 +60,14 @@ class DailyPoint:
     """One UTC day of the fleet: its GPU-time weighted throughput, GPU-hours and runs."""
 
     day: int  # days since 1970-01-01
-    tokens_per_s_per_gpu: float | None
+    value: float | None  # the page's metric (``FleetPage.columns.metric``): tokens/s/GPU by default
     gpu_hours: float | None
     runs: int
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """The value under its old name (it is tokens/s/GPU on a ``metric="tokens"`` page)."""
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,12 @@ class WindowTotals:
     window: Window
     runs: int
     gpu_hours: float | None
-    tokens_per_s_per_gpu: float | None
+    value: float | None  # the page's metric
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """The value under its old name (it is tokens/s/GPU on a ``metric="tokens"`` page)."""
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +89,14 @@ class RunLink:
 
     run_id: str
     day: int
-    tokens_per_s_per_gpu: float | None
+    value: float | None  # the run's own value of the page's metric
     href: str | None
     where: str = ""  # its location dimensions (cluster / rack / node ...), as recorded
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """The value under its old name (it is tokens/s/GPU on a ``metric="tokens"`` page)."""
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +128,7 @@ class FactorChange:
 @dataclass(frozen=True, slots=True)
 class WaterfallStep:
     label: str
-    delta: float  # tokens/s/GPU
+    delta: float  # in the page's metric
     kind: str  # "mix", "culprit", "other"
 
 
@@ -164,23 +179,31 @@ def build_fleet_page(
     runs_dir: Path | None = None,
     bootstrap: int = 20,
     seed: int = 0,
+    metric: str = "tokens",
 ) -> FleetPage:
-    """The fleet page's content for ``records`` (windows given together, or both chosen from the trend)."""
+    """The fleet page's content for ``records`` (windows given together, or both chosen from the trend),
+    following ``metric``: ``tokens`` (tokens/s/GPU, GPU-time weighted), ``step_time`` (step weighted) or
+    ``mfu`` (GPU-time weighted); see ``fleet.columns.METRICS``."""
     if (baseline is None) != (current is None):
         raise InputError(None, "give both --baseline and --current, or neither")
     if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
         raise InputError(None, f"the price per GPU-hour must be 0 or more, got {price_per_gpu_hour}")
-    cols = record_columns(records, source)
+    cols = record_columns(records, source, metric)
     records, caveats = _measurements_only(records, cols, source)
-    keyed = records.mutate(ps_day=(records[TIME] // NS_PER_DAY).cast("int64"), ps_n=cols.numerator(records), ps_w=cols.weight(records))
-    keyed, measured = _measured(keyed, source)
+    keyed = records.mutate(
+        ps_day=(records[TIME] // NS_PER_DAY).cast("int64"),
+        ps_n=cols.numerator(records),
+        ps_w=cols.weight(records),
+        ps_g=cols.gpu_time(records),
+    )
+    keyed, measured = _measured(keyed, source, cols)
     caveats += measured
     daily = _daily(keyed, cols)
     if not daily:
         raise InputError(
             source, "the records hold no row with a usable time", place=f"column {TIME}", hint="time_ns is epoch nanoseconds, 2015..2100"
         )
-    trend, trend_note = _trend(daily)
+    trend, trend_note = _trend(daily, cols)
     if baseline is None or current is None:
         change_days = [daily[cp.index].day for cp in trend.change_points] if trend else []
         baseline, current, how = choose_windows(daily[0].day, daily[-1].day, change_days)
@@ -197,7 +220,10 @@ def build_fleet_page(
                 hint=f"the records cover {_date(daily[0].day)}..{_date(daily[-1].day)}",
             )
     factors, factor_note = _factors(keyed, cols, baseline, current)
-    attribution, attribution_note = fleet_attribution(keyed, cols, baseline, current)
+    if cols.metric.name == "tokens":
+        attribution, attribution_note = fleet_attribution(keyed, cols, baseline, current)
+    else:
+        attribution, attribution_note = None, "the factor tree splits tokens/s/GPU: see it with --metric tokens"
     two = _two_windows(keyed, cols, baseline, current)
     loc, loc_note, rate_change, rate_lost_h = _localize(two, cols, bootstrap, seed)
     price = DEFAULT_PRICE_PER_GPU_HOUR if price_per_gpu_hour is None else price_per_gpu_hour
@@ -250,10 +276,11 @@ def _measurements_only(records: ir.Table, cols: RecordColumns, source: str) -> t
     weight = cols.weight(records)
     drop: dict[str, ir.BooleanValue] = {TIME: values.implausible_time(records[TIME])}
     words = {TIME: values.NOT_A_TIME}
-    for column in (cols.tokens if cols.tokens and cols.gpu_seconds else THROUGHPUT, cols.gpu_seconds):
+    tops = (cols.tokens if cols.tokens and cols.gpu_seconds else THROUGHPUT,) if cols.metric.name == "tokens" else cols.metric.columns
+    for column in (*tops, cols.gpu_seconds):
         if column is not None:
             drop[column], words[column] = values.column_check(records, column)
-    if THROUGHPUT in drop:
+    if THROUGHPUT in drop and cols.metric.name == "tokens":
         drop[THROUGHPUT] = drop[THROUGHPUT] | values.unusable(records[THROUGHPUT].cast("float64") * weight)
     dropped = ibis.or_(*drop.values())
     blank = {
@@ -292,25 +319,21 @@ def _finite(v: ir.FloatingValue) -> ir.BooleanValue:
     return v.notnull() & ~v.isnan() & ~v.isinf()
 
 
-def _measured(keyed: ir.Table, source: str) -> tuple[ir.Table, list[Caveat]]:
+def _measured(keyed: ir.Table, source: str, cols: RecordColumns) -> tuple[ir.Table, list[Caveat]]:
     """The rows whose throughput and weight are numbers: a NaN would make every sum it enters NaN, and a row
     without a throughput cannot weigh into a weighted mean. Says how many were left out."""
     ok = _finite(keyed.ps_n) & _finite(keyed.ps_w)
     row = to_arrow(keyed.aggregate(rows=_.count(), left_out=ibis.ifelse(ok, 0, 1).sum())).to_pylist()[0]
     rows, left_out = int(row["rows"] or 0), int(row["left_out"] or 0)
+    what = f"{THROUGHPUT} (and GPU-seconds)" if cols.metric.name == "tokens" else " and ".join(cols.metric.columns)
     if rows and left_out == rows:
-        raise InputError(
-            source,
-            f"none of the {rows} records has a finite {THROUGHPUT} (and GPU-seconds): there is no throughput to chart",
-            hint="a trace alone does not know how many tokens a step processes: ingest the jobs with "
-            "--dims tokens_per_step=N (global batch x sequence length; or a tokens_per_step key in "
-            "their dims.json), or with a step log that states its batch and sequence length",
-        )
+        hint = TOKENS_HINT if cols.metric.name == "tokens" else f"the {cols.metric.name} top line is {cols.metric.weighting}"
+        raise InputError(source, f"none of the {rows} records has a finite {what}: there is no {cols.metric.label} to chart", hint=hint)
     caveats = (
         [
             Caveat(
                 "records-without-throughput",
-                f"{left_out} of {rows} records have no finite {THROUGHPUT} or GPU-seconds: they are left out of every number on this page",
+                f"{left_out} of {rows} records have no finite {what}: they are left out of every number on this page",
             )
         ]
         if left_out
@@ -327,16 +350,23 @@ def _hours(gpu_seconds: float | None, cols: RecordColumns) -> float | None:
     return None if gpu_seconds is None or cols.gpu_seconds is None else gpu_seconds / 3600.0
 
 
+def _weight_hours(weight: float | None, cols: RecordColumns) -> float | None:
+    """GPU-hours from a sum of weights: only where the weight is GPU time (not a step-time page's steps)."""
+    return _hours(weight, cols) if cols.weight_is_gpu_time else None
+
+
 def _daily(keyed: ir.Table, cols: RecordColumns) -> list[DailyPoint]:
-    rows = to_arrow(keyed.group_by("ps_day").aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), runs=_.count()).order_by("ps_day")).to_pylist()
-    return [DailyPoint(int(r["ps_day"]), r["n"] / r["w"] if r["w"] else None, _hours(r["w"], cols), int(r["runs"])) for r in rows]
+    rows = to_arrow(
+        keyed.group_by("ps_day").aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), g=_.ps_g.sum(), runs=_.count()).order_by("ps_day")
+    ).to_pylist()
+    return [DailyPoint(int(r["ps_day"]), r["n"] / r["w"] if r["w"] else None, _hours(r["g"], cols), int(r["runs"])) for r in rows]
 
 
-def _trend(daily: list[DailyPoint]) -> tuple[ChangeReport | None, str | None]:
-    values = np.array([np.nan if p.tokens_per_s_per_gpu is None else p.tokens_per_s_per_gpu for p in daily])
+def _trend(daily: list[DailyPoint], cols: RecordColumns) -> tuple[ChangeReport | None, str | None]:
+    values = np.array([np.nan if p.value is None else p.value for p in daily])
     days = np.array([p.day for p in daily], dtype="int64").astype("datetime64[D]")
     try:
-        return changes(values, times=days, unit="tokens/s/GPU", name="daily fleet tokens/s/GPU"), None
+        return changes(values, times=days, unit=cols.metric.label, name=f"daily fleet {cols.metric.label}"), None
     except InputError as exc:
         return None, f"no change-point analysis: {exc.cause}"
 
@@ -346,8 +376,8 @@ def _in(t: ir.Table, w: Window) -> ir.BooleanValue:
 
 
 def _window_totals(keyed: ir.Table, w: Window, cols: RecordColumns) -> WindowTotals:
-    row = to_arrow(keyed.filter(_in(keyed, w)).aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), runs=_.count())).to_pylist()[0]
-    return WindowTotals(w, int(row["runs"] or 0), _hours(row["w"], cols), row["n"] / row["w"] if row["w"] else None)
+    row = to_arrow(keyed.filter(_in(keyed, w)).aggregate(n=_.ps_n.sum(), w=_.ps_w.sum(), g=_.ps_g.sum(), runs=_.count())).to_pylist()[0]
+    return WindowTotals(w, int(row["runs"] or 0), _hours(row["g"], cols), row["n"] / row["w"] if row["w"] else None)
 
 
 def _factors(keyed: ir.Table, cols: RecordColumns, baseline: Window, current: Window) -> tuple[tuple[FactorChange, ...], str | None]:
@@ -401,7 +431,7 @@ def _localize(
     if whole is None:  # never: fleet_evidence=True always measures the whole fleet
         return loc, None, None, None
     rel = _interval(whole.relative_change, "same cells, current vs baseline: Σ w̄r¹ / Σ w̄r⁰ − 1")
-    lost = _lost(whole.relative_change, _hours(whole.support.denominator_current, cols))
+    lost = _lost(whole.relative_change, _weight_hours(whole.support.denominator_current, cols))
     return loc, None, rel, lost
 
 
@@ -421,7 +451,7 @@ def _lost(rel, gpu_hours: float | None) -> Interval | None:
 
 
 def _cause(c: CulpritEvidence, keyed: ir.Table, cols: RecordColumns, current: Window, price: float, runs_dir: Path | None) -> Cause:
-    hours = _hours(c.support.denominator_current, cols)
+    hours = _weight_hours(c.support.denominator_current, cols)
     lost = _lost(c.relative_change, hours)
     cost = (
         None
@@ -438,7 +468,8 @@ def _cause(c: CulpritEvidence, keyed: ir.Table, cols: RecordColumns, current: Wi
 
 
 def _slowest_runs(keyed: ir.Table, cols: RecordColumns, current: Window, runs_dir: Path | None, element) -> tuple[RunLink, ...]:
-    """The current window's slowest runs (under ``element`` when given), by their own tokens/s/GPU."""
+    """The current window's slowest runs (under ``element`` when given), by their own value of the metric
+    (the lowest throughput or MFU, the longest step time)."""
     t = keyed.filter(_in(keyed, current))
     if element:
         t = t.mutate(**{f"ps_key_{d}": t[d].cast("string").fill_null(NULL_VALUE) for d, _v in element})
@@ -446,7 +477,7 @@ def _slowest_runs(keyed: ir.Table, cols: RecordColumns, current: Window, runs_di
     places = location_dims(cols.dims)
     rows = to_arrow(
         t.select(*places, run_id=t[RUN_ID].cast("string"), day=t.ps_day, rate=t.ps_n / t.ps_w)
-        .order_by([ibis.asc("rate"), "run_id"])
+        .order_by([ibis.asc("rate") if cols.metric.higher_is_better else ibis.desc("rate"), "run_id"])
         .limit(SLOWEST_RUNS)
     ).to_pylist()
     return tuple(
@@ -475,7 +506,7 @@ def run_link(run_id: str | None, runs_dir: Path | None) -> str | None:
 
 
 def _waterfall(loc: Localization | None) -> tuple[WaterfallStep, ...]:
-    """Baseline → mix → each culprit's rate term → the rest of the rate change → current (tokens/s/GPU)."""
+    """Baseline → mix → each culprit's rate term → the rest of the rate change → current (in the page's metric)."""
     if loc is None:
         return ()
     steps = [WaterfallStep("workload mix", loc.mix.mix, "mix")]

@@ -101,16 +101,14 @@ def _summary(p: FleetPage) -> str:
             "carry no GPU time, so hours and cost cannot be given.</p>"
         )
     change = None
-    if base.tokens_per_s_per_gpu and cur.tokens_per_s_per_gpu is not None:
-        change = cur.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.0
-    parts.append(
-        f"<p>Fleet throughput went from {_num(base.tokens_per_s_per_gpu)} to {_num(cur.tokens_per_s_per_gpu)} "
-        f"tokens/s/GPU (<b>{_signed_pct(change)}</b>)."
-    )
+    m = p.columns.metric
+    if base.value and cur.value is not None:
+        change = cur.value / base.value - 1.0
+    parts.append(f"<p>Fleet {m.title} went from {_num(base.value)} to {_num(cur.value)} {m.label} (<b>{_signed_pct(change)}</b>).")
     loc = p.localization
     if loc is not None:
         parts.append(
-            f" Of that change, {_num(loc.mix.mix, 1)} tokens/s/GPU is the workload mix (the work changed, "
+            f" Of that change, {_num(loc.mix.mix, 1)} {m.label} is the workload mix (the work changed, "
             f"not its speed) and {_num(loc.mix.rate, 1)} is the same work running at another speed"
             + (
                 f" ({_signed_pct(p.rate_change.value)}{_between(p.rate_change.low, p.rate_change.high, _signed_pct)} on the same cells)"
@@ -190,10 +188,11 @@ def _cost_row(label: str, c: Cause, p: FleetPage) -> str:
 
 
 def _trend_svg(p: FleetPage) -> str:
-    pts = [(d.day, d.tokens_per_s_per_gpu) for d in p.daily if d.tokens_per_s_per_gpu is not None]
+    pts = [(d.day, d.value) for d in p.daily if d.value is not None]
+    m = p.columns.metric
     width, height, left, right, top, bottom = 1040, 300, 64, 32, 16, 40
     if not pts:
-        return '<p class="note">No day has a throughput to plot.</p>'
+        return f'<p class="note">No day has a {m.title} to plot.</p>'
     d0, d1 = p.daily[0].day, max(p.daily[-1].day, p.daily[0].day + 1)
     vals = [v for _d, v in pts]
     lo, hi, ticks = _ticks(min(vals) * 0.98, max(vals) * 1.02)
@@ -208,8 +207,9 @@ def _trend_svg(p: FleetPage) -> str:
         _svg_open(
             width,
             height,
-            "Daily fleet tokens/s/GPU",
-            "GPU-time weighted daily throughput; dashed red lines mark change points; shaded: baseline (blue) and current (amber) windows",
+            f"Daily fleet {m.label}",
+            f"daily {m.title}, {m.weighting.split(':')[0]}; dashed red lines mark change points; "
+            "shaded: baseline (blue) and current (amber) windows",
             "trend-svg",
         )
     ]
@@ -234,23 +234,23 @@ def _trend_svg(p: FleetPage) -> str:
         out.append(
             f'<line x1="{_n(cx)}" x2="{_n(cx)}" y1="{top}" y2="{height - bottom}" stroke="{CHANGE}" '
             f'stroke-width="2" stroke-dasharray="6 4"><title>change point {day_to_date(p.daily[cp.index].day)}: '
-            f"{_num(cp.before.value)} → {_num(cp.after.value)} tokens/s/GPU ({_signed_pct(cp.relative_change)}), "
+            f"{_num(cp.before.value)} → {_num(cp.after.value)} {m.label} ({_signed_pct(cp.relative_change)}), "
             f"p = {cp.p_value:.2g}</title></line>"
         )
     line = " ".join(f"{_n(x(d))},{_n(y(v))}" for d, v in pts)
     out.append(f'<polyline points="{line}" fill="none" stroke="{LINE}" stroke-width="2"/>')
     for d, v in pts:
         out.append(
-            f'<circle cx="{_n(x(d))}" cy="{_n(y(v))}" r="3" fill="{LINE}"><title>{day_to_date(d)}: {_num(v)} tokens/s/GPU</title></circle>'
+            f'<circle cx="{_n(x(d))}" cy="{_n(y(v))}" r="3" fill="{LINE}"><title>{day_to_date(d)}: {_num(v)} {m.label}</title></circle>'
         )
-    out.append(f'<text x="14" y="{height / 2}" text-anchor="middle" transform="rotate(-90 14 {height / 2})">tokens/s/GPU</text></svg>')
+    out.append(f'<text x="14" y="{height / 2}" text-anchor="middle" transform="rotate(-90 14 {height / 2})">{m.label}</text></svg>')
     return "".join(out)
 
 
 def _trend(p: FleetPage) -> str:
     head = (
-        '<h2 id="trend">Top-line trend</h2><p class="note">Fleet tokens/s/GPU per UTC day: Σ tokens / Σ GPU-seconds '
-        "of the runs that day (GPU-time weighted). Change points: rank-based scan test, false-alarm rate "
+        f'<h2 id="trend">Top-line trend</h2><p class="note">Fleet {p.columns.metric.label} per UTC day, '
+        f"{esc(p.columns.metric.weighting)} of the runs that day. Change points: rank-based scan test, false-alarm rate "
         f"{fmt_pct(p.trend.alpha, 0) if p.trend else '—'} per series.</p>"
     )
     body = _trend_svg(p)
@@ -367,7 +367,8 @@ def _waterfall_svg(p: FleetPage, mix: MixRate) -> str:
             width,
             height,
             "Mix and rate waterfall",
-            "from the baseline fleet tokens/s/GPU to the current one: the workload mix, each culprit's rate term, the other rate changes",
+            f"from the baseline fleet {p.columns.metric.label} to the current one: the workload mix, each culprit's rate term, "
+            "the other rate changes",
             "waterfall-svg",
         )
     ]
@@ -385,7 +386,7 @@ def _waterfall_svg(p: FleetPage, mix: MixRate) -> str:
             f'<text x="{left - 8}" y="{yy + row / 2 - 2}" text-anchor="end" dominant-baseline="middle">'
             f"{esc(label, 44)}</text>"
             f'<rect x="{_n(x0)}" y="{yy}" width="{_n(max(x1 - x0, 1.5))}" height="{row - 10}" fill="{BAR[kind]}">'
-            f"<title>{esc(label)}: {text} tokens/s/GPU</title></rect>"
+            f"<title>{esc(label)}: {text} {p.columns.metric.label}</title></rect>"
             f'<text x="{_n(x1 + 6)}" y="{yy + row / 2 - 2}" dominant-baseline="middle">{text}</text>'
         )
     out.append("</svg>")
@@ -398,7 +399,7 @@ def _waterfall(p: FleetPage) -> str:
         return head + f'<p class="caveat">{esc(p.localization_note or "no localization")}</p>'
     m = p.localization.mix
     return (
-        head + '<p class="note">Kitagawa\'s symmetric split of the change in fleet tokens/s/GPU (exact, no residual): '
+        head + f'<p class="note">Kitagawa\'s symmetric split of the change in fleet {p.columns.metric.label} (exact, no residual): '
         "<b>mix</b> is the share of GPU time moving between cells (models, configurations, machines) at their own rates; "
         "<b>rate</b> is cells getting faster or slower, split among the culprits and the rest. Had the mix not changed: "
         f"{_num(m.counterfactual_same_mix, 1)}; had no rate changed: {_num(m.counterfactual_same_rates, 1)}.</p>" + _waterfall_svg(p, m)
@@ -418,7 +419,7 @@ def _culprits(p: FleetPage) -> str:
         parts.append('<p class="note">No element of the recorded dimensions explains the rate change.</p>')
     else:
         parts.append(
-            '<p class="note">Rates are tokens/s/GPU with 95% bootstrap intervals over runs; the same-cell change '
+            f'<p class="note">Rates are {p.columns.metric.label} with 95% bootstrap intervals over runs; the same-cell change '
             "compares each cell (a combination of dimension values) with itself, so it is free of mix; siblings are "
             "the same workloads elsewhere; chosen is how often the search picks the element again when the cells "
             "are resampled.</p>"
@@ -455,15 +456,15 @@ def _culprits(p: FleetPage) -> str:
     return "".join(parts)
 
 
-def _run_rows(runs: Sequence[RunLink]) -> str:
+def _run_rows(runs: Sequence[RunLink], unit: str) -> str:
     rows = []
     for r in runs:
         name = f'<a href="{esc(r.href)}">{esc(r.run_id)}</a>' if r.href else esc(r.run_id)
         rows.append(
             f'<tr><td class="name">{name}</td><td class="name">{esc(r.where)}</td>'
-            f"<td>{day_to_date(r.day)}</td><td>{_num(r.tokens_per_s_per_gpu)}</td></tr>"
+            f"<td>{day_to_date(r.day)}</td><td>{_num(r.value)}</td></tr>"
         )
-    return f'<table><tr><th class="l">run</th><th class="l">where</th><th>day</th><th>tokens/s/GPU</th></tr>{"".join(rows)}</table>'
+    return f'<table><tr><th class="l">run</th><th class="l">where</th><th>day</th><th>{esc(unit)}</th></tr>{"".join(rows)}</table>'
 
 
 def _runs(p: FleetPage) -> str:
@@ -477,19 +478,32 @@ def _runs(p: FleetPage) -> str:
         )
     for c in p.causes:
         if c.slowest_runs:
-            parts.append(f"<h3>Slowest current-window runs under {esc(c.evidence.label)}</h3>{_run_rows(c.slowest_runs)}")
+            parts.append(
+                f"<h3>Slowest current-window runs under {esc(c.evidence.label)}</h3>{_run_rows(c.slowest_runs, p.columns.metric.label)}"
+            )
     if p.slowest_runs:
-        parts.append(f"<h3>Slowest current-window runs in the fleet</h3>{_run_rows(p.slowest_runs)}")
+        parts.append(f"<h3>Slowest current-window runs in the fleet</h3>{_run_rows(p.slowest_runs, p.columns.metric.label)}")
     return "".join(parts)
 
 
 def _method(p: FleetPage) -> str:
     lost = p.causes[0].lost_gpu_hours.method if p.causes and p.causes[0].lost_gpu_hours else None
+    m = p.columns.metric
+    if m.name == "tokens":
+        top = (
+            "Throughput is GPU-time weighted: Σ tokens / Σ GPU-seconds (tokens = tokens/s/GPU × GPU-seconds when the "
+            "records carry no tokens column)."
+            if p.columns.gpu_seconds
+            else "Throughput is the plain mean of the runs' tokens/s/GPU (no GPU-time column)."
+        )
+    elif m.name == "mfu" and not p.columns.gpu_seconds:
+        top = "MFU is the plain mean of the runs' MFU (no GPU-time column)."
+    else:
+        top = f"The {m.title} is {esc(m.weighting)}."
+    if not p.columns.weight_is_gpu_time:
+        top += " GPU-hours lost are priced where runs are weighted by GPU time (tokens and MFU pages with GPU-seconds)."
     items = [
-        "Throughput is GPU-time weighted: Σ tokens / Σ GPU-seconds (tokens = tokens/s/GPU × GPU-seconds when the "
-        "records carry no tokens column)."
-        if p.columns.gpu_seconds
-        else "Throughput is the plain mean of the runs' tokens/s/GPU (no GPU-time column).",
+        top,
         "GPU-hours lost by a cause: the GPU-hours its runs spent beyond what the same tokens took at the baseline rate "
         f"of the same cells{f' ({esc(lost)})' if lost else ''}. Cost = GPU-hours × price.",
         "Culprits: a search over the dimensions' elements and their combinations for where the rate change sits "
