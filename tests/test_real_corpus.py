@@ -277,8 +277,12 @@ def dmon_values(sd, path: Path) -> None:
 
 
 def smi_dmon_rows(sd, path: Path) -> None:
-    rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    names = next(ln for ln in path.read_text().splitlines() if ln.startswith("#")).lstrip("#").split()
+    """Every power value of the dmon table ('-' missing); the table starts at its '# gpu' names line (a pasted capture
+    may open with a prompt or a program's banner)."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("#") and "gpu" in ln[1:].split())
+    names = lines[start].lstrip("#").split()
+    rows = [ln.split() for ln in lines[start + 1 :] if ln.strip() and not ln.startswith("#")]
     pwr = [float(r[names.index("pwr")]) for r in rows if r[names.index("pwr")] != "-"]
     df = sd.tables["samples"].to_pandas()
     assert sorted(df[df.metric == "power_w"]["value"]) == sorted(pwr)

@@ -93,8 +93,9 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "nvidia_smi_dmon": (
-        3,
+        4,
         (
+            "dmon layout from the DCGM 1.4.3 Go bindings sample (prompt and host-engine banner before the header)",
             "driver 580.159.04",
             "nvidia-smi dmon -s pucvmet (2016, 'temp' column, 4 GPUs)",
             "nvidia-smi dmon layout (old 'temp' column), 2 GPUs, from NVML's Go sample",

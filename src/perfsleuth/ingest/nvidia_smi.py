@@ -93,12 +93,20 @@ def _head_lines(path: Path, n: int = 3) -> list[str]:
     return [ln for ln in clean_text(raw)[0].splitlines() if ln.strip() and not _COMMAND.search(ln)][:n]
 
 
+def _dmon_header_at(lines: list[str]) -> int | None:
+    """Index of the ``# gpu ...`` names line directly followed by its ``# Idx ...`` units line (blank lines between
+    ignored), or None: what comes before it is a pasted preamble (a prompt, a program's own banner)."""
+    body = [(i, ln) for i, ln in enumerate(lines) if ln.strip()]
+    for (i, a), (_, b) in zip(body, body[1:], strict=False):
+        if a.startswith("#") and b.startswith("#") and "gpu" in a[1:].split() and "Idx" in b[1:].split():
+            return i
+    return None
+
+
 def detect_dmon(path: Path) -> bool:
-    """``nvidia-smi dmon``: a ``#`` header naming ``gpu`` then a ``#`` units line naming ``Idx``."""
-    lines = _head_lines(path)
-    if len(lines) < 2 or not (lines[0].startswith("#") and lines[1].startswith("#")):
-        return False
-    return "gpu" in lines[0][1:].split() and "Idx" in lines[1][1:].split()
+    """``nvidia-smi dmon``: a ``#`` header naming ``gpu`` then a ``#`` units line naming ``Idx`` (within the first
+    lines: a pasted capture may open with a prompt or a banner)."""
+    return _dmon_header_at(_head_lines(path, 12)) is not None
 
 
 def detect_query(path: Path) -> bool:
@@ -215,8 +223,10 @@ def read_dmon(
     expect_units = False
     rows: list[tuple[int, list[str]]] = []
     lines = text.splitlines()
+    start = _dmon_header_at(lines) or 0
+    preamble = sum(1 for ln in lines[:start] if ln.strip())
     for n, raw in enumerate(lines, start=1):
-        if not raw.strip():
+        if n <= start or not raw.strip():
             continue
         if raw.startswith("#"):
             tokens = raw[1:].split()
@@ -245,6 +255,8 @@ def read_dmon(
         raise InputError(path, "no gpu column", hint="expected nvidia-smi dmon output")
     _no_repeated_columns(names, path, names_line)
     caveats: list[Caveat] = []
+    if preamble:
+        caveats.append(Caveat("preamble_skipped", f"{preamble} line(s) before the dmon header skipped", str(path)))
     frame = pd.DataFrame([t for _, t in rows], columns=names)
     gpu = _gpu_indexes(frame["gpu"], path, "gpu", [n for n, _ in rows])
     if "Date" in names and "Time" in names:
