@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsleuth.errors import InputError
 from perfsleuth.ingest import dcgm
 from perfsleuth.ingest.inputs import classify_inputs
 
@@ -117,3 +118,22 @@ def test_wrapped_nvidia_smi_reads_as_bare(tmp_path: Path, name: str) -> None:
     a, b = read(src, host="h"), read(p, host="h")
     assert a.tables["samples"].equals(b.tables["samples"])
     assert b.meta["wrappers"]["hosts"] == ["h200-node1"]
+
+
+def test_a_capture_that_stopped_on_an_error_says_so(tmp_path: Path) -> None:
+    """NVIDIA/DCGM issue #3 (DCGM 2.x): the old '# Entity' / indented 'Id' header, then dcgmi's own error and no rows.
+    The error reaches the user instead of a bare 'no rows'."""
+    p = tmp_path / "d.txt"
+    p.write_text(
+        "root@cl-platform-gpu01:/# dcgmi dmon -e 1004\n# Entity  TENSO\n      Id\n"
+        "Error setting watches. Result: The third-party Profiling module returned an unrecoverable error\n"
+    )
+    with pytest.raises(InputError, match="Profiling module returned an unrecoverable error"):
+        dcgm.read_dmon(p)
+
+
+def test_the_old_header_layout_reads_its_rows(tmp_path: Path) -> None:
+    """The same DCGM 2.x header with a row under it (built here): the row is read, named by the registry."""
+    p = tmp_path / "d.txt"
+    p.write_text("# Entity  TENSO\n      Id\n   GPU 0  0.250\n")
+    assert series(dcgm.read_dmon(p), "tensor_active") == [0.25]

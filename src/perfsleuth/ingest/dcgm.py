@@ -514,6 +514,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     interval_from_cmd: int | None = None
     cut_last = False
     lead = 0
+    stopped_by: str | None = None
     for n, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -536,7 +537,8 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         if re.match(r"^I[Dd]\b", line) and len(line.split()) <= len(header) + 1:
             continue  # the units line
         if _DMON_END.match(line) or _DMON_COMMAND.search(line) or line.endswith(("$", "#")):
-            break  # the capture's end: dmon stopped by a signal, or the shell prompt after it
+            stopped_by = line if line.lower().startswith("error") else None
+            break  # the capture's end: dmon stopped by a signal or an error, or the shell prompt after it
         if n == len(lines) and not text.endswith("\n") and len(raw.rstrip()) < starts[-1]:
             cut_last = True  # the last line, cut while being written
             continue
@@ -551,6 +553,8 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         entity, values = parsed
         gpu, qual = _dmon_entity(entity)
         rows.append((gpu, qual, values))
+    if header is not None and not rows and stopped_by:
+        raise InputError(path, f"no dcgmi dmon rows: dcgmi stopped with {stopped_by[:160]!r}", hint="the fields were never watched")
     if header is None or not rows:
         raise InputError(path, "no dcgmi dmon rows", hint="expected an #Entity header and GPU rows")
     interval = interval_ms or interval_from_cmd or 1000
