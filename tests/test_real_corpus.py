@@ -213,6 +213,25 @@ def genai_json(sd, path: Path) -> None:
     assert r["e2el_median_ms"] == blocks["request_latency"]["p50"]
 
 
+def genai_csv(sd, path: Path) -> None:
+    """A genai-perf / AIPerf CSV export: request throughput and count from its ``Metric,Value`` table, the p50 of time
+    to first token and of request latency from its statistics table, as printed."""
+    stats, totals = {}, {}
+    table = None
+    for row in csv.reader(io.StringIO(path.read_text())):
+        if not row:
+            table = None
+        elif row[0] == "Metric":
+            table, head = (totals if row[1] == "Value" else stats), row
+        elif table is not None:
+            table[row[0].split(" (")[0]] = dict(zip(head[1:], (float(c) for c in row[1:]), strict=True))
+    r = sd.tables["inference_records"].to_pylist()[0]
+    assert r["request_throughput_rps"] == totals["Request Throughput"]["Value"]
+    assert r["completed"] == int(totals["Request Count"]["Value"])
+    assert r["ttft_median_ms"] == stats["Time to First Token"]["p50"]
+    assert r["e2el_median_ms"] == stats["Request Latency"]["p50"]
+
+
 def vllm_samples(sd, path: Path) -> None:
     """A /metrics scrape: one sample row per sample line, with its value."""
     vals = [
@@ -322,6 +341,7 @@ ORACLES = {
         trtllm_summary,
         serving_summary,
         genai_json,
+        genai_csv,
         vllm_samples,
         exporter_samples,
         exporter_field,

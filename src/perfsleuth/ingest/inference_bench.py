@@ -1,5 +1,5 @@
 """Serving-benchmark results: ``vllm bench serve --save-result`` JSON, SGLang ``bench_serving`` JSONL,
-NVIDIA genai-perf / AIPerf ``profile_export_*.json``.
+NVIDIA genai-perf / AIPerf ``profile_export_*.json`` and ``profile_export_*.csv``.
 
 Formats (keys as the tools write them, read from their source):
 
@@ -35,7 +35,9 @@ What it does not do: judge (``diagnose.inference`` does), or read server metrics
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import math
 import re
@@ -174,6 +176,8 @@ def detect(path: Path) -> bool:
         head = sniff_text(path).lstrip()
     except OSError:
         return False
+    if _GENAI_CSV.match(head):  # genai-perf / AIPerf CSV export
+        return any(f"\n{name} (" in head for name in ("Time to First Token", "Request Latency", "Request Throughput"))
     if not head.startswith("{"):
         return inference_text.sniff(head)
     if '"mean_ttft_ms"' in head or (any(f'"{k}"' in head for k in _VLLM_KEYS) and '"completed"' in head):
@@ -279,12 +283,47 @@ def _open_text(p: Path) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
+_GENAI_CSV = re.compile(r"^Metric,(?:avg|Value)\b")
+_CSV_NAME = re.compile(r"^(?P<name>[^()]+?)\s*(?:\((?P<unit>[^()]*)\))?\s*$")
+
+
+def _genai_csv_doc(text: str, p: Path) -> dict:
+    """genai-perf / AIPerf ``profile_export_*.csv``: a ``Metric,avg,min,max,p..,std`` table of per-request
+    statistics, a blank line, a ``Metric,Value`` table of run totals. Each row becomes the metric block the JSON
+    export writes (``Time to First Token (ms)`` -> ``time_to_first_token`` with ``unit`` ms), so one reading serves
+    both; the CSV's values are the tool's rounded ones (two decimals)."""
+    doc: dict[str, dict[str, Any]] = {}
+    head: list[str] | None = None
+    for n, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or not any(c.strip() for c in row):
+            head = None
+            continue
+        if row[0] == "Metric":
+            head = [c.strip() for c in row]
+            continue
+        if head is None or len(row) != len(head):
+            raise InputError(p, f"a row of {len(row)} fields under a header of {len(head or [])}", place=f"line {n}")
+        m = _CSV_NAME.match(row[0])
+        if m is None:
+            raise InputError(p, f"not a metric name: {row[0]!r}", place=f"line {n}")
+        key = re.sub(r"[^a-z0-9]+", "_", m.group("name").lower()).strip("_")
+        block: dict[str, Any] = {"unit": (m.group("unit") or "").strip(), "header": m.group("name")}
+        for stat, cell in zip(head[1:], row[1:], strict=True):
+            block["avg" if stat == "Value" else stat] = _num(cell.strip()) if cell.strip() else None
+        doc[key] = block
+    if not doc:
+        raise InputError(p, "a genai-perf/AIPerf CSV header without any metric row")
+    return doc
+
+
 def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
     """The file's JSON objects with their line numbers: one document, or JSON lines (a truncated last
     line is dropped with a caveat; a bad line elsewhere is an error)."""
     text = _open_text(p)
     if not text.strip():
         raise InputError(p, "the file is empty")
+    if _GENAI_CSV.match(text.lstrip()):
+        return [(1, _genai_csv_doc(text, p))], []
     if not text.lstrip().startswith("{") and inference_text.sniff(text):
         docs, text_caveats = inference_text.parse(text, str(p))
         if not docs:
