@@ -284,26 +284,34 @@ def _open_text(p: Path) -> str:
 
 
 _GENAI_CSV = re.compile(r"^Metric,(?:avg|Value)\b")
-_CSV_NAME = re.compile(r"^(?P<name>[^()]+?)\s*(?:\((?P<unit>[^()]*)\))?\s*$")
+_CSV_NAME = re.compile(r"^(?P<name>.+?)(?:\s*\((?P<unit>[^()]*)\))?\s*$")
+"""``Time to First Token (ms)``, ``HTTP Waiting (TTFB) (ms)``: the unit is the last parenthesised part."""
 
 
-def _genai_csv_doc(text: str, p: Path) -> dict:
+def _genai_csv_doc(text: str, p: Path, caveats: list[Caveat]) -> dict:
     """genai-perf / AIPerf ``profile_export_*.csv``: a ``Metric,avg,min,max,p..,std`` table of per-request
     statistics, a blank line, a ``Metric,Value`` table of run totals. Each row becomes the metric block the JSON
     export writes (``Time to First Token (ms)`` -> ``time_to_first_token`` with ``unit`` ms), so one reading serves
     both; the CSV's values are the tool's rounded ones (two decimals)."""
     doc: dict[str, dict[str, Any]] = {}
     head: list[str] | None = None
+    skipped: str | None = None  # a table of another kind (AIPerf's per-GPU telemetry: Endpoint,GPU_Index,...)
     for n, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not row or not any(c.strip() for c in row):
-            head = None
+            head = skipped = None
             continue
         if row[0] == "Metric":
             head = [c.strip() for c in row]
             continue
+        if head is None and skipped is None:
+            skipped = row[0]
+            caveats.append(Caveat("table_not_read", f"line {n}: a {row[0]!r} table (not a benchmark metric table) is not read", str(p)))
+            continue
+        if skipped is not None:
+            continue
         if head is None or len(row) != len(head):
             raise InputError(p, f"a row of {len(row)} fields under a header of {len(head or [])}", place=f"line {n}")
-        m = _CSV_NAME.match(row[0])
+        m = _CSV_NAME.match(row[0].strip())
         if m is None:
             raise InputError(p, f"not a metric name: {row[0]!r}", place=f"line {n}")
         key = re.sub(r"[^a-z0-9]+", "_", m.group("name").lower()).strip("_")
@@ -323,7 +331,8 @@ def _load_documents(p: Path) -> tuple[list[tuple[int, dict]], list[Caveat]]:
     if not text.strip():
         raise InputError(p, "the file is empty")
     if _GENAI_CSV.match(text.lstrip()):
-        return [(1, _genai_csv_doc(text, p))], []
+        csv_caveats: list[Caveat] = []
+        return [(1, _genai_csv_doc(text, p, csv_caveats))], csv_caveats
     if not text.lstrip().startswith("{") and inference_text.sniff(text):
         docs, text_caveats = inference_text.parse(text, str(p))
         if not docs:
