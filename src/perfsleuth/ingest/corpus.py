@@ -34,10 +34,11 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "inference_bench": (
-        17,
+        18,
         (
             "AIPerf 0.1-0.2 profile_export_aiperf.csv (statistics table + Metric,Value totals)",
             "AIPerf 0.1-0.2 profile_export_aiperf.json (metric blocks under 'records', cancelled requests)",
+            "AIPerf 0.8.0 profile_export_aiperf.csv (error rows, sum column)",
             "AIPerf 0.8.0 profile_export_aiperf.csv (sum column, 2M requests)",
             "AIPerf 0.8.0 profile_export_aiperf.json (1M requests, no errors, no error_request_count block)",
             "AIPerf 0.8.0 profile_export_aiperf.json (schema 1.0, phases, against a mock server)",
