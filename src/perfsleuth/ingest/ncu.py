@@ -1,4 +1,5 @@
-"""Nsight Compute CSV (``ncu --csv --page raw`` or ``--page details``) into one row per profiled kernel.
+"""Nsight Compute CSV (``ncu --csv --page raw`` or ``--page details``, or ncu's default text report) into one row
+per profiled kernel.
 
 Nsight Compute replays each profiled launch and reports hardware counters: how busy the SMs and the
 memory system were against their peaks (speed of light), achieved occupancy, the launch shape,
@@ -306,9 +307,69 @@ def _is_header(line: str) -> bool:
     return line.startswith('"') and '"Kernel Name"' in line and '","' in line
 
 
+_TXT_PROCESS = re.compile(r"^\s*\[(?P<pid>\d+)\] (?P<proc>.+?)@(?P<host>\S+)\s*$")
+_TXT_LAUNCH = re.compile(
+    r"^\s+(?P<name>\S.*?) \((?P<grid>\d+, \d+, \d+)\)x\((?P<block>\d+, \d+, \d+)\), Context (?P<ctx>\d+), "
+    r"Stream (?P<stream>\d+)(?:, Device (?P<dev>\d+), CC (?P<cc>[\d.]+))?\s*$"
+)
+_TXT_SECTION = re.compile(r"^\s*Section: (?P<section>.+?)\s*$")
+_TXT_RULE = re.compile(r"^\s*-{3,}(?: +-{3,})+\s*$")
+
+
+def _text_page(lines: list[str]) -> pd.DataFrame | None:
+    """ncu's default (non-CSV) report: ``[pid] process@host``, then per launch ``name (grid)x(block), Context c,
+    Stream s, Device d, CC x.y`` and its ``Section:`` tables, each framed by dash rules whose dash runs give the
+    columns (Metric Name, Metric Unit, Metric Value). Rows come out as the details CSV page would give them, so one
+    reading serves both; rule advice lines (OPT, WRN, INF) between tables are not metrics and are left out."""
+    rows: list[dict[str, str]] = []
+    proc: dict[str, str] = {"Process ID": "", "Process Name": "", "Host Name": ""}
+    launch: dict[str, str] | None = None
+    section = ""
+    spans: list[int] | None = None
+    kid = -1
+    for ln in lines:
+        if m := _TXT_PROCESS.match(ln):
+            proc = {"Process ID": m["pid"], "Process Name": m["proc"], "Host Name": m["host"]}
+            continue
+        if m := _TXT_LAUNCH.match(ln):
+            kid += 1
+            launch = {
+                "ID": str(kid),
+                **proc,
+                "Kernel Name": m["name"],
+                "Context": m["ctx"],
+                "Stream": m["stream"],
+                "Block Size": f"({m['block']})",
+                "Grid Size": f"({m['grid']})",
+                "Device": m["dev"] or "",
+                "CC": m["cc"] or "",
+            }
+            spans = None
+            continue
+        if launch is None:
+            continue
+        if m := _TXT_SECTION.match(ln):
+            section, spans = m["section"], None
+            continue
+        if _TXT_RULE.match(ln):
+            spans = [g.start() for g in re.finditer(r"-+", ln)]
+            continue
+        if spans is None or len(spans) < 3 or not ln.strip():
+            continue
+        name, unit, value = ln[: spans[1]].strip(), ln[spans[1] : spans[2]].strip(), ln[spans[2] :].strip()
+        if not name or not value or name == "Metric Name":
+            continue
+        rows.append({**launch, "Section Name": section, "Metric Name": name, "Metric Unit": unit, "Metric Value": value})
+    if not rows:
+        return None
+    return pd.DataFrame(rows, dtype=str)
+
+
 def _csv(path: Path) -> _Csv:
     lines = _text(path).splitlines()
     start = next((i for i, ln in enumerate(lines) if _is_header(ln.strip())), None)
+    if start is None and (page := _text_page(lines)) is not None:
+        return _Csv(page, 0)
     if start is None:
         errors = [ln.strip() for ln in lines if ln.startswith("==ERROR==")]
         if errors:
@@ -727,7 +788,8 @@ def _unknown_gpus(path: Path, device: pa.ChunkedArray) -> list[Caveat]:
 
 
 def detect(path: Path) -> bool:
-    """An ncu CSV: the first line that is not ncu chatter is a header ``"ID",...,"Kernel Name"``. Once a
+    """An ncu CSV: the first line that is not ncu chatter is a header ``"ID",...,"Kernel Name"`` (or ncu's default
+    text report: a ``[pid] process@host`` line with a launch line under it). Once a
     ``==PROF==`` line was seen the profiled program's own output may come first. ncu output without a
     table counts too when it holds an ``==ERROR==`` (``read`` then says what ncu reported) or fills the
     sniff window with chatter (thousands of "Profiling" lines before the header)."""
@@ -738,10 +800,13 @@ def detect(path: Path) -> bool:
     if b"\x00" in head[:4096]:
         return False
     prof = error = False
-    for line in head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines():
+    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    for i, line in enumerate(lines):
         s = line.strip()
         if _is_header(s):
             return True
+        if _TXT_PROCESS.match(line):  # the default text report: [pid] process@host, then a launch line
+            return any(_TXT_LAUNCH.match(ln) for ln in lines[i + 1 : i + 4])
         if s.startswith(("==PROF==", "==WARNING==", "==ERROR==")):
             prof = prof or s.startswith("==PROF==")
             error = error or s.startswith("==ERROR==")
