@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from perfsleuth.diagnose.context import (
     INSUFFICIENT_FLOOR,
@@ -30,6 +29,7 @@ from perfsleuth.diagnose.context import (
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
+from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.provenance import PEERS, REAL_SIZE, STEPS
 
@@ -108,7 +108,7 @@ class Heaviness:
 def _persist_p(k: int, n: int, ranks: int) -> float:
     if n == 0 or ranks < 2:
         return 1.0
-    return min(1.0, float(stats.binom.sf(k - 1, n, 1.0 / ranks)) * ranks)
+    return min(1.0, float(binom_at_least(k, n, 1.0 / ranks)) * ranks)
 
 
 def heaviness(ctx: JobContext, members: list[int]) -> Heaviness | None:

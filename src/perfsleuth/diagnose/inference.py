@@ -33,7 +33,6 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
@@ -127,6 +126,8 @@ def median_interval(x: np.ndarray, unit: str, what: str) -> Interval:
 
 def poisson_rate(count: float, exposure_s: float, per_s: float = 60.0) -> Interval:
     """Events per minute with the exact (Garwood) 95% Poisson interval."""
+    from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
     lo = stats.chi2.ppf(0.025, 2 * count) / 2 if count > 0 else 0.0
     hi = stats.chi2.ppf(0.975, 2 * count + 2) / 2
     f = per_s / exposure_s
@@ -510,6 +511,8 @@ def _prefill_s_per_token(b: pd.DataFrame) -> float | None:
     y = b.loc[ok, "itl_mean_s"].to_numpy()
     if np.ptp(x) <= 0 or np.std(x) < 0.1 * max(np.mean(x), 1e-9):
         return None
+    from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
     fit = stats.linregress(x, y)
     return float(fit.slope) if fit.slope > 0 and fit.pvalue < 0.05 else None
 
@@ -1063,6 +1066,8 @@ def _gap_analysis(req: pd.DataFrame) -> _Gaps | None:
     rate_spike = tokens[spike].sum() / gaps[spike].sum()
     rate_rest = tokens[~spike].sum() / gaps[~spike].sum()
     ratio = rate_spike / rate_rest if rate_rest > 0 else math.inf
+    from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
     test = stats.mannwhitneyu(density[spike], density[~spike], alternative="greater")
     ev = Evidence(
         "prefill_tokens_per_s_in_stalls_over_elsewhere",
@@ -1086,6 +1091,8 @@ def _interval_association(b: pd.DataFrame) -> tuple[Evidence | None, bool | None
     y = b.loc[ok, "itl_mean_s"].to_numpy()
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return None, None
+    from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
     rho = float(stats.spearmanr(x, y).statistic)
     idx = resample_indices(len(x), reps=300, seed=0)
     boot = [stats.spearmanr(x[i], y[i]).statistic for i in idx if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0]

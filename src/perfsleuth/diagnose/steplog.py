@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_confidence, ratio_interval
 from perfsleuth.diagnose.job import Job
@@ -656,6 +655,8 @@ def _calibration(rows: pd.DataFrame) -> pd.Series:
 def _binomial(k: int, n: int) -> Interval:
     if n <= 0:
         return Interval(0.0, unit="fraction", method="no iterations")
+    from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
     ci = stats.binomtest(min(k, n), n).proportion_ci(confidence_level=0.95, method="exact")
     return Interval(
         k / n,

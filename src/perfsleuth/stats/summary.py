@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from perfsleuth.model import Interval
 from perfsleuth.stats.resample import QuantileRule, percentile_bootstrap, two_sided_tail
@@ -41,6 +40,8 @@ def median_interval(
     if len(x) < MIN_FOR_INTERVAL:
         return Interval(value, None, None, unit, f"median over {len(x)} {what} (too few for an interval)")
     if method == "sign test":
+        from scipy import stats  # deferred: importing scipy.stats costs ~1.5 s of start-up
+
         ci = stats.quantile_test(x, q=value, p=0.5).confidence_interval(confidence_level=confidence)
         low, high = float(ci.low), float(ci.high)
         return Interval(

@@ -194,15 +194,28 @@ def classify_name(name: str) -> str:
     return "other"
 
 
-def classify_events(kind: np.ndarray, name: pa.Array) -> np.ndarray:
-    """Kernel class per event (object array); non-GPU events get ''."""
-    out = np.full(len(kind), "", dtype=object)
-    out[kind == "collective"] = "communication"
-    out[(kind == "memcpy") | (kind == "memset")] = "memory"
-    is_kernel = kind == "kernel"
+def classify_events(kind_codes: np.ndarray, kind_values: np.ndarray, name: pa.Array) -> np.ndarray:
+    """Kernel class per event (object array); non-GPU events get ''. The kind column comes as its
+    dictionary (``kind_values[kind_codes]`` is each row's kind): kinds and names are each decided once
+    per distinct value, and only the names that kernels carry are classified."""
+
+    def of_kind(*kinds: str) -> np.ndarray:
+        hit: np.ndarray = np.isin(kind_values, kinds)[kind_codes]
+        return hit
+
+    out = np.full(len(kind_codes), "", dtype=object)
+    out[of_kind("collective")] = "communication"
+    out[of_kind("memcpy", "memset")] = "memory"
+    is_kernel = of_kind("kernel")
     if is_kernel.any():
         dict_arr = name.dictionary_encode() if not pa.types.is_dictionary(name.type) else name
-        classes = np.array([classify_name(n or "") for n in dict_arr.dictionary.to_pylist()], dtype=object)
         codes = dict_arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        out[is_kernel] = classes[codes[is_kernel]] if len(classes) else "other"
+        if len(dict_arr.dictionary):
+            kernel_codes = codes[is_kernel]
+            used = np.unique(kernel_codes)
+            classes = np.full(len(dict_arr.dictionary), "", dtype=object)
+            classes[used] = [classify_name(n or "") for n in dict_arr.dictionary.take(pa.array(used)).to_pylist()]
+            out[is_kernel] = classes[kernel_codes]
+        else:
+            out[is_kernel] = "other"
     return out

@@ -62,7 +62,7 @@ RANK_COLLECTIVES = pa.schema(
 
 def rank_collectives(v: RankView) -> pa.Table:
     """One rank's collective kernels, with what is needed to match them across ranks."""
-    m = v.kind == "collective"
+    m = v.of_kind("collective")
     if not m.any():
         return RANK_COLLECTIVES.empty_table()
     t = v.table.filter(pa.array(m))

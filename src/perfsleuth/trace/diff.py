@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -48,12 +48,14 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.model import Interval
-from perfsleuth.stats.compare import Comparison, compare, compare_groups
 from perfsleuth.trace.breakdown import rank_steps
 from perfsleuth.trace.intervals import Coverage
 from perfsleuth.trace.job import RankView, _dictionary
 from perfsleuth.trace.kernel_names import match_class, row_key
 from perfsleuth.trace.steps import step_windows
+
+if TYPE_CHECKING:
+    from perfsleuth.stats.compare import Comparison
 
 SCHEMA = "perfsleuth.diff/1"
 ATTRIBUTION = (
@@ -558,6 +560,8 @@ def diff_sides(
     baseline: SideProfile, candidate: SideProfile, *, threshold: float = 0.02, confidence: float = 0.95, method: str = "auto", seed: int = 0
 ) -> TraceDiff:
     """Compare two measured jobs row by row (see the module docstring for every definition)."""
+    from perfsleuth.stats.compare import compare, compare_groups  # deferred: it imports scipy.stats (~1.5 s)
+
     labels = (baseline.label, candidate.label)
     opts: dict[str, Any] = {
         "threshold": threshold,

@@ -78,6 +78,17 @@ class RankView:
         return _strings(self.table["kind"])
 
     @cached_property
+    def _kinds(self) -> tuple[np.ndarray, np.ndarray]:
+        return _dictionary(self.table["kind"])
+
+    def of_kind(self, *kinds: str) -> np.ndarray:
+        """Rows whose kind is one of ``kinds``: the same mask as comparing ``kind`` row by row,
+        decided once per distinct kind (a fresh array: callers may change it)."""
+        codes, values = self._kinds
+        mask: np.ndarray = np.isin(values, kinds)[codes]
+        return mask
+
+    @cached_property
     def ts(self) -> np.ndarray:
         ts: np.ndarray = self.table["ts_ns"].to_numpy()
         return ts
@@ -98,13 +109,11 @@ class RankView:
 
     @cached_property
     def kernel_class(self) -> np.ndarray:
-        return classify_events(self.kind, self.table["name"].combine_chunks())
+        return classify_events(*self._kinds, self.table["name"].combine_chunks())
 
     @cached_property
     def is_gpu(self) -> np.ndarray:
-        codes, values = _dictionary(self.table["kind"])
-        is_gpu: np.ndarray = np.isin(values, GPU_WORK)[codes]
-        return is_gpu
+        return self.of_kind(*GPU_WORK)
 
     @cached_property
     def launch_ts(self) -> np.ndarray:
@@ -122,13 +131,13 @@ class RankView:
         send/recv, so its kernel is named ``SendRecv`` like a pipeline transfer; the host op that
         launched it (``nccl:all_to_all``, ``c10d::alltoall_base_``) says what it really is."""
         op = _strings(self.table["coll_op"]).astype(object)
-        coll = self.kind == "collective"
+        coll = self.of_kind("collective")
         relabel = coll & (op == "sendrecv") & (self.launch_ts >= 0)
         if not relabel.any():
             return op
         codes, values = _dictionary(self.table["name"])
         host_op = np.array([_host_collective(v) for v in values], dtype=object)[codes]
-        spans = np.flatnonzero(((self.kind == "cpu_op") | (self.kind == "annotation")) & (host_op != ""))
+        spans = np.flatnonzero(self.of_kind("cpu_op", "annotation") & (host_op != ""))
         if len(spans) == 0:
             return op
         spans = spans[np.argsort(self.ts[spans], kind="stable")]
@@ -150,11 +159,11 @@ class RankView:
 
     @cached_property
     def compute(self) -> Coverage:
-        return self._cov(self.kind == "kernel")
+        return self._cov(self.of_kind("kernel"))
 
     @cached_property
     def comm(self) -> Coverage:
-        return self._cov(self.kind == "collective")
+        return self._cov(self.of_kind("collective"))
 
     @cached_property
     def comm_or_compute(self) -> Coverage:
@@ -165,7 +174,7 @@ class RankView:
         """Host time blocked in synchronization API calls, and in copy calls that returned only once
         their copy had finished (a device-to-pageable copy, ``.item()``, ``.tolist()``): the host
         waited for the stream there, so the GPU idling meanwhile is not waiting for a slow launcher."""
-        is_api = (self.kind == "runtime") | (self.kind == "driver")
+        is_api = self.of_kind("runtime", "driver")
         codes, values = _dictionary(self.table["name"])
         is_sync_name = np.array([bool(_SYNC_CALL.search(v or "")) for v in values], dtype=bool)
         mask = is_api & is_sync_name[codes]
@@ -178,7 +187,7 @@ class RankView:
         """Copies whose call blocked the host on the GPU: the call lasted 50 µs or more, returned only
         after its copy ended, and the copy started the moment other GPU work ended during the call (it
         was queued behind it). A slow launch call whose copy ran at once on an idle GPU is no wait."""
-        copy: np.ndarray = np.flatnonzero((self.kind == "memcpy") & (self.launch_ts >= 0))
+        copy: np.ndarray = np.flatnonzero(self.of_kind("memcpy") & (self.launch_ts >= 0))
         start, stop = self.launch_ts[copy], self.launch_end[copy]
         copy = copy[(stop >= self.end[copy]) & (stop - start >= BLOCKING_COPY_MIN_NS)]
         if len(copy) == 0:

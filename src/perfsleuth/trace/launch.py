@@ -40,7 +40,7 @@ def launch_stats(v: RankView, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Tabl
     """One row for a rank with GPU kernels, none otherwise (see the module docstring)."""
     rows = []
     rank = v.rank
-    kernels = (v.kind == "kernel") | (v.kind == "collective")
+    kernels = v.of_kind("kernel", "collective")
     joined = kernels & (v.launch_ts >= 0)
     if kernels.any():
         gpu_ns = (v.end - v.ts)[kernels]

@@ -204,7 +204,7 @@ def _leaf_coverage(view: RankView, host: np.ndarray, *, long_frames_silent: bool
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     tid = view.table["tid"].fill_null(-1).to_numpy()[idx]
     ts, end = view.ts[idx], view.end[idx]
-    frame = view.kind[idx] == "python"
+    frame = view.of_kind("python")[idx]
     order = np.lexsort((-(end - ts), ts, tid))
     tid, ts, end, frame = tid[order], ts[order], end[order], frame[order]
     leaf = np.ones(len(ts), dtype=bool)
@@ -245,7 +245,7 @@ def _chains(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     CHAIN_GAP_NS of the previous one's end; counted in the window where the run starts."""
     n = len(windows)
     out = {k: np.zeros(n, np.int64) for k in ("chain_kernels", "chain_ns", "chains")}
-    k = np.flatnonzero(view.kind == "kernel")
+    k = np.flatnonzero(view.of_kind("kernel"))
     if len(k) == 0:
         return out
     stream = view.table["stream"].fill_null(-1).to_numpy()[k]
@@ -271,7 +271,7 @@ def _chains(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
 
 def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     n = len(windows)
-    m = np.flatnonzero(view.kind == "memory")
+    m = np.flatnonzero(view.of_kind("memory"))
     nulls = {
         k: pa.nulls(n, pa.int64())
         for k in ("mem_allocated_max_bytes", "mem_reserved_max_bytes", "mem_reserved_min_bytes", "mem_reserved_drops")
@@ -383,15 +383,14 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
 def cause_masks(view: RankView) -> dict[str, np.ndarray]:
     """Per event: host, runtime/driver call, and the spans of each named cause (one regex pass per
     distinct name, shared by the per-step signals and the rank's facts)."""
-    kind = view.kind
-    host = np.isin(kind, ("cpu_op", "annotation", "runtime", "driver", "python"))
-    api = (kind == "runtime") | (kind == "driver")
-    named_span = (kind == "annotation") | (kind == "cpu_op")
+    host = view.of_kind("cpu_op", "annotation", "runtime", "driver", "python")
+    api = view.of_kind("runtime", "driver")
+    named_span = view.of_kind("annotation", "cpu_op")
     return {
         "host": host,
         "api": api,
         "named_span": named_span,
-        "checkpoint": (kind == "annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT),
+        "checkpoint": view.of_kind("annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT),
         "compile": named_span & _name_mask(view, _COMPILE),
         "dataloader": named_span & _name_mask(view, _DATALOADER),
         "alloc": api & _name_mask(view, _ALLOC),
@@ -405,7 +404,6 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     if n == 0 or view.table.num_rows == 0:
         return SIGNALS.empty_table()
     lo, hi = windows.start.astype(np.int64), windows.end.astype(np.int64)
-    kind = view.kind
     m = masks if masks is not None else cause_masks(view)
     host, api, ckpt, comp, data, alloc, gc = (m[k] for k in ("host", "api", "checkpoint", "compile", "dataloader", "alloc", "gc"))
 
@@ -424,7 +422,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
         silent = Coverage.of(g_lo[big], g_hi[big])
     else:
         silent = Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    d2h = (kind == "memcpy") & _name_mask(view, _D2H)
+    d2h = view.of_kind("memcpy") & _name_mask(view, _D2H)
     covers = {
         "checkpoint": cov(ckpt),
         "compile": cov(comp),
@@ -440,7 +438,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     cc = view.comm_or_compute
     cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step, "step_time_ns": hi - lo}
     # communication split
-    coll = view.kind == "collective"
+    coll = view.of_kind("collective")
     op = view.coll_op
     p2p = coll & np.isin(op, P2P_OPS)
     coll_np = coll & ~p2p
@@ -509,7 +507,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     cols["free_burst_max"] = _free_bursts(view, alloc, windows)
     cols["alloc_host_ns"] = spans["alloc"]
     cols.update(_memory(view, windows))
-    kern = kind == "kernel"
+    kern = view.of_kind("kernel")
     cols["kernels"] = _per_window(windows, view.ts[kern])
     cols["short_kernels"] = _per_window(windows, view.ts[kern & ((view.end - view.ts) < SHORT_KERNEL_NS)])
     cols.update(_chains(view, windows))
@@ -522,7 +520,6 @@ def rank_facts(view: RankView, masks: dict[str, np.ndarray] | None = None) -> di
     kernels). The diagnosis engine decides from these which causes the trace can prove at all."""
     if view.table.num_rows == 0:
         return {}
-    kind = view.kind
     m = masks if masks is not None else cause_masks(view)
     host = m["host"]
     compiled = m["named_span"] & _name_mask(view, _COMPILED_REGION)
@@ -535,10 +532,10 @@ def rank_facts(view: RankView, masks: dict[str, np.ndarray] | None = None) -> di
         "events": float(view.table.num_rows),
         "gpu_events": float(view.is_gpu.sum()),
         "host_events": float(host.sum()),
-        "memory_events": float((kind == "memory").sum()),
+        "memory_events": float(view.of_kind("memory").sum()),
         "compiled_regions": float(compiled.sum()),
-        "cpu_ops": float((kind == "cpu_op").sum()),
-        "python_events": float((kind == "python").sum()),
+        "cpu_ops": float(view.of_kind("cpu_op").sum()),
+        "python_events": float(view.of_kind("python").sum()),
         "gc_events": float(m["gc"].sum()),
         "dataloader_spans": float(m["dataloader"].sum()),
         "checkpoint_spans": float(m["checkpoint"].sum()),

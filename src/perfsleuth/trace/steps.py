@@ -49,7 +49,7 @@ def step_windows(view: RankView) -> Windows:
     """Windows of one rank (see the module docstring for the rule)."""
     if view.table.num_rows == 0:
         return _empty()
-    ann = np.flatnonzero(view.kind == "annotation")
+    ann = np.flatnonzero(view.of_kind("annotation"))
     spans: dict[int, list[int]] = {}
     for i in ann:
         m = _STEP_RE.match(view.names[i] or "")

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from scipy import stats
 
 from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
+from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment
 
 RANK_SCHEMA = pa.schema(
@@ -87,7 +87,7 @@ def _per_rank(arr: pd.DataFrame) -> pa.Table:
     last = g["is_last"].sum().reindex(n_all.index, fill_value=0).astype(np.int64)
     chance = (1.0 / dec["participants"]).groupby(dec["rank"]).mean().reindex(n_all.index, fill_value=0.0)
     # binomial test, one-sided (more often last than chance): P(X >= last) for X ~ Bin(n, chance)
-    p = np.where(n > 0, stats.binom.sf(last - 1, n, chance), 1.0)
+    p = np.where(n > 0, binom_at_least(last, n, chance), 1.0)
     lateness = g["lateness_ns"].median().reindex(n_all.index, fill_value=0.0)
     suffered = g["wait_ns"].sum().reindex(n_all.index, fill_value=0).astype(np.int64)
     total_wait = dec.groupby("instance")["wait_ns"].sum()
