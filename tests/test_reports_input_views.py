@@ -156,7 +156,7 @@ def test_serving_latency_percentiles():
 
     for metric in ("TTFT", "TPOT", "ITL"):
         row = [_ms(printed[(s, metric)]) for s in ("Mean", "Median")] + ["—", "—", _ms(printed[("P99", metric)]), "—"]
-        assert f'<td class="l">{metric}</td>' + "".join(f"<td>{c}</td>" for c in row) in table
+        assert f'<td class="name">{metric}</td>' + "".join(f"<td>{c}</td>" for c in row) in table
         line = next(ln for ln in text.splitlines() if ln.strip().startswith(metric))
         assert line.split()[1:] == row
 

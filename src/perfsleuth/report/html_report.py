@@ -815,9 +815,11 @@ def _sources(sources: Sequence) -> str:
         out.append(f'<section><h2>Read {esc(fmt)}</h2><p class="muted">{esc(path)}: {esc(counts)}</p>')
         for view in views:
             title, headers, cells = view_table(view)
-            num = ["" if c.numeric else ' class="l"' for c in view.columns]  # numbers right-aligned, names wrap
-            head = "".join(f"<th{n}>{esc(h)}</th>" for h, n in zip(headers, num, strict=True))
-            body = "".join("<tr>" + "".join(f"<td{n}>{esc(v)}</td>" for v, n in zip(r, num, strict=True)) + "</tr>" for r in cells)
+            # numbers right-aligned; names (kernels, runs) left, wrapping anywhere so a long identifier cannot widen the page
+            th = ["" if c.numeric else ' class="l"' for c in view.columns]
+            td = ["" if c.numeric else ' class="name"' for c in view.columns]
+            head = "".join(f"<th{n}>{esc(h)}</th>" for h, n in zip(headers, th, strict=True))
+            body = "".join("<tr>" + "".join(f"<td{n}>{esc(v)}</td>" for v, n in zip(r, td, strict=True)) + "</tr>" for r in cells)
             out.append(f'<table data-view="{esc(view.kind)}"><caption>{esc(title)}</caption><tr>{head}</tr>{body}</table>')
             out.append("".join(f'<p class="muted">{esc(n)}</p>' for n in view.notes))
         for title, cols, rows in tables:
