@@ -34,7 +34,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "inference_bench": (
-        18,
+        19,
         (
             "AIPerf 0.1-0.2 profile_export_aiperf.csv (statistics table + Metric,Value totals)",
             "AIPerf 0.1-0.2 profile_export_aiperf.json (metric blocks under 'records', cancelled requests)",
@@ -51,6 +51,7 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
             "trtllm-bench 0.17.0 throughput (TensorRT engine, [TRT-LLM] [I] log lines, no latency percentiles)",
             "trtllm-bench 0.21 (latency breakdown, dataset details)",
             "trtllm-bench 1.1.0rc1 (PyTorch backend, setup sections)",
+            "trtllm-bench 1.x throughput, multimodal (REQUEST DETAILS, EP Size None, [Latency] breakdown, dataset percentiles)",
             "trtllm-bench throughput (PyTorch backend, 2025)",
             "vllm bench serve 0.11+ (peak throughput, failed requests)",
             "vllm bench serve 0.9 (2025-05, openai-chat, ShareGPT via hf)",

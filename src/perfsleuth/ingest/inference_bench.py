@@ -508,8 +508,8 @@ def _vllm_like(doc: dict, row: dict, dims: dict, kind: str) -> None:
         v = _num(val) if not isinstance(val, str) else None
         if v is not None:
             extra[key] = v
-        elif isinstance(val, str | int | float) and not isinstance(val, bool):
-            dims[key] = str(val)  # --metadata KEY=VALUE pairs and other setup strings
+        elif isinstance(val, str | int | float) and not isinstance(val, bool) and str(val).strip() not in ("None", "N/A", ""):
+            dims[key] = str(val)  # --metadata KEY=VALUE pairs and other setup strings (trtllm-bench's "EP Size: None" is none)
     row["extra"] = extra
     for key in ("label", "dataset_name", "endpoint_type"):
         if doc.get(key) is not None:
