@@ -176,8 +176,15 @@ def print_report(series, table, seconds, nulls) -> None:
             f"{bc[1]['covering']:.3f} ({bc[0]}) | {'yes' if beats else 'no'} | {'yes' if ps['f1'] >= 0.75 else 'no'} |"
         )
     print(
-        f"| null rate | {1e4 * total_fa / total_pts:.2f} per 10,000 points | | | "
+        f"| null rate, pooled | {1e4 * total_fa / total_pts:.2f} per 10,000 points | | | "
         f"{'< 1: yes' if 1e4 * total_fa / total_pts < 1 else '< 1: no'} |"
+    )
+    # Pooling lets the long null series (most of the points) hide the short ones; the bar is read
+    # per null set as well.
+    worst_name, worst = max(nulls.items(), key=lambda kv: kv[1]["per_10k"])
+    print(
+        f"| null rate, worst set ({worst_name}) | {worst['per_10k']:.2f} per 10,000 points | | | "
+        f"{'< 1: yes' if worst['per_10k'] < 1 else '< 1: no'} |"
     )
 
 
