@@ -194,7 +194,43 @@ write(
             },
             "the non-trace files read",
         ),
-        "placement": d({"type": ["array", "null"]}, "which host and GPU each traced rank ran on (null: none known)"),
+        "placement": d({"type": ["array", "null"]}, "which host, GPU (and rack) each traced rank ran on (null: none known)"),
+        "process_groups": d(
+            {
+                "type": "array",
+                "items": obj(
+                    {
+                        "group": {"type": "string"},
+                        "ranks": {"type": "string"},
+                        "size": INT,
+                        "traced": INT,
+                        "wait_ns": NS,
+                        "description": STR,
+                    },
+                    closed=False,
+                ),
+            },
+            "per process group (collectives matched across ranks): the wait spent in it and the rank most often last",
+        ),
+        "nodes": d(
+            {
+                "type": "array",
+                "items": obj(
+                    {"node": {"type": "string"}, "rack": STR, "ranks": INT, "wait_imposed_ns": NS, "wait_suffered_ns": NS}, closed=False
+                ),
+            },
+            "per node (the placement's host, else rank // 8): step times and the wait its ranks impose and suffer",
+        ),
+        "racks": d(
+            {
+                "type": "array",
+                "items": obj(
+                    {"rack": {"type": "string"}, "nodes": INT, "ranks": INT, "wait_imposed_ns": NS, "wait_suffered_ns": NS}, closed=False
+                ),
+            },
+            "per rack the placement names (empty: none named): the same sums as per node",
+        ),
+        "node_rule": d(STR, "how ranks were put on nodes: the placement's hosts, or rank // 8"),
         "rank_telemetry": d({"type": ["array", "null"]}, "per traced rank: its GPU's telemetry during the trace (null: not joined)"),
     },
     required=["run", "ranks", "steps", "findings", "not_assessed", "caveats"],

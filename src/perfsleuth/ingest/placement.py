@@ -5,7 +5,8 @@ Joining them needs the placement, which comes from (most trusted first):
 
 1. the user: ``--placement FILE`` or ``--placement 0=node-a:0,1=node-a:1``, or a placement file beside the
    traces (recognised by its content: a CSV with ``rank`` and ``host`` columns, or JSON such as
-   ``{"0": "node-a:0"}`` or ``[{"rank": 0, "host": "node-a", "gpu": 0}]``);
+   ``{"0": "node-a:0"}`` or ``[{"rank": 0, "host": "node-a", "gpu": 0}]``; an optional ``rack`` column
+   places the host in its rack, for the per-rack view: racks come only from here);
 2. the trace itself: an Nsight Systems report names its host (``TARGET_INFO_SYSTEM_ENV`` Hostname);
 3. the trace file's name, in launcher patterns: ``tensorboard_trace_handler``'s default
    ``<host>_<pid>.<time_ns>.pt.trace.json`` and ``rank3-node07.json`` / ``node07_rank3.json`` (a host
@@ -51,12 +52,14 @@ PLACEMENT = pa.schema(
         pa.field("window_start_ns", pa.int64(), metadata={"doc": "first event, UTC epoch (null: clock unknown)", "unit": "ns"}),
         pa.field("window_end_ns", pa.int64(), metadata={"doc": "last event start, UTC epoch", "unit": "ns"}),
         pa.field("trace_file", pa.string()),
+        pa.field("rack", pa.string(), metadata={"doc": "rack of the host, from a placement file's rack column (null: not given)"}),
     ],
     metadata={"table": "placement"},
 )
 
 HOST_ALIASES = ("host", "hostname", "node", "nodename")
 GPU_ALIASES = ("gpu", "local_rank", "device", "gpu_index", "local_gpu")
+RACK_ALIASES = ("rack", "rack_id")
 PLACEMENT_MAX_BYTES = 4 << 20
 
 
@@ -66,6 +69,7 @@ class Slot:
 
     host: str
     gpu: int | None = None
+    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +192,8 @@ def _slot_of(row: Mapping[str, Any], path: Path, place: str) -> tuple[int, Slot]
         raise InputError(path, "no host", place=place, hint="each row needs rank and host")
     gpu_raw = next((keys[a] for a in GPU_ALIASES if keys.get(a) not in (None, "")), None)
     gpu = _int(gpu_raw, path, place, "gpu") if gpu_raw is not None else None
-    return _int(keys["rank"], path, place, "rank"), Slot(host.strip(), gpu)
+    rack = next((str(keys[a]).strip() for a in RACK_ALIASES if str(keys.get(a) or "").strip()), None)
+    return _int(keys["rank"], path, place, "rank"), Slot(host.strip(), gpu, rack)
 
 
 def _has_host(row: Any) -> bool:
@@ -220,7 +225,7 @@ def _rows_of_json(doc: Any, strict: bool = False) -> list[tuple[str, Mapping[str
 def _csv_header(text: str) -> list[str] | None:
     first = next((line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), "")
     cols = [c.strip().lower() for c in first.split(",")]
-    known = {"rank", *HOST_ALIASES, *GPU_ALIASES}
+    known = {"rank", *HOST_ALIASES, *GPU_ALIASES, *RACK_ALIASES}
     if "rank" in cols and any(a in cols for a in HOST_ALIASES) and set(cols) <= known:
         return cols
     return None
@@ -331,6 +336,7 @@ def build_placement(ranks: list[TraceRank], explicit: tuple[dict[int, Slot], str
                 "window_start_ns": start,
                 "window_end_ns": end,
                 "trace_file": tr.path,
+                "rack": slot.rack if slot is not None else None,
             }
         )
     traced = {r["rank"] for r in rows}

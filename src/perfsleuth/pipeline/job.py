@@ -256,12 +256,27 @@ def analyze(
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
     diagnosis = diagnose(signals)
     places, place_caveats = _placement(found, trace_ranks, explicit)
+    analysis.hosts, analysis.racks = _hosts_and_racks(places)
     joined = join_telemetry(diagnosis, signals, places)
     diagnosis, analysis.top_kernels = join_ncu(joined.diagnosis, analysis.top_kernels, signals.table("kernel_metrics"), _gpu_sku(analysis))
     if joined.rank_telemetry is not None or joined.caveats:  # placement caveats matter only where something is joined
         analysis.caveats.extend(place_caveats)
     analysis.caveats.extend(joined.caveats)
     return JobReport(analysis, diagnosis, sources, places, joined.rank_telemetry)
+
+
+def _hosts_and_racks(places: pa.Table | None) -> tuple[dict[int, str], dict[str, str]]:
+    """rank -> host and host -> rack from the placement table, for the per-node and per-rack views
+    (a host placed in two racks keeps the first rack the placement gives it)."""
+    if places is None:
+        return {}, {}
+    rows = places.select(["rank", "host", "rack"]).to_pylist()
+    hosts = {int(r["rank"]): str(r["host"]) for r in rows if r["host"]}
+    racks: dict[str, str] = {}
+    for r in rows:
+        if r["host"] and r["rack"]:
+            racks.setdefault(str(r["host"]), str(r["rack"]))
+    return hosts, racks
 
 
 def _readable_workload(runs: pa.Table, paths: list[Path]) -> pa.Table:

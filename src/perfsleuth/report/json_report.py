@@ -10,6 +10,7 @@ from typing import Any
 
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.groups import group_view
 
 SCHEMA = "perfsleuth.analysis/1"
 
@@ -59,8 +60,16 @@ def analysis_to_json(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, A
         "findings": [f.to_json() for f in diagnosis.findings],
         "not_assessed": [n.to_json() for n in diagnosis.not_assessed],
         "caveats": [c.to_json() for c in analysis.caveats],
+        **_groups_and_nodes(analysis),
     }
     return _clean(doc)
+
+
+def _groups_and_nodes(analysis: JobAnalysis) -> dict[str, Any]:
+    """Per process group, per node and per rack (``trace.groups``): where the waiting falls, every row kept."""
+    view = group_view(analysis.instances, analysis.steps, analysis.hosts or None, analysis.racks or None)
+    groups = [{**g, "description": analysis.process_groups.get(g["group"])} for g in view.groups.to_pylist()]
+    return {"process_groups": groups, "nodes": view.nodes.to_pylist(), "racks": view.racks.to_pylist(), "node_rule": view.node_rule}
 
 
 def integer_ns(doc: Any, under_ns: bool = False) -> Any:

@@ -2,9 +2,9 @@
 
 Why: a 1,024-rank job's per-rank table is 1,024 rows nobody reads. Above ``MANY_RANKS`` ranks the
 text report shows instead the spread of step time and its shares over ranks, the top ranks (most
-waited for), per-node and per-group rows where the waiting falls, and a node × step heat map of it
-(``trace.groups``). The
-JSON report keeps every rank. This module only renders.
+waited for), per-rack (when the placement names racks), per-node and per-group rows where the waiting
+falls, and a node × step heat map of it (``trace.groups``); nodes are the placement's hosts when it
+gives them. The JSON report keeps every rank, node and group. This module only renders.
 """
 
 from __future__ import annotations
@@ -79,15 +79,41 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
         )
     console.print(top)
 
-    view = group_view(analysis.instances, analysis.steps)
+    view = group_view(analysis.instances, analysis.steps, analysis.hosts or None, analysis.racks or None)
+    if view.racks.num_rows:
+        racks = FitTable(
+            (Col("rack", numeric=False), "nodes", "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
+            title=f"Top {TOP} of {view.racks.num_rows} racks by the wait their ranks impose (racks from the placement)",
+        )
+        for r in view.racks.slice(0, TOP).to_pylist():
+            racks.add_row(
+                _inert(r["rack"]),
+                str(r["nodes"]),
+                str(r["ranks"]),
+                _ms(r["step_time_p50_ns"]),
+                str(r["slowest_rank"]),
+                _ms(r["wait_imposed_ns"]),
+                _ms(r["wait_suffered_ns"]),
+            )
+        console.print(racks)
     if view.nodes.num_rows:
+        with_rack = view.racks.num_rows > 0
         nodes = FitTable(
-            (Col("node", numeric=False), "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
+            (
+                Col("node", numeric=False),
+                *((Col("rack", numeric=False),) if with_rack else ()),
+                "ranks",
+                "step ms p50",
+                "slowest rank",
+                "wait imposed ms",
+                "wait suffered ms",
+            ),
             title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})",
         )
         for r in view.nodes.slice(0, TOP).to_pylist():
             nodes.add_row(
                 _inert(r["node"]),
+                *((_inert(r["rack"] or "—"),) if with_rack else ()),
                 str(r["ranks"]),
                 _ms(r["step_time_p50_ns"]),
                 str(r["slowest_rank"]),
@@ -126,7 +152,7 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
 
 def _heat_map(analysis: JobAnalysis, nodes: list[str], console: Console) -> None:
     """The top nodes × steps: the wait (ms) each node's ranks imposed in each step."""
-    ns = node_step_wait(analysis.instances).to_pandas()
+    ns = node_step_wait(analysis.instances, analysis.hosts or None).to_pandas()
     if ns.empty or not nodes:
         return
     grid = ns[ns["node"].isin(nodes)].pivot_table(index="node", columns="step", values="wait_imposed_ns", aggfunc="sum", fill_value=0)

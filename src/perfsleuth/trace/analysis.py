@@ -49,6 +49,8 @@ class JobAnalysis:
     rank_facts: dict[int, dict[str, float]] = field(default_factory=dict)  # per rank: trace end, memory events, ...
     provenance: Provenance = field(default_factory=Provenance)  # what the traces' shape cannot support (trace.provenance)
     process_groups: dict[str, str] = field(default_factory=dict)  # group name -> description (distributedInfo.pg_config)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host, from the placement (trace.groups: nodes)
+    racks: dict[str, str] = field(default_factory=dict)  # host -> rack, from the placement (trace.groups: racks)
 
     @property
     def run_id(self) -> str:

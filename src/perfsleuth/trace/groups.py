@@ -9,13 +9,14 @@ wait for the last arrival) and the per-rank step table, so it stays linear in ra
 A group is named by its process-group name and described by its traced ranks (first, stride, count:
 Megatron's tensor-parallel groups are stride 1, data-parallel ones stride TP, pipeline stride TP×DP).
 A node is ``rank // gpus_per_node`` (8 by default: the usual HGX node, and where a rank's local
-index is ``rank % 8``) unless a placement gives hosts. It does not judge: ``trace.stragglers`` says
+index is ``rank % 8``) unless a placement gives hosts; a rack is only ever the placement's (its
+``rack`` column), never guessed from names. It does not judge: ``trace.stragglers`` says
 whether a rank is a straggler; this module says where the cost of waiting falls.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,19 @@ GROUP_SCHEMA = pa.schema(
 NODE_SCHEMA = pa.schema(
     [
         ("node", pa.string()),
+        ("rack", pa.string()),  # null: no placement names it
+        ("ranks", pa.int32()),
+        ("step_time_p50_ns", pa.float64()),
+        ("step_time_max_rank_ns", pa.float64()),
+        ("slowest_rank", pa.int32()),
+        ("wait_imposed_ns", pa.int64()),
+        ("wait_suffered_ns", pa.int64()),
+    ]
+)
+RACK_SCHEMA = pa.schema(
+    [
+        ("rack", pa.string()),
+        ("nodes", pa.int32()),
         ("ranks", pa.int32()),
         ("step_time_p50_ns", pa.float64()),
         ("step_time_max_rank_ns", pa.float64()),
@@ -56,14 +70,21 @@ NODE_SCHEMA = pa.schema(
 
 @dataclass(frozen=True, slots=True)
 class GroupView:
-    """Per group and per node tables; ``groups`` sorted by total wait, ``nodes`` by wait imposed."""
+    """Per group, per node and per rack tables; ``groups`` sorted by total wait, ``nodes`` and
+    ``racks`` by the wait their ranks impose (``racks`` empty unless a placement names racks)."""
 
     groups: pa.Table
     nodes: pa.Table
     node_rule: str
+    racks: pa.Table = field(default_factory=RACK_SCHEMA.empty_table)
 
     def to_json(self) -> dict[str, Any]:
-        return {"groups": self.groups.to_pylist(), "nodes": self.nodes.to_pylist(), "node_rule": self.node_rule}
+        return {
+            "groups": self.groups.to_pylist(),
+            "nodes": self.nodes.to_pylist(),
+            "racks": self.racks.to_pylist(),
+            "node_rule": self.node_rule,
+        }
 
 
 def group_descriptions(metadata: list[dict[str, Any]]) -> dict[str, str]:
@@ -97,12 +118,12 @@ def node_of(ranks: np.ndarray, hosts: dict[int, str] | None = None) -> np.ndarra
     return np.array([f"node {int(r) // GPUS_PER_NODE}" for r in ranks], dtype=object)
 
 
-def group_view(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None = None) -> GroupView:
-    """See the module docstring. ``instances`` is ``JobAnalysis.instances`` (with arrivals)."""
+def group_view(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None = None, racks: dict[str, str] | None = None) -> GroupView:
+    """See the module docstring. ``instances`` is ``JobAnalysis.instances`` (with arrivals); ``hosts``
+    rank -> host and ``racks`` host -> rack, from the placement."""
     rule = "host from the placement" if hosts else f"rank // {GPUS_PER_NODE} ({GPUS_PER_NODE} GPUs per node assumed)"
-    groups = _groups(instances)
-    nodes = _nodes(instances, steps, hosts)
-    return GroupView(groups, nodes, rule)
+    per_rank = _per_rank(instances, steps, hosts, racks or {})
+    return GroupView(_groups(instances), _nodes(per_rank), rule, _racks(per_rank))
 
 
 def _groups(instances: pa.Table) -> pa.Table:
@@ -142,9 +163,10 @@ def _groups(instances: pa.Table) -> pa.Table:
     )
 
 
-def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -> pa.Table:
+def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None, racks: dict[str, str]) -> pd.DataFrame | None:
+    """Per rank: median step time, wait imposed (as the last arrival) and suffered, node and rack."""
     if steps.num_rows == 0:
-        return NODE_SCHEMA.empty_table()
+        return None
     sdf = steps.select(["rank", "step", "step_time_ns"]).to_pandas()
     if (sdf["step"] >= 0).any():
         sdf = sdf[sdf["step"] >= 0]
@@ -159,14 +181,32 @@ def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -
         suffered = df.groupby("rank")["wait_ns"].sum()
     per_rank = per_rank.join(imposed.rename("imposed")).join(suffered.rename("suffered")).fillna(0)
     per_rank["node"] = node_of(per_rank.index.to_numpy(), hosts)
-    slowest = per_rank.sort_values(["step"], ascending=False).reset_index().drop_duplicates("node").set_index("node")
-    n = per_rank.groupby("node").agg(
-        ranks=("step", "size"), p50=("step", "median"), mx=("step", "max"), imposed=("imposed", "sum"), suffered=("suffered", "sum")
+    per_rank["rack"] = [racks.get(str(node)) for node in per_rank["node"]]
+    return per_rank
+
+
+def _by(per_rank: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-rank rows summed up per ``key`` (node or rack), largest imposed wait first, and the slowest rank of each."""
+    slowest = per_rank.sort_values(["step"], ascending=False).reset_index().drop_duplicates(key).set_index(key)
+    n = per_rank.groupby(key).agg(
+        ranks=("step", "size"),
+        nodes=("node", "nunique"),
+        p50=("step", "median"),
+        mx=("step", "max"),
+        imposed=("imposed", "sum"),
+        suffered=("suffered", "sum"),
     )
-    n = n.sort_values(["imposed", "mx"], ascending=False)
+    return n.sort_values(["imposed", "mx"], ascending=False), slowest
+
+
+def _nodes(per_rank: pd.DataFrame | None) -> pa.Table:
+    if per_rank is None:
+        return NODE_SCHEMA.empty_table()
+    n, slowest = _by(per_rank, "node")
     return pa.table(
         {
             "node": pa.array(n.index.astype(str)),
+            "rack": pa.array([slowest["rack"].get(k) for k in n.index], pa.string()),
             "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
             "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
             "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
@@ -175,6 +215,27 @@ def _nodes(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None) -
             "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
         },
         schema=NODE_SCHEMA,
+    )
+
+
+def _racks(per_rank: pd.DataFrame | None) -> pa.Table:
+    """Per rack the placement names: its nodes and ranks, step times and the wait its ranks impose and
+    suffer (ranks on hosts no rack is given for are left out)."""
+    if per_rank is None or per_rank["rack"].isna().all():
+        return RACK_SCHEMA.empty_table()
+    n, slowest = _by(per_rank[per_rank["rack"].notna()], "rack")
+    return pa.table(
+        {
+            "rack": pa.array(n.index.astype(str)),
+            "nodes": pa.array(n["nodes"].to_numpy().astype(np.int32)),
+            "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
+            "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
+            "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
+            "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
+            "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
+            "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
+        },
+        schema=RACK_SCHEMA,
     )
 
 
