@@ -61,6 +61,8 @@ def test_json_localises_the_straggler_to_its_node_and_its_rack(report):
     assert sorted(n["node"] for n in nodes) == sorted({_host(r) for r in range(64)})
     assert all(n["ranks"] == 8 and n["rack"] == _rack(int(n["node"][-2:]) * 8) for n in nodes)
     assert nodes[0]["node"] == _host(STRAGGLER) and nodes[0]["slowest_rank"] is not None
+    (s,) = doc["stragglers"]
+    assert (s["rank"], s["node"], s["rack"]) == (STRAGGLER, _host(STRAGGLER), _rack(STRAGGLER))
     assert [(r["rack"], r["nodes"], r["ranks"]) for r in racks][0] == (_rack(STRAGGLER), 4, 32)
     assert sorted(r["rack"] for r in racks) == ["rack-a", "rack-b"]
     # the rows are sums over a partition of the ranks: re-add the per-rank waits from the instances
@@ -109,3 +111,4 @@ def test_without_racks_in_the_placement_the_json_has_none(job_dir, tmp_path):
     doc = json.loads(res.stdout)
     assert doc["racks"] == [] and all(n["rack"] is None for n in doc["nodes"])
     assert doc["node_rule"].startswith("rank // 8") and doc["nodes"][0]["node"] == f"node {STRAGGLER // 8}"
+    assert [(s["rank"], s["node"], s["rack"]) for s in doc["stragglers"]] == [(STRAGGLER, f"node {STRAGGLER // 8}", None)]

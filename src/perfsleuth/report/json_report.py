@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from perfsleuth.diagnose import Diagnosis
 from perfsleuth.trace.analysis import JobAnalysis
-from perfsleuth.trace.groups import group_view
+from perfsleuth.trace.groups import group_view, node_of
 
 SCHEMA = "perfsleuth.analysis/1"
 
@@ -34,9 +36,12 @@ def analysis_to_json(analysis: JobAnalysis, diagnosis: Diagnosis) -> dict[str, A
     stragglers = []
     if rep.straggler is not None:
         row = next(r for r in rep.per_rank.to_pylist() if r["rank"] == rep.straggler)
+        node = str(node_of(np.array([rep.straggler]), analysis.hosts or None)[0])
         stragglers.append(
             {
                 "rank": rep.straggler,
+                "node": node,  # the placement's host, else rank // 8 (see node_rule)
+                "rack": analysis.racks.get(node),  # null unless the placement names racks
                 "last_arrival_share": row["last_share"],
                 "collectives": row["instances"],
                 "p_value": row["p_value"],
