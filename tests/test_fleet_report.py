@@ -7,10 +7,6 @@ are escaped.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,6 +23,7 @@ from perfsleuth.fleet.windows import Window, parse_window
 from perfsleuth.report.fleet_html import render_fleet_html
 from perfsleuth.sim.fleet_history import FleetHistory, write_history_store
 from perfsleuth.sim.fleet_history import fleet_history as simulate_history
+from tests.chromium_support import chromium, run_chromium
 
 START = dt.date(2026, 3, 1)
 DAYS = 28
@@ -253,36 +250,12 @@ def test_cli_fleet_report_from_a_store(history, tmp_path):
     assert "date" not in text.split("dimensions</dt><dd>")[1].split("</dd>")[0]  # the partition is not a dimension
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+_chromium = chromium
 
 
 def _screenshot(browser: str, page: Path, png: Path) -> str:
-    """Render ``page`` headless into ``png``; returns Chromium's log (console messages appear as ``CONSOLE``)."""
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--window-size=1280,2000",
-                f"--screenshot={png}",
-                page.resolve().as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env={**os.environ, "HOME": profile},
-        )
-    return proc.stdout + proc.stderr
+    """Render ``page`` headless (1280 x 2000) into ``png``; returns Chromium's log (console messages appear as ``CONSOLE``)."""
+    return run_chromium(page, 1280, 2000, f"--screenshot={png}")
 
 
 def _console_lines(log: str) -> list[str]:

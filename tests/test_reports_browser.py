@@ -11,12 +11,9 @@ without it the tests are skipped.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from perfsleuth.fleet.report import build_fleet_page
 from perfsleuth.pipeline.job import analyze
 from perfsleuth.report.fleet_html import render_fleet_html
 from perfsleuth.report.html_report import render_html
+from tests.chromium_support import chromium, run_chromium
 from tests.test_fleet_report import fleet_history
 
 H200 = Path(__file__).parent / "data" / "real_h200" / "torch"
@@ -37,40 +35,7 @@ _PROBE = (
 )
 
 
-def _chromium() -> str | None:
-    return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
-
-
-pytestmark = pytest.mark.skipif(_chromium() is None, reason="no chromium binary (Debian: apt-get install -y chromium)")
-
-
-def _run(page: Path, width: int, *extra: str) -> str:
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run(
-            [
-                str(_chromium()),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                "--enable-logging=stderr",
-                "--v=0",
-                f"--window-size={width},1200",
-                "--virtual-time-budget=3000",
-                *extra,
-                page.resolve().as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env={**os.environ, "HOME": profile},
-        )
-    return proc.stdout + proc.stderr
+pytestmark = pytest.mark.skipif(chromium() is None, reason="no chromium binary (Debian: apt-get install -y chromium)")
 
 
 def load(page: Path, width: int, tmp: Path) -> tuple[list[str], int, int]:
@@ -80,7 +45,7 @@ def load(page: Path, width: int, tmp: Path) -> tuple[list[str], int, int]:
     probe = probe.replace("</body>", _PROBE + "</body>", 1)
     copy = tmp / f"probe-{page.name}"
     copy.write_text(probe, encoding="utf-8")
-    out = _run(copy, width, "--dump-dom")
+    out = run_chromium(copy, width, 1200, "--dump-dom")
     m = re.search(r'<pre id="ps-probe">(\d+) (\d+)</pre>', out)
     assert m, f"the probe did not run on {page.name}: {out[-1500:]}"
     console = [line for line in out.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
