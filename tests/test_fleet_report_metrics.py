@@ -93,3 +93,17 @@ def test_cli_metric_option(records, tmp_path):
     assert "ms per step" in out.read_text(encoding="utf-8")
     r = CliRunner().invoke(app, ["fleet", "report", "--records", str(path), "--out", str(out), "--metric", "latency"])
     assert r.exit_code == 2 and "not a fleet metric" in r.output
+
+
+def test_api_fleet_report_takes_the_metric(records, tmp_path):
+    import pyarrow.parquet as pq
+
+    from perfsleuth import api
+
+    path = tmp_path / "r.parquet"
+    pq.write_table(records, path)
+    page = api.fleet_report(records=path, metric="mfu", bootstrap=2)
+    assert page.columns.metric.name == "mfu"
+    rows = _window_rows(records, page.current.window)
+    by_hand = pc.sum(pc.multiply(rows["mfu"], rows["gpu_seconds"])).as_py() / pc.sum(rows["gpu_seconds"]).as_py()
+    assert page.current.value == pytest.approx(by_hand, rel=1e-9)

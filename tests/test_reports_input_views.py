@@ -176,3 +176,17 @@ def test_every_input_gets_its_section_in_three_formats(path):
     _html_table(page, kind)
     title = {"telemetry": "Per-GPU telemetry summary", "roofline": "Kernels on the roofline"}[kind]
     assert title in text and title in md
+
+
+def test_untrusted_names_in_a_section_are_escaped(tmp_path):
+    """A GPU model written by the log (it reaches the fabric note) and kernel-like text stay text in every format."""
+    hostile = "A100-SXM4-40GB<script>alert(1)</script>|*x*"
+    log = tmp_path / "hostile.log"
+    log.write_text((REAL / "nccl_tests" / "superbench_nccl_reduce.log").read_text().replace("A100-SXM4-40GB", hostile))
+    rep = analyze([log])
+    page = render_html(rep.analysis, rep.diagnosis, rep.sources)
+    md = render_markdown(rep.analysis, rep.diagnosis, rep.sources)
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    note = next(ln for ln in md.splitlines() if "fabric reference for" in ln)
+    assert "\\|" in note and "\\*x\\*" in note and "<script>" not in note
+    _html_table(page, "nccl_busbw")  # the rule still matched: the section is there, with its reference

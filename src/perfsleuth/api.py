@@ -179,9 +179,10 @@ def fleet_report(
     bootstrap: int = 20,
     seed: int = 0,
     price_per_gpu_hour: float | None = None,
+    metric: str = "tokens",
 ):
     """``perfsleuth fleet report``: the fleet page's content (``fleet.report.FleetPage``; render it with
-    ``report.fleet_html.render_fleet_html``)."""
+    ``report.fleet_html.render_fleet_html``), following ``metric`` (tokens, step_time or mfu)."""
     from perfsleuth import engine as engines
     from perfsleuth.errors import InputError
     from perfsleuth.fleet.report import build_fleet_page
@@ -197,7 +198,7 @@ def fleet_report(
         table, source = engines.table(con, Path(records)), str(records)
     else:  # never: exactly one of the two was checked above
         raise InputError(None, "give exactly one of store and records")
-    return build_fleet_page(table, source=source, bootstrap=bootstrap, seed=seed, price_per_gpu_hour=price_per_gpu_hour)
+    return build_fleet_page(table, source=source, bootstrap=bootstrap, seed=seed, price_per_gpu_hour=price_per_gpu_hour, metric=metric)
 
 
 __all__ = [
