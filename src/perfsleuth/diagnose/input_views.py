@@ -209,7 +209,16 @@ def telemetry_view(s: SourceData) -> InputView | None:
     if len(present) > len(shown):
         notes.append("not shown: " + ", ".join(sorted(present - set(shown))))
     return InputView(
-        "telemetry", "Per-GPU telemetry summary (means over the capture)", s.format, s.path, cols, rows, tuple(notes), covers=("samples",)
+        "telemetry",
+        "vLLM engine metrics (means over the scrapes)"
+        if s.format == "vllm_metrics"
+        else "Per-GPU telemetry summary (means over the capture)",
+        s.format,
+        s.path,
+        cols,
+        rows,
+        tuple(notes),
+        covers=("samples",),
     )
 
 
