@@ -81,46 +81,12 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
 
     view = group_view(analysis.instances, analysis.steps, analysis.hosts or None, analysis.racks or None)
     if view.racks.num_rows:
-        racks = FitTable(
-            (Col("rack", numeric=False), "nodes", "ranks", "step ms p50", "slowest rank", "wait imposed ms", "wait suffered ms"),
-            title=f"Top {TOP} of {view.racks.num_rows} racks by the wait their ranks impose (racks from the placement)",
-        )
-        for r in view.racks.slice(0, TOP).to_pylist():
-            racks.add_row(
-                _inert(r["rack"]),
-                str(r["nodes"]),
-                str(r["ranks"]),
-                _ms(r["step_time_p50_ns"]),
-                str(r["slowest_rank"]),
-                _ms(r["wait_imposed_ns"]),
-                _ms(r["wait_suffered_ns"]),
-            )
-        console.print(racks)
+        title = f"Top {TOP} of {view.racks.num_rows} racks by the wait their ranks impose (racks from the placement)"
+        console.print(_place_table(view.racks.slice(0, TOP).to_pylist(), (("rack", True), ("nodes", False)), title))
     if view.nodes.num_rows:
-        with_rack = view.racks.num_rows > 0
-        nodes = FitTable(
-            (
-                Col("node", numeric=False),
-                *((Col("rack", numeric=False),) if with_rack else ()),
-                "ranks",
-                "step ms p50",
-                "slowest rank",
-                "wait imposed ms",
-                "wait suffered ms",
-            ),
-            title=f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})",
-        )
-        for r in view.nodes.slice(0, TOP).to_pylist():
-            nodes.add_row(
-                _inert(r["node"]),
-                *((_inert(r["rack"] or "—"),) if with_rack else ()),
-                str(r["ranks"]),
-                _ms(r["step_time_p50_ns"]),
-                str(r["slowest_rank"]),
-                _ms(r["wait_imposed_ns"]),
-                _ms(r["wait_suffered_ns"]),
-            )
-        console.print(nodes)
+        lead = (("node", True), ("rack", True)) if view.racks.num_rows else (("node", True),)
+        title = f"Top {TOP} of {view.nodes.num_rows} nodes by the wait their ranks impose (node = {view.node_rule})"
+        console.print(_place_table(view.nodes.slice(0, TOP).to_pylist(), lead, title))
     if view.groups.num_rows:
         descs = analysis.process_groups
         groups = FitTable(
@@ -148,6 +114,32 @@ def render_many_ranks(analysis: JobAnalysis, summary: list[dict], console: Conso
             )
         console.print(groups)
     _heat_map(analysis, [r["node"] for r in view.nodes.slice(0, TOP).to_pylist()], console)
+
+
+def _place_table(rows: list[dict], lead: tuple[tuple[str, bool], ...], title: str) -> FitTable:
+    """Rack or node rows (``trace.groups``): the ``lead`` columns (key, is text), then the ranks there,
+    their step time, the slowest of them and the waits they impose and suffer."""
+    t = FitTable(
+        (
+            *(Col(key, numeric=False) if text else key for key, text in lead),
+            "ranks",
+            "step ms p50",
+            "slowest rank",
+            "wait imposed ms",
+            "wait suffered ms",
+        ),
+        title=title,
+    )
+    for r in rows:
+        t.add_row(
+            *(_inert(r[key] or "—") if text else str(r[key]) for key, text in lead),
+            str(r["ranks"]),
+            _ms(r["step_time_p50_ns"]),
+            str(r["slowest_rank"]),
+            _ms(r["wait_imposed_ns"]),
+            _ms(r["wait_suffered_ns"]),
+        )
+    return t
 
 
 def _heat_map(analysis: JobAnalysis, nodes: list[str], console: Console) -> None:

@@ -42,30 +42,16 @@ GROUP_SCHEMA = pa.schema(
         ("decisive", pa.int64()),
     ]
 )
-NODE_SCHEMA = pa.schema(
-    [
-        ("node", pa.string()),
-        ("rack", pa.string()),  # null: no placement names it
-        ("ranks", pa.int32()),
-        ("step_time_p50_ns", pa.float64()),
-        ("step_time_max_rank_ns", pa.float64()),
-        ("slowest_rank", pa.int32()),
-        ("wait_imposed_ns", pa.int64()),
-        ("wait_suffered_ns", pa.int64()),
-    ]
-)
-RACK_SCHEMA = pa.schema(
-    [
-        ("rack", pa.string()),
-        ("nodes", pa.int32()),
-        ("ranks", pa.int32()),
-        ("step_time_p50_ns", pa.float64()),
-        ("step_time_max_rank_ns", pa.float64()),
-        ("slowest_rank", pa.int32()),
-        ("wait_imposed_ns", pa.int64()),
-        ("wait_suffered_ns", pa.int64()),
-    ]
-)
+_PLACE_SUMS = [  # per node and per rack alike: the ranks there, their step times and waits
+    ("ranks", pa.int32()),
+    ("step_time_p50_ns", pa.float64()),
+    ("step_time_max_rank_ns", pa.float64()),
+    ("slowest_rank", pa.int32()),
+    ("wait_imposed_ns", pa.int64()),
+    ("wait_suffered_ns", pa.int64()),
+]
+NODE_SCHEMA = pa.schema([("node", pa.string()), ("rack", pa.string()), *_PLACE_SUMS])  # rack null: no placement names it
+RACK_SCHEMA = pa.schema([("rack", pa.string()), ("nodes", pa.int32()), *_PLACE_SUMS])
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,23 +185,24 @@ def _by(per_rank: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return n.sort_values(["imposed", "mx"], ascending=False), slowest
 
 
+def _sums(n: pd.DataFrame, slowest: pd.DataFrame) -> dict[str, pa.Array]:
+    """The ``_PLACE_SUMS`` columns of ``_by``'s rows."""
+    return {
+        "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
+        "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
+        "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
+        "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
+        "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
+        "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
+    }
+
+
 def _nodes(per_rank: pd.DataFrame | None) -> pa.Table:
     if per_rank is None:
         return NODE_SCHEMA.empty_table()
     n, slowest = _by(per_rank, "node")
-    return pa.table(
-        {
-            "node": pa.array(n.index.astype(str)),
-            "rack": pa.array([slowest["rack"].get(k) for k in n.index], pa.string()),
-            "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
-            "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
-            "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
-            "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
-            "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
-            "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
-        },
-        schema=NODE_SCHEMA,
-    )
+    where = {"node": pa.array(n.index.astype(str)), "rack": pa.array([slowest["rack"].get(k) for k in n.index], pa.string())}
+    return pa.table({**where, **_sums(n, slowest)}, schema=NODE_SCHEMA)
 
 
 def _racks(per_rank: pd.DataFrame | None) -> pa.Table:
@@ -224,19 +211,8 @@ def _racks(per_rank: pd.DataFrame | None) -> pa.Table:
     if per_rank is None or per_rank["rack"].isna().all():
         return RACK_SCHEMA.empty_table()
     n, slowest = _by(per_rank[per_rank["rack"].notna()], "rack")
-    return pa.table(
-        {
-            "rack": pa.array(n.index.astype(str)),
-            "nodes": pa.array(n["nodes"].to_numpy().astype(np.int32)),
-            "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
-            "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
-            "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
-            "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
-            "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
-            "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
-        },
-        schema=RACK_SCHEMA,
-    )
+    where = {"rack": pa.array(n.index.astype(str)), "nodes": pa.array(n["nodes"].to_numpy().astype(np.int32))}
+    return pa.table({**where, **_sums(n, slowest)}, schema=RACK_SCHEMA)
 
 
 NODE_STEP_SCHEMA = pa.schema([("node", pa.string()), ("step", pa.int32()), ("wait_imposed_ns", pa.int64())])
