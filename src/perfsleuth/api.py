@@ -106,8 +106,17 @@ def diff(
     return diff_traces(paths(baseline), paths(candidate), threshold=threshold, method=method, workers=workers)
 
 
-def ingest(paths: Sequence[str | Path], store: str | Path, *, dims: Sequence[str] = (), run_id: str | None = None) -> dict[str, Any]:
+def ingest(
+    paths: Sequence[str | Path],
+    store: str | Path,
+    *,
+    dims: Sequence[str] = (),
+    run_id: str | None = None,
+    engine: str = "local",
+    master: str | None = None,
+) -> dict[str, Any]:
     """``perfsleuth ingest``: add jobs to a fleet store; returns the ``perfsleuth.ingest/1`` summary.
+    ``engine="spark"`` (``master``: a Spark master URL) parses and analyses each rank file as a Spark task.
 
     Raises ``PerfsleuthError`` when a job failed (the others are stored)."""
     import contextlib
@@ -119,7 +128,7 @@ def ingest(paths: Sequence[str | Path], store: str | Path, *, dims: Sequence[str
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = ingest_command([Path(p) for p in paths], Path(store), list(dims), run_id, "json", None)
+        status = ingest_command([Path(p) for p in paths], Path(store), list(dims), run_id, "json", None, engine=engine, master=master)
     if status and not out.getvalue():
         raise InputError(None, err.getvalue().strip().removeprefix("perfsleuth: error: "))
     doc = json.loads(out.getvalue())
