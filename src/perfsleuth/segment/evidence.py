@@ -489,8 +489,11 @@ def _dims_of(terms: ir.Table) -> set[str]:
     return {c for c in terms.columns if c not in internal}
 
 
-def with_poisson_weight(t: ir.Table, order: Sequence[str], seed: int, name: str = "bw") -> ir.Table:
+def with_poisson_weight(t: ir.Table, order: Sequence[str], seed: int | ir.IntegerValue, name: str = "bw") -> ir.Table:
     """``t`` with a Poisson(1) bootstrap weight per row, from integer arithmetic identical on every engine.
+
+    ``seed`` is an int, or an int64 column of ``t`` (the same value on every row): then the query is the
+    same for every seed and compiles once (``segment.localize`` runs it per resample).
 
     Rows are numbered in a fixed order; the number is scrambled with two multiplicative steps modulo
     the prime 2³¹−1 and a squaring, and the resulting uniform goes through Poisson(1)'s inverse CDF.

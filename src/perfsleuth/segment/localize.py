@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ibis.expr.types as ir
+import pyarrow as pa
 
-from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, to_arrow
+from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, to_arrow, upload
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.segment.evidence import (
     Confounding,
@@ -31,7 +32,7 @@ from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOpt
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
 UNEXPLAINED = "unexplained — a cause outside the recorded dimensions"
-_TERMS, _RAW = "ps_localize_terms", "ps_localize_raw"
+_TERMS, _RAW, _BOOT, _SEED = "ps_localize_terms", "ps_localize_raw", "ps_localize_boot", "ps_localize_seed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +191,20 @@ def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOp
     """How often each element is chosen again when the cells are resampled (Poisson weights)."""
     counts: Counter[str] = Counter()
     order = list(dims)
+    con = backend_of(terms)
+    sql = None
     for b in range(reps):
-        boot = with_poisson_weight(terms, order, seed * 1009 + b)
-        boot = boot.mutate(real=boot.real * boot.bw, predict=boot.predict * boot.bw)
-        res = search(boot, dims, options)
+        # the resample's seed is a one-row table and the resample a table with a fixed name: the
+        # resampling query and the search's queries compile once for all resamples
+        upload(con, _SEED, pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
+        if sql is None:
+            seeded = terms.cross_join(con.table(_SEED))
+            boot = with_poisson_weight(seeded, order, seeded.boot_seed)
+            boot = boot.mutate(real=boot.real * boot.bw, predict=boot.predict * boot.bw).drop("boot_seed")
+            sql = str(con.compile(boot))
+        materialize(con, _BOOT, sql)
+        res = search(con.table(_BOOT), dims, options)
         counts.update(set(res.labels))
+    if reps:
+        drop(con, _BOOT)
     return {label: n / reps for label, n in counts.items()}
