@@ -133,16 +133,19 @@ def test_the_html_header_reads_versions_and_no_temporary_workload():
 
 def test_every_format_shows_what_a_benchmark_alone_contributed():
     """nccl-tests alone: text, md and html each show the rows read, the largest message size included
-    (the log's last row is 17179869184 bytes, 16 GiB)."""
+    (the log's last row is 17179869184 bytes = 16 GiB, at 487.26 GB/s bus bandwidth: its own text)."""
     log = Path(__file__).parent / "data" / "real" / "nccl_tests" / "awsome_p5_srun_l.log"
     assert "17179869184" in log.read_text()
     runner = CliRunner()
     text = runner.invoke(app, ["analyze", str(log)], env={"COLUMNS": "100"}).stdout
     md = runner.invoke(app, ["analyze", str(log), "-f", "md"]).stdout
     html = runner.invoke(app, ["analyze", str(log), "-f", "html"]).stdout
-    assert "Read nccl_tests" in text and "17,179,869,184" in text
+    largest = next(line for line in log.read_text().splitlines() if "17179869184" in line)
+    assert "487.26" in largest
+    assert "Read nccl_tests" in text and "16 GiB" in text and "487.26" in text
     assert "### Read nccl\\_tests" in md or "### Read nccl_tests" in md
-    assert "17,179,869,184" in md and "<h2>Read nccl_tests</h2>" in html and "17,179,869,184" in html
+    assert "| 16 GiB | 259\\.87 | 487\\.26 |" in md
+    assert "<h2>Read nccl_tests</h2>" in html and "16 GiB</td><td>259.87</td><td>487.26</td>" in html
 
 
 def test_the_html_not_assessed_list_is_collapsed():
