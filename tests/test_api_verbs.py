@@ -59,3 +59,13 @@ def test_a_report_renders_in_a_notebook_and_as_an_arrow_table(tmp_path):
     table = report.findings_table()
     assert table.num_rows == len(report.diagnosis.findings) + len(report.diagnosis.not_assessed)
     assert set(table["fault"].to_pylist()) >= {f.fault for f in report.diagnosis.findings}
+
+
+def test_an_option_error_from_ingest_says_where_once(tmp_path):
+    """An unknown engine is an option, not a file: the error names ``<input>`` once, with the valid choices."""
+    from perfsleuth.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        api.ingest([str(tmp_path)], store=str(tmp_path / "store"), engine="ray")
+    assert str(info.value).count("<input>") == 1 and "unknown engine 'ray'" in str(info.value) and "spark" in str(info.value)
+    assert not (tmp_path / "store").exists()

@@ -130,7 +130,9 @@ def ingest(
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = ingest_command([Path(p) for p in paths], Path(store), list(dims), run_id, "json", None, engine=engine, master=master)
     if status and not out.getvalue():
-        raise InputError(None, err.getvalue().strip().removeprefix("perfsleuth: error: "))
+        # the verb printed an error that already says where (``<input>`` when it is an option): keep it as it is
+        said = err.getvalue().strip().removeprefix("perfsleuth: error: ")
+        raise InputError(None, said.removeprefix("<input>: "))
     doc = json.loads(out.getvalue())
     if status:
         raise InputError(store, "; ".join(j["error"] for j in doc["jobs"] if j["status"] == "failed"))
