@@ -81,3 +81,47 @@ def test_a_terminal_gets_a_live_bar_on_stderr(tmp_path):
     os.close(leader)
     assert out.decode().strip() == "RESULT"
     assert b"parsing rank files" in drawn and b"\x1b[" in drawn  # drawn live, with cursor control
+
+
+REAL_JOB = Path(__file__).parent / "data" / "real_traces" / "param_dlrm_8rank_v100"
+
+
+def test_analyze_counts_the_trace_bytes_it_parsed():
+    """On a log (asked for): the parse of a real 8-rank job names its file count and size, and ends with all
+    of it parsed; the size is the files' own, summed here."""
+    files = sorted(p for p in REAL_JOB.iterdir() if p.name.endswith((".json", ".json.gz")))
+    mb = f"{sum(p.stat().st_size for p in files) / 1e6:,.1f} MB"
+    res = CliRunner().invoke(app, ["analyze", str(REAL_JOB), "-f", "json", "--workers", "1"], env={"PERFSLEUTH_PROGRESS": "1"})
+    assert res.exit_code == 0, res.output
+    assert f"parsing {len(files)} trace files ({mb}) ..." in res.stderr
+    assert f"{mb} of {mb}" in res.stderr
+    assert json.loads(res.stdout)["run"]["ranks_present"] == len(files)
+
+
+def test_a_task_inside_another_joins_the_bar_on_a_terminal(tmp_path):
+    """Rich draws one live display at a time: the inner task (bytes parsed) becomes a second line of the outer's
+    bar instead of failing, and both are drawn."""
+    code = (
+        "import time\nfrom perfsleuth import progress\n"
+        "with progress.task('analysing the job'):\n"
+        "    with progress.task('parsing 2 trace files', total=2e6, unit='bytes') as advance:\n"
+        "        for _ in range(2):\n            time.sleep(0.3); advance(1e6)\nprint('RESULT')\n"
+    )
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
+    env.pop("PERFSLEUTH_PROGRESS", None)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=follower, env=env)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out, _ = proc.communicate(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0 and out.decode().strip() == "RESULT"
+    assert b"analysing the job" in drawn and b"parsing 2 trace files" in drawn and b"MB" in drawn

@@ -15,8 +15,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _MODE: list[bool | None] = [None]  # None: auto (stderr is a terminal); True: always; False: never
+_LIVE: list[Any] = []  # the bar being drawn: a task inside another (bytes parsed within "analysing") joins it
 
 
 def configure(show: bool | None) -> None:
@@ -65,19 +67,42 @@ def task(description: str, total: float | None = None, unit: str = "") -> Iterat
     if not sys.stderr.isatty():  # asked for on a pipe or a log: one line when it starts and one when it ends
         yield from _lines(description, total, unit)
         return
+    if _LIVE:  # one live display at a time: a nested task is another line of the bar already drawn
+        yield from _joined(_LIVE[-1], description, total, unit)
+        return
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
-    counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
-    columns = (
-        [TextColumn("{task.description}"), BarColumn(), counter, TimeElapsedColumn()]
-        if total is not None
-        else [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
-    )
+    class Done(ProgressColumn):
+        """How far: "3/8", or "120.4/375.0 MB" for bytes; nothing while the total is unknown."""
+
+        def render(self, task: Task) -> Text:
+            if task.total is None:
+                return Text("")
+            unit = task.fields.get("unit", "")
+            done = (
+                f"{task.completed / 1e6:,.1f}/{task.total / 1e6:,.1f} MB" if unit == "bytes" else f"{task.completed:,.0f}/{task.total:,.0f}"
+            )
+            return Text(done)
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), Done(), TimeElapsedColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        tid = bar.add_task(description, total=total)
+        _LIVE.append(bar)
+        try:
+            yield from _joined(bar, description, total, unit)
+        finally:
+            _LIVE.pop()
 
-        def advance(n: float = 1) -> None:
-            bar.advance(tid, n)
 
+def _joined(bar: Any, description: str, total: float | None, unit: str) -> Iterator[Callable[[float], None]]:
+    """A task on a bar that is drawn already, removed from it when the block ends."""
+    tid = bar.add_task(description, total=total, unit=unit)
+
+    def advance(n: float = 1) -> None:
+        bar.advance(tid, n)
+
+    try:
         yield advance
+    finally:
+        bar.remove_task(tid)

@@ -18,7 +18,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
@@ -839,12 +839,15 @@ class KinetoJob:
     caveats: list[Caveat]
 
 
-def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, workers: int | None = None) -> list[T]:
+def map_rank_files(
+    files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, workers: int | None = None, done: Callable[[int], None] | None = None
+) -> list[T]:
     """Apply ``fn((path, single_file))`` to every rank file, in worker processes when it pays (the
     reader pool that ``perfsleuth.pipeline.map_ranks`` drives).
 
     ``fn`` must be a module-level function. Each worker holds one rank at a time, so memory is
     bounded by the largest rank, not by the job; what ``fn`` returns is all that crosses back.
+    ``done(i)`` is called as file ``i``'s result arrives, in file order (for progress).
     """
     if not files:
         raise InputError(None, "no trace files given")
@@ -855,8 +858,17 @@ def map_rank_files(files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *
     jobs = [(str(f), single) for f in files]
     if n_workers > 1 and len(files) > 1 and total >= PARALLEL_MIN_BYTES:
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context()) as pool:
-            return list(pool.map(fn, jobs))
-    return [fn(j) for j in jobs]
+            return _reported(pool.map(fn, jobs), done)
+    return _reported(map(fn, jobs), done)
+
+
+def _reported(results: Iterable[T], done: Callable[[int], None] | None) -> list[T]:
+    out = []
+    for i, r in enumerate(results):
+        out.append(r)
+        if done is not None:
+            done(i)
+    return out
 
 
 def _pool_context():

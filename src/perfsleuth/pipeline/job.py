@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsleuth import progress
 from perfsleuth.diagnose import Diagnosis, diagnose
 from perfsleuth.diagnose.correlate import join_telemetry
 from perfsleuth.diagnose.ncu_join import join_ncu
@@ -65,7 +66,9 @@ def map_ranks(
 
         per_file = map_rank_files_spark(files, each, master=master)
     else:
-        per_file = map_rank_files(files, each, workers=workers)
+        sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+        with progress.task(f"parsing {len(files)} trace file{'s' if len(files) != 1 else ''}", total=sum(sizes), unit="bytes") as advance:
+            per_file = map_rank_files(files, each, workers=workers, done=lambda i: advance(sizes[i]))
     return [p for found in per_file for p in found], caveats
 
 
