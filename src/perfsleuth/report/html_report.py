@@ -29,7 +29,7 @@ from perfsleuth.model.job_identity import cuda_version
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
-from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.stragglers import wait_imposed
 
 # --- display formatting (shared with markdown_report) -----------------------------------------------
 
@@ -586,34 +586,6 @@ def _steps(analysis: JobAnalysis) -> str:
 # --- stragglers --------------------------------------------------------------------------------------
 
 
-def _wait_imposed(instances: pa.Table) -> tuple[dict[tuple[int, int], list[int]], list[int], list[int]]:
-    """Per (rank, step): [summed wait of the other ranks at collectives this rank arrived last at,
-    collectives it was last at, collectives it took part in]. Pipeline send/recv are left out, as
-    the straggler analysis leaves them out: their order is by design."""
-    cells: dict[tuple[int, int], list[int]] = {}
-    if instances.num_rows == 0:
-        return cells, [], []
-    cols = ["instance", "op", "step", "rank", "wait_ns", "is_last"]
-    if any(c not in instances.column_names for c in cols):
-        return cells, [], []
-    rows = [r for r in instances.select(cols).to_pylist() if r["op"] not in P2P_OPS]
-    total_wait: dict[int, int] = {}
-    last_rank: dict[int, tuple[int, int]] = {}
-    for r in rows:
-        step, rank = int(r["step"] if r["step"] is not None else -1), int(r["rank"])
-        total_wait[r["instance"]] = total_wait.get(r["instance"], 0) + int(r["wait_ns"] or 0)
-        cells.setdefault((rank, step), [0, 0, 0])[2] += 1
-        if r["is_last"]:
-            last_rank[r["instance"]] = (rank, step)
-    for inst, key in last_rank.items():
-        cell = cells[key]
-        cell[0] += total_wait.get(inst, 0)
-        cell[1] += 1
-    ranks = sorted({k[0] for k in cells})
-    steps = sorted({k[1] for k in cells})
-    return cells, ranks, steps
-
-
 def _heat_colour(frac: float) -> str:
     """White-to-dark-red: 0 → #fff5f0, 1 → #99000d."""
     lo, hi = (0xFF, 0xF5, 0xF0), (0x99, 0x00, 0x0D)
@@ -685,7 +657,7 @@ def _stragglers(analysis: JobAnalysis) -> str:
             + (f", saving {esc(fmt_interval(rep.saving_fraction))} of step time" if rep.saving_fraction else "")
             + ".</p>"
         )
-    cells, ranks, steps = _wait_imposed(analysis.instances)
+    cells, ranks, steps = wait_imposed(analysis.instances)
     if cells:
         notes = []
         if len(ranks) > MAX_HEAT_RANKS:

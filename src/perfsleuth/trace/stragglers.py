@@ -204,3 +204,32 @@ def _counterfactual(arr: pd.DataFrame, steps: pa.Table, rank: int) -> tuple[pa.T
     cfi = median_interval(cf.to_numpy(), "ns")
     frac = median_interval((savings / step_time).to_numpy(), "fraction")
     return per_step, st, cfi, frac
+
+
+def wait_imposed(instances: pa.Table) -> tuple[dict[tuple[int, int], list[int]], list[int], list[int]]:
+    """The wait each rank imposed on the others, per (rank, step), for the report's heat map: [summed wait
+    of the other ranks at collectives this rank arrived last at, collectives it was last at, collectives it
+    took part in], with the ranks and steps seen. Pipeline send/recv are left out, as the straggler analysis
+    leaves them out: their order is by design."""
+    cells: dict[tuple[int, int], list[int]] = {}
+    if instances.num_rows == 0:
+        return cells, [], []
+    cols = ["instance", "op", "step", "rank", "wait_ns", "is_last"]
+    if any(c not in instances.column_names for c in cols):
+        return cells, [], []
+    rows = [r for r in instances.select(cols).to_pylist() if r["op"] not in P2P_OPS]
+    total_wait: dict[int, int] = {}
+    last_rank: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        step, rank = int(r["step"] if r["step"] is not None else -1), int(r["rank"])
+        total_wait[r["instance"]] = total_wait.get(r["instance"], 0) + int(r["wait_ns"] or 0)
+        cells.setdefault((rank, step), [0, 0, 0])[2] += 1
+        if r["is_last"]:
+            last_rank[r["instance"]] = (rank, step)
+    for inst, key in last_rank.items():
+        cell = cells[key]
+        cell[0] += total_wait.get(inst, 0)
+        cell[1] += 1
+    ranks = sorted({k[0] for k in cells})
+    steps = sorted({k[1] for k in cells})
+    return cells, ranks, steps
