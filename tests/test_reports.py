@@ -202,6 +202,25 @@ def test_html_charts_have_one_bar_and_one_line_per_rank(hostile: JobReport, page
     assert page.count("<title>") >= len(ranks) * (1 + 1 + len(steps))
 
 
+def test_html_step_chart_sets_the_straggler_apart_from_the_median_rank(hostile: JobReport, page: str) -> None:
+    """The demo's straggler holds more compute than the median rank at every step (read from the steps table);
+    the chart draws compute against the step's median rank, so its line lies above every other rank's, at
+    every step."""
+    steps = hostile.analysis.steps.to_pandas()
+    steps = steps[steps["step"] >= 0]
+    straggler = hostile.analysis.stragglers.straggler
+    assert straggler is not None
+    median = steps.groupby("step")["compute_ns"].median()
+    own = steps[steps["rank"] == straggler].set_index("step")["compute_ns"]
+    assert (own > median.loc[own.index]).all()
+    chart = page.split('id="steps-chart"', 1)[1].split("</svg>", 1)[0]
+    assert "compute − median rank (ms)" in chart
+    p = PageChecker.check('<svg id="steps-chart"' + chart + "</svg>")
+    ys = {a["data-rank"]: [float(xy.split(",")[1]) for xy in (a.get("points") or "").split()] for t, a in p.tags if t == "polyline"}
+    mine = ys.pop(str(straggler))
+    assert ys and all(y < min(other[i] for other in ys.values()) for i, y in enumerate(mine))  # SVG y grows downwards
+
+
 def test_html_page_shows_findings_with_evidence_and_alternatives(hostile: JobReport, page: str) -> None:
     text = "".join(PageChecker.check(page).text)
     for f in hostile.diagnosis.findings:

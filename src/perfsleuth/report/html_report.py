@@ -29,6 +29,7 @@ from perfsleuth.model.job_identity import cuda_version
 from perfsleuth.report.escape import html_text as esc
 from perfsleuth.report.run_header import ranks_phrase
 from perfsleuth.trace.analysis import JobAnalysis
+from perfsleuth.trace.steps import median_rank_step_ns
 from perfsleuth.trace.stragglers import wait_imposed
 
 # --- display formatting (shared with markdown_report) -----------------------------------------------
@@ -201,7 +202,8 @@ def _ticks(lo: float, hi: float, target: int = 5) -> tuple[float, float, list[fl
 
 
 def _tick_label(v: float) -> str:
-    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.3g}"
+    v = float(v) + 0.0  # no "-0" on an axis
+    return f"{v:,.0f}" if v.is_integer() else f"{v:,.3g}"
 
 
 # --- header ---------------------------------------------------------------------------------------------
@@ -468,14 +470,25 @@ def _rank_colour(rank: int, index: int, n: int, straggler: int | None) -> str:
     return "#8c8c96"
 
 
-def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) -> str:
+def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None, *, relative: bool = False) -> str:
+    """``relative``: each rank's compute per step minus the step's median rank (``series`` holds compute), so the
+    rank that holds the others back stands apart from the zero line; else the step times themselves."""
     ranks = sorted(series)
     steps = sorted({s for pts in series.values() for s, _ in pts})
-    values_ms = [t / 1e6 for pts in series.values() for _, t in pts]
+    median = median_rank_step_ns(series) if relative else {}
+    what = "compute" if relative else "step time"
+
+    def shown_ms(step: int, t: int) -> float:
+        return (t - median[step]) / 1e6 if relative else t / 1e6
+
+    values_ms = [shown_ms(s, t) for pts in series.values() for s, t in pts]
     left, right, top, bottom, plot_w, plot_h = 64, 20, 12, 40, 660, 280
     width, height = left + plot_w + right, top + plot_h + bottom
     lo, hi = min(values_ms), max(values_ms)
-    if lo > 0.5 * hi:  # show the variation; the axis labels say where it starts
+    if relative:  # around the zero line, both sides shown
+        reach = max(abs(lo), abs(hi)) or 1e-3
+        lo, hi = -reach * 1.1, reach * 1.1
+    elif lo > 0.5 * hi:  # show the variation; the axis labels say where it starts
         pad = max((hi - lo) * 0.1, hi * 0.01)
         lo, hi = lo - pad, hi + pad
     else:
@@ -494,8 +507,14 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
         _svg_open(
             width,
             height,
-            "Step time per rank over steps",
-            "One line per rank: step time in milliseconds at each profiled step.",
+            "Compute per step and rank, against the step's median rank" if relative else "Step time per rank over steps",
+            (
+                "One line per rank: how many milliseconds more (above zero) or less GPU compute than the median rank "
+                "each profiled step held. Every rank's step lasts as long as the slowest's, so step times match; the "
+                "rank whose own work is longer holds the others back and stands apart from the zero line."
+                if relative
+                else "One line per rank: step time in milliseconds at each profiled step."
+            ),
             "steps-chart",
         )
     ]
@@ -512,8 +531,11 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
     out.append(
         f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"/>'
         f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle">step</text>'
-        f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">step time (ms)</text>'
+        f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">'
+        f"{'compute − median rank (ms)' if relative else 'step time (ms)'}</text>"
     )
+    if relative:
+        out.append(f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{_n(py(0.0))}" y2="{_n(py(0.0))}"/>')
     markers = len(values_ms) <= MAX_MARKERS or len(steps) == 1
     # the straggler last, so it is drawn on top
     order = sorted(range(len(ranks)), key=lambda i: ranks[i] == straggler)
@@ -522,9 +544,9 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
         pts = sorted(series[rank])
         colour = _rank_colour(rank, i, len(ranks), straggler)
         sw = 2.5 if rank == straggler else (1.5 if len(ranks) <= len(RANK_COLOURS) else 1)
-        coords = " ".join(f"{_n(px(s))},{_n(py(t / 1e6))}" for s, t in pts)
+        coords = " ".join(f"{_n(px(s))},{_n(py(shown_ms(s, t)))}" for s, t in pts)
         times = sorted(t for _, t in pts)
-        tip = f"rank {rank}: {len(pts)} steps, step time {fmt_ms(times[0])}–{fmt_ms(times[-1])} ms" + (
+        tip = f"rank {rank}: {len(pts)} steps, {what} {fmt_ms(times[0])}–{fmt_ms(times[-1])} ms" + (
             " (straggler)" if rank == straggler else ""
         )
         out.append(
@@ -533,8 +555,9 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
         )
         if markers:
             out.extend(
-                f'<circle cx="{_n(px(s))}" cy="{_n(py(t / 1e6))}" r="2.5" fill="{colour}">'
-                f"<title>rank {rank} · step {s}: {fmt_ms(t)} ms</title></circle>"
+                f'<circle cx="{_n(px(s))}" cy="{_n(py(shown_ms(s, t)))}" r="2.5" fill="{colour}">'
+                f"<title>rank {rank} · step {s}: {what} {fmt_ms(t)} ms"
+                f"{f' ({shown_ms(s, t):+.2f} ms against the median rank)' if relative else ''}</title></circle>"
                 for s, t in pts
             )
         out.append("</g>")
@@ -542,15 +565,15 @@ def _steps_svg(series: dict[int, list[tuple[int, int]]], straggler: int | None) 
     return "".join(out)
 
 
-def _step_series(steps: pa.Table) -> dict[int, list[tuple[int, int]]]:
-    if steps.num_rows == 0:
+def _step_series(steps: pa.Table, column: str = "step_time_ns") -> dict[int, list[tuple[int, int]]]:
+    if steps.num_rows == 0 or column not in steps.column_names:
         return {}
-    t = steps.select(["rank", "step", "step_time_ns"]).to_pylist()
+    t = steps.select(["rank", "step", column]).to_pylist()
     profiled = any(r["step"] >= 0 for r in t)
     series: dict[int, list[tuple[int, int]]] = {}
     for r in t:
-        if (r["step"] >= 0 or not profiled) and r["step_time_ns"] is not None:
-            series.setdefault(int(r["rank"]), []).append((int(r["step"]), int(r["step_time_ns"])))
+        if (r["step"] >= 0 or not profiled) and r[column] is not None:
+            series.setdefault(int(r["rank"]), []).append((int(r["step"]), int(r[column])))
     return series
 
 
@@ -578,7 +601,15 @@ def _steps(analysis: JobAnalysis) -> str:
         if straggler is not None:
             note += f"; the straggler, rank {straggler}, in red"
         out.append(f'<p class="note">{esc(note)}. Hover a line for its rank.</p>')
-    out.append(_steps_svg(series, straggler))
+    compute = _step_series(analysis.steps, "compute_ns")
+    if len(compute) >= 2:
+        out.append(
+            "<p class=\"note\">Each rank's GPU compute per step, minus the median rank's. Step times match across ranks "
+            "(each waits for the slowest at its collectives), so the rank whose own work is longer stands apart.</p>"
+        )
+        out.append(_steps_svg(compute, straggler, relative=True))
+    else:
+        out.append(_steps_svg(series, straggler))
     out.append("</section>")
     return "".join(out)
 

@@ -80,3 +80,13 @@ def step_windows(view: RankView) -> Windows:
     end[:-1] = start[1:]
     end[-1] = max(host_end[-1], gpu_end[-1])
     return Windows(steps, start, end, host_end - host_start, True)
+
+
+def median_rank_step_ns(series: dict[int, list[tuple[int, int]]]) -> dict[int, float]:
+    """Per step, the median over ranks of a per-(rank, step) time (compute, step time): the line each rank is drawn
+    against, so the rank that is late step after step stands apart instead of hiding in the common level."""
+    by_step: dict[int, list[int]] = {}
+    for pts in series.values():
+        for step, t in pts:
+            by_step.setdefault(step, []).append(t)
+    return {step: float(np.median(ts)) for step, ts in by_step.items()}
