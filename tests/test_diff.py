@@ -5,6 +5,7 @@ H200 pair, bad input and escaping."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -238,3 +239,21 @@ def test_untrusted_kernel_names_are_escaped_in_html_and_markdown(jobs, tmp_path)
     assert "<script>" not in html.stdout and "&lt;script&gt;" in html.stdout
     assert "](http" not in md.stdout and "<b>" not in md.stdout and "evil\\[x\\]\\(http:e.vil\\)" in md.stdout
     assert "<b>" not in html.stdout
+
+
+def test_the_html_diff_draws_the_step_change_as_a_waterfall_that_adds_up():
+    """Real H200 pair (healthy vs host-launch bound): the waterfall starts at the baseline's mean step and ends at
+    the candidate's, as the JSON gives them; each part's bar is its change per step; the parts chain from one end
+    to the other (they partition the step)."""
+    args = ["diff", str(REAL / "healthy"), str(REAL / "host_launch_bound"), "--workers", "1"]
+    doc = json.loads(CliRunner().invoke(app, [*args, "-f", "json"]).stdout)
+    page = CliRunner().invoke(app, [*args, "-f", "html"]).stdout
+    chart = page.split('id="diff-waterfall"', 1)[1].split("</svg>", 1)[0]
+    labels = re.findall(r'data-part="([^"]+)"><rect[^>]*><title>[^<]*</title></rect><text[^>]*>([^<]+)</text>', chart)
+    parts = dict(labels)
+    base, cand = doc["step_time"]["baseline_mean_ns"] / 1e6, doc["step_time"]["candidate_mean_ns"] / 1e6
+    assert parts["baseline"] == f"{base:.2f} ms" and parts["candidate"] == f"{cand:.2f} ms"
+    deltas = {p["phase"]: p["delta_ns_per_step"]["value"] / 1e6 for p in doc["phases"]}
+    assert {k: parts[k] for k in deltas} == {k: f"{v:+.2f} ms" for k, v in deltas.items()}
+    assert abs(base + sum(deltas.values()) + float(parts.get("the rest", "+0 ms").split()[0]) - cand) < 0.01
+    assert "<!DOCTYPE html>" in page and "Content-Security-Policy" in page  # the report's own page and policy

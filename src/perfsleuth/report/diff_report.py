@@ -4,6 +4,7 @@ from a trace (kernel names, paths, run ids) passes through ``report.escape`` for
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.text import Text
 from perfsleuth.model import Interval
 from perfsleuth.report.escape import html_text, markdown_text
 from perfsleuth.report.fit_table import Col, FitTable
+from perfsleuth.report.html_report import _n, _svg_open, _tick_label, _ticks, page
 from perfsleuth.report.text_report import KERNEL_NAME_CHARS, safe
 from perfsleuth.trace.diff import ATTRIBUTION, DiffRow, PhaseRow, TraceDiff
 
@@ -163,22 +165,95 @@ def render_markdown(d: TraceDiff, top: int = 15) -> str:
 # --- HTML ----------------------------------------------------------------------------------------
 
 
-def _html_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], esc: Callable[[str], str]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in r) + "</tr>" for r in rows)
+def _html_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], esc: Callable[[str], str], first: str = "l") -> str:
+    """Numbers right-aligned on one line; the first column (a name) left-aligned, ``first="name"`` wrapping it."""
+    head = "".join(('<th class="l">' if i == 0 else "<th>") + f"{esc(h)}</th>" for i, h in enumerate(headers))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{first}">{cell}</td>' if i == 0 else f"<td>{cell}</td>" for i, cell in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+_SHORT = {"exposed communication": "exposed comm."}  # a bar's label fits under its bar; the tooltip has the name
+
+
+def _waterfall_svg(d: TraceDiff) -> str:
+    """The step-time change as a waterfall: the baseline's mean step, each part's change per step (compute,
+    exposed communication, copies, idle: they partition the step, so they add up to the change), the candidate's
+    mean step. What the parts leave over (rounding, steps outside windows) is its own bar."""
+    base_ms = d.step_time.baseline.mean.value / 1e6
+    cand_ms = d.step_time.candidate.mean.value / 1e6
+    deltas = [(p.phase, p.comparison.difference.value / 1e6) for p in d.phases if math.isfinite(p.comparison.difference.value)]
+    rest = (cand_ms - base_ms) - sum(v for _, v in deltas)
+    if abs(rest) > 0.005 * max(base_ms, cand_ms, 1e-9):
+        deltas.append(("the rest", rest))
+    bars: list[tuple[str, float, float, str]] = [("baseline", 0.0, base_ms, "#4e79a7")]
+    level = base_ms
+    for name, v in deltas:
+        bars.append((name, level, level + v, "#e15759" if v > 0 else "#59a14f"))
+        level += v
+    bars.append(("candidate", 0.0, cand_ms, "#4e79a7"))
+    hi = max(max(a, b) for _, a, b, _ in bars)
+    y0, y1, yt = _ticks(0.0, hi * 1.05 if hi > 0 else 1.0)
+    left, top_, plot_h, bar_w, gap, bottom = 64, 12, 240, 70, 18, 64
+    width = left + len(bars) * (bar_w + gap) + gap
+    height = top_ + plot_h + bottom
+
+    def py(ms: float) -> float:
+        return top_ + plot_h * (1 - (ms - y0) / ((y1 - y0) or 1))
+
+    out = [
+        _svg_open(
+            width,
+            height,
+            "Where the step-time change comes from",
+            "Bars: the baseline's mean step time, the change of each part of the step (red slower, green faster), "
+            "and the candidate's mean step time, in milliseconds.",
+            "diff-waterfall",
+        )
+    ]
+    for v in yt:
+        out.append(
+            f'<line class="grid" x1="{left}" x2="{width - gap}" y1="{_n(py(v))}" y2="{_n(py(v))}"/>'
+            f'<text x="{left - 6}" y="{_n(py(v) + 4)}" text-anchor="end">{_tick_label(v)}</text>'
+        )
+    for i, (name, a, b, colour) in enumerate(bars):
+        x = left + gap + i * (bar_w + gap)
+        lo, up = min(a, b), max(a, b)
+        change = name not in ("baseline", "candidate")
+        label = f"{b - a:+.2f} ms" if change else f"{b:.2f} ms"
+        out.append(
+            f'<g class="bar" data-part="{html_text(name)}"><rect x="{x}" y="{_n(py(up))}" width="{bar_w}" '
+            f'height="{_n(max(py(lo) - py(up), 0.5))}" fill="{colour}"><title>{html_text(name)}: {html_text(label)}</title></rect>'
+            f'<text x="{x + bar_w / 2}" y="{_n(py(up) - 4)}" text-anchor="middle">{html_text(label)}</text>'
+            f'<text x="{x + bar_w / 2}" y="{top_ + plot_h + 16}" text-anchor="middle">{html_text(_SHORT.get(name, name[:16]))}</text></g>'
+        )
+    out.append(
+        f'<line class="axis" x1="{left}" x2="{width - gap}" y1="{top_ + plot_h}" y2="{top_ + plot_h}"/>'
+        f'<text transform="translate(14 {top_ + plot_h / 2}) rotate(-90)" text-anchor="middle">ms per step</text></svg>'
+    )
+    return "".join(out)
+
+
 def render_html(d: TraceDiff, top: int = 15) -> str:
+    """The diff as one self-contained page in the analysis report's style (its CSS and policy: no scripts, nothing
+    loaded from the network): the headline, the waterfall of the step-time change, then the tables."""
     e = html_text
     parts = [
-        f"<p>Baseline: <code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, {d.baseline.ranks} ranks, "
-        f"{d.baseline.n_steps} steps); candidate: <code>{e(d.candidate.label)}</code> "
-        f"({e(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).</p>",
-        f"<p><strong>{e(headline(d))}</strong></p>",
+        "<header><h1>perfsleuth diff</h1>",
+        '<dl class="facts">'
+        f"<dt>baseline</dt><dd><code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, {d.baseline.ranks} ranks, "
+        f"{d.baseline.n_steps} steps)</dd>"
+        f"<dt>candidate</dt><dd><code>{e(d.candidate.label)}</code> ({e(d.candidate.source_format)}, {d.candidate.ranks} ranks, "
+        f"{d.candidate.n_steps} steps)</dd></dl></header>",
+        f"<section><p><strong>{e(headline(d))}</strong></p>",
     ]
+    if d.phases:
+        parts.append(_waterfall_svg(d))
+    parts.append("</section>")
     for title, groups in (("Phases", d.phases), ("Classes", d.classes)):
-        parts.append(f"<h2>{title}</h2>")
+        parts.append(f"<section><h2>{title}</h2>")
         parts.append(
             _html_table(
                 ("phase" if title == "Phases" else "class", *_GROUP_HEADERS[1:]),
@@ -186,21 +261,15 @@ def render_html(d: TraceDiff, top: int = 15) -> str:
                 e,
             )
         )
-    parts.append(f"<h2>Top {min(top, len(d.rows))} of {len(d.rows)} rows</h2>")
+        parts.append("</section>")
+    parts.append(f"<section><h2>Top {min(top, len(d.rows))} of {len(d.rows)} rows</h2>")
     rows = []
     for r in d.rows[:top]:
         names = "; ".join([*r.baseline_names, *(n for n in r.candidate_names if n not in r.baseline_names)])
         rows.append((f'<span title="{e(names, 2000)}">{e(r.match.row, 120)}</span>', *(e(c) for c in _row_cells(r))))
-    parts.append(_html_table(_ROW_HEADERS, rows, e))
-    parts += [f"<p>{e(n)}</p>" for n in _notes(d)]
+    parts.append(_html_table(_ROW_HEADERS, rows, e, first="name"))
+    parts += [f'<p class="note">{e(n)}</p>' for n in _notes(d)]
     if d.caveats:
         parts.append("<ul>" + "".join(f"<li>{e(c.code)}: {e(c.message)}</li>" for c in d.caveats) + "</ul>")
-    style = (
-        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-        "margin:1em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}"
-        "td:first-child,th:first-child{text-align:left;max-width:40em;overflow-wrap:anywhere}"
-    )
-    return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>perfsleuth diff</title>'
-        f"<style>{style}</style></head><body><h1>perfsleuth diff</h1>{''.join(parts)}</body></html>\n"
-    )
+    parts.append("</section>")
+    return page("perfsleuth diff", "".join(parts))
