@@ -125,3 +125,16 @@ def test_a_task_inside_another_joins_the_bar_on_a_terminal(tmp_path):
     os.close(leader)
     assert proc.returncode == 0 and out.decode().strip() == "RESULT"
     assert b"analysing the job" in drawn and b"parsing 2 trace files" in drawn and b"MB" in drawn
+
+
+def test_cases_made_and_graded_are_counted(tmp_path):
+    """`cases make` and `evaluate` on a log (asked for): each says how many cases it simulates or grades and ends
+    with all of them counted."""
+    runner = CliRunner()
+    made = runner.invoke(app, ["cases", "make", str(tmp_path / "suite"), "-n", "2", "--workers", "1"], env={"PERFSLEUTH_PROGRESS": "1"})
+    assert made.exit_code == 0, made.output
+    assert "simulating 2 cases ..." in made.stderr and "2 of 2" in made.stderr
+    graded = runner.invoke(app, ["evaluate", str(tmp_path / "suite"), "--workers", "1", "-f", "json"], env={"PERFSLEUTH_PROGRESS": "1"})
+    assert graded.exit_code in (0, 1), graded.output
+    n = json.loads(graded.stdout)["cases"]
+    assert f"grading {n} case" in graded.stderr and f"{n} of {n}" in graded.stderr

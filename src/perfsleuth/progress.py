@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _MODE: list[bool | None] = [None]  # None: auto (stderr is a terminal); True: always; False: never
 _LIVE: list[Any] = []  # the bar being drawn: a task inside another (bytes parsed within "analysing") joins it
@@ -106,3 +108,13 @@ def _joined(bar: Any, description: str, total: float | None, unit: str) -> Itera
         yield advance
     finally:
         bar.remove_task(tid)
+
+
+def counted(results: Iterable[T], description: str, total: int) -> list[T]:
+    """Collect ``results`` (a loop or a pool's ``map``), counting each one as it arrives: "3/40" on the bar."""
+    out: list[T] = []
+    with task(description, total=total) as advance:
+        for r in results:
+            out.append(r)
+            advance(1)
+    return out

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsleuth import progress
 from perfsleuth.cases.case import Case, read_case
 from perfsleuth.cases.evaluate import CaseResult, EvaluationReport, case_result, score
 from perfsleuth.diagnose.signal_costs import GROUPS, SignalGroup
@@ -150,14 +151,15 @@ def ablate(case_dirs: Sequence[str | Path], *, groups: Sequence[SignalGroup] = G
     """Leave-one-out over every group on every case (cases in parallel, one process each)."""
     paths = [str(p) for p in case_dirs]
     workers = workers or min(len(paths), os.cpu_count() or 1) or 1
+    ablating = f"ablating {len(groups)} signal groups on {len(paths)} case{'s' if len(paths) != 1 else ''}"
     if workers <= 1 or len(paths) <= 1:
-        per_case = [ablate_case(p, groups) for p in paths]
+        per_case = progress.counted((ablate_case(p, groups) for p in paths), ablating, len(paths))
     else:
         import multiprocessing as mp
         from functools import partial
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-            per_case = list(pool.map(partial(ablate_case, groups=groups), paths, chunksize=1))
+            per_case = progress.counted(pool.map(partial(ablate_case, groups=groups), paths, chunksize=1), ablating, len(paths))
     baseline = score([c[ALL] for c in per_case])
     values = tuple(GroupValue(g, score([c[g.name] for c in per_case]), baseline) for g in groups)
     return AblationReport(baseline, values)

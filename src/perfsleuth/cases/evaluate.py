@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from perfsleuth import progress
 from perfsleuth.cases.case import Case, read_case
 
 if TYPE_CHECKING:
@@ -444,13 +445,14 @@ def evaluate(case_dirs: Sequence[str | Path], *, workers: int | None = None) -> 
     extra = sorted({str(o) for o in originals.values() if o is not None and o not in own})
     todo = paths + extra
     workers = workers or min(len(todo), os.cpu_count() or 1) or 1
+    grading = f"grading {len(todo)} case{'s' if len(todo) != 1 else ''}"
     if workers <= 1 or len(todo) <= 1:
-        results = [_run_one(p) for p in todo]
+        results = progress.counted(map(_run_one, todo), grading, len(todo))
     else:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-            results = list(pool.map(_run_one, todo, chunksize=2))
+            results = progress.counted(pool.map(_run_one, todo, chunksize=2), grading, len(todo))
     by_path = {Path(p).resolve(): r for p, r in zip(todo, results, strict=True)}
     graded: list[CaseResult] = []
     for c in cases:

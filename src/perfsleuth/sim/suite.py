@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsleuth import progress
 from perfsleuth.cases.case import DETECTABLE_MIN_IMPACT, DETECTABLE_RULE, Case, CaseFault, write_case
 from perfsleuth.sim import faults as F
 from perfsleuth.sim.kineto_writer import write_job
@@ -446,9 +447,10 @@ def make_suite(out: str | Path, n: int, seed: int, *, workers: int | None = None
     plan = _plan(n, seed)
     jobs = [(str(root / f"case-{seed}-{i:04d}"), i, seed, classes) for i, classes in enumerate(plan)]
     workers = workers or min(len(jobs), os.cpu_count() or 1)
+    making = f"simulating {len(jobs)} case{'s' if len(jobs) != 1 else ''}"
     if workers <= 1:
-        return [Path(_make_one(j)) for j in jobs]
+        return [Path(p) for p in progress.counted(map(_make_one, jobs), making, len(jobs))]
     import multiprocessing as mp
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-        return [Path(p) for p in pool.map(_make_one, jobs, chunksize=1)]
+        return [Path(p) for p in progress.counted(pool.map(_make_one, jobs, chunksize=1), making, len(jobs))]
