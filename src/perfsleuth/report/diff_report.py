@@ -17,6 +17,11 @@ from perfsleuth.report.html_report import _n, _svg_open, _tick_label, _ticks, pa
 from perfsleuth.report.text_report import KERNEL_NAME_CHARS, safe
 from perfsleuth.trace.diff import ATTRIBUTION, DiffRow, PhaseRow, TraceDiff
 
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 _WORD = {"regression": "slower", "improvement": "faster", "no_change": "no change", "inconclusive": "inconclusive"}
 
 
@@ -103,11 +108,11 @@ def render_text(d: TraceDiff, console: Console, top: int = 15) -> None:
             safe(d.baseline.label),
             " (",
             safe(d.baseline.source_format),
-            f", {d.baseline.ranks} ranks, {d.baseline.n_steps} steps) · candidate ",
+            f", {_count(d.baseline.ranks, 'rank')}, {_count(d.baseline.n_steps, 'step')}) · candidate ",
             safe(d.candidate.label),
             " (",
             safe(d.candidate.source_format),
-            f", {d.candidate.ranks} ranks, {d.candidate.n_steps} steps)",
+            f", {_count(d.candidate.ranks, 'rank')}, {_count(d.candidate.n_steps, 'step')})",
         )
     )
     console.print(Text(headline(d), style="bold"))
@@ -143,8 +148,8 @@ def render_markdown(d: TraceDiff, top: int = 15) -> str:
         "# perfsleuth diff",
         "",
         f"Baseline: {markdown_text(d.baseline.label)} ({markdown_text(d.baseline.source_format)}, "
-        f"{d.baseline.ranks} ranks, {d.baseline.n_steps} steps); candidate: {markdown_text(d.candidate.label)} "
-        f"({markdown_text(d.candidate.source_format)}, {d.candidate.ranks} ranks, {d.candidate.n_steps} steps).",
+        f"{_count(d.baseline.ranks, 'rank')}, {_count(d.baseline.n_steps, 'step')}); candidate: {markdown_text(d.candidate.label)} "
+        f"({markdown_text(d.candidate.source_format)}, {_count(d.candidate.ranks, 'rank')}, {_count(d.candidate.n_steps, 'step')}).",
         "",
         f"**{markdown_text(headline(d))}**",
         "",
@@ -243,10 +248,10 @@ def render_html(d: TraceDiff, top: int = 15) -> str:
     parts = [
         "<header><h1>perfsleuth diff</h1>",
         '<dl class="facts">'
-        f"<dt>baseline</dt><dd><code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, {d.baseline.ranks} ranks, "
-        f"{d.baseline.n_steps} steps)</dd>"
-        f"<dt>candidate</dt><dd><code>{e(d.candidate.label)}</code> ({e(d.candidate.source_format)}, {d.candidate.ranks} ranks, "
-        f"{d.candidate.n_steps} steps)</dd></dl></header>",
+        f"<dt>baseline</dt><dd><code>{e(d.baseline.label)}</code> ({e(d.baseline.source_format)}, "
+        f"{_count(d.baseline.ranks, 'rank')}, {_count(d.baseline.n_steps, 'step')})</dd>"
+        f"<dt>candidate</dt><dd><code>{e(d.candidate.label)}</code> ({e(d.candidate.source_format)}, "
+        f"{_count(d.candidate.ranks, 'rank')}, {_count(d.candidate.n_steps, 'step')})</dd></dl></header>",
         f"<section><p><strong>{e(headline(d))}</strong></p>",
     ]
     if d.phases:
