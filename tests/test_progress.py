@@ -56,15 +56,10 @@ def test_a_pipe_gets_no_progress_unless_asked(jobs, tmp_path):
     assert err == ""
 
 
-def test_a_terminal_gets_a_live_bar_on_stderr(tmp_path):
-    """stderr a pseudo-terminal, stdout a pipe: the bar is drawn on the terminal, stdout holds only the result."""
-    code = (
-        "import time, sys\nfrom perfsleuth import progress\n"
-        "with progress.task('parsing rank files', total=3) as advance:\n"
-        "    for _ in range(3):\n        time.sleep(0.3); advance(1)\nprint('RESULT')\n"
-    )
+def _on_a_terminal(code: str, columns: int) -> tuple[int, str, bytes]:
+    """Run ``code`` with stderr a pseudo-terminal and stdout a pipe: (exit status, stdout, what was drawn on stderr)."""
     leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
     env.pop("PERFSLEUTH_PROGRESS", None)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=follower, env=env)
     os.close(follower)
@@ -79,7 +74,18 @@ def test_a_terminal_gets_a_live_bar_on_stderr(tmp_path):
         drawn += chunk
     out, _ = proc.communicate(timeout=60)
     os.close(leader)
-    assert out.decode().strip() == "RESULT"
+    return proc.returncode, out.decode().strip(), drawn
+
+
+def test_a_terminal_gets_a_live_bar_on_stderr(tmp_path):
+    """stderr a pseudo-terminal, stdout a pipe: the bar is drawn on the terminal, stdout holds only the result."""
+    code = (
+        "import time, sys\nfrom perfsleuth import progress\n"
+        "with progress.task('parsing rank files', total=3) as advance:\n"
+        "    for _ in range(3):\n        time.sleep(0.3); advance(1)\nprint('RESULT')\n"
+    )
+    status, out, drawn = _on_a_terminal(code, columns=80)
+    assert status == 0 and out == "RESULT"
     assert b"parsing rank files" in drawn and b"\x1b[" in drawn  # drawn live, with cursor control
 
 
@@ -107,23 +113,8 @@ def test_a_task_inside_another_joins_the_bar_on_a_terminal(tmp_path):
         "    with progress.task('parsing 2 trace files', total=2e6, unit='bytes') as advance:\n"
         "        for _ in range(2):\n            time.sleep(0.3); advance(1e6)\nprint('RESULT')\n"
     )
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
-    env.pop("PERFSLEUTH_PROGRESS", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=follower, env=env)
-    os.close(follower)
-    drawn = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    out, _ = proc.communicate(timeout=60)
-    os.close(leader)
-    assert proc.returncode == 0 and out.decode().strip() == "RESULT"
+    status, out, drawn = _on_a_terminal(code, columns=100)
+    assert status == 0 and out == "RESULT"
     assert b"analysing the job" in drawn and b"parsing 2 trace files" in drawn and b"MB" in drawn
 
 
