@@ -123,16 +123,15 @@ def ingest(
     import io
     import json
 
-    from perfsleuth.commands.ingest_cmd import ingest_command
+    from perfsleuth.commands.ingest_cmd import check_options, ingest_command
     from perfsleuth.errors import InputError
 
+    check_options([Path(p) for p in paths], list(dims), run_id, "json", engine)  # a bad option raises its own error
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = ingest_command([Path(p) for p in paths], Path(store), list(dims), run_id, "json", None, engine=engine, master=master)
     if status and not out.getvalue():
-        # the verb printed an error that already says where (``<input>`` when it is an option): keep it as it is
-        said = err.getvalue().strip().removeprefix("perfsleuth: error: ")
-        raise InputError(None, said.removeprefix("<input>: "))
+        raise InputError(None, err.getvalue().strip().removeprefix("perfsleuth: error: "))
     doc = json.loads(out.getvalue())
     if status:
         raise InputError(store, "; ".join(j["error"] for j in doc["jobs"] if j["status"] == "failed"))

@@ -37,6 +37,20 @@ from perfsleuth.store.write import JobData, StoreWriter, find_damage
 SCHEMA = "perfsleuth.ingest/1"
 
 
+def check_options(paths: Sequence[Path], dims: Sequence[str], run_id: str | None, format: str, engine: str) -> dict[str, str]:
+    """The verb's options checked before any file or the store is touched; the ``--dims`` flags parsed. Raises the
+    ``InputError`` that names what is wrong (``api.ingest`` lets it through as it is)."""
+    require_rank_engine(engine)
+    if format not in ("text", "json"):
+        raise InputError(None, f"unknown format {format!r}", hint="use text or json")
+    if not paths:
+        raise InputError(None, "no PATH to ingest")
+    flag_dims = parse_flags(dims)
+    if run_id is not None and (len(paths) > 1 or not run_id.strip() or not run_id.isprintable()):
+        raise InputError(None, f"--run-id {run_id!r} names one run: give it with exactly one PATH, as printable text")
+    return flag_dims
+
+
 def ingest_command(
     paths: Sequence[Path],
     store: Path,
@@ -52,14 +66,7 @@ def ingest_command(
     ``engine``/``master``: where each job's rank files are parsed and analysed (``pipeline.analyze``)."""
     root = Path(store)
     try:
-        require_rank_engine(engine)
-        if format not in ("text", "json"):
-            raise InputError(None, f"unknown format {format!r}", hint="use text or json")
-        if not paths:
-            raise InputError(None, "no PATH to ingest")
-        flag_dims = parse_flags(dims)
-        if run_id is not None and (len(paths) > 1 or not run_id.strip() or not run_id.isprintable()):
-            raise InputError(None, f"--run-id {run_id!r} names one run: give it with exactly one PATH, as printable text")
+        flag_dims = check_options(paths, dims, run_id, format, engine)
         manifests.load(root)  # a newer or unreadable store stops here, before the lock file is created
         with StoreWriter(root, collect=True):  # first remove what an interrupted ingest left (under the lock)
             pass

@@ -14,21 +14,8 @@ from perfsleuth.errors import InvalidArgument
 # Variants PyTorch's c10d adds to one operation; the longest first, so one strip leaves the operation.
 _TENSOR_SUFFIXES = ("_into_tensor_coalesced", "_into_tensor", "_tensor_coalesced", "_coalesced", "_tensor", "_base")
 _BENCH_SUFFIX = re.compile(r"(_perf(_mpi)?|_mpi)$")  # nccl-tests binaries: all_reduce_perf, all_reduce_perf_mpi
-_CANONICAL = {
-    "allreduce": "allreduce",
-    "allgather": "allgather",
-    "reducescatter": "reducescatter",
-    "alltoall": "alltoall",
-    "alltoallv": "alltoall",
-    "broadcast": "broadcast",
-    "bcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "sendrecv",
-    "gather": "gather",
-    "scatter": "scatter",
-    "hypercube": "hypercube",
-}
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "gather", "scatter", "hypercube")
+_ALIASES = {"alltoallv": "alltoall", "bcast": "broadcast"}  # other names tools give one of them
 
 
 def collective_op(raw: str) -> str:
@@ -46,7 +33,9 @@ def canonical_collective(name: str | None) -> str | None:
     """The collective in ``COLLECTIVES`` that ``name`` spells, or None when it spells none of them."""
     if not name:
         return None
-    return _CANONICAL.get(collective_op(name))
+    op = collective_op(name)
+    op = _ALIASES.get(op, op)
+    return op if op in COLLECTIVES else None
 
 
 def busbw_factor(collective: str, nranks: int) -> float:

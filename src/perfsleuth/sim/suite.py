@@ -36,27 +36,13 @@ import numpy as np
 
 from perfsleuth import progress
 from perfsleuth.cases.case import DETECTABLE_MIN_IMPACT, DETECTABLE_RULE, Case, CaseFault, write_case
+from perfsleuth.diagnose.detectors import TRACE_FAULTS
 from perfsleuth.sim import faults as F
 from perfsleuth.sim.kineto_writer import write_job
 from perfsleuth.sim.simulator import SimConfig, simulate
 
-CLASSES = (
-    "exposed_communication",
-    "poor_overlap",
-    "pipeline_bubble",
-    "sequence_imbalance",
-    "dataloader_stall",
-    "checkpoint_stall",
-    "host_launch_bound",
-    "small_kernels",
-    "gc_pause",
-    "recompilation",
-    "allocator_churn",
-    "memory_fragmentation",
-    "straggler_rank",
-    "collective_hang",
-    "unattributed_host_stall",
-)
+CLASSES = tuple(f for f in TRACE_FAULTS if f != "unattributed_idle")
+"""The trace fault classes the simulator injects: every one a trace reveals but ``unattributed_idle``."""
 HEALTHY_SHARE = 0.15
 PAIR_SHARE = 0.22
 MAGNITUDE = (0.003, 0.5)
