@@ -86,7 +86,7 @@ FINDING = obj(
                 "type": "array",
                 "items": obj(
                     {
-                        "fault": {"type": "string"},
+                        "fault": d({"type": "string"}, "a fault class or a sub-cause id (perfsleuth explain FAULT)"),
                         "verdict": {"enum": ["ruled_out", "cannot_rule_out", "supports"]},
                         "reason": {"type": "string"},
                     }
@@ -492,7 +492,21 @@ write(
                     }
                 ),
             },
-            "the entries asked for: one with a FAULT argument, every class without",
+            "the classes asked for: the one FAULT names (a sub-cause's own class), every class without FAULT",
+        ),
+        "sub_causes": d(
+            {
+                "type": "array",
+                "items": obj(
+                    {
+                        "id": d({"type": "string"}, "a sub-cause id, named only as a finding's alternative"),
+                        "parent": d({"type": "string"}, "the fault class it narrows"),
+                        "meaning": {"type": "string"},
+                        "decided_by": d({"type": "string"}, "the input that would tell it apart"),
+                    }
+                ),
+            },
+            "the sub-causes asked for: the one FAULT names, those of the class it names, or all of them",
         ),
     },
     defs={},

@@ -141,7 +141,7 @@ def test_explain_json_is_the_module_entry_and_meets_its_schema():
     assert res.exit_code == 0
     doc = json.loads(res.stdout)
     validate(doc)
-    assert doc == {"schema": "perfsleuth.explain/1", "faults": [taxonomy.BY_ID["straggler_rank"].to_json()]}
+    assert doc == {"schema": "perfsleuth.explain/1", "faults": [taxonomy.BY_ID["straggler_rank"].to_json()], "sub_causes": []}
     every = json.loads(CliRunner().invoke(app, ["explain", "-f", "json"]).stdout)
     validate(every)
     assert [f["id"] for f in every["faults"]] == [f.id for f in taxonomy.FAULTS]
@@ -173,8 +173,9 @@ def test_the_docs_page_renders_the_entries_literally():
     from markdown_it import MarkdownIt
 
     html = MarkdownIt("commonmark").enable("table").render(taxonomy.render_markdown())
-    assert html.count("<h2>") == html.count("<strong>") == len(taxonomy.FAULTS)  # a heading and a bold title per class
-    assert "<em>" not in html and html.count("<table>") == 1
+    assert html.count("<strong>") == len(taxonomy.FAULTS)  # a bold title per class
+    assert html.count("<h2>") == len(taxonomy.FAULTS) + 1  # a heading per class, and the sub-causes' section
+    assert "<em>" not in html and html.count("<table>") == 2  # the classes' index and the sub-causes
     assert "enumerate(DataLoader)#...__next__" in html and "NCCL_* variables" in html
 
 
@@ -195,3 +196,59 @@ def test_the_evaluation_abbreviates_every_class():
 
     assert set(SHORT) - {"none"} == taxonomy.IDS
     assert len(set(SHORT.values())) == len(SHORT)
+
+
+def _alternative_names_in_source() -> dict[str, str]:
+    """Every literal name a detector gives an ``Alternative``, with where it is written: read from the source, so a
+    branch no test runs is checked too."""
+    import ast
+
+    names: dict[str, str] = {}
+    for path in sorted((REPO / "src" / "perfsleuth").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and getattr(func, "id", getattr(func, "attr", None)) == "Alternative":
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    names[first.value] = f"{path.relative_to(REPO)}:{node.lineno}"
+    return names
+
+
+def test_every_alternative_a_detector_names_is_a_class_or_a_sub_cause():
+    names = _alternative_names_in_source()
+    assert len(names) > 30  # the walk sees the detectors' alternatives
+    unknown = {n: where for n, where in names.items() if n not in taxonomy.ALTERNATIVE_IDS}
+    assert not unknown, unknown
+    # every sub-cause is named by some detector, and narrows a class without shadowing one
+    assert {c.id for c in taxonomy.SUB_CAUSES} <= set(names)
+    for c in taxonomy.SUB_CAUSES:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", c.id) and c.id not in taxonomy.IDS, c.id
+        assert c.parent in taxonomy.IDS and c.meaning and c.decided_by, c.id
+
+
+def test_an_alternative_naming_an_unknown_cause_or_verdict_raises():
+    from perfsleuth.model import Alternative
+
+    assert Alternative("host_sync", "ruled_out", "r").fault == "host_sync"
+    with pytest.raises(ValueError, match="not a fault or sub-cause id"):
+        Alternative("idle link power saving", "ruled_out", "prose is not an id")
+    with pytest.raises(ValueError, match="verdict 'maybe'"):
+        Alternative("gc_pause", "maybe", "r")
+
+
+def test_explain_prints_a_sub_cause_with_its_class():
+    sub = taxonomy.SUB_CAUSE_BY_ID["fp16_overflow"]
+    res = CliRunner().invoke(app, ["explain", "fp16_overflow"])
+    assert res.exit_code == 0, res.output
+    out = _words(res.stdout)
+    assert out.startswith("fp16_overflow — a sub-cause of numeric_anomaly")
+    assert _words(sub.meaning) in out and _words(sub.decided_by) in out
+    doc = json.loads(CliRunner().invoke(app, ["explain", "fp16_overflow", "-f", "json"]).stdout)
+    validate(doc)
+    assert doc["faults"] == [taxonomy.BY_ID["numeric_anomaly"].to_json()] and doc["sub_causes"] == [sub.to_json()]
+    parent = CliRunner().invoke(app, ["explain", "numeric_anomaly", "-f", "json"]).stdout
+    assert [c["id"] for c in json.loads(parent)["sub_causes"]] == ["data_bug", "fp16_overflow", "optimizer_instability"]
+    from perfsleuth import api
+
+    assert api.explain("loader_jitter") is taxonomy.SUB_CAUSE_BY_ID["loader_jitter"]
+    assert taxonomy.close_matches("loader-jiter") == ["loader_jitter"]

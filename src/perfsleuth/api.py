@@ -156,18 +156,21 @@ def signals(cases: Sequence[str | Path], *, workers: int | None = None):
 
 def explain(fault: str | None = None):
     """``perfsleuth explain``: the ``taxonomy.FaultClass`` of ``fault`` (an id, or a catalog reference such as
-    ``T12``), or the tuple of every class without one. An unknown id raises ``InputError`` naming the closest ids."""
+    ``T12``), its ``taxonomy.SubCause`` when it names one, or the tuple of every class without one. An unknown
+    id raises ``InputError`` naming the closest ids."""
     from perfsleuth import taxonomy
     from perfsleuth.errors import InputError
 
     if fault is None:
         return taxonomy.FAULTS
+    if (sub_cause := taxonomy.SUB_CAUSE_BY_ID.get(fault.strip())) is not None:
+        return sub_cause
     entry = taxonomy.lookup(fault)
     if entry is None:
         close = taxonomy.close_matches(fault)
         raise InputError(
             None,
-            f"{fault!r} is not a fault id",
+            f"{fault!r} is not a fault or sub-cause id",
             place="fault",
             hint=f"did you mean {', '.join(close)}?" if close else "perfsleuth explain lists them",
         )

@@ -808,6 +808,97 @@ BY_ID: Mapping[str, FaultClass] = MappingProxyType({f.id: f for f in FAULTS})
 IDS: frozenset[str] = frozenset(BY_ID)
 """The stable fault ids: cases, tests and users' scripts depend on them."""
 
+
+@dataclass(frozen=True, slots=True)
+class SubCause:
+    """A narrower explanation inside one class, named only as a finding's alternative.
+
+    A detector rules these in or out beside the classes it is told apart from, but none is a finding
+    of its own: the input that would prove one (a replayed batch, a driver log, the peer process) is
+    not something perfsleuth reads. Each names its ``parent`` class and what decides it."""
+
+    id: str
+    parent: str
+    meaning: str
+    decided_by: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "parent": self.parent, "meaning": self.meaning, "decided_by": self.decided_by}
+
+
+SUB_CAUSES: tuple[SubCause, ...] = (
+    SubCause(
+        "host_sync",
+        "unattributed_idle",
+        "The host sat in a synchronize call (or a blocking copy) while the GPU idled too: both waited for something "
+        "the trace does not record, such as another process on the GPU, a peer rank or an untraced stream.",
+        "the synchronize calls' spans over the idle time, and a trace of the peer ranks or of the other process",
+    ),
+    SubCause(
+        "loader_jitter",
+        "dataloader_stall",
+        "No loader is slow: the ordinary step-to-step variation of many ranks' loaders is paid at the slowest of them "
+        "every step, so the job waits although the typical rank barely does.",
+        "whether the worst rank changes from step to step, and how long the median rank waits",
+    ),
+    SubCause(
+        "explicit_empty_cache",
+        "memory_fragmentation",
+        "An explicit torch.cuda.empty_cache() call flushes the caching allocator's pool, which looks like the flush "
+        "a fragmented pool forces.",
+        "reserved against allocated memory just before the flush (memory events), or num_alloc_retries in torch.cuda.memory_stats()",
+    ),
+    SubCause(
+        "data_bug",
+        "numeric_anomaly",
+        "A malformed or outlier batch spikes the loss for a step; the hardware and the optimizer are fine.",
+        "re-running the step with the same batch, on other hardware",
+    ),
+    SubCause(
+        "fp16_overflow",
+        "numeric_anomaly",
+        "Gradients overflow fp16 under dynamic loss scaling: the scaler skips steps and cuts its scale.",
+        "the loss scale in the log falling with the anomaly, and skipped-iteration counts",
+    ),
+    SubCause(
+        "optimizer_instability",
+        "numeric_anomaly",
+        "The optimizer diverges (learning rate too high for the batch, stale Adam moments): the gradient norm spikes with the loss.",
+        "the gradient norm logged beside the loss",
+    ),
+    SubCause(
+        "link_power_saving",
+        "pcie_downtraining",
+        "A PCIe link lowers its width or generation while idle to save power (ASPM), which reads as downtraining when "
+        "it is judged at idle.",
+        "the link width and generation judged only while the GPU is under load",
+    ),
+    SubCause(
+        "load_imbalance",
+        "degraded_nvlink",
+        "One GPU moves fewer bytes over NVLink because its share of the work is smaller, not because its link is slow.",
+        "NVLink CRC and replay error counters, or nccl-tests' intra-node bus bandwidth",
+    ),
+    SubCause(
+        "xid_software_error",
+        "gpu_hardware_errors",
+        "An XID raised by the application or the driver (graphics engine exception, MMU fault, reset channel) rather "
+        "than by failing hardware.",
+        "the XID code's class in NVIDIA's XID catalogue, together with ECC and row-remap counters",
+    ),
+    SubCause(
+        "workload_phase_change",
+        "slow_node",
+        "The whole job enters a slower phase (evaluation, longer sequences, a checkpoint), which slows every host alike.",
+        "the host compared with its peers at the same times",
+    ),
+)
+"""Every sub-cause a detector names as an alternative; ``perfsleuth explain`` prints them with their class."""
+
+SUB_CAUSE_BY_ID: Mapping[str, SubCause] = MappingProxyType({c.id: c for c in SUB_CAUSES})
+ALTERNATIVE_IDS: frozenset[str] = IDS | frozenset(SUB_CAUSE_BY_ID)
+"""What a finding's alternative may name: a fault class or a sub-cause."""
+
 _BY_REF = {f.ref.lower(): f for f in FAULTS if f.ref}
 
 
@@ -817,9 +908,10 @@ def lookup(name: str) -> FaultClass | None:
 
 
 def close_matches(name: str, n: int = 3) -> list[str]:
-    """The ids closest in spelling to ``name`` (a typo, dashes for underscores, another case), best first."""
+    """The ids (of classes and sub-causes) closest in spelling to ``name`` (a typo, dashes for underscores,
+    another case), best first."""
     wanted = name.strip().lower().replace("-", "_").replace(" ", "_")
-    return difflib.get_close_matches(wanted, sorted(IDS), n=n, cutoff=0.6)
+    return difflib.get_close_matches(wanted, sorted(ALTERNATIVE_IDS), n=n, cutoff=0.6)
 
 
 def _md(text: str) -> str:
@@ -857,4 +949,17 @@ def render_markdown() -> str:
         if f.told_apart_from:
             lines += ["Told apart from:", "", *(f"- [`{d.fault}`](#{d.fault}): {_md(d.how)}" for d in f.told_apart_from), ""]
         lines += [f"Typical fix: {_md(f.fix)}"]
+        if sub := [c for c in SUB_CAUSES if c.parent == f.id]:
+            lines += ["", "Sub-causes: " + ", ".join(f"[`{c.id}`](#{c.id})" for c in sub)]
+    lines += [
+        "",
+        "## Sub-causes",
+        "",
+        "Narrower explanations inside one class. A detector rules them in or out as a finding's alternatives; none "
+        "is a finding of its own, because the input that proves one is not something perfsleuth reads.",
+        "",
+        "| id | class | meaning | decided by |",
+        "|---|---|---|---|",
+    ]
+    lines += [f'| <a id="{c.id}"></a>`{c.id}` | [`{c.parent}`](#{c.parent}) | {_md(c.meaning)} | {_md(c.decided_by)} |' for c in SUB_CAUSES]
     return "\n".join(lines) + "\n"

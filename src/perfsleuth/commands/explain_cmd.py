@@ -15,7 +15,7 @@ from pathlib import Path
 from perfsleuth import taxonomy
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.report.escape import terminal_text
-from perfsleuth.taxonomy import FaultClass
+from perfsleuth.taxonomy import FaultClass, SubCause
 
 SCHEMA = "perfsleuth.explain/1"
 FORMATS = ("text", "json")
@@ -26,17 +26,25 @@ def explain_command(fault: str | None = None, format: str = "text", out: Path | 
     """Run the verb; returns the exit status (0 done, 2 unknown id or format)."""
     if format not in FORMATS:
         return fail(f"--format {terminal_text(format, 40)}: one of {', '.join(FORMATS)}")
+    sub: tuple[SubCause, ...]
     if fault is None:
-        entries = taxonomy.FAULTS
+        entries, sub = taxonomy.FAULTS, taxonomy.SUB_CAUSES
         text = render_list()
+    elif (sub_cause := taxonomy.SUB_CAUSE_BY_ID.get(fault.strip())) is not None:
+        entries, sub = (taxonomy.BY_ID[sub_cause.parent],), (sub_cause,)
+        text = render_sub_cause(sub_cause)
     else:
         entry = taxonomy.lookup(fault)
         if entry is None:
             return fail(unknown_message(fault))
-        entries = (entry,)
+        entries, sub = (entry,), _sub_causes_of(entry.id)
         text = render_entry(entry)
-    doc = {"schema": SCHEMA, "faults": [f.to_json() for f in entries]}
+    doc = {"schema": SCHEMA, "faults": [f.to_json() for f in entries], "sub_causes": [c.to_json() for c in sub]}
     return deliver_doc(doc, text, format, out)
+
+
+def _sub_causes_of(fault: str) -> tuple[SubCause, ...]:
+    return tuple(c for c in taxonomy.SUB_CAUSES if c.parent == fault)
 
 
 def unknown_message(fault: str) -> str:
@@ -44,7 +52,7 @@ def unknown_message(fault: str) -> str:
     close = taxonomy.close_matches(fault)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     return (
-        f"explain {terminal_text(fault, 60)!r}: not a fault id.{hint} "
+        f"explain {terminal_text(fault, 60)!r}: not a fault or sub-cause id.{hint} "
         f"Valid ids: {', '.join(f.id for f in taxonomy.FAULTS)} (or a catalog reference: T1-T27, I1-I6)."
     )
 
@@ -68,7 +76,23 @@ def render_entry(f: FaultClass) -> str:
     lines += ["Signals it needs:", *_items(list(f.signals)), ""]
     if f.told_apart_from:
         lines += ["Told apart from:", *_items([f"{d.fault}: {d.how}" for d in f.told_apart_from]), ""]
-    lines += ["Typical fix:", *_para(f.fix), "", "All classes: perfsleuth explain; the whole page: docs/taxonomy.md"]
+    lines += ["Typical fix:", *_para(f.fix), ""]
+    if sub := _sub_causes_of(f.id):
+        lines += ["Sub-causes its findings rule in or out as alternatives:", *_items([c.id for c in sub]), ""]
+    lines += ["All classes: perfsleuth explain; the whole page: docs/taxonomy.md"]
+    return "\n".join(lines) + "\n"
+
+
+def render_sub_cause(c: SubCause) -> str:
+    """One sub-cause as plain text: what it is, which class it narrows and what decides it."""
+    parent = taxonomy.BY_ID[c.parent]
+    lines = [f"{c.id} — a sub-cause of {parent.id} ({parent.title})", "", *_para(c.meaning), ""]
+    lines += ["Decided by:", *_para(c.decided_by), ""]
+    lines += [
+        *_para("perfsleuth names it only as an alternative in a finding: it reads no input that proves it.", ""),
+        "",
+        f"Its class: perfsleuth explain {parent.id}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -78,5 +102,8 @@ def render_list() -> str:
     layer_width = max(len(f.layer) for f in taxonomy.FAULTS) + 2
     lines = [f"{'fault id':<{id_width}}{'layer':<{layer_width}}title"]
     lines += [f"{f.id:<{id_width}}{f.layer:<{layer_width}}{f.title}" for f in taxonomy.FAULTS]
+    sub_width = max(len(c.id) for c in taxonomy.SUB_CAUSES) + 2
+    lines += ["", "Sub-causes (named only as a finding's alternatives):", f"{'sub-cause id':<{sub_width}}class"]
+    lines += [f"{c.id:<{sub_width}}{c.parent}" for c in taxonomy.SUB_CAUSES]
     lines += ["", "perfsleuth explain FAULT prints one class: its meaning, direct evidence and what it is told apart from."]
     return "\n".join(lines) + "\n"

@@ -613,7 +613,7 @@ def pcie_downtraining(job: Job) -> Finding | NotAssessed | None:
         Evidence("pcie_bandwidth_lost", _iv(bw_lost, "fraction", "1 - (lane rate x width) / (max lane rate x max width)")),
     ]
     alternatives = (
-        Alternative("idle link power saving", "ruled_out", "judged only while the GPU was under load (utilisation >= 50%)"),
+        Alternative("link_power_saving", "ruled_out", "judged only while the GPU was under load (utilisation >= 50%)"),
         Alternative(
             "degraded_network",
             "cannot_rule_out",
@@ -760,7 +760,7 @@ def degraded_nvlink(job: Job) -> Finding | NotAssessed | None:
             "a job whose collectives are exposed suffers more from a slow link; a trace measures how much of the step waits on it",
         ),
         Alternative(
-            "load imbalance",
+            "load_imbalance",
             "ruled_out" if err_hit[idx].any() else "cannot_rule_out",
             "the link reports errors, which traffic does not cause"
             if err_hit[idx].any()
@@ -865,7 +865,7 @@ def gpu_hardware_errors(job: Job) -> Finding | NotAssessed | None:
     )
     alternatives = (
         Alternative(
-            "software error surfacing as an XID",
+            "xid_software_error",
             "cannot_rule_out" if software_only else "ruled_out",
             f"XID {sorted(codes)} usually come from the application or driver"
             if software_only
@@ -1034,7 +1034,7 @@ def slow_node(job: Job) -> Finding | NotAssessed | None:
         Alternative("power_capping", "ruled_out", "no power-cap reasons or clock deficit on the host during the divergence"),
         Alternative("straggler_rank", "ruled_out", "most of the host's GPUs lag together: the machine, not one rank"),
         Alternative("cpu_contention", "cannot_rule_out", "a starved host CPU slows every GPU it feeds; host CPU counters decide"),
-        Alternative("workload phase change", "ruled_out", "compared with the other hosts at the same times; they did not slow down"),
+        Alternative("workload_phase_change", "ruled_out", "compared with the other hosts at the same times; they did not slow down"),
     )
     return Finding(
         fault=fault,

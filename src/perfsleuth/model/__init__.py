@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from perfsleuth import taxonomy
+
 SCHEMA_VERSION = "2"
 """2: ``records`` gained the factor-tree columns (``metrics.tree``); the other tables are unchanged."""
 
@@ -225,13 +227,25 @@ class Evidence:
         }
 
 
+ALTERNATIVE_VERDICTS = ("ruled_out", "cannot_rule_out", "supports")
+
+
 @dataclass(frozen=True, slots=True)
 class Alternative:
-    """A competing explanation and the verdict on it: ruled_out, cannot_rule_out or supports."""
+    """A competing explanation and the verdict on it: ruled_out, cannot_rule_out or supports.
+
+    ``fault`` is a fault class or a sub-cause of ``perfsleuth.taxonomy`` (``perfsleuth explain`` reads
+    either), checked here so that no detector names a cause a user cannot look up."""
 
     fault: str
     verdict: str
     reason: str
+
+    def __post_init__(self) -> None:
+        if self.fault not in taxonomy.ALTERNATIVE_IDS:
+            raise ValueError(f"alternative {self.fault!r} is not a fault or sub-cause id of perfsleuth.taxonomy")
+        if self.verdict not in ALTERNATIVE_VERDICTS:
+            raise ValueError(f"alternative verdict {self.verdict!r}: one of {', '.join(ALTERNATIVE_VERDICTS)}")
 
     def to_json(self) -> dict[str, str]:
         return {"fault": self.fault, "verdict": self.verdict, "reason": self.reason}
