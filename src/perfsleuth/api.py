@@ -22,13 +22,27 @@ def verify(
     threshold: float = 0.02,
     diff: bool = True,
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ):
     """The ``perfsleuth verify`` verb: did fixing BEFORE's finding (``finding``, default its largest) save
     what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids of that store;
-    with ``store`` the verdict is kept there. Returns ``(pipeline.verify.Verification, "added"|"skipped"|None)``."""
+    with ``store`` the verdict is kept there; ``engine="spark"`` reads the files as Spark tasks, as in
+    ``analyze``. Returns ``(pipeline.verify.Verification, "added"|"skipped"|None)``."""
     from perfsleuth.commands.verify_cmd import run_verify
 
-    return run_verify(before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)
+    return run_verify(
+        before,
+        after,
+        finding=finding,
+        store=store,
+        tolerance=tolerance,
+        threshold=threshold,
+        diff=diff,
+        workers=workers,
+        engine=engine,
+        master=master,
+    )
 
 
 def watch(store: str | Path, **options: Any):
@@ -96,14 +110,17 @@ def diff(
     threshold: float = 0.02,
     method: str = "auto",
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ):
-    """``perfsleuth diff``: a ``trace.diff.TraceDiff`` (``.to_json()`` is the ``perfsleuth.diff/1`` document)."""
+    """``perfsleuth diff``: a ``trace.diff.TraceDiff`` (``.to_json()`` is the ``perfsleuth.diff/1`` document);
+    ``engine="spark"`` reads each rank file as a Spark task on ``master``, as in ``analyze``."""
     from perfsleuth.pipeline import diff_traces
 
     def paths(p):
         return [p] if isinstance(p, str | Path) else list(p)
 
-    return diff_traces(paths(baseline), paths(candidate), threshold=threshold, method=method, workers=workers)
+    return diff_traces(paths(baseline), paths(candidate), threshold=threshold, method=method, workers=workers, engine=engine, master=master)
 
 
 def ingest(

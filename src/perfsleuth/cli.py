@@ -525,6 +525,8 @@ def diff(
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.text,
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    engine: Annotated[str, typer.Option(help=_RANK_ENGINE_HELP)] = "local",
+    master: Annotated[str | None, typer.Option(help=_RANK_MASTER_HELP)] = None,
     _progress: ShowProgress = None,
 ) -> None:
     """Which kernels, collectives and phases made CANDIDATE's steps slower (or faster) than BASELINE's."""
@@ -533,7 +535,7 @@ def diff(
     from perfsleuth.commands.diff_cmd import diff_command
 
     with progress.task(f"comparing {baseline.name} with {candidate.name}"):
-        status = diff_command(baseline, candidate, format.value, out, top, threshold, method, workers)
+        status = diff_command(baseline, candidate, format.value, out, top, threshold, method, workers, engine, master)
     raise typer.Exit(status)
 
 
@@ -556,6 +558,8 @@ def verify(
     format: Annotated[str, typer.Option("--format", "-f", help="text or json")] = "text",
     out: Annotated[Path | None, typer.Option("--out", "-o")] = None,
     workers: Annotated[int | None, typer.Option(help="processes (default: one per core)")] = None,
+    engine: Annotated[str, typer.Option(help=_RANK_ENGINE_HELP)] = "local",
+    master: Annotated[str | None, typer.Option(help=_RANK_MASTER_HELP)] = None,
 ) -> None:
     """Did the fix save what BEFORE's finding predicted: validated, partly, not validated or inconclusive (exit 0 validated)."""
     from perfsleuth.commands.verify_cmd import verify_command
@@ -572,6 +576,8 @@ def verify(
             format=format,
             out=out,
             workers=workers,
+            engine=engine,
+            master=master,
         )
     )
 

@@ -30,13 +30,15 @@ def diff_command(
     threshold: float = 0.02,
     method: str = "auto",
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> int:
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: one of {', '.join(FORMATS)}")
     if top < 1:
         return fail(f"--top {top}: show at least one row")
     try:
-        d = diff_traces([baseline], [candidate], threshold=threshold, method=method, workers=workers)
+        d = diff_traces([baseline], [candidate], threshold=threshold, method=method, workers=workers, engine=engine, master=master)
     except PerfsleuthError as exc:
         return fail(str(exc))
     if format == "json":

@@ -33,13 +33,24 @@ def verify_command(
     format: str = "text",
     out: Path | None = None,
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> int:
     """Run the verb; returns the exit status."""
     if format not in FORMATS:
         return fail(f"unknown format {format!r}: verify writes {' or '.join(FORMATS)}")
     try:
         v, stored = run_verify(
-            before, after, finding=finding, store=store, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers
+            before,
+            after,
+            finding=finding,
+            store=store,
+            tolerance=tolerance,
+            threshold=threshold,
+            diff=diff,
+            workers=workers,
+            engine=engine,
+            master=master,
         )
     except PerfsleuthError as exc:
         return fail(str(exc))
@@ -60,18 +71,24 @@ def run_verify(
     threshold: float = 0.02,
     diff: bool = True,
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ):
     """What the verb computes, before rendering: the ``pipeline.verify.Verification`` and, with ``store``,
     ``"added"`` or ``"skipped"`` for its verdict kept there (else None)."""
-    from perfsleuth import engine
+    from perfsleuth import engine as store_engine
+    from perfsleuth.pipeline.spark_ranks import require_rank_engine
     from perfsleuth.pipeline.verify import resolve_side, store_verdict, verify_sides
     from perfsleuth.store import Store
 
+    require_rank_engine(engine)
     opened = Store(store) if store is not None else None
-    con = engine.connect("duckdb") if opened is not None else None
-    b = resolve_side(str(before), store=opened, con=con, workers=workers)
-    a = resolve_side(str(after), store=opened, con=con, workers=workers)
-    v = verify_sides(b, a, fault=finding, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers)
+    con = store_engine.connect("duckdb") if opened is not None else None
+    b = resolve_side(str(before), store=opened, con=con, workers=workers, engine=engine, master=master)
+    a = resolve_side(str(after), store=opened, con=con, workers=workers, engine=engine, master=master)
+    v = verify_sides(
+        b, a, fault=finding, tolerance=tolerance, threshold=threshold, diff=diff, workers=workers, engine=engine, master=master
+    )
     stored = store_verdict(Path(store), v, b, a) if store is not None else None
     return v, stored
 

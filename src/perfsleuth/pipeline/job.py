@@ -311,11 +311,13 @@ def _side_setup(fmt: str, rank_files: Sequence[RankFile], world: int) -> dict[st
     return {"gpu_sku": run.get("gpu_sku"), "world_size": run.get("world_size"), **software(run)}
 
 
-def diff_side(paths: Sequence[str | Path], *, workers: int | None = None) -> trace_diff.SideProfile:
-    """One side of a diff: every rank's rows per step, measured where the rank was decoded, averaged
-    over the ranks per step (``trace.diff.profile_side``)."""
+def diff_side(
+    paths: Sequence[str | Path], *, workers: int | None = None, engine: str = "local", master: str | None = None
+) -> trace_diff.SideProfile:
+    """One side of a diff: every rank's rows per step, measured where the rank was decoded (a local
+    worker or a Spark task, as in ``analyze``), averaged over the ranks per step (``trace.diff.profile_side``)."""
     fmt, files = trace_files(paths)
-    found, caveats = map_ranks(fmt, files, _measure_rank, workers=workers)
+    found, caveats = map_ranks(fmt, files, _measure_rank, workers=workers, engine=engine, master=master)
     rank_files = [rf for rf, _ in found]
     world, more = check_one_job(rank_files)
     label = ", ".join(str(p) for p in paths)
@@ -332,10 +334,14 @@ def diff_traces(
     confidence: float = 0.95,
     method: str = "auto",
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> trace_diff.TraceDiff:
-    """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function)."""
-    b = diff_side(baseline, workers=workers)
-    c = diff_side(candidate, workers=workers)
+    """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function); ``engine`` and
+    ``master`` say where each rank file is read, as for ``analyze``."""
+    require_rank_engine(engine)
+    b = diff_side(baseline, workers=workers, engine=engine, master=master)
+    c = diff_side(candidate, workers=workers, engine=engine, master=master)
     d = trace_diff.diff_sides(b, c, threshold=threshold, confidence=confidence, method=method)
     return replace(d, caveats=(*trace_diff.setup_caveats(b, c), *d.caveats))
 

@@ -130,11 +130,18 @@ def _finite(x: float | None) -> bool:
 # --- sides ---------------------------------------------------------------------------------------
 
 
-def side_from_paths(paths: Sequence[str | Path], *, workers: int | None = None, label: str | None = None) -> Side:
-    """A side from a job's files, analysed as ``perfsleuth analyze`` would."""
+def side_from_paths(
+    paths: Sequence[str | Path],
+    *,
+    workers: int | None = None,
+    label: str | None = None,
+    engine: str = "local",
+    master: str | None = None,
+) -> Side:
+    """A side from a job's files, analysed as ``perfsleuth analyze`` would (on ``engine``)."""
     from perfsleuth.pipeline.job import analyze
 
-    report = analyze(list(paths), workers=workers)
+    report = analyze(list(paths), workers=workers, engine=engine, master=master)
     a = report.analysis
     rid = a.run_id
     steps = a.steps.select(["rank", "step", "step_time_ns"])
@@ -182,11 +189,13 @@ def side_from_store(store: Any, con: Any, run_ids: Sequence[str]) -> Side:
     )
 
 
-def resolve_side(text: str, *, store: Any = None, con: Any = None, workers: int | None = None) -> Side:
+def resolve_side(
+    text: str, *, store: Any = None, con: Any = None, workers: int | None = None, engine: str = "local", master: str | None = None
+) -> Side:
     """``text`` as a path (anything ``analyze`` takes), else as comma-separated run ids of ``store``."""
     path = Path(text)
     if path.exists():
-        return side_from_paths([path], workers=workers, label=text)
+        return side_from_paths([path], workers=workers, label=text, engine=engine, master=master)
     if store is None:
         raise InputError(path, "no such file or directory", hint="give a job's files, or run ids with --store DIR")
     return side_from_store(store, con, [r.strip() for r in text.split(",") if r.strip()])
@@ -294,14 +303,16 @@ def _in_after(after: Side, fault: str) -> tuple[str, Interval | None]:
     return "gone", None
 
 
-def _other_changes(before: Side, after: Side, threshold: float, workers: int | None) -> tuple[tuple[OtherChange, ...], str | None]:
+def _other_changes(
+    before: Side, after: Side, threshold: float, workers: int | None, engine: str = "local", master: str | None = None
+) -> tuple[tuple[OtherChange, ...], str | None]:
     if not before.paths or not after.paths:
         return (), "no trace files for one side (store runs whose source is gone): no diff of what else changed"
     from perfsleuth.errors import PerfsleuthError
     from perfsleuth.pipeline.job import diff_traces
 
     try:
-        d = diff_traces(list(before.paths), list(after.paths), threshold=threshold, workers=workers)
+        d = diff_traces(list(before.paths), list(after.paths), threshold=threshold, workers=workers, engine=engine, master=master)
     except PerfsleuthError as exc:
         return (), f"no diff: {exc}"
     rows = [
@@ -321,6 +332,8 @@ def verify_sides(
     threshold: float = 0.02,
     diff: bool = True,
     workers: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> Verification:
     """Verify BEFORE's finding (``fault``, default its largest) against the change from BEFORE to AFTER."""
     if not 0 <= tolerance < 1:
@@ -343,7 +356,7 @@ def verify_sides(
                 f"AFTER could not assess {row['fault']} (its signal is missing): whether the fault is gone is unknown",
             )
         )
-    others, note = _other_changes(before, after, threshold, workers) if diff else ((), "diff not asked for")
+    others, note = _other_changes(before, after, threshold, workers, engine, master) if diff else ((), "diff not asked for")
     return Verification(
         before.label,
         after.label,
