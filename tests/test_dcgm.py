@@ -166,7 +166,7 @@ def test_directory_of_periodic_scrapes_is_one_time_series(tmp_path):
     assert len(df) == 6
 
 
-def test_dcgm4_names_mig_instances_and_exporter_label_series(tmp_path):
+def test_dcgm4_mig_instance_in_its_column_and_exporter_label_series_in_the_name(tmp_path):
     p = tmp_path / "scrape.prom"
     p.write_text(
         line("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "61")
@@ -174,10 +174,13 @@ def test_dcgm4_names_mig_instances_and_exporter_label_series(tmp_path):
         + 'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-0",device="nvidia0",GPU_I_PROFILE="1g.10gb",GPU_I_ID="3",'
         'Hostname="node-a"} 0.25\n' + 'DCGM_EXP_CLOCK_EVENTS_COUNT{gpu="0",UUID="GPU-0",clock_event="power_cap",Hostname="node-a"} 7\n'
     )
-    df = frame(dcgm.read(p))
+    sd = dcgm.read(p)
+    df = frame(sd)
     assert value(df, "gpu_temp_c") == [61.0]
-    assert value(df, "sm_active") == [0.5]
-    assert value(df, "sm_active{GPU_I_ID=3}") == [0.25]
+    whole, mig = df[df.gpu_instance.isna()], df[df.gpu_instance.notna()]
+    assert value(whole, "sm_active") == [0.5]
+    assert value(mig, "sm_active") == [0.25] and mig.gpu_instance.tolist() == [3] and mig.gpu.tolist() == [0]
+    assert sd.meta["gpu_instances"] == [{"host": "node-a", "gpu": 0, "gpu_instance": 3, "profile": "1g.10gb"}]
     assert value(df, "clock_events_count{clock_event=power_cap}") == [7.0]
 
 

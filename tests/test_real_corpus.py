@@ -275,8 +275,8 @@ def dmon_first_value(sd, path: Path) -> None:
 
 
 def dmon_values(sd, path: Path) -> None:
-    """Every value of every ``dcgmi dmon`` row, per entity (``GPU 3``, ``GPU-I 21``), as the file prints it; each
-    ``N/A`` missing, and counted in the reader's caveat."""
+    """Every value of every ``dcgmi dmon`` row, per entity (``GPU 3``, ``GPU-I 21``: a MIG slice, in ``gpu_instance``),
+    as the file prints it; each ``N/A`` missing, and counted in the reader's caveat."""
     want: dict[str, list[float]] = {}
     na = 0
     for ln in path.read_text().splitlines():
@@ -288,7 +288,12 @@ def dmon_values(sd, path: Path) -> None:
     df = sd.tables["samples"].to_pandas()
     for entity, vals in want.items():
         kind, n = entity.split()
-        got = df[df.gpu == int(n)] if kind == "GPU" else df[df.metric.str.endswith(f"{{entity={kind}_{n}}}")]
+        if kind == "GPU":
+            got = df[(df.gpu == int(n)) & df.gpu_instance.isna()]
+        elif kind == "GPU-I":  # a MIG slice: its own gpu_instance, DCGM's entity id; dmon names no parent GPU
+            got = df[(df.gpu_instance == int(n)) & df.gpu.isna()]
+        else:
+            got = df[df.metric.str.endswith(f"{{entity={kind}_{n}}}")]
         assert sorted(got["value"]) == sorted(vals), entity
     assert len(df) == sum(len(v) for v in want.values())
     counted = [int(c.message.split()[0]) for c in sd.caveats if c.code == "not_available"]

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.metrics.fabric import FabricTable, fabric_table_from_env
@@ -180,28 +181,39 @@ def telemetry_view(s: SourceData) -> InputView | None:
     if t is None or not t.num_rows:
         return None
     t = t.filter(pc.is_finite(t["value"]))
-    g = t.group_by(["host", "gpu", "metric"], use_threads=False).aggregate([("value", "mean"), ("value", "count")]).to_pylist()
+    if "gpu_instance" not in t.column_names:
+        t = t.append_column("gpu_instance", pa.nulls(t.num_rows, pa.int32()))
+    by = ["host", "gpu", "gpu_instance", "metric"]
+    g = t.group_by(by, use_threads=False).aggregate([("value", "mean"), ("value", "count")]).to_pylist()
     g = [r for r in g if r["metric"]]
     present = {r["metric"] for r in g if not r["metric"].startswith(NOT_AVERAGED)}
     units = dict(TELEMETRY_FIELDS)
     shown = [m for m, _ in TELEMETRY_FIELDS if m in present]
     shown += sorted(present - set(shown), key=lambda m: (not m.startswith("vllm:"), m))
     shown = shown[:TELEMETRY_COLUMNS]
-    per_gpu: dict[tuple[str, int], dict[str, float]] = {}
-    counts: dict[tuple[str, int], int] = {}
+    per_gpu: dict[tuple[str, int, int], dict[str, float]] = {}  # (host, gpu, MIG instance); -1 where null
+    counts: dict[tuple[str, int, int], int] = {}
     for r in g:
-        k = (r["host"] or "", int(r["gpu"]))
+        k = (r["host"] or "", -1 if r["gpu"] is None else int(r["gpu"]), -1 if r["gpu_instance"] is None else int(r["gpu_instance"]))
         if r["metric"] in present:
             per_gpu.setdefault(k, {})[r["metric"]] = r["value_mean"]
         counts[k] = max(counts.get(k, 0), int(r["value_count"]))
-    hosts = any(host for host, _ in per_gpu)  # a capture that names no host gets no host column
+    hosts = any(k[0] for k in per_gpu)  # a capture that names no host gets no host column
+    mig = any(k[2] >= 0 for k in per_gpu)  # nor a MIG column when no sample is of a slice
     rows = tuple(
-        (*((host or None,) if hosts else ()), gpu if gpu >= 0 else None, counts[(host, gpu)], *(per_gpu[(host, gpu)].get(m) for m in shown))
-        for host, gpu in sorted(per_gpu)
+        (
+            *((k[0] or None,) if hosts else ()),
+            k[1] if k[1] >= 0 else None,
+            *((k[2] if k[2] >= 0 else None,) if mig else ()),
+            counts[k],
+            *(per_gpu[k].get(m) for m in shown),
+        )
+        for k in sorted(per_gpu)
     )
     cols = (
         *((ViewColumn("host", numeric=False),) if hosts else ()),
         ViewColumn("GPU"),
+        *((ViewColumn("MIG instance"),) if mig else ()),
         ViewColumn("samples"),
         *(ViewColumn(m, units.get(m, "")) for m in shown),
     )

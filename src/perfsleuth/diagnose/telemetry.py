@@ -71,10 +71,11 @@ _CLOCK_NEEDS = "DCGM clock-event reasons (DCGM_FI_DEV_CLOCKS_EVENT_REASONS) with
 class Grid:
     """Samples on one time grid: ``values[metric]`` is (GPUs, bins), NaN where no sample fell."""
 
-    keys: list[tuple[str, int]]  # (host, gpu) per row
+    keys: list[tuple[str, int]]  # (host, gpu) per row; gpu -1 for a MIG slice whose parent GPU is not named
     interval_ns: int
     bins: int
     values: dict[str, np.ndarray] = field(default_factory=dict)
+    instances: list[int | None] = field(default_factory=list)  # MIG GPU instance per row (None: a whole GPU)
 
     def get(self, metric: str) -> np.ndarray | None:
         return self.values.get(metric)
@@ -98,7 +99,10 @@ class Grid:
 
     def label(self, i: int | np.integer) -> str:
         h, g = self.keys[i]
-        return f"{h}:{g}"
+        mig = self.instances[int(i)] if self.instances else None
+        if mig is None:
+            return f"{h}:{g}"
+        return f"{h}:{g}/GI {mig}" if g >= 0 else f"{h}:GPU-I {mig}"
 
     def rate(self, metric: str) -> np.ndarray | None:
         """Per-bin increase of a counter per ns (NaN at the first sample and across gaps; resets count from 0)."""
@@ -129,21 +133,27 @@ def grid(signals: JobSignals) -> Grid | None:
 
 
 def build_grid(table: pa.Table) -> Grid | None:
-    """Bin samples at the job's sampling interval (the median spacing of a series' samples)."""
-    table = table.filter(pc.is_valid(table.column("gpu")))
+    """Bin samples at the job's sampling interval (the median spacing of a series' samples). A row is a GPU, or a
+    MIG slice of one (``gpu_instance``): slices of one GPU are judged as GPUs of their own."""
+    if "gpu_instance" not in table.column_names:  # a table built before the column (a stored or hand-made one)
+        table = table.append_column("gpu_instance", pa.nulls(table.num_rows, pa.int32()))
+    table = table.filter(pc.or_(pc.is_valid(table.column("gpu")), pc.is_valid(table.column("gpu_instance"))))
     if table.num_rows == 0:
         return None
     host = pc.fill_null(table.column("host"), "").combine_chunks()
-    gpu = table.column("gpu").combine_chunks()
-    key = pc.binary_join_element_wise(host, pc.cast(gpu, pa.string()), "\x1f")
+    gpu = pc.cast(pc.fill_null(table.column("gpu"), -1), pa.string()).combine_chunks()
+    mig = pc.fill_null(pc.cast(table.column("gpu_instance"), pa.string()), "").combine_chunks()
+    key = pc.binary_join_element_wise(host, gpu, mig, "\x1f")
     kenc = key.dictionary_encode()
     kcodes = kenc.indices.to_numpy()
-    keys = [(k.split("\x1f")[0], int(k.split("\x1f")[1])) for k in kenc.dictionary.to_pylist()]
-    order = sorted(range(len(keys)), key=lambda i: (keys[i][0], keys[i][1]))
-    remap = np.empty(len(keys), np.int64)
-    remap[order] = np.arange(len(keys))
+    split = [k.split("\x1f") for k in kenc.dictionary.to_pylist()]
+    full = [(h, int(g), int(i) if i else None) for h, g, i in split]
+    order = sorted(range(len(full)), key=lambda i: (full[i][0], full[i][1], -1 if full[i][2] is None else full[i][2]))
+    remap = np.empty(len(full), np.int64)
+    remap[order] = np.arange(len(full))
     kcodes = remap[kcodes]
-    keys = [keys[i] for i in order]
+    keys = [(full[i][0], full[i][1]) for i in order]
+    instances = [full[i][2] for i in order]
     ts = table.column("ts_ns").to_numpy()
     menc = table.column("metric").combine_chunks().dictionary_encode()
     mcodes = menc.indices.to_numpy()
@@ -155,7 +165,7 @@ def build_grid(table: pa.Table) -> Grid | None:
     t0 = int(ts.min())
     bins = np.rint((ts - t0) / interval).astype(np.int64)
     n_bins = int(bins.max()) + 1
-    g = Grid(keys, interval, n_bins)
+    g = Grid(keys, interval, n_bins, instances=instances if any(i is not None for i in instances) else [])
     for code, name in enumerate(menc.dictionary.to_pylist()):
         rows = np.flatnonzero(mcodes == code)
         arr = np.full((len(keys), n_bins), np.nan)

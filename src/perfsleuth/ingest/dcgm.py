@@ -12,12 +12,17 @@ one field for 1,000 GPUs (8.64 M lines) would take 12-30 minutes instead of 20-4
 
 Labels used: ``Hostname`` / ``hostname`` (host), ``gpu`` (index; else the digits of ``device="nvidia3"``),
 ``UUID``, ``modelName``, ``pci_bus_id`` and ``DCGM_FI_DRIVER_VERSION`` (kept in ``SourceData.meta["gpus"]``).
-Samples of a sub-entity or an exporter label series keep that label in the metric name, Prometheus style:
-``sm_active{GPU_I_ID=3}`` (MIG instance), ``clock_events_count{clock_event=power_cap}``.
+A MIG slice's samples carry its ``GPU_I_ID`` in the ``gpu_instance`` column (the metric keeps its plain name, so
+one field is one metric on whole GPUs and slices alike). Samples of another sub-entity or an exporter label series
+keep that label in the metric name, Prometheus style: ``nvlink_bandwidth{nvlink=2}``,
+``clock_events_count{clock_event=power_cap}``.
 
 Sample time (``TIME_RULE``): the sample's own timestamp (ms) when written; else the scrape time of its file:
 an epoch timestamp in the file name (10 digits = s, 13 = ms) or a ``YYYYmmddTHHMMSS`` / ISO date-time in it
 (UTC), else the file's modification time (a caveat says so).
+
+A ``dcgmi dmon`` ``GPU-I N`` row (a MIG slice) has ``gpu_instance`` N, DCGM's entity id, and a null ``gpu``: dmon
+does not print the slice's parent GPU.
 
 ``dcgmi dmon`` prints no times: sample k of an entity is placed at ``end - (n - 1 - k) * interval`` where
 ``end`` is the file's modification time and ``interval`` the ``-d`` option (default 1000 ms); a caveat says so.
@@ -32,6 +37,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -53,8 +59,9 @@ TIME_RULE = (
 )
 
 HOST_LABELS = ("Hostname", "hostname")
-SERIES_LABELS = ("GPU_I_ID", "GPU_I_PROFILE", "nvlink", "nvswitch", "clock_event", "xid")
-"""Labels that make a separate series of one GPU's metric (MIG instance, link, exporter label series)."""
+SERIES_LABELS = ("nvlink", "nvswitch", "clock_event", "xid")
+"""Labels that make a separate series of one GPU's metric (link, exporter label series); the MIG instance
+(``GPU_I_ID``) has its own column."""
 
 _EXPORTER_LINE = re.compile(r"^(?:# (?:HELP|TYPE) )?(?:DCGM_FI_|DCGM_EXP_)[A-Z0-9_]+[ {]", re.M)
 _DEVICE = re.compile(r"nvidia(\d+)$")
@@ -331,8 +338,9 @@ class _Identity:
         self.path = path
         self.gpus: dict[tuple[str | None, int | None], dict[str, str]] = {}
         self.names: dict[str, set[str]] = {}
+        self.instances: dict[tuple[str, int, int], str | None] = {}  # (host, gpu, GPU_I_ID) -> GPU_I_PROFILE
 
-    def resolve(self, name: str, labels: dict[str, str]) -> tuple[str | None, int | None, str]:
+    def resolve(self, name: str, labels: dict[str, str]) -> tuple[str | None, int | None, int | None, str]:
         host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
         gpu: int | None = None
         if labels.get("gpu", "").isdigit():
@@ -346,22 +354,38 @@ class _Identity:
                 place="label gpu / device",
                 hint="the gpu label is the GPU's index (0, 1, ...); an edited or damaged scrape",
             )
+        instance = int(labels["GPU_I_ID"]) if labels.get("GPU_I_ID", "").isdigit() else None
+        if instance is not None and instance > _MAX_GPU_INDEX:
+            raise InputError(self.path, f"{name}: GPU_I_ID {str(instance)[:24]} is out of range", place="label GPU_I_ID")
         field = BY_DCGM.get(name)
         metric = field.name if field else name
-        series = [f"{k}={labels[k]}" for k in SERIES_LABELS if labels.get(k) and k != "GPU_I_PROFILE"]
+        series = [f"{k}={labels[k]}" for k in SERIES_LABELS if labels.get(k)]
         if series:
             metric += "{" + ",".join(series) + "}"
         self.names.setdefault(metric, set()).add(name)
         info = {k: labels[k] for k in ("UUID", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION") if labels.get(k)}
         if info and gpu is not None:
             self.gpus.setdefault((host, gpu), {}).update(info)
-        return host, gpu, metric
+        if instance is not None:
+            key = (host or "", -1 if gpu is None else gpu, instance)
+            self.instances[key] = labels.get("GPU_I_PROFILE") or self.instances.get(key)
+        return host, gpu, instance, metric
 
 
-def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray, np.ndarray, _Identity]:
+class _Columns(NamedTuple):
+    host: pa.Array
+    gpu: pa.Array
+    gpu_instance: pa.Array
+    metric: pa.Array
+    ts: np.ndarray
+    value: np.ndarray
+
+
+def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[_Columns, _Identity]:
     ident = _Identity(path)
     hosts: list[pa.Array] = []
     gpus: list[pa.Array] = []
+    instances: list[pa.Array] = []
     metrics: list[pa.Array] = []
     for enc in parts.heads:
         resolved = []
@@ -373,9 +397,10 @@ def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Ar
                     path, f"bad metric name or labels: {head[:120]!r}", hint='labels must be key="value" pairs separated by commas'
                 ) from exc
             resolved.append(ident.resolve(name, labels))
-        h, g, m = zip(*resolved, strict=True) if resolved else ((), (), ())
+        h, g, i, m = zip(*resolved, strict=True) if resolved else ((), (), (), ())
         hosts.append(pa.array([x if x is not None else default_host for x in h], pa.string()).take(enc.indices))
         gpus.append(pa.array(g, pa.int32()).take(enc.indices))
+        instances.append(pa.array(i, pa.int32()).take(enc.indices))
         metrics.append(pa.array(m, pa.string()).take(enc.indices))
     values = list(parts.values)
     ts = list(parts.ts)
@@ -383,13 +408,22 @@ def _columns(parts: _Parts, path: Path, default_host: str | None) -> tuple[pa.Ar
         rows = [(*ident.resolve(name, labels), v, t) for name, labels, v, t in parts.extra]
         hosts.append(pa.array([r[0] if r[0] is not None else default_host for r in rows], pa.string()))
         gpus.append(pa.array([r[1] for r in rows], pa.int32()))
-        metrics.append(pa.array([r[2] for r in rows], pa.string()))
-        values.append(np.array([r[3] for r in rows], dtype=np.float64))
-        ts.append(np.array([r[4] for r in rows], dtype=np.int64))
+        instances.append(pa.array([r[2] for r in rows], pa.int32()))
+        metrics.append(pa.array([r[3] for r in rows], pa.string()))
+        values.append(np.array([r[4] for r in rows], dtype=np.float64))
+        ts.append(np.array([r[5] for r in rows], dtype=np.int64))
     if not metrics:
-        empty = pa.array([], pa.string())
-        return empty, pa.array([], pa.int32()), empty, np.zeros(0, np.int64), np.zeros(0), ident
-    return (pa.concat_arrays(hosts), pa.concat_arrays(gpus), pa.concat_arrays(metrics), np.concatenate(ts), np.concatenate(values), ident)
+        empty, none = pa.array([], pa.string()), pa.array([], pa.int32())
+        return _Columns(empty, none, none, empty, np.zeros(0, np.int64), np.zeros(0)), ident
+    joined = _Columns(
+        pa.concat_arrays(hosts),
+        pa.concat_arrays(gpus),
+        pa.concat_arrays(instances),
+        pa.concat_arrays(metrics),
+        np.concatenate(ts),
+        np.concatenate(values),
+    )
+    return joined, ident
 
 
 def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = None, host: str | None = None) -> SourceData:
@@ -406,8 +440,8 @@ def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = No
         caveats += _parse_text(data, f, ts, parts)
         if parts.untimed > before:
             timed_by[how] = timed_by.get(how, 0) + 1
-    host_c, gpu_c, metric_c, ts_c, val_c, ident = _columns(parts, where, host)
-    if len(metric_c) == 0:
+    cols, ident = _columns(parts, where, host)
+    if len(cols.metric) == 0:
         raise InputError(where, "no DCGM samples found", hint="expected dcgm-exporter /metrics text (DCGM_FI_* lines)")
     if timed_by.get("file modification time"):
         caveats.append(
@@ -419,8 +453,8 @@ def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = No
                 str(where),
             )
         )
-    table, more = build_samples(run_id, host_c, gpu_c, metric_c, ts_c, val_c, str(where))
-    meta = {
+    table, more = build_samples(run_id, cols.host, cols.gpu, cols.metric, cols.ts, cols.value, str(where), cols.gpu_instance)
+    meta: dict[str, object] = {
         "time_rule": TIME_RULE,
         "files": len(files),
         "source_names": {k: sorted(v) for k, v in ident.names.items()},
@@ -428,6 +462,11 @@ def read_scrapes(files: Sequence[Path], *, run_id: str, source: Path | None = No
             {"host": h, "gpu": g, **info} for (h, g), info in sorted(ident.gpus.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or 0))
         ],
     }
+    if ident.instances:
+        meta["gpu_instances"] = [
+            {"host": h or None, "gpu": g if g >= 0 else None, "gpu_instance": i, "profile": p}
+            for (h, g, i), p in sorted(ident.instances.items())
+        ]
     return SourceData(EXPORTER, str(where), {"samples": table}, caveats + more, meta)
 
 
@@ -447,14 +486,20 @@ def read(path: Path, *, run_id: str | None = None, host: str | None = None) -> S
 # --- dcgmi dmon -----------------------------------------------------------------------------------------------
 
 
-def _dmon_entity(tokens: list[str]) -> tuple[int | None, str]:
-    """GPU index and series qualifier of a dmon entity column (``GPU 0``, ``GPU-I 3``, ``GPU 0 LINK 2``)."""
+def _dmon_entity(tokens: list[str]) -> tuple[int | None, int | None, str]:
+    """GPU index, MIG GPU instance and series qualifier of a dmon entity column (``GPU 0``, ``GPU-I 3``,
+    ``GPU 0 LINK 2``). A ``GPU-I`` row is numbered by DCGM's entity id, unique on the host, and does not name its
+    parent GPU (``dcgmi discovery -c`` maps the two): the id is the instance, the GPU unknown."""
     if len(tokens) >= 2 and tokens[0] == "GPU" and tokens[1].isdigit():
         rest = tokens[2:]
-        return int(tokens[1]), (
-            "{" + ",".join(f"{a.lower()}={b}" for a, b in zip(rest[::2], rest[1::2], strict=False)) + "}" if rest else ""
+        return (
+            int(tokens[1]),
+            None,
+            "{" + ",".join(f"{a.lower()}={b}" for a, b in zip(rest[::2], rest[1::2], strict=False)) + "}" if rest else "",
         )
-    return None, "{entity=" + "_".join(tokens) + "}"
+    if len(tokens) == 2 and tokens[0] == "GPU-I" and tokens[1].isdigit() and int(tokens[1]) <= _MAX_GPU_INDEX:
+        return None, int(tokens[1]), ""
+    return None, None, "{entity=" + "_".join(tokens) + "}"
 
 
 def _dmon_options(args: str) -> tuple[list[int], int | None]:
@@ -508,7 +553,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     text, wrappers = clean_text(text)
     header: list[str] | None = None
     starts: list[int] = []
-    rows: list[tuple[int | None, str, list[str]]] = []
+    rows: list[tuple[int | None, int | None, str, list[str]]] = []
     lines = text.splitlines()
     ids: list[int] = []
     interval_from_cmd: int | None = None
@@ -551,8 +596,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
                 hint="rows start with an entity (GPU 0) and align with the #Entity header",
             )
         entity, values = parsed
-        gpu, qual = _dmon_entity(entity)
-        rows.append((gpu, qual, values))
+        rows.append((*_dmon_entity(entity), values))
     if header is not None and not rows and stopped_by:
         raise InputError(path, f"no dcgmi dmon rows: dcgmi stopped with {stopped_by[:160]!r}", hint="the fields were never watched")
     if header is None or not rows:
@@ -563,18 +607,18 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         caveats.append(Caveat("truncated_line", "the last line is cut short and was skipped", str(path)))
     fields = [_dmon_field(c, i, ids) for i, c in enumerate(header)]
     unknown = [c for c, f in zip(header, fields, strict=True) if f is None]
-    seen: dict[tuple[int | None, str], int] = {}
+    seen: dict[tuple[int | None, int | None, str], int] = {}
     sample_k = []
-    for gpu, qual, _ in rows:
-        k = seen.get((gpu, qual), 0)
-        seen[(gpu, qual)] = k + 1
+    for gpu, instance, qual, _ in rows:
+        k = seen.get((gpu, instance, qual), 0)
+        seen[(gpu, instance, qual)] = k + 1
         sample_k.append(k)
     n_samples = max(seen.values())
     end = path.stat().st_mtime_ns
     step = interval * 1_000_000
-    hosts, gpus, metrics, ts, vals = [], [], [], [], []
+    hosts, gpus, instances, metrics, ts, vals = [], [], [], [], [], []
     na = 0
-    for (gpu, qual, values), k in zip(rows, sample_k, strict=True):
+    for (gpu, instance, qual, values), k in zip(rows, sample_k, strict=True):
         t = end - (n_samples - 1 - k) * step
         for col, field, raw in zip(header, fields, values, strict=True):
             if raw.upper() in ("N/A", "-", "") or raw.upper().startswith("N/A"):
@@ -586,6 +630,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
                 raise InputError(path, f"column {col}: {raw!r} is not a number", hint="a damaged dmon table") from exc
             hosts.append(host)
             gpus.append(gpu)
+            instances.append(instance)
             metrics.append((field.name if field else f"dcgmi_dmon.{col}") + qual)
             ts.append(t)
             vals.append(v)
@@ -600,6 +645,17 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
     )
     if na:
         caveats.append(Caveat("not_available", f"{na} N/A or blank values (field not supported or not watched) read as missing", str(path)))
+    mig = sorted({i for _, i, _, _ in rows if i is not None})
+    if mig:
+        caveats.append(
+            Caveat(
+                "mig_parent_unknown",
+                f"{len(mig)} MIG GPU instance(s) (GPU-I {', '.join(map(str, mig[:8]))}{' ...' if len(mig) > 8 else ''}) are "
+                "numbered by DCGM's entity id and dmon does not print their parent GPU: their samples have gpu_instance "
+                "and no gpu (dcgmi discovery -c maps the two)",
+                str(path),
+            )
+        )
     if unknown:
         caveats.append(
             Caveat(
@@ -614,6 +670,7 @@ def read_dmon(path: Path, *, run_id: str | None = None, host: str | None = None,
         np.array(ts, np.int64),
         np.array(vals, np.float64),
         str(path),
+        pa.array(instances, pa.int32()),
     )
     meta: dict[str, object] = {
         "source_names": {f.name: [c] for c, f in zip(header, fields, strict=True) if f},

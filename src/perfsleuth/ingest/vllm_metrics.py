@@ -445,6 +445,7 @@ def _samples_table(rows: list[tuple[str | None, str, int, float]], run_id: str) 
             "run_id": pa.array([run_id] * len(rows), pa.string()),
             "host": pa.array(hosts, pa.string()),
             "gpu": pa.array(np.full(len(rows), -1, dtype=np.int32)),
+            "gpu_instance": pa.nulls(len(rows), pa.int32()),
             "metric": pa.array(names, pa.string()),
             "ts_ns": pa.array(ts, pa.int64()),
             "value": pa.array(vals, pa.float64()),

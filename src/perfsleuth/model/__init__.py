@@ -18,7 +18,9 @@ import pyarrow as pa
 from perfsleuth import taxonomy
 
 SCHEMA_VERSION = "2"
-"""2: ``records`` gained the factor-tree columns (``metrics.tree``); the other tables are unchanged."""
+"""2: ``records`` gained the factor-tree columns (``metrics.tree``); the other tables are unchanged. Since then
+``samples`` gained the nullable ``gpu_instance`` (MIG): an additive column, so the version stays; a store
+written before it reads the column as null (``store.reader``)."""
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -128,6 +130,12 @@ SAMPLES = pa.schema(
         _f("run_id", pa.string(), "run", nullable=False),
         _f("host", pa.string(), "host name"),
         _f("gpu", pa.int32(), "GPU index on the host"),
+        _f(
+            "gpu_instance",
+            pa.int32(),
+            "MIG GPU instance of the sample, null when not MIG: dcgm-exporter's GPU_I_ID; for dcgmi dmon's GPU-I rows "
+            "DCGM's GPU-I entity id (unique on the host; the row does not name its parent GPU, so gpu is null)",
+        ),
         _f("metric", pa.string(), "DCGM field or Prometheus metric name", nullable=False),
         _f("ts_ns", pa.int64(), "sample time (epoch)", "ns", nullable=False),
         _f("value", pa.float64(), "sample value; unit in the metric's registry entry"),

@@ -506,14 +506,22 @@ def _codes(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def build_samples(
-    run_id: str, host: pa.Array, gpu: pa.Array, metric: pa.Array, ts_ns: np.ndarray, value: np.ndarray, path: str
+    run_id: str,
+    host: pa.Array,
+    gpu: pa.Array,
+    metric: pa.Array,
+    ts_ns: np.ndarray,
+    value: np.ndarray,
+    path: str,
+    gpu_instance: pa.Array | None = None,
 ) -> tuple[pa.Table, list[Caveat]]:
     """The canonical ``samples`` table from parsed columns, with the registry's rules applied.
 
     Blank (``SENTINEL_RULE``) and out-of-range values become null, counted per metric in a caveat; names not in
     the registry are kept as written, with a caveat; exact duplicate samples of one series at one time are
     dropped and conflicting ones keep the last in file order, with a caveat. Rows come out sorted by series and
-    time, so interleaved hosts or files read in any order give the same table."""
+    time, so interleaved hosts or files read in any order give the same table. ``gpu_instance`` (the MIG instance,
+    null when not MIG; all null when not given) is part of a series: two slices of one GPU are two series."""
     caveats: list[Caveat] = []
     value = np.array(value, dtype=np.float64, copy=True)
     ts_ns = np.asarray(ts_ns, dtype=np.int64)
@@ -559,7 +567,10 @@ def build_samples(
         )
     h_codes, h_dict = _codes(host)
     g_codes, g_dict = _codes(gpu)
-    key = (h_codes + 1) * (len(g_dict) + 1) * (len(m_dict) + 1) + (g_codes + 1) * (len(m_dict) + 1) + (m_codes + 1)
+    gi = pa.nulls(len(ts_ns), pa.int32()) if gpu_instance is None else gpu_instance.cast(pa.int32())
+    i_codes, i_dict = _codes(gi)
+    key = (h_codes + 1) * (len(g_dict) + 1) + (g_codes + 1)
+    key = (key * (len(i_dict) + 1) + (i_codes + 1)) * (len(m_dict) + 1) + (m_codes + 1)
     order = np.lexsort((ts_ns, key))
     key, ts_sorted = key[order], ts_ns[order]
     same_as_next = np.zeros(len(order), dtype=bool)
@@ -585,6 +596,7 @@ def build_samples(
             "run_id": pa.array([run_id], pa.string()).take(pa.array(np.zeros(len(order), dtype=np.int64))),
             "host": _decode(h_dict, h_codes, idx),
             "gpu": _decode(g_dict, g_codes, idx).cast(pa.int32()),
+            "gpu_instance": _decode(i_dict, i_codes, idx).cast(pa.int32()),
             "metric": _decode(m_dict, m_codes, idx),
             "ts_ns": pa.array(ts_ns[order], pa.int64()),
             "value": pa.array(value[order], pa.float64(), mask=~valid),

@@ -61,7 +61,7 @@ class Store:
             return engines.table(con, stored_schema(name).empty_table())
         self._raise_on(find_damage(self.root, parts, deep=False))
         try:
-            return engines.parquet_files(con, [str(inside(self.root, p.path)) for p in parts])
+            return _with_columns_added(engines.parquet_files(con, [str(inside(self.root, p.path)) for p in parts]), name)
         except Exception as exc:  # the engine's own error types; name the part when one is to blame
             self._raise_on(self.damage(name, deep=True))
             raise InputError(
@@ -98,3 +98,13 @@ class Store:
             place=f"{d.part.table} of run {', '.join(job.run_ids)}",
             hint=f"re-ingest {job.source} to rewrite it; the other tables stay readable",
         )
+
+
+def _with_columns_added(t: ir.Table, name: str) -> ir.Table:
+    """``t`` with the stored schema's columns its parts lack, as typed nulls: parts written before a nullable
+    column was added (``samples.gpu_instance``) read as if they had it, and the engine unites old and new parts by
+    name."""
+    import ibis
+
+    missing = {f.name: ibis.null(ibis.dtype(f.type)) for f in stored_schema(name) if f.name not in t.columns}
+    return t.mutate(**missing) if missing else t
