@@ -21,7 +21,9 @@ would take at the measured rate.
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +65,15 @@ def make_export(path: Path, target_mb: float, layers: int = 8, steps: int = 4) -
     counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TIME_TABLES}
     conn.close()
     return counts
+
+
+def existing_counts(path: Path) -> dict[str, int]:
+    """Row counts of the tiled tables of an export built earlier."""
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TIME_TABLES}
+    finally:
+        conn.close()
 
 
 def _size_mb(conn: sqlite3.Connection) -> float:
@@ -119,7 +130,7 @@ def kernel_stage(path: Path) -> int:
     try:
         return len(nsys._kernels(db, nsys._strings(db, [])))
     finally:
-        db.conn.close()
+        db.close()
 
 
 def best(fn, repeat: int) -> tuple[float, float, object]:
@@ -139,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-mb", type=float, default=256.0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="write the export here and keep it")
+    ap.add_argument("--export", type=Path, help="time this export (one --keep wrote) instead of building one")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.keep or Path(tmp) / "rank-0.sqlite"
+        path = args.export or args.keep or Path(tmp) / "rank-0.sqlite"
         t = time.perf_counter()
-        counts = make_export(path, args.target_mb)
+        counts = existing_counts(path) if args.export else make_export(path, args.target_mb)
         size_mb = path.stat().st_size / 1e6
         print(
             f"export: {size_mb:.0f} MB in {time.perf_counter() - t:.0f} s; rows: "
@@ -167,19 +179,46 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:34s} {w:8.2f} {n / w / 1e6:9.3f} {c:8.2f} {n / c / 1e6:9.3f}")
         r_kern, r_all = (kernels / t_kern) / (kernels / t_base), (total / t_all) / (kernels / t_base)
         q_kern, q_all = (kernels / c_kern) / (kernels / c_base), (total / c_all) / (kernels / c_base)
-        i_all = (total / t_all) / (kernels / t_ids)
+        i_all, j_all = (total / t_all) / (kernels / t_ids), (total / c_all) / (kernels / c_ids)
         print(
             f"ratio perfsleuth / baseline per row (wall; cpu): kernel table {r_kern:.2f}; {q_kern:.2f}   "
-            f"read_report {r_all:.2f}; {q_all:.2f}   (read_report vs the ids-only query, wall: {i_all:.2f})"
+            f"read_report {r_all:.2f}; {q_all:.2f}   read_report vs the ids-only query {i_all:.2f}; {j_all:.2f}"
         )
         print(
             f"ingest {size_mb / t_all:.1f} MB/s wall: a 1 GB export would take ~{t_all / size_mb * 1000:.0f} s "
             f"(~{c_all / size_mb * 1000:.0f} s cpu; the baseline's kernels-only query ~{t_base / size_mb * 1000:.0f} s); "
             f"events held: {sum(r.events.nbytes for r in ranks) / 1e6:.0f} MB ({sum(r.events.num_rows for r in ranks):,} rows)"
         )
-        ok = q_all >= 1.0  # CPU time: wall time on a shared machine mostly measures the neighbours
-        print("target: read_report rows/s >= the plain query's kernel rows/s (cpu):", "met" if ok else "NOT met")
+        peak, held = peak_memory(path)
+        print(
+            f"peak RSS of read_report in its own process, above its RSS after imports: {peak / 1e6:,.0f} MB "
+            f"= {peak / held:.2f}x the events returned ({held / 1e6:,.0f} MB)"
+        )
+        ok = j_all >= 1.0 and peak <= 1.5 * held  # CPU time: wall time on a shared machine mostly measures the neighbours
+        print(
+            "target: read_report rows/s >= the plain ids-only query's kernel rows/s (cpu), peak <= 1.5x the events:",
+            "met" if ok else "NOT met",
+        )
         return 0 if ok else 1
+
+
+PEAK_CHILD = """
+import json, resource, sys
+import psutil, pyarrow as pa
+from perfsleuth.ingest import nsys
+pa.array([1])  # pyarrow's first pa.array() imports its pandas shim: an import, not work
+base = psutil.Process().memory_info().rss
+ranks = nsys.read_report(sys.argv[1])
+held = sum(r.events.get_total_buffer_size() for r in ranks)
+print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base, "held": held}))
+"""
+
+
+def peak_memory(path: Path) -> tuple[int, int]:
+    """read_report in a fresh process: its peak RSS above its RSS after imports, and the bytes of the events it returns."""
+    out = subprocess.run([sys.executable, "-c", PEAK_CHILD, str(path)], check=True, capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    return res["peak"], res["held"]
 
 
 if __name__ == "__main__":

@@ -428,3 +428,25 @@ def test_real_2022_export_with_mpi_rank_and_registered_strings(tmp_path) -> None
     assert set(copies["name"].to_pylist()) == {"Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pageable)"}
     assert kind_of(r.events, "kernel").num_rows == 5 and r.metadata["nsys_export_schema"] == "2.9.1"
     assert r.events["ts_ns"].to_numpy().min() > 1_687_813_257_000_000_000  # rebased to the capture's UTC start
+
+
+@pytest.mark.parametrize("name", ["h100_2gpu_1s", "saxpy-mpi-cuda_nsys_perlmutter0"])
+def test_arrow_batches_read_the_same_events_as_the_sqlite3_cursor(tmp_path, monkeypatch, name) -> None:
+    path = real(tmp_path, name)
+    assert nsys.adbc_sqlite is not None  # a dependency: the fast path is the one that runs
+    fast = nsys.read_report(path)
+    monkeypatch.setattr(nsys, "adbc_sqlite", None)  # the stdlib cursor, the reader's oracle
+    slow = nsys.read_report(path)
+    assert [r.rank for r in fast] == [r.rank for r in slow]
+    for a, b in zip(fast, slow, strict=True):
+        assert a.events.equals(b.events) and a.metadata == b.metadata and a.caveats == b.caveats
+
+
+def test_a_real_beyond_int64_past_the_first_batch_names_its_column_and_row(tmp_path) -> None:
+    g = gid(700)
+    rows = [(1_000 + 10 * i, 1_005 + 10 * i, 0, 1, 7, i, g, 1, 1) for i in range(nsys._CHUNK_ROWS + 10)]
+    rows[nsys._CHUNK_ROWS + 3] = (1e300, *rows[nsys._CHUNK_ROWS + 3][1:])  # the driver typed the column from the first batch
+    path = export(tmp_path / "r.sqlite", {"StringIds": (STRINGS, [(1, "k")]), "CUPTI_ACTIVITY_KIND_KERNEL": (KERNEL, rows)})
+    with pytest.raises(InputError) as err:
+        nsys.read_report(path)
+    assert "start is 1e+300" in str(err.value) and f"row {nsys._CHUNK_ROWS + 4}" in str(err.value)
