@@ -286,11 +286,19 @@ def child_cli(data: str, workers: int | None) -> dict:
     return {"work_s": time.perf_counter() - t0, "json_bytes": size}
 
 
+def _cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def child_stages(data: str) -> dict:
     """The same analysis, one file after the other in this process (workers=1), timing each stage:
     imports, reading (native decode + column building), per-rank analysis, the cross-rank part,
-    diagnosis and JSON rendering. Not a ratio: it says where the time goes."""
-    t0 = time.perf_counter()
+    diagnosis and JSON rendering, in wall seconds and in this process's CPU seconds (on a shared
+    machine the CPU seconds are the steadier figure). Not a ratio: it says where the time goes."""
+    t0, c0 = time.perf_counter(), _cpu_s()
     from perfsleuth.diagnose.registry import diagnose
     from perfsleuth.diagnose.signals import JobSignals
     from perfsleuth.ingest import kineto
@@ -301,27 +309,31 @@ def child_stages(data: str) -> dict:
 
     _warm_pyarrow()
     st = {"imports": time.perf_counter() - t0, "read": 0.0, "rank_analysis": 0.0}
+    cpu = {"imports": _cpu_s() - c0, "read": 0.0, "rank_analysis": 0.0}
     files = sorted(p for p in Path(data).iterdir() if p.name.endswith((".json", ".json.gz")))
     results, rank_files = [], []
     for p in files:
-        a = time.perf_counter()
+        a, ca = time.perf_counter(), _cpu_s()
         rf = kineto.read_rank_file(p, single_file=False)
-        b = time.perf_counter()
+        b, cb = time.perf_counter(), _cpu_s()
         results.append(analyze_rank(RankView(rf.rank, rf.events), "bench"))
-        c = time.perf_counter()
+        c, cc = time.perf_counter(), _cpu_s()
         rank_files.append(rf.without_events())
         st["read"] += b - a
         st["rank_analysis"] += c - b
-    a = time.perf_counter()
+        cpu["read"] += cb - ca
+        cpu["rank_analysis"] += cc - cb
+    a, ca = time.perf_counter(), _cpu_s()
     world, caveats = kineto.check_one_job(rank_files)
     analysis = combine_ranks(results, kineto.runs_table("bench", rank_files, world), {r.rank: r.path for r in rank_files}, caveats)
-    b = time.perf_counter()
+    b, cb = time.perf_counter(), _cpu_s()
     diagnosis = diagnose(JobSignals(trace=analysis, sources=[]))
-    c = time.perf_counter()
+    c, cc = time.perf_counter(), _cpu_s()
     doc = json.dumps(analysis_to_json(analysis, diagnosis), default=str)
-    d = time.perf_counter()
+    d, cd = time.perf_counter(), _cpu_s()
     st.update(cross_rank=b - a, diagnosis=c - b, render_json=d - c)
-    return {"work_s": d - t0, "stages_s": st, "files": len(files), "json_bytes": len(doc)}
+    cpu.update(cross_rank=cb - ca, diagnosis=cc - cb, render_json=cd - cc)
+    return {"work_s": d - t0, "stages_s": st, "stages_cpu_s": cpu, "files": len(files), "json_bytes": len(doc)}
 
 
 def child_main(argv: list[str]) -> None:
@@ -572,6 +584,9 @@ def main() -> int:
                     if r.get("stages_s"):
                         tot = sum(r["stages_s"].values())
                         ph = " ".join(f"{k}={v:.2f}s ({v / tot:.0%})" for k, v in r["stages_s"].items())
+                        cpu = r.get("stages_cpu_s", {})
+                        ctot = sum(cpu.values()) or 1.0
+                        ph += "\n        CPU seconds: " + " ".join(f"{k}={v:.2f}s ({v / ctot:.0%})" for k, v in cpu.items())
                     print(
                         f"  run {i + 1}/{args.repeat} {t:<10} work {r['work_s']:7.2f} s{extra}  subprocess {r['subprocess_s']:7.2f} s"
                         f"  peak tree RSS {r['peak_tree_rss_mib']:6.0f} MiB ({r['max_processes']} procs; main process"

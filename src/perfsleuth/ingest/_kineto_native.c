@@ -2,9 +2,9 @@
  *
  * Why native: the typed msgspec decode and the Arrow column building it fed were half of the
  * ingest time (a Python object per event and per field). Here the file is parsed by yyjson
- * (compiled from the yyjson wheel's own yyjson.c at build time: see setup.py), and the fields
- * perfsleuth reads are written straight into typed buffers that numpy and Arrow wrap without a
- * copy. Strings are interned per column (first-occurrence order), so Python sees one str per
+ * (compiled from the yyjson wheel's own yyjson.c at build time: see setup.py), with the GIL
+ * released, and the fields perfsleuth reads are written straight into typed buffers (bytearrays
+ * that grow in place and are handed over as they are) that numpy and Arrow wrap without a copy. Strings are interned per column (first-occurrence order), so Python sees one str per
  * distinct category / name, never one per event.
  *
  * Memory stays bounded: the Python side feeds the traceEvents array in blocks; a structural scan
@@ -171,6 +171,15 @@ enum { T_CAT, T_NAME, T_PID, T_TID, T_STREAM, T_ARG0, N_TABLES = T_ARG0 + N_STR_
 #define TAG_BIG 3   /* an integer in (INT64_MAX, UINT64_MAX]: value holds its bits */
 #define TAG_RAW 4   /* an integer beyond 64 bits (int|str fields only): value is its index in "bigs" */
 
+/* Every column lives in a bytearray from the start: it grows in place (realloc) and is handed to
+ * Python as it is at the end, so no column is ever copied and its pages are touched once. */
+#define N_COLS (11 + 2 * N_INT_ARGS + N_STR_ARGS)
+
+typedef struct {
+    void **ptr;  /* the cols field that points into the bytearray */
+    size_t elem; /* bytes per row */
+} colref;
+
 typedef struct {
     size_t n, cap;
     int64_t *index;
@@ -191,34 +200,34 @@ typedef struct {
     int64_t ev_big_count;
     int check_finite;
     PyObject *bigs; /* Python ints of the TAG_RAW cells */
+    PyObject *obj[N_COLS]; /* the bytearrays the column pointers point into */
+    colref refs[N_COLS];
+    int ncols;
 } cols;
 
-static void *xalloc(size_t n) { return malloc(n ? n : 1); }
+static int cols_register(cols *c, void **ptr, size_t elem) {
+    colref *ref = &c->refs[c->ncols];
+    ref->ptr = ptr;
+    ref->elem = elem;
+    PyObject *o = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(c->cap * elem));
+    c->obj[c->ncols++] = o;
+    if (!o) return 0;
+    *ptr = PyByteArray_AS_STRING(o);
+    return 1;
+}
 
 static int cols_init(cols *c, size_t cap) {
     memset(c, 0, sizeof(*c));
     c->cap = cap;
-    c->index = xalloc(cap * 8);
-    c->cat = xalloc(cap * 4);
-    c->name = xalloc(cap * 4);
-    c->ts = xalloc(cap * 8);
-    c->dur = xalloc(cap * 8);
-    c->ts_ok = xalloc(cap);
-    c->dur_ok = xalloc(cap);
-    c->pid = xalloc(cap * 8);
-    c->tid = xalloc(cap * 8);
-    c->pid_tag = xalloc(cap);
-    c->tid_tag = xalloc(cap);
-    int ok = c->index && c->cat && c->name && c->ts && c->dur && c->ts_ok && c->dur_ok && c->pid && c->tid && c->pid_tag && c->tid_tag;
-    for (int i = 0; i < N_INT_ARGS; i++) {
-        c->iarg[i] = xalloc(cap * 8);
-        c->iarg_tag[i] = xalloc(cap);
-        ok = ok && c->iarg[i] && c->iarg_tag[i];
-    }
-    for (int i = 0; i < N_STR_ARGS; i++) {
-        c->sarg[i] = xalloc(cap * 4);
-        ok = ok && c->sarg[i];
-    }
+    int ok = cols_register(c, (void **)&c->index, 8) && cols_register(c, (void **)&c->cat, 4) &&
+             cols_register(c, (void **)&c->name, 4) && cols_register(c, (void **)&c->ts, 8) &&
+             cols_register(c, (void **)&c->dur, 8) && cols_register(c, (void **)&c->ts_ok, 1) &&
+             cols_register(c, (void **)&c->dur_ok, 1) && cols_register(c, (void **)&c->pid, 8) &&
+             cols_register(c, (void **)&c->tid, 8) && cols_register(c, (void **)&c->pid_tag, 1) &&
+             cols_register(c, (void **)&c->tid_tag, 1);
+    for (int i = 0; ok && i < N_INT_ARGS; i++)
+        ok = cols_register(c, (void **)&c->iarg[i], 8) && cols_register(c, (void **)&c->iarg_tag[i], 1);
+    for (int i = 0; ok && i < N_STR_ARGS; i++) ok = cols_register(c, (void **)&c->sarg[i], 4);
     for (int i = 0; i < N_TABLES; i++) ok = strtab_init(&c->tabs[i]) && ok;
     c->ranks_cap = 1 << 16;
     c->ranks_buf = NULL;
@@ -226,26 +235,21 @@ static int cols_init(cols *c, size_t cap) {
     return ok && c->bigs;
 }
 
-#define GROW(ptr, size) do { void *q_ = realloc((ptr), (size)); if (!q_) return 0; (ptr) = q_; } while (0)
-
 static int cols_reserve(cols *c, size_t want) {
     if (want <= c->cap) return 1;
     size_t cap = c->cap * 3 / 2 + 1024;
     if (cap < want) cap = want;
-    GROW(c->index, cap * 8); GROW(c->cat, cap * 4); GROW(c->name, cap * 4); GROW(c->ts, cap * 8); GROW(c->dur, cap * 8);
-    GROW(c->ts_ok, cap); GROW(c->dur_ok, cap); GROW(c->pid, cap * 8); GROW(c->tid, cap * 8); GROW(c->pid_tag, cap);
-    GROW(c->tid_tag, cap);
-    for (int i = 0; i < N_INT_ARGS; i++) { GROW(c->iarg[i], cap * 8); GROW(c->iarg_tag[i], cap); }
-    for (int i = 0; i < N_STR_ARGS; i++) GROW(c->sarg[i], cap * 4);
+    for (int i = 0; i < c->ncols; i++) {
+        if (PyByteArray_Resize(c->obj[i], (Py_ssize_t)(cap * c->refs[i].elem)) < 0) return 0;
+        *c->refs[i].ptr = PyByteArray_AS_STRING(c->obj[i]);
+    }
     c->cap = cap;
     return 1;
 }
 
 static void cols_free(cols *c) {
-    free(c->index); free(c->cat); free(c->name); free(c->ts); free(c->dur); free(c->ts_ok); free(c->dur_ok);
-    free(c->pid); free(c->tid); free(c->pid_tag); free(c->tid_tag);
-    for (int i = 0; i < N_INT_ARGS; i++) { free(c->iarg[i]); free(c->iarg_tag[i]); }
-    for (int i = 0; i < N_STR_ARGS; i++) free(c->sarg[i]);
+    for (int i = 0; i < c->ncols; i++) Py_CLEAR(c->obj[i]);
+    c->ncols = 0;
     for (int i = 0; i < N_TABLES; i++) strtab_free(&c->tabs[i]);
     Py_XDECREF(c->bigs);
     c->bigs = NULL;
@@ -530,14 +534,19 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
 
 /* --- results ------------------------------------------------------------------------------- */
 
-/* a column handed to Python: copied into a bytearray, and the C buffer freed at once (the peak is the
- * columns plus one, not twice the columns) */
-#define TAKE(ptr, n) take_bytes((void **)&(ptr), (n))
-static PyObject *take_bytes(void **p, size_t n) {
-    PyObject *out = PyByteArray_FromStringAndSize((const char *)*p, (Py_ssize_t)n);
-    free(*p);
-    *p = NULL;
-    return out;
+/* a column handed to Python: its bytearray, cut to the rows written (the reader lets go of it) */
+#define TAKE(ptr, n) take_col(c, (void **)&(ptr), (n))
+static PyObject *take_col(cols *c, void **field, size_t nbytes) {
+    for (int i = 0; i < c->ncols; i++) {
+        if (c->refs[i].ptr != field || !c->obj[i]) continue;
+        PyObject *out = c->obj[i];
+        c->obj[i] = NULL;
+        *field = NULL;
+        if (PyByteArray_Resize(out, (Py_ssize_t)nbytes) < 0) { Py_DECREF(out); return NULL; }
+        return out;
+    }
+    PyErr_SetString(PyExc_RuntimeError, "a column was handed over twice");
+    return NULL;
 }
 
 static int put(PyObject *d, const char *key, PyObject *v) {
@@ -744,16 +753,21 @@ static int parse_batch(reader *r, size_t end, int quiet) {
     if (!ensure_tmp(r, end)) return -1;
     yyjson_read_err err;
     yyjson_read_flag flg = YYJSON_READ_INSITU | YYJSON_READ_BIGNUM_AS_RAW;
+    yyjson_doc *doc;
+    Py_BEGIN_ALLOW_THREADS /* the copy and the parse touch only the reader's own buffers */
     fill_tmp(r, end);
-    yyjson_doc *doc = yyjson_read_opts(r->tmp, end + 2, flg, &r->alc, &err);
+    doc = yyjson_read_opts(r->tmp, end + 2, flg, &r->alc, &err);
+    Py_END_ALLOW_THREADS
     int literals = 0;
     char *copy = NULL;
     if (!doc && quiet) return 0;
     if (!doc && has_literal(r->buf, end)) {
         /* NaN/Infinity (Python's json.dumps writes them): read them, and keep the text of their events */
         literals = 1;
+        Py_BEGIN_ALLOW_THREADS
         fill_tmp(r, end);
         doc = yyjson_read_opts(r->tmp, end + 2, flg | YYJSON_READ_ALLOW_INF_AND_NAN, &r->alc, &err);
+        Py_END_ALLOW_THREADS
         copy = r->buf; /* still the original text: the parse was in a copy */
     }
     if (!doc) {

@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - a checkout that was not install
     _native = None
     _IMPORT_ERROR = exc
 
-BLOCK_BYTES = 4 << 20
+BLOCK_BYTES = 1 << 20
 """Text handed to the native reader at a time: its buffer holds one block plus one partial event."""
 
 _INT, _STR, _BIG, _RAW = 1, 2, 3, 4  # the native reader's cell tags (0 is null)
@@ -65,6 +65,18 @@ def native() -> Any:
 
 def text_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """The file's (decompressed) text, block by block; errors name the file and the offset."""
+    for block in _blocks(path, block_bytes, reuse=False):
+        yield bytes(block)  # a no-op: without reuse every block is bytes already
+
+
+def reused_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes | memoryview]:
+    """``text_blocks``, but a plain file is read into one buffer again and again and each block is a
+    view of it, valid only until the next is asked for (the native reader copies what it keeps): no
+    block's pages are faulted in afresh."""
+    return _blocks(path, block_bytes, reuse=True)
+
+
+def _blocks(path: Path, block_bytes: int, *, reuse: bool) -> Iterator[bytes | memoryview]:
     try:
         fh = open(path, "rb")  # noqa: SIM115  (closed by the with below; open's own error gets its message)
     except OSError as exc:
@@ -75,8 +87,14 @@ def text_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
         if magic != b"\x1f\x8b":
             if path.suffix == ".gz":
                 raise InputError(path, "named .gz but not gzip-compressed", place="byte 0")
-            while block := fh.read(block_bytes):
-                yield block
+            if not reuse:
+                while block := fh.read(block_bytes):
+                    yield block
+                return
+            buf = bytearray(block_bytes)
+            view = memoryview(buf)
+            while n := fh.readinto(buf):
+                yield view[:n]
             return
         yield from _gunzip(path, fh, block_bytes)
 
@@ -132,7 +150,7 @@ class Parsed:
 
 def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     stream: ChromeTraceStream[Any] = ChromeTraceStream(path, None, None)  # type: ignore[arg-type]  # header/tail/caveat helpers only
-    blocks = text_blocks(path, block_bytes)
+    blocks = reused_blocks(path, block_bytes)
     body, offset = _after_header(path, stream, blocks)
     reader = native().reader()
     try:
@@ -165,7 +183,7 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
             place=f"byte {offset + out['end_offset']}",
             hint="the trace is truncated (the profiler or the copy did not finish)",
         )
-    tail = out["tail"] + b"".join(blocks)
+    tail = out["tail"] + b"".join([bytes(b) for b in blocks])  # each view copied before the next read
     if stream._bare:
         if tail.strip():
             raise InputError(
@@ -199,10 +217,10 @@ def _check_tail(path: Path, tail: bytes, offset: int) -> None:
     raise InputError(path, "the traceEvents array is not valid JSON", place=f"byte {offset}", hint="the trace is truncated or corrupted")
 
 
-def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes]) -> tuple[bytes, int]:
+def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes | memoryview]) -> tuple[bytes, int]:
     """Read up to the array's '[' (the metadata before it is parsed); return the text after it and
     its offset in the file's text."""
-    buf = next(blocks, b"")
+    buf = bytes(next(blocks, b""))
     lead = re.match(rb"\s*", buf).end()  # type: ignore[union-attr]
     if buf[lead : lead + 1] == b"[":  # the JSON Array Format: a bare list of events
         stream._bare = True
@@ -211,13 +229,13 @@ def _after_header(path: Path, stream: ChromeTraceStream, blocks: Iterator[bytes]
         more = next(blocks, b"")
         if not more or len(buf) > MAX_HEADER_BYTES:
             stream._raise_not_trace(buf)
-        buf += more
+        buf += bytes(more)
     rest = buf[pos + len(_KEY) :]
     while not ((m := re.match(rb"\s*:\s*", rest)) and len(rest) > m.end()):
         more = next(blocks, b"")
         if not more:
             raise InputError(path, "file ends right after the traceEvents key", hint="the file is truncated")
-        rest += more
+        rest += bytes(more)
     if rest[m.end() : m.end() + 1] != b"[":
         raise InputError(path, "traceEvents is not a JSON array", place=f"byte {pos}")
     stream._parse_header(buf[:pos])
