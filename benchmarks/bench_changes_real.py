@@ -12,7 +12,8 @@ One run scores, on the same series:
   (``--otava-python``, default /work/otavavenv/bin/python).
 
 Corpora (tests/data/changepoint/SOURCES.md): TCPD split into its development and hold-out halves
-(HOLDOUT.md, fixed before tuning) and TSSB (hold-out). Scores: TCPD's F1 (margin 5, several
+(HOLDOUT.md, fixed before tuning), TSSB (hold-out) and, with ``--tssb-dir``, TSSB's series over 3,000
+points (``tssb_long``, the second hold-out). Scores: TCPD's F1 (margin 5, several
 annotators) and covering, mean over series, per corpus and length bucket. Missing values are
 handed to ``changes`` as NaN; the baselines get the series without them and their indices are
 mapped back.
@@ -20,7 +21,7 @@ mapped back.
 The synthetic null series (changepoint_suite.py's null subsets, plus short null series of 10-60
 points) stay the false-alarm check: predictions per 10,000 points on series without a change.
 
-    .venv/bin/python benchmarks/bench_changes_real.py [--tcpd-dir TCPD_CHECKOUT] [--json FILE]
+    .venv/bin/python benchmarks/bench_changes_real.py [--tcpd-dir TCPD_CHECKOUT] [--tssb-dir TSSB_DATASETS] [--json FILE]
 
 Exits 0 whatever the numbers are.
 """
@@ -211,6 +212,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="changes vs baselines on real annotated series")
     ap.add_argument("--tcpd-dir", type=Path, help="a TCPD checkout, for the series not committed here")
     ap.add_argument("--otava-python", default=str(DEFAULT_OTAVA_PYTHON) if DEFAULT_OTAVA_PYTHON.exists() else sys.executable)
+    ap.add_argument("--tssb-dir", type=Path, help="a TSSB checkout's tssb/datasets: adds its series over 3,000 points (second hold-out)")
     ap.add_argument("--corpus", choices=("all", "tcpd", "tssb"), default="all")
     ap.add_argument(
         "--part",
@@ -225,7 +227,7 @@ def main() -> None:
     if args.corpus in ("all", "tcpd"):
         series += load_tcpd(args.tcpd_dir)
     if args.corpus in ("all", "tssb"):
-        series += load_tssb()
+        series += load_tssb(extra_dir=args.tssb_dir)
     if args.part != "all":
         series = [s for s in series if s.meta["split"] == args.part]
     preds, seconds = predictions(series, args.otava_python)

@@ -88,12 +88,24 @@ def load_tcpd(extra_dir: Path | None = None, base: Path = DATA / "tcpd") -> list
     return [s for s in out if s is not None]
 
 
-def load_tssb(base: Path = DATA / "tssb") -> list[RealSeries]:
+def load_tssb(base: Path = DATA / "tssb", extra_dir: Path | None = None) -> list[RealSeries]:
+    """The committed TSSB series (corpus "tssb"); with ``extra_dir`` (a checkout's
+    ``tssb/datasets``) also the series not committed here, as corpus "tssb_long": the second
+    hold-out of HOLDOUT.md."""
+    out = _tssb_rows(base, "tssb", skip=set())
+    if extra_dir is not None:
+        out += _tssb_rows(Path(extra_dir), "tssb_long", skip={s.name for s in out})
+    return out
+
+
+def _tssb_rows(base: Path, corpus: str, skip: set[str]) -> list[RealSeries]:
     out = []
     for line in (base / "desc.txt").read_text().splitlines():
         if not line.strip():
             continue
         name, _window, *cps = line.split(",")
+        if name in skip:
+            continue
         path = base / f"{name}.txt"
         try:
             values = np.loadtxt(path, dtype=float, ndmin=1)
@@ -102,7 +114,7 @@ def load_tssb(base: Path = DATA / "tssb") -> list[RealSeries]:
         labels = tuple(sorted(int(c) for c in cps))
         if labels and not 0 < labels[0] <= labels[-1] < len(values):
             raise CorpusError(f"{base / 'desc.txt'}: change points of {name} outside 1..{len(values) - 1}")
-        out.append(RealSeries("tssb", name, values, (labels,), None, {"split": "holdout"}))
+        out.append(RealSeries(corpus, name, values, (labels,), None, {"split": "holdout"}))
     return out
 
 

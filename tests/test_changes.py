@@ -349,3 +349,26 @@ def test_changes_reads_a_step_log_directly(tmp_path, capsys):
     (cp,) = series["change_points"]
     assert abs(cp["index"] - 60) <= 2
     assert cp["relative_change"] == pytest.approx(0.10, abs=0.02)
+
+
+def test_short_window_p_values_match_the_exact_permutation_odds() -> None:
+    # With the k smallest of m distinct values first, the split at k is the only order (and its mirror)
+    # reaching the largest statistic: 2 / C(m, k) of the orders (exact counting, not the table's draws).
+    from math import comb
+
+    from perfsleuth.stats.changepoint_test import max_scan_statistic, siegmund_p_value
+
+    for m, k in ((10, 5), (14, 7)):
+        b = max_scan_statistic(m, 5)
+        exact = 2 / comb(m, k)
+        assert exact / 1.15 <= scan_p_value(b, m, 5) <= exact * 1.15
+    # what the table replaces: Siegmund's approximation puts the 14-point maximum 10x too high
+    assert siegmund_p_value(max_scan_statistic(14, 5), 14, 5) > 10 * 2 / comb(14, 7)
+
+
+def test_a_short_null_series_held_to_its_share_of_the_per_point_rate() -> None:
+    from perfsleuth.stats.changepoint_test import ScanTest
+
+    test = ScanTest(alpha=0.01, min_size=5, alarms_per_point=3e-5)
+    assert test.level(30) == pytest.approx(30 * 3e-5)
+    assert test.level(500) == pytest.approx(0.01)  # long series: alpha itself

@@ -139,14 +139,23 @@ def linear_residuals(x: np.ndarray, cps: list[int]) -> np.ndarray:
     return out
 
 
-def residual_ar1(r: np.ndarray, cap: float = 0.95) -> float:
+def residual_ar1(r: np.ndarray, cap: float = 0.95, params: int = 0) -> float:
+    """Lag-1 autocorrelation of residuals; with ``params`` (the fitted coefficients) corrected for
+    its small-sample bias, about (params + 4 phi) / n (Kendall's (1 + 4 phi) / n for a mean alone):
+    on 10-20 points the raw estimate is far too low and the penalty too small."""
     r = r - r.mean()
     den = float(np.dot(r, r))
-    return 0.0 if den == 0 or len(r) < 3 else float(np.clip(np.dot(r[1:], r[:-1]) / den, 0.0, cap))
+    if den == 0 or len(r) < 3:
+        return 0.0
+    rho = float(np.dot(r[1:], r[:-1]) / den)
+    if params:
+        rho += (params + 4.0 * max(rho, 0.0)) / len(r)
+    return float(np.clip(rho, 0.0, cap))
 
 
 WANDER_AR1 = 0.9  # residual lag-1 autocorrelation at which the piecewise-linear fit is judged not to fit
 LOG_SPAN = 2.0  # a positive history whose max is at least this many times its min is fitted in logs
+LOG_N_FLOOR = 30  # the penalty grows with ln n, but no slower than at this length (see PiecewiseLinear)
 
 
 class PiecewiseLinear:
@@ -176,10 +185,10 @@ class PiecewiseLinear:
             return []
         smooth = median_filter(x, size=3, mode="nearest")
         prefix = _LinearPrefix(smooth)
-        base = self.beta * sigma * sigma * np.log(n)
+        base = self.beta * sigma * sigma * np.log(max(n, LOG_N_FLOOR))
         cps = self._split(prefix, n, base)
         for _ in range(self.rounds):
-            phi = residual_ar1(linear_residuals(smooth, cps))
+            phi = residual_ar1(linear_residuals(smooth, cps), params=2 * (len(cps) + 1))
             again = self._split(prefix, n, base * (1.0 + phi) / (1.0 - phi))
             if again == cps:
                 break
@@ -187,6 +196,12 @@ class PiecewiseLinear:
         if cps and residual_ar1(linear_residuals(smooth, cps)) >= WANDER_AR1:
             return []  # the lines leave a wave or a wander, not scatter: this model does not describe the series
         return cps
+
+    def detectable_step(self, n: int) -> float:
+        """About the smallest mid-series step (fine-noise SDs) whose split pays this fit's penalty on
+        n uncorrelated points: one line leaves a quarter of a centred step's variance, so the split
+        gains about step^2 n / 16."""
+        return float(np.sqrt(16.0 * self.beta * np.log(max(n, LOG_N_FLOOR)) / n))
 
     def _split(self, prefix: _LinearPrefix, n: int, pen: float) -> list[int]:
         ms = self.min_size

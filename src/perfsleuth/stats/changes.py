@@ -52,6 +52,11 @@ from perfsleuth.stats.changepoint_test import (
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_SIZE = 5
+ALARMS_PER_POINT = 3e-5
+"""The scan test's level per series is at most this times the series' length (and at most
+``alpha``): half the issue-15 bar of one false alarm per 10,000 points of null history, held on
+each length, so short histories do not alarm more often per point than long ones; below
+``alpha / ALARMS_PER_POINT`` (200 points at the default alpha) it is stricter than ``alpha``."""
 LEVEL_CONFIDENCE_Z = 1.959963984540054  # 95 %
 AUTOCORRELATION_NOTE = 0.2  # lag-1 autocorrelation above which a caveat says the test was widened
 WARMUP_TREND_P = 0.01  # a stretch settles if it trends towards the steady level (rank-trend p below this)
@@ -441,10 +446,10 @@ def changes(
 def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list[Decision], NoiseModel]:
     """Locate and decide on a clean, non-constant series: the kept decisions and the noise model."""
     stat = RankCusum(x, 1.0, min_size)
-    noise = estimate_noise(stat.scores(0, len(x)))
+    noise = estimate_noise(stat.scores(0, len(x)), min_size)
     stat.inflation = max(1.0, noise.variance_inflation)
     candidates = make_locator(locator, min_size=min_size).locate(stat)
-    return ScanTest(alpha=alpha, min_size=min_size).decide(stat, candidates), noise
+    return ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=ALARMS_PER_POINT).decide(stat, candidates), noise
 
 
 def _analyse(
@@ -562,15 +567,17 @@ def _analyse(
     cps = _measure(raw, positions, prep.times, decisions, noise, unit, scan_found)
     _variance_report(x, positions, decisions, alpha, min_size, shape, caveats, name)
     if len(x) < SHORT_SERIES:
-        shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size)
-        caveats.append(
-            Caveat(
-                "short_series",
-                f"{name}: only {len(x)} values: the scan test confirms a shift of "
-                f"about {shift:.1f} noise SDs or more at mid-series; smaller changes "
-                "go unreported, not disproved",
-            )
+        shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size, alarms_per_point=ALARMS_PER_POINT)
+        can = (
+            f"the scan test confirms a shift of about {shift:.1f} noise SDs or more at mid-series"
+            if np.isfinite(shift)
+            else "no order of so few ranks reaches the scan test's level (at most "
+            f"{ALARMS_PER_POINT * len(x):.2g} false alarms per series), so it confirms no shift"
         )
+        if trend_changes:
+            step = PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).detectable_step(len(x))
+            can += f"; the piecewise-linear fit reports a step of about {step:.0f} noise SDs or more"
+        caveats.append(Caveat("short_series", f"{name}: only {len(x)} values: {can}; smaller changes go unreported, not disproved"))
     if quality is not None:
         caveats.extend(_outliers(quality, x, decisions, name) if decisions or warmup else [c for c in first_check if c.code == "outliers"])
     return report(cps, len(x), warmup, noise.ar1)

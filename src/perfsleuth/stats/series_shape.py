@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import kruskal
 
-from perfsleuth.stats.changepoint_test import RankCusum, ScanTest, estimate_noise, null_inflation, scan_p_value
+from perfsleuth.stats.changepoint_test import RankCusum, ScanTest, estimate_noise, max_scan_statistic, null_inflation, scan_p_value
 
 SEASON_P = 1e-3  # a cycle must be this clear (Kruskal-Wallis p) to be taken out
 SEASON_MIN_CYCLES = 4
@@ -152,10 +152,10 @@ def _seconds(times: np.ndarray) -> np.ndarray:
     return finite
 
 
-def detectable_shift(n: int, *, alpha: float, min_size: int) -> float:
+def detectable_shift(n: int, *, alpha: float, min_size: int, alarms_per_point: float | None = None) -> float:
     """Smallest shift (noise SDs) at the middle of ``n`` i.i.d. points whose CUSUM reaches the
     scan test's critical value: |C| = delta * sqrt(k (n - k) / n) at k = n / 2."""
-    level = ScanTest(alpha=alpha, min_size=min_size).level(n)
+    level = ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point).level(n)
     lo, hi = 0.0, 50.0
     for _ in range(60):
         mid = (lo + hi) / 2.0
@@ -164,5 +164,7 @@ def detectable_shift(n: int, *, alpha: float, min_size: int) -> float:
         else:
             hi = mid
     k = n // 2
+    if hi > max_scan_statistic(n, min_size):
+        return float("inf")  # no order of n ranks reaches the level
     shift: float = hi / np.sqrt(k * (n - k) / n)
     return shift
