@@ -492,9 +492,75 @@ def part_scale(args: argparse.Namespace) -> dict:
     return results
 
 
+def _timed(cmd: list[str], cwd: str | None = None) -> tuple[float, float, str]:
+    """Wall and CPU seconds (user + system, the process and its children) of one whole process, and its stdout."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+
+
+def part_cli(args: argparse.Namespace) -> dict:
+    """Both tools as a user runs them on one B0 instance (21,600 leaves): whole processes, start-up included.
+
+    perfsleuth: ``perfsleuth localize FILE --current real --baseline predict`` (its defaults: DuckDB, 20
+    bootstrap resamples for the selection frequency) with JSON out; RiskLoc: its own ``run.py riskloc
+    --run-path FILE`` (one file, evaluated against its label). The two alternate, instance by instance."""
+    src = riskloc_checkout(args.cache)
+    datasets = squeeze_instances(args.cache, args.cli)
+    if args.settings:
+        datasets = {k: v for k, v in datasets.items() if re.search(args.settings, k)}
+    exe = str(Path(sys.executable).with_name("perfsleuth"))
+    root = args.cache / "squeeze"
+    out_json = args.cache / "cli-localize.json"
+    print(
+        f"{'setting':34s} {'n':>3s} {'perfsleuth wall s':>18s} {'cpu s':>7s} {'RiskLoc wall s':>15s} {'cpu s':>7s} "
+        f"{'wall ratio':>10s} {'cpu ratio':>9s}  F1 ps/RL"
+    )
+    summary = {}
+    for setting, items in datasets.items():
+        ours, theirs, counts = [], [], {"perfsleuth": [0, 0, 0], "riskloc": [0, 0, 0]}
+        for item in items:
+            w, c, _ = _timed(
+                [exe, "localize", item["path"], "--current", "real", "--baseline", "predict", "-f", "json", "-o", str(out_json)]
+            )
+            ours.append((w, c))
+            pred = [x["label"] for x in json.loads(out_json.read_text())["culprits"]]
+            counts["perfsleuth"] = [a + b for a, b in zip(counts["perfsleuth"], score(pred, item["label"]), strict=True)]
+            rel = Path(item["path"]).relative_to(root)
+            w, c, text = _timed(
+                [args.ref_python, str(src / "run.py"), "riskloc", "--data-root", str(root), "--run-path", str(root / rel)], cwd="/"
+            )
+            theirs.append((w, c))
+            tp, fp, fn = (int(re.search(rf"{k}: (\d+)", text).group(1)) for k in ("TP", "FP", "FN"))
+            counts["riskloc"] = [a + b for a, b in zip(counts["riskloc"], (tp, fp, fn), strict=True)]
+        mean = lambda xs, i: sum(x[i] for x in xs) / len(xs)  # noqa: E731
+        row = {
+            "n": len(items),
+            "perfsleuth_wall_s": mean(ours, 0),
+            "perfsleuth_cpu_s": mean(ours, 1),
+            "riskloc_wall_s": mean(theirs, 0),
+            "riskloc_cpu_s": mean(theirs, 1),
+            "f1": {m: f1(*v) for m, v in counts.items()},
+        }
+        summary[setting] = row
+        print(
+            f"{setting:34s} {len(items):3d} {row['perfsleuth_wall_s']:18.2f} {row['perfsleuth_cpu_s']:7.2f} {row['riskloc_wall_s']:15.2f} "
+            f"{row['riskloc_cpu_s']:7.2f} {row['perfsleuth_wall_s'] / row['riskloc_wall_s']:10.2f} "
+            f"{row['perfsleuth_cpu_s'] / row['riskloc_cpu_s']:9.2f}  {row['f1']['perfsleuth']:.3f}/{row['f1']['riskloc']:.3f}",
+            flush=True,
+        )
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", nargs="+", default=["public", "fleet", "scale"], choices=["public", "fleet", "scale"])
+    ap.add_argument("--parts", nargs="+", default=["public", "fleet", "scale"], choices=["public", "fleet", "scale", "cli"])
+    ap.add_argument("--cli", type=int, default=3, help="cli part: B0 instances per setting, each tool a whole process")
     ap.add_argument("--cache", type=Path, default=CACHE)
     ap.add_argument("--ref-python", default=REF_PYTHON if Path(REF_PYTHON).exists() else sys.executable)
     ap.add_argument("--b0", type=int, default=100, help="instances per B0 setting (100 = all)")
@@ -521,7 +587,7 @@ def main() -> None:
     report: dict = defaultdict(dict)
     for part in args.parts:
         print(f"== {part}", flush=True)
-        report[part] = {"public": part_public, "fleet": part_fleet, "scale": part_scale}[part](args)
+        report[part] = {"public": part_public, "fleet": part_fleet, "scale": part_scale, "cli": part_cli}[part](args)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 

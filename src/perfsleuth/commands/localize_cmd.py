@@ -91,8 +91,6 @@ def _run(
                 path, f"--workload-dims names no dimension column: {', '.join(unknown)}", hint=f"dimensions are: {', '.join(dims)}"
             )
     spec = LeafSpec(dims, current, baseline, current_den, baseline_den)
-    if table.count().execute() == 0:
-        raise InputError(path, "the table has no rows")
     table, unread = _measurements_only(table, metrics, path)
     result = localize(table, spec, workload_dims=workload_dims, bootstrap=bootstrap, seed=seed)
     result = replace(result, caveats=(*unread, *result.caveats))
@@ -150,21 +148,25 @@ def localize_store_command(
 
 def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[Any, list[Caveat]]:
     """``table`` with each metric value that is no measurement (NaN, inf, beyond ±1e300) read as missing
-    (null: sums leave it out), and a caveat per column saying how many rows; one query counts them all."""
+    (null: sums leave it out), and a caveat per column saying how many rows; one query counts the rows
+    (an InputError when there are none) and them all, and comes back as Arrow."""
     import ibis
 
     from perfsleuth.fleet.values import unusable
 
     values = {m: table[m].cast("float64") for m in metrics}
     bad = {m: unusable(v) for m, v in values.items()}
-    counts = table.aggregate([b.cast("int64").sum().name(f"bad_{i}") for i, b in enumerate(bad.values())]).execute()
+    sums = [b.cast("int64").sum().name(f"bad_{i}") for i, b in enumerate(bad.values())]
+    counts = engines.to_arrow(table.aggregate([table.count().name("rows"), *sums])).to_pylist()[0]
+    if counts["rows"] == 0:
+        raise InputError(path, "the table has no rows")
     caveats = [
         Caveat(
             "values_unusable",
             f"column {m}: {int(n)} row{'s' if n != 1 else ''} held NaN, infinity or a value beyond ±1e300 and were read as missing",
             str(path),
         )
-        for m, n in zip(metrics, counts.iloc[0].tolist(), strict=True)
+        for m, n in zip(metrics, (counts[f"bad_{i}"] or 0 for i in range(len(metrics))), strict=True)
         if n
     ]
     if not caveats:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ibis.expr.types as ir
@@ -192,18 +192,20 @@ def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOp
     counts: Counter[str] = Counter()
     order = list(dims)
     con = backend_of(terms)
-    sql = None
+    options = replace(options, describe=False)  # only the labels count: no query for the nesting report
+    sql, boot = None, None
     for b in range(reps):
         # the resample's seed is a one-row table and the resample a table with a fixed name: the
         # resampling query and the search's queries compile once for all resamples
         upload(con, _SEED, pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
         if sql is None:
             seeded = terms.cross_join(con.table(_SEED))
-            boot = with_poisson_weight(seeded, order, seeded.boot_seed)
-            boot = boot.mutate(real=boot.real * boot.bw, predict=boot.predict * boot.bw).drop("boot_seed")
-            sql = str(con.compile(boot))
+            weighted = with_poisson_weight(seeded, order, seeded.boot_seed)
+            weighted = weighted.mutate(real=weighted.real * weighted.bw, predict=weighted.predict * weighted.bw).drop("boot_seed")
+            sql = str(con.compile(weighted))
         materialize(con, _BOOT, sql)
-        res = search(con.table(_BOOT), dims, options)
+        boot = boot if boot is not None else con.table(_BOOT)  # same name and columns every resample
+        res = search(boot, dims, options)
         counts.update(set(res.labels))
     if reps:
         drop(con, _BOOT)
