@@ -25,7 +25,8 @@ One run of this script:
    with workers=1, timing imports / reading / per-rank analysis / cross-rank / diagnosis / rendering and
    printing each stage's share. ``--gzip`` writes the data set as ``rank-N.json.gz`` (every tool then
    reads the gzip files; orjson through ``gzip.decompress``).
-3. prints a table and the ratios HTA time / perfsleuth time, perfsleuth peak / HTA peak and
+3. prints a table (wall seconds, and the CPU seconds of each child with its workers) and the ratios
+   HTA time / perfsleuth time (also in CPU seconds), perfsleuth peak / HTA peak and
    perfsleuth time / orjson.loads time: of the medians over ``--repeat``, of the minima, and the
    median of the per-round ratios (tools run interleaved, one round = one run of each). The target
    verdicts use the medians. Never fails on a number: exit 0, also if a tool fails.
@@ -398,6 +399,9 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
     log = logdir / f"{tool}-{time.time_ns()}.log"
     cmd = [python, os.path.abspath(__file__), "--child", tool, str(data), str(out), workers]
     env = dict(os.environ, PYTHONHASHSEED="0")
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child's CPU, its workers' included, once reaped
     with open(log, "wb") as logfh:
         t0 = time.perf_counter()
         try:
@@ -420,6 +424,8 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
             time.sleep(poll_s)
         rc = popen.wait()
         wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if rc != 0 or not out.exists():
         tail = log.read_text(errors="replace")[-3000:]
         print(f"  {tool}: FAILED rc={rc}\n{tail}")
@@ -429,6 +435,7 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
     res.update(
         tool=tool,
         subprocess_s=wall,
+        subprocess_cpu_s=cpu_s,
         peak_tree_rss_mib=peak / 2**20,
         peak_tree_pss_mib=peak_pss / 2**20,
         peak_main_rss_mib=main_peak / 2**20,
@@ -462,10 +469,14 @@ def _ratios(s: dict) -> dict[str, float]:
     cli = s.get("cli")
     if cli and cli.get("subprocess_s") and hta and hta.get("subprocess_s"):
         out["hta_over_cli_subprocess_time"] = hta["subprocess_s"] / cli["subprocess_s"]
+        if cli.get("subprocess_cpu_s") and hta.get("subprocess_cpu_s"):
+            out["hta_over_cli_subprocess_cpu_time"] = hta["subprocess_cpu_s"] / cli["subprocess_cpu_s"]
         if cli.get("peak_tree_pss_mib") and hta.get("peak_tree_pss_mib"):
             out["cli_over_hta_peak_pss"] = cli["peak_tree_pss_mib"] / hta["peak_tree_pss_mib"]
     if cli and cli.get("subprocess_s") and oj and oj.get("subprocess_s"):
         out["cli_over_orjson_subprocess_time"] = cli["subprocess_s"] / oj["subprocess_s"]
+        if cli.get("subprocess_cpu_s") and oj.get("subprocess_cpu_s"):
+            out["cli_over_orjson_subprocess_cpu_time"] = cli["subprocess_cpu_s"] / oj["subprocess_cpu_s"]
     if ps and ps.get("work_s") and oj and oj.get("loads_s"):
         out["perfsleuth_over_orjson_loads_time"] = ps["work_s"] / oj["loads_s"]
         out["perfsleuth_over_orjson_read_loads_time"] = ps["work_s"] / oj["work_s"]
@@ -597,22 +608,36 @@ def main() -> int:
                         for mib, cmd in r["per_process_peak_mib"]:
                             print(f"        {mib:8.1f} MiB  {cmd}")
         summary, summary_min = {}, {}
-        fields = ("work_s", "subprocess_s", "peak_tree_rss_mib", "peak_tree_pss_mib", "peak_main_rss_mib", "loads_s", "read_s")
+        fields = (
+            "work_s",
+            "subprocess_s",
+            "subprocess_cpu_s",
+            "peak_tree_rss_mib",
+            "peak_tree_pss_mib",
+            "peak_main_rss_mib",
+            "loads_s",
+            "read_s",
+        )
         for t in tools:
             summary[t] = {k: _median(runs[t], k) for k in fields}
             summary_min[t] = {k: _min(runs[t], k) for k in fields}
         print(
             f"\nmedians over {args.repeat} run(s); work s excludes interpreter start and imports, subprocess s includes them;"
+            " CPU s = user + system seconds of the child and its workers (steadier than wall time on a shared machine);"
             " peak RSS = max over polls of the summed RSS of the process tree\n"
         )
-        print(f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'peak summed RSS MiB':>20} {'peak summed PSS MiB':>20}")
+        print(
+            f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'CPU s':>7}"
+            f" {'peak summed RSS MiB':>20} {'peak summed PSS MiB':>20}"
+        )
         for t in tools:
             s, m = summary[t], summary_min[t]
             if s["work_s"] is None:
                 print(f"{t:<12} {'failed':>9}")
                 continue
             print(
-                f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['peak_tree_rss_mib']:20.0f}"
+                f"{t:<12} {s['work_s']:9.2f} {m['work_s']:7.2f} {s['subprocess_s']:13.2f} {s['subprocess_cpu_s'] or 0:7.2f}"
+                f" {s['peak_tree_rss_mib']:20.0f}"
                 f" {s['peak_tree_pss_mib'] or 0:20.0f}"
             )
             if t == "orjson":
