@@ -372,3 +372,23 @@ def test_a_short_null_series_held_to_its_share_of_the_per_point_rate() -> None:
     test = ScanTest(alpha=0.01, min_size=5, alarms_per_point=3e-5)
     assert test.level(30) == pytest.approx(30 * 3e-5)
     assert test.level(500) == pytest.approx(0.01)  # long series: alpha itself
+
+
+def test_without_the_per_point_cap_a_short_series_is_held_to_alpha_alone() -> None:
+    # a 30-point step whose scan p sits between the capped level (30 x 3e-5 = 0.0009) and alpha
+    # 0.01: only the call without the cap reports it
+    from perfsleuth.stats.changepoint_test import RankCusum
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        x = rng.normal(size=30)
+        x[15:] += 1.2
+        p = RankCusum(x, 1.0, 5).best(0, 30)[2]
+        if 0.002 < p < 0.005:
+            break
+    else:
+        pytest.fail("no 30-point draw with a scan p between 0.002 and 0.005")
+    capped = changes(x, trend_changes=False)
+    free = changes(x, trend_changes=False, alarms_per_point=None)
+    assert not capped.change_points and free.change_points
+    assert "x n)" not in free.method and "min(0.01, 3e-05 x n)" in capped.method

@@ -382,11 +382,12 @@ def _robust_noise_sd(x: np.ndarray) -> float:
 # --- the analysis --------------------------------------------------------------------------------
 
 
-def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = False) -> str:
+def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = False, alarms_per_point: float | None = None) -> str:
+    level = f"{alpha:g}" if alarms_per_point is None else f"min({alpha:g}, {alarms_per_point:g} x n)"
     text = (
         f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
-        f"neighbouring changes, Siegmund approximation, AR(1)-corrected noise) has p <= {alpha:g}; "
-        f"segments of at least {min_size} points"
+        f"neighbouring changes, permutation null up to 300 points and Siegmund approximation above, "
+        f"AR(1)-corrected noise) has p <= {level}; segments of at least {min_size} points"
     )
     if trend_changes:
         text += (
@@ -406,13 +407,16 @@ def changes(
     exclude_warmup: bool = True,
     trend_changes: bool | None = None,
     remove_season: bool = False,
+    alarms_per_point: float | None = ALARMS_PER_POINT,
     unit: str = "",
     name: str = "series",
 ) -> ChangeReport:
     """Change points of a time-ordered series (or of any series with ``times``, sorted first).
 
     ``alpha`` is the false-alarm rate per series: a series without a change reports one with at most
-    this probability (for independent or AR(1) noise) from the scan test. ``trend_changes`` adds the
+    this probability (for independent or AR(1) noise) from the scan test, and with at most
+    ``alarms_per_point`` times its length (``ALARMS_PER_POINT``; ``None``: ``alpha`` alone), so that
+    short histories do not alarm more often per point than long ones. ``trend_changes`` adds the
     piecewise-linear detector (``changepoint_locate.PiecewiseLinear``; by default, ``None``, on series
     under ``TREND_FIT_MAX_POINTS``): slope changes and large shifts in smooth or trending histories,
     found by a penalised fit rather than a test, so they carry ``evidence="linear_fit"``. ``min_size`` is the shortest segment a change
@@ -440,16 +444,19 @@ def changes(
         name=name,
         trend_changes=trend,
         remove_season=remove_season,
+        alarms_per_point=alarms_per_point,
     )
 
 
-def _detect(x: np.ndarray, *, alpha: float, min_size: int, locator: str) -> tuple[list[Decision], NoiseModel]:
+def _detect(
+    x: np.ndarray, *, alpha: float, min_size: int, locator: str, alarms_per_point: float | None = ALARMS_PER_POINT
+) -> tuple[list[Decision], NoiseModel]:
     """Locate and decide on a clean, non-constant series: the kept decisions and the noise model."""
     stat = RankCusum(x, 1.0, min_size)
     noise = estimate_noise(stat.scores(0, len(x)), min_size)
     stat.inflation = max(1.0, noise.variance_inflation)
     candidates = make_locator(locator, min_size=min_size).locate(stat)
-    return ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=ALARMS_PER_POINT).decide(stat, candidates), noise
+    return ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point).decide(stat, candidates), noise
 
 
 def _analyse(
@@ -463,9 +470,10 @@ def _analyse(
     name: str,
     trend_changes: bool = False,
     remove_season: bool = False,
+    alarms_per_point: float | None = ALARMS_PER_POINT,
 ) -> ChangeReport:
     caveats = list(prep.caveats)
-    method = _method(locator, alpha, min_size, trend_changes)
+    method = _method(locator, alpha, min_size, trend_changes, alarms_per_point)
 
     shape: dict[str, Any] = {"season": None, "variance": ()}
 
@@ -511,7 +519,7 @@ def _analyse(
     decisions: list[Decision] = []
     noise = NoiseModel(0.0, 0.0, 0.0)
     if np.ptp(x_all) > 0:
-        decisions, noise = _detect(x_all, alpha=alpha, min_size=min_size, locator=locator)
+        decisions, noise = _detect(x_all, alpha=alpha, min_size=min_size, locator=locator, alarms_per_point=alarms_per_point)
     warmup = 0
     if quality is not None and exclude_warmup and np.ptp(x_all) > 0:
         # the steady state is judged within the first regime, not across later level shifts
@@ -539,7 +547,7 @@ def _analyse(
             decisions, noise = (
                 ([], noise)
                 if len(rest) < 2 * min_size or np.ptp(rest) == 0
-                else _detect(rest, alpha=alpha, min_size=min_size, locator=locator)
+                else _detect(rest, alpha=alpha, min_size=min_size, locator=locator, alarms_per_point=alarms_per_point)
             )
     x = x_all[warmup:]
     positions = prep.positions[warmup:]
@@ -567,12 +575,13 @@ def _analyse(
     cps = _measure(raw, positions, prep.times, decisions, noise, unit, scan_found)
     _variance_report(x, positions, decisions, alpha, min_size, shape, caveats, name)
     if len(x) < SHORT_SERIES:
-        shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size, alarms_per_point=ALARMS_PER_POINT)
+        shift = series_shape.detectable_shift(len(x), alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point)
         can = (
             f"the scan test confirms a shift of about {shift:.1f} noise SDs or more at mid-series"
             if np.isfinite(shift)
             else "no order of so few ranks reaches the scan test's level (at most "
-            f"{ALARMS_PER_POINT * len(x):.2g} false alarms per series), so it confirms no shift"
+            f"{alpha if alarms_per_point is None else min(alpha, alarms_per_point * len(x)):.2g} false alarms per series), "
+            "so it confirms no shift"
         )
         if trend_changes:
             step = PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).detectable_step(len(x))
