@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             f"export: {size_mb:.0f} MB in {time.perf_counter() - t:.0f} s; rows: "
             + ", ".join(f"{k.replace('CUPTI_ACTIVITY_KIND_', '')} {v:,}" for k, v in counts.items())
         )
+        # first, while this process is small: a child's ru_maxrss counts the parent's pages it forked with
+        peak, held = peak_memory(path)
         kernels = counts["CUPTI_ACTIVITY_KIND_KERNEL"]
         total = sum(counts.values())
         t_base, c_base, tab = best(lambda: baseline(path, KERNEL_SQL), args.repeat)
@@ -189,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
             f"(~{c_all / size_mb * 1000:.0f} s cpu; the baseline's kernels-only query ~{t_base / size_mb * 1000:.0f} s); "
             f"events held: {sum(r.events.nbytes for r in ranks) / 1e6:.0f} MB ({sum(r.events.num_rows for r in ranks):,} rows)"
         )
-        peak, held = peak_memory(path)
         print(
             f"peak RSS of read_report in its own process, above its RSS after imports: {peak / 1e6:,.0f} MB "
             f"= {peak / held:.2f}x the events returned ({held / 1e6:,.0f} MB)"
