@@ -44,10 +44,9 @@ COLUMNS = (
 
 def _host_wait_coverage(view: RankView, gap_lo: np.ndarray, gap_hi: np.ndarray) -> Coverage:
     """Parts of idle gaps during which the GPU work that ends the gap was not yet launched."""
-    g = np.flatnonzero(view.is_gpu)
-    if len(g) == 0 or len(gap_lo) == 0:
+    order = view.gpu_by_start
+    if len(order) == 0 or len(gap_lo) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    order = g[np.argsort(view.ts[g], kind="stable")]
     starts = view.ts[order]
     launch_end = view.launch_end[order]
     nxt = np.searchsorted(starts, gap_hi, side="left")

@@ -9,6 +9,7 @@ as ``hip`` that also matches ordinary ROCm kernels.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -180,12 +181,14 @@ _WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cls, re.compile("|".join(words), re.I)) for cls, words in _WORDS)
 
 
+@lru_cache(maxsize=1 << 16)
 def classify_name(name: str) -> str:
     """Class of one compute-kernel name (communication and memory come from the event kind).
 
     The kernel's own name (before template arguments and parameters) decides first: a signature's
     arguments mention libraries (``fbgemm_gpu::``, ``at::native::``) that say nothing about what the
-    kernel does. Only when the base name says nothing is the full signature consulted."""
+    kernel does. Only when the base name says nothing is the full signature consulted. Remembered
+    per name: a worker analyses several ranks of one job, and they launch the same kernels."""
     base = name.split("<", 1)[0].split("(", 1)[0]
     for text in (base, name):
         for cls, pat in _PATTERNS:
@@ -194,18 +197,24 @@ def classify_name(name: str) -> str:
     return "other"
 
 
+CLASS_VALUES = ("", *KERNEL_CLASSES)
+"""What ``classify_events``' codes index: '' (not GPU work), then the classes."""
+_CODE = {c: i for i, c in enumerate(CLASS_VALUES)}
+
+
 def classify_events(kind_codes: np.ndarray, kind_values: np.ndarray, name: pa.Array) -> np.ndarray:
-    """Kernel class per event (object array); non-GPU events get ''. The kind column comes as its
-    dictionary (``kind_values[kind_codes]`` is each row's kind): kinds and names are each decided once
-    per distinct value, and only the names that kernels carry are classified."""
+    """Kernel class per event as an index into ``CLASS_VALUES`` (int8); non-GPU events get 0 ('').
+    The kind column comes as its dictionary (``kind_values[kind_codes]`` is each row's kind): kinds
+    and names are each decided once per distinct value, and only the names that kernels carry are
+    classified."""
 
     def of_kind(*kinds: str) -> np.ndarray:
         hit: np.ndarray = np.isin(kind_values, kinds)[kind_codes]
         return hit
 
-    out = np.full(len(kind_codes), "", dtype=object)
-    out[of_kind("collective")] = "communication"
-    out[of_kind("memcpy", "memset")] = "memory"
+    out = np.zeros(len(kind_codes), dtype=np.int8)
+    out[of_kind("collective")] = _CODE["communication"]
+    out[of_kind("memcpy", "memset")] = _CODE["memory"]
     is_kernel = of_kind("kernel")
     if is_kernel.any():
         dict_arr = name.dictionary_encode() if not pa.types.is_dictionary(name.type) else name
@@ -213,9 +222,9 @@ def classify_events(kind_codes: np.ndarray, kind_values: np.ndarray, name: pa.Ar
         if len(dict_arr.dictionary):
             kernel_codes = codes[is_kernel]
             used = np.unique(kernel_codes)
-            classes = np.full(len(dict_arr.dictionary), "", dtype=object)
-            classes[used] = [classify_name(n or "") for n in dict_arr.dictionary.take(pa.array(used)).to_pylist()]
+            classes = np.zeros(len(dict_arr.dictionary), dtype=np.int8)
+            classes[used] = [_CODE[classify_name(n or "")] for n in dict_arr.dictionary.take(pa.array(used)).to_pylist()]
             out[is_kernel] = classes[kernel_codes]
         else:
-            out[is_kernel] = "other"
+            out[is_kernel] = _CODE["other"]
     return out

@@ -73,7 +73,7 @@ def rank_collectives(v: RankView) -> pa.Table:
         {
             "rank": pa.array(np.full(t.num_rows, v.rank, np.int32)),
             "group": group,
-            "op": pa.array(np.where(v.coll_op[m] == "", "unknown", v.coll_op[m]).astype(str), pa.string()),
+            "op": pa.array(np.where(v.coll_ops == "", "unknown", v.coll_ops).astype(str), pa.string()),
             "step": t["step"],
             "seq": t["coll_seq"],
             "start_ns": t["ts_ns"],

@@ -15,22 +15,28 @@ import numpy as np
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals [start, end) as sorted, disjoint arrays."""
+    """Union of intervals [start, end) as sorted, disjoint arrays (input already in start order,
+    as most event columns are, skips the sort)."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if len(starts) == 0:
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    n = len(starts)
+    if n == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
+    if n > 1 and not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    new = np.empty(n, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(starts[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = n - 1
+    return starts[first], reach[last]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,9 @@ class Coverage:
 
     @classmethod
     def union(cls, *covs: Coverage) -> Coverage:
+        nonempty = [c for c in covs if len(c.starts)]
+        if len(nonempty) == 1:
+            return nonempty[0]  # already merged, and immutable
         return cls.of(np.concatenate([c.starts for c in covs]), np.concatenate([c.ends for c in covs]))
 
     def covered_before(self, t: np.ndarray) -> np.ndarray:

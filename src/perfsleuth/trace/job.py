@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat
-from perfsleuth.trace.classify import classify_events
+from perfsleuth.trace.classify import CLASS_VALUES, classify_events
 from perfsleuth.trace.intervals import Coverage
 
 GPU_WORK = ("kernel", "collective", "memcpy", "memset")
@@ -60,6 +61,19 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return strings
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, read-only: arrays a view remembers are shared, so a caller writing into one is a bug."""
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=1 << 16)
+def _name_matches(pattern: re.Pattern[str], exclude: re.Pattern[str] | None, name: str) -> bool:
+    """One name against one rule, remembered: the ranks a worker analyses share their names."""
+    return bool(pattern.search(name)) and not (exclude is not None and exclude.search(name))
+
+
+@lru_cache(maxsize=1 << 16)
 def _host_collective(name: str) -> str:
     """'nccl:all_to_all' -> 'alltoall'; '' for a name that is not a host-side collective op."""
     m = _HOST_COLLECTIVE.match(name or "")
@@ -81,12 +95,41 @@ class RankView:
     def _kinds(self) -> tuple[np.ndarray, np.ndarray]:
         return _dictionary(self.table["kind"])
 
+    @cached_property
+    def name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The name column as (codes, values), see ``_dictionary``; built once, shared (read-only)."""
+        return _dictionary(self.table["name"])
+
+    @cached_property
+    def _memo(self) -> dict[Any, np.ndarray]:
+        return {}
+
+    def ints(self, column: str, fill: int) -> np.ndarray:
+        """A numeric column as numpy, nulls as ``fill``; converted once per view (read-only: shared)."""
+        key = (column, fill)
+        if key not in self._memo:
+            col = self.table[column]
+            self._memo[key] = _frozen((col.fill_null(fill) if col.null_count else col).to_numpy())
+        return self._memo[key]
+
+    def name_mask(self, pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None) -> np.ndarray:
+        """Rows whose name matches ``pattern`` (and not ``exclude``), decided once per distinct name
+        and remembered per view (read-only: shared by callers)."""
+        key = (pattern, exclude)
+        if key not in self._memo:
+            codes, values = self.name_codes
+            hit = np.array([_name_matches(pattern, exclude, v or "") for v in values], dtype=bool)
+            self._memo[key] = _frozen(hit[codes])
+        return self._memo[key]
+
     def of_kind(self, *kinds: str) -> np.ndarray:
         """Rows whose kind is one of ``kinds``: the same mask as comparing ``kind`` row by row,
-        decided once per distinct kind (a fresh array: callers may change it)."""
-        codes, values = self._kinds
-        mask: np.ndarray = np.isin(values, kinds)[codes]
-        return mask
+        decided once per distinct kind and remembered per view (read-only: shared by callers)."""
+        key = ("kind", kinds)
+        if key not in self._memo:
+            codes, values = self._kinds
+            self._memo[key] = _frozen(np.isin(values, kinds)[codes])
+        return self._memo[key]
 
     @cached_property
     def ts(self) -> np.ndarray:
@@ -94,8 +137,13 @@ class RankView:
         return ts
 
     @cached_property
+    def dur(self) -> np.ndarray:
+        dur: np.ndarray = self.table["dur_ns"].to_numpy()
+        return dur
+
+    @cached_property
     def end(self) -> np.ndarray:
-        end: np.ndarray = self.ts + self.table["dur_ns"].to_numpy()
+        end: np.ndarray = self.ts + self.dur
         return end
 
     @cached_property
@@ -105,11 +153,19 @@ class RankView:
 
     @cached_property
     def names(self) -> np.ndarray:
-        return _strings(self.table["name"])
+        codes, values = self.name_codes
+        names: np.ndarray = values[codes]
+        return names
+
+    @cached_property
+    def kernel_class_code(self) -> np.ndarray:
+        """Each row's kernel class as an index into ``classify.CLASS_VALUES`` ('' for host rows)."""
+        return classify_events(*self._kinds, self.table["name"].combine_chunks())
 
     @cached_property
     def kernel_class(self) -> np.ndarray:
-        return classify_events(*self._kinds, self.table["name"].combine_chunks())
+        classes: np.ndarray = np.array(CLASS_VALUES, dtype=object)[self.kernel_class_code]
+        return classes
 
     @cached_property
     def is_gpu(self) -> np.ndarray:
@@ -117,38 +173,72 @@ class RankView:
 
     @cached_property
     def launch_ts(self) -> np.ndarray:
-        launch_ts: np.ndarray = self.table["launch_ts_ns"].fill_null(-1).to_numpy()
-        return launch_ts
+        return self.ints("launch_ts_ns", -1)
 
     @cached_property
     def launch_end(self) -> np.ndarray:
-        dur = self.table["launch_dur_ns"].fill_null(0).to_numpy()
+        dur = self.ints("launch_dur_ns", 0)
         return np.where(self.launch_ts >= 0, self.launch_ts + dur, -1)
 
     @cached_property
-    def coll_op(self) -> np.ndarray:
-        """Each collective kernel's operation. NCCL runs all-to-all (and gather/scatter) as grouped
-        send/recv, so its kernel is named ``SendRecv`` like a pipeline transfer; the host op that
-        launched it (``nccl:all_to_all``, ``c10d::alltoall_base_``) says what it really is."""
-        op = _strings(self.table["coll_op"]).astype(object)
-        coll = self.of_kind("collective")
-        relabel = coll & (op == "sendrecv") & (self.launch_ts >= 0)
-        if not relabel.any():
+    def coll_rows(self) -> np.ndarray:
+        """Indices of the collective kernels' rows, in row order."""
+        rows: np.ndarray = np.flatnonzero(self.of_kind("collective"))
+        return rows
+
+    @cached_property
+    def coll_ops(self) -> np.ndarray:
+        """The operation of each collective kernel (``coll_rows`` order). NCCL runs all-to-all (and
+        gather/scatter) as grouped send/recv, so its kernel is named ``SendRecv`` like a pipeline
+        transfer; the host op that launched it (``nccl:all_to_all``, ``c10d::alltoall_base_``) says
+        what it really is."""
+        codes, values = _dictionary(self.table["coll_op"])
+        rows = self.coll_rows
+        op: np.ndarray = values[codes[rows]]
+        relabel = np.flatnonzero((op == "sendrecv") & (self.launch_ts[rows] >= 0))
+        if len(relabel) == 0:
             return op
-        codes, values = _dictionary(self.table["name"])
-        host_op = np.array([_host_collective(v) for v in values], dtype=object)[codes]
+        name_codes, names = self.name_codes
+        host_op = np.array([_host_collective(v) for v in names], dtype=object)[name_codes]
         spans = np.flatnonzero(self.of_kind("cpu_op", "annotation") & (host_op != ""))
         if len(spans) == 0:
             return op
         spans = spans[np.argsort(self.ts[spans], kind="stable")]
         starts, ends = self.ts[spans], self.end[spans]
-        idx = np.flatnonzero(relabel)
-        t = self.launch_ts[idx]
+        t = self.launch_ts[rows[relabel]]
         pos = np.searchsorted(starts, t, side="right") - 1
         inside = (pos >= 0) & (t <= ends[np.maximum(pos, 0)])
         # the innermost enclosing span is the latest-starting one that still contains the launch
-        op[idx[inside]] = host_op[spans[pos[inside]]]
+        op[relabel[inside]] = host_op[spans[pos[inside]]]
         return op
+
+    @cached_property
+    def coll_op(self) -> np.ndarray:
+        """``coll_op`` per row, with the collective kernels' operations of ``coll_ops``."""
+        op = _strings(self.table["coll_op"]).astype(object)
+        op[self.coll_rows] = self.coll_ops
+        return op
+
+    @cached_property
+    def gpu_by_start(self) -> np.ndarray:
+        """GPU work rows ordered by start (stable), sorted once for every search by start time."""
+        g = np.flatnonzero(self.is_gpu)
+        order: np.ndarray = g[np.argsort(self.ts[g], kind="stable")]
+        return order
+
+    @cached_property
+    def gpu_by_launch_end(self) -> np.ndarray:
+        """GPU work rows joined to their launch, ordered by the launch call's return (stable)."""
+        g = np.flatnonzero(self.is_gpu & (self.launch_end >= 0))
+        order: np.ndarray = g[np.argsort(self.launch_end[g], kind="stable")]
+        return order
+
+    @cached_property
+    def gpu_by_launch_start(self) -> np.ndarray:
+        """GPU work rows joined to their launch, ordered by the launch call's start (stable)."""
+        g = np.flatnonzero(self.is_gpu & (self.launch_ts >= 0))
+        order: np.ndarray = g[np.argsort(self.launch_ts[g], kind="stable")]
+        return order
 
     def _cov(self, mask: np.ndarray) -> Coverage:
         return Coverage.of(self.ts[mask], self.end[mask])
@@ -174,10 +264,7 @@ class RankView:
         """Host time blocked in synchronization API calls, and in copy calls that returned only once
         their copy had finished (a device-to-pageable copy, ``.item()``, ``.tolist()``): the host
         waited for the stream there, so the GPU idling meanwhile is not waiting for a slow launcher."""
-        is_api = self.of_kind("runtime", "driver")
-        codes, values = _dictionary(self.table["name"])
-        is_sync_name = np.array([bool(_SYNC_CALL.search(v or "")) for v in values], dtype=bool)
-        mask = is_api & is_sync_name[codes]
+        mask = self.of_kind("runtime", "driver") & self.name_mask(_SYNC_CALL)
         blocking = self._blocking_copies()
         return Coverage.of(
             np.concatenate([self.ts[mask], self.launch_ts[blocking]]), np.concatenate([self.end[mask], self.launch_end[blocking]])

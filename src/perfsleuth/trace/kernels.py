@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.trace.classify import KERNEL_CLASSES
+from perfsleuth.trace.classify import CLASS_VALUES, KERNEL_CLASSES
 from perfsleuth.trace.job import RankView
 
 CLASS_SCHEMA = pa.schema(
@@ -42,11 +42,11 @@ def kernel_class_breakdown(v: RankView) -> pa.Table:
     """Per class: kernel count, summed duration and share of the rank's kernel time."""
     rows = []
     gpu = v.is_gpu
-    dur = (v.end - v.ts)[gpu]
-    c = v.kernel_class[gpu]
+    dur = v.dur[gpu]
+    c = v.kernel_class_code[gpu]
     total = int(dur.sum())
     for k in KERNEL_CLASSES:
-        m = c == k
+        m = c == CLASS_VALUES.index(k)
         if m.any():
             t = int(dur[m].sum())
             rows.append({"rank": v.rank, "kernel_class": k, "count": int(m.sum()), "total_ns": t, "share": t / total if total else 0.0})
@@ -54,18 +54,16 @@ def kernel_class_breakdown(v: RankView) -> pa.Table:
 
 
 def top_kernels(v: RankView, n: int = 10) -> pa.Table:
-    """The ``n`` kernels (by name) with the most summed GPU time on one rank."""
+    """The ``n`` kernels (by name) with the most summed GPU time on one rank (grouped on the name's
+    dictionary code and the class code; the strings are looked up for the ``n`` rows kept)."""
     rank = v.rank
-    gpu = v.is_gpu
-    if not gpu.any():
+    idx = np.flatnonzero(v.is_gpu)
+    if len(idx) == 0:
         return TOP_SCHEMA.empty_table()
-    t = pa.table(
-        {
-            "name": pc.cast(v.table["name"].filter(pa.array(gpu)), pa.string()),
-            "kernel_class": v.kernel_class[gpu].astype(str),
-            "dur": (v.end - v.ts)[gpu],
-        }
-    )
+    names = v.table["name"].combine_chunks()
+    if not pa.types.is_dictionary(names.type):
+        names = names.dictionary_encode()
+    t = pa.table({"name": names.indices.take(pa.array(idx)), "kernel_class": v.kernel_class_code[idx], "dur": v.dur[idx]})
     g = t.group_by(["name", "kernel_class"]).aggregate(
         [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")]
     )
@@ -74,8 +72,8 @@ def top_kernels(v: RankView, n: int = 10) -> pa.Table:
     return pa.table(
         {
             "rank": np.full(g.num_rows, rank, np.int32),
-            "name": g["name"],
-            "kernel_class": g["kernel_class"],
+            "name": pc.cast(names.dictionary.take(g["name"]), pa.string()),
+            "kernel_class": pa.array(np.array(CLASS_VALUES, dtype=object)[g["kernel_class"].to_numpy()], pa.string()),
             "count": g["dur_count"],
             "total_ns": g["dur_sum"],
             "mean_ns": g["dur_mean"],

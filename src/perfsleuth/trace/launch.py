@@ -43,10 +43,11 @@ def launch_stats(v: RankView, short_kernel_ns: int = SHORT_KERNEL_NS) -> pa.Tabl
     kernels = v.of_kind("kernel", "collective")
     joined = kernels & (v.launch_ts >= 0)
     if kernels.any():
-        gpu_ns = (v.end - v.ts)[kernels]
-        delay = (v.ts - v.launch_ts)[joined]
-        cpu = (v.launch_end - v.launch_ts)[joined]
-        gpu_joined = (v.end - v.ts)[joined]
+        gpu_ns = v.dur[kernels]
+        j = np.flatnonzero(joined)
+        delay = v.ts[j] - v.launch_ts[j]
+        cpu = v.launch_end[j] - v.launch_ts[j]
+        gpu_joined = v.dur[j]
         rows.append(
             {
                 "rank": rank,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsleuth.trace.breakdown import _host_wait_coverage, gpu_span_breakdown, rank_steps
 from perfsleuth.trace.collectives import P2P_OPS, rank_collectives
@@ -185,12 +186,22 @@ def analyze_rank(view: RankView, run_id: str) -> RankResult:
 # --- per-step signals --------------------------------------------------------------------------
 
 
-def _name_mask(view: RankView, pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None) -> np.ndarray:
-    """Rows whose name matches, deciding once per distinct name."""
-    codes, values = _dictionary(view.table["name"])
-    hit = np.array([bool(pattern.search(v or "")) and not (exclude is not None and exclude.search(v or "")) for v in values], dtype=bool)
-    mask: np.ndarray = hit[codes]
-    return mask
+def _by_thread_start_longest(tid: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """A stable order grouping rows by thread (threads in first-seen order), then by start, longest
+    first: within each thread the order of ``np.lexsort((-dur, ts, tid))``. Event rows come nearly in
+    start order, so a stable sort by start is close to a linear pass; the few threads then sort by a
+    small integer code (radix), and only rows tied on thread and start are sorted by duration."""
+    order = np.argsort(ts, kind="stable")
+    codes = pc.dictionary_encode(pa.array(tid[order])).indices.to_numpy()
+    order = order[np.argsort(codes.astype(np.int16) if codes.max(initial=0) < 1 << 15 else codes, kind="stable")]
+    t, s = tid[order], ts[order]
+    tied = (t[1:] == t[:-1]) & (s[1:] == s[:-1])
+    if tied.any():
+        starts = np.flatnonzero(np.concatenate(([True], ~tied)))  # first position of each (thread, start) run
+        run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(order))))
+        pos = np.flatnonzero(np.bincount(run)[run] > 1)  # positions inside runs of two rows or more
+        order[pos] = order[pos[np.lexsort((-dur[order[pos]], run[pos]))]]
+    return order
 
 
 def _leaf_coverage(view: RankView, host: np.ndarray, *, long_frames_silent: bool = False) -> Coverage:
@@ -199,14 +210,13 @@ def _leaf_coverage(view: RankView, host: np.ndarray, *, long_frames_silent: bool
     ``long_frames_silent``: a Python frame (with_stack) that is innermost and lasts ``SILENT_GAP_NS`` or
     more does not count: the host sat inside that function without calling anything the profiler
     records (a GC, blocking I/O, pure-Python work), which is what a stall looks like in such traces."""
-    idx = np.flatnonzero(host & (view.end > view.ts))
+    idx = np.flatnonzero(host & (view.dur > 0))
     if len(idx) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    tid = view.table["tid"].fill_null(-1).to_numpy()[idx]
-    ts, end = view.ts[idx], view.end[idx]
+    order = _by_thread_start_longest(view.ints("tid", -1)[idx], view.ts[idx], view.dur[idx])
+    idx = idx[order]
+    tid, ts, end = view.ints("tid", -1)[idx], view.ts[idx], view.end[idx]
     frame = view.of_kind("python")[idx]
-    order = np.lexsort((-(end - ts), ts, tid))
-    tid, ts, end, frame = tid[order], ts[order], end[order], frame[order]
     leaf = np.ones(len(ts), dtype=bool)
     same = tid[1:] == tid[:-1]
     # a span is a parent only when it contains the next one; two calls that merely touch (float
@@ -226,9 +236,13 @@ def _window_index(windows: Windows, t: np.ndarray) -> np.ndarray:
     return np.where(ok, i, -1)
 
 
-def _per_window(windows: Windows, t: np.ndarray, values: np.ndarray | None = None, how: str = "sum") -> np.ndarray:
+def _per_window(
+    windows: Windows, t: np.ndarray, values: np.ndarray | None = None, how: str = "sum", index: np.ndarray | None = None
+) -> np.ndarray:
+    """Sum (or max, min) of ``values`` (default 1) per window of the times ``t``; ``index``: their
+    ``_window_index``, when the caller reduces several columns over the same times."""
     n = len(windows)
-    i = _window_index(windows, t)
+    i = _window_index(windows, t) if index is None else index
     ok = i >= 0
     v = np.ones(len(t), np.int64) if values is None else np.asarray(values)
     if how == "sum":
@@ -248,7 +262,7 @@ def _chains(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     k = np.flatnonzero(view.of_kind("kernel"))
     if len(k) == 0:
         return out
-    stream = view.table["stream"].fill_null(-1).to_numpy()[k]
+    stream = view.ints("stream", -1)[k]
     order = np.lexsort((view.ts[k], stream))
     k, stream = k[order], stream[order]
     ts, end = view.ts[k], view.end[k]
@@ -281,11 +295,12 @@ def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
     ts = view.ts[m]
     order = np.argsort(ts, kind="stable")
     m, ts = m[order], ts[order]
-    alloc = view.table["mem_allocated_bytes"].fill_null(0).to_numpy()[m]
-    res = view.table["mem_reserved_bytes"].fill_null(0).to_numpy()[m]
+    alloc = view.ints("mem_allocated_bytes", 0)[m]
+    res = view.ints("mem_reserved_bytes", 0)[m]
     drop = np.zeros(len(m), np.int64)
     drop[1:] = (res[1:] < 0.9 * res[:-1]).astype(np.int64)
-    count = _per_window(windows, ts)
+    w = _window_index(windows, ts)
+    count = _per_window(windows, ts, index=w)
     has = count > 0
 
     def masked(v: np.ndarray) -> pa.Array:
@@ -293,10 +308,10 @@ def _memory(view: RankView, windows: Windows) -> dict[str, np.ndarray]:
 
     return {
         "mem_events": count,
-        "mem_allocated_max_bytes": masked(_per_window(windows, ts, alloc, "max")),
-        "mem_reserved_max_bytes": masked(_per_window(windows, ts, res, "max")),
-        "mem_reserved_min_bytes": masked(_per_window(windows, ts, res, "min")),
-        "mem_reserved_drops": masked(_per_window(windows, ts, drop)),
+        "mem_allocated_max_bytes": masked(_per_window(windows, ts, alloc, "max", w)),
+        "mem_reserved_max_bytes": masked(_per_window(windows, ts, res, "max", w)),
+        "mem_reserved_min_bytes": masked(_per_window(windows, ts, res, "min", w)),
+        "mem_reserved_drops": masked(_per_window(windows, ts, drop, index=w)),
     }
 
 
@@ -308,7 +323,7 @@ def _free_bursts(view: RankView, alloc: np.ndarray, windows: Windows) -> np.ndar
     if len(a) == 0:
         return out
     a = a[np.argsort(view.ts[a], kind="stable")]
-    is_free = _name_mask(view, _FREE)[a]
+    is_free = view.name_mask(_FREE)[a]
     run = np.zeros(len(a), np.int64)
     cur = 0
     for j, f in enumerate(is_free):  # allocator calls are few: a plain loop is fine
@@ -327,9 +342,8 @@ def _alloc_coverage(view: RankView, alloc: np.ndarray) -> Coverage:
     if len(a) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     lo, hi = view.ts[a], view.end[a]
-    g = np.flatnonzero(view.is_gpu & (view.launch_ts >= 0))
-    if len(g):
-        order = g[np.argsort(view.launch_ts[g], kind="stable")]
+    order = view.gpu_by_launch_start
+    if len(order):
         lts, lend = view.launch_ts[order], view.launch_end[order]
         nxt = np.searchsorted(lts, hi, side="left")
         ok = nxt < len(order)
@@ -354,10 +368,9 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
     misleading finding; without syncs, so did collectives slowed behind a TorchRec job's ``.item()``."""
     if len(stalls.starts) == 0 or len(waits.starts) == 0 or not view.has_gpu:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    g = np.flatnonzero(view.is_gpu & (view.launch_end >= 0))
-    if len(g) == 0:
+    order = view.gpu_by_launch_end
+    if len(order) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    order = g[np.argsort(view.launch_end[g], kind="stable")]
     launched, busy_until = view.launch_end[order], np.maximum.accumulate(view.end[order])
     burst = Coverage.of(stalls.starts, stalls.ends + REFILL_GAP_NS)
     starts, ends = burst.starts, burst.ends - REFILL_GAP_NS
@@ -390,11 +403,11 @@ def cause_masks(view: RankView) -> dict[str, np.ndarray]:
         "host": host,
         "api": api,
         "named_span": named_span,
-        "checkpoint": view.of_kind("annotation") & _name_mask(view, _CHECKPOINT, _NOT_CHECKPOINT),
-        "compile": named_span & _name_mask(view, _COMPILE),
-        "dataloader": named_span & _name_mask(view, _DATALOADER),
-        "alloc": api & _name_mask(view, _ALLOC),
-        "gc": host & _name_mask(view, _GC),
+        "checkpoint": view.of_kind("annotation") & view.name_mask(_CHECKPOINT, _NOT_CHECKPOINT),
+        "compile": named_span & view.name_mask(_COMPILE),
+        "dataloader": named_span & view.name_mask(_DATALOADER),
+        "alloc": api & view.name_mask(_ALLOC),
+        "gc": host & view.name_mask(_GC),
     }
 
 
@@ -422,7 +435,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
         silent = Coverage.of(g_lo[big], g_hi[big])
     else:
         silent = Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    d2h = view.of_kind("memcpy") & _name_mask(view, _D2H)
+    d2h = view.of_kind("memcpy") & view.name_mask(_D2H)
     covers = {
         "checkpoint": cov(ckpt),
         "compile": cov(comp),
@@ -439,8 +452,9 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     cols: dict[str, object] = {"rank": np.full(n, view.rank, np.int32), "step": windows.step, "step_time_ns": hi - lo}
     # communication split
     coll = view.of_kind("collective")
-    op = view.coll_op
-    p2p = coll & np.isin(op, P2P_OPS)
+    ci, op = view.coll_rows, view.coll_ops  # operations and sizes are decided on the collective rows alone
+    p2p = np.zeros(len(coll), dtype=bool)
+    p2p[ci[np.isin(op, P2P_OPS)]] = True
     coll_np = coll & ~p2p
     compute = view.compute
     c_np, c_p2p = cov(coll_np), cov(p2p)
@@ -455,12 +469,13 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     else:
         cols["exposed_collective_blocking_ns"] = np.zeros(n, np.int64)
     codes, values = _dictionary(view.table["coll_dtype"])
-    elem = np.array([_DTYPE_BYTES.get((v or "").lower(), 0) for v in values], np.int64)[codes]
-    nel = view.table["coll_in_nelems"].fill_null(0).to_numpy()
-    size = view.table["coll_group_size"].fill_null(1).to_numpy().astype(float)
+    elem = np.array([_DTYPE_BYTES.get((v or "").lower(), 0) for v in values], np.int64)[codes[ci]]
+    nel = view.ints("coll_in_nelems", 0)[ci]
+    size = view.ints("coll_group_size", 1)[ci].astype(float)
     part = np.maximum(size - 1, 0) / np.maximum(size, 1)
     factor = np.select([op == "allreduce", np.isin(op, ("allgather", "reducescatter", "alltoall"))], [2 * part, part], 1.0)
-    cols["collective_bus_bytes"] = _per_window(windows, view.ts[coll_np], (nel * elem * factor).astype(np.int64)[coll_np])
+    bus_bytes = (nel * elem * factor).astype(np.int64)[~p2p[ci]]
+    cols["collective_bus_bytes"] = _per_window(windows, view.ts[coll_np], bus_bytes)
     cols["p2p_ns"] = c_p2p.measure(lo, hi)
     cols["exposed_p2p_ns"] = cc.measure(lo, hi) - Coverage.union(c_np, compute).measure(lo, hi)
     cols["p2p_ops"] = _per_window(windows, view.ts[p2p])
@@ -468,18 +483,22 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     # lost time per cause, first cause wins; pipeline receives waiting for their sender are not work
     productive = Coverage.union(compute, c_np)
     base = productive.measure(lo, hi)
+    # the unions grow one coverage at a time (a union of merged sets is the same set merged at once)
     acc: list[Coverage] = []
+    grown, explained = productive, None
     prev = base
     for c in CAUSES:  # each cause's own spans first, in order ...
         acc.append(covers[c])
-        now = Coverage.union(productive, *acc).measure(lo, hi)
+        grown = Coverage.union(grown, covers[c])
+        now = grown.measure(lo, hi)
         cols[f"lost_{c}_ns"] = now - prev
         prev = now
     cols["sync_wait_idle_ns"] = cols["lost_sync_ns"]
     for c in CAUSES:  # ... then the queue refills after them, which never take another cause's own time
         if c in refills:
             acc.append(refills[c])
-            now = Coverage.union(productive, *acc).measure(lo, hi)
+            grown = Coverage.union(grown, refills[c])
+            now = grown.measure(lo, hi)
             cols[f"lost_{c}_ns"] = cols[f"lost_{c}_ns"] + (now - prev)
             prev = now
     explained = Coverage.union(*acc)
@@ -499,9 +518,9 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     gap_max = _per_window(windows, mid, silent.ends - silent.starts, "max") if len(mid) else np.zeros(n, np.int64)
     cols["silent_max_gap_ns"] = np.maximum(gap_max, 0)
     cols["d2h_copies"] = _per_window(windows, view.ts[d2h])
-    nbytes = view.table["bytes"].fill_null(0).to_numpy()
+    nbytes = view.ints("bytes", 0)
     cols["d2h_bytes"] = _per_window(windows, view.ts[d2h], nbytes[d2h])
-    is_free = _name_mask(view, _FREE)
+    is_free = view.name_mask(_FREE)
     cols["malloc_calls"] = _per_window(windows, view.ts[alloc & ~is_free])
     cols["free_calls"] = _per_window(windows, view.ts[alloc & is_free])
     cols["free_burst_max"] = _free_bursts(view, alloc, windows)
@@ -509,7 +528,7 @@ def rank_signals(view: RankView, windows: Windows, masks: dict[str, np.ndarray] 
     cols.update(_memory(view, windows))
     kern = view.of_kind("kernel")
     cols["kernels"] = _per_window(windows, view.ts[kern])
-    cols["short_kernels"] = _per_window(windows, view.ts[kern & ((view.end - view.ts) < SHORT_KERNEL_NS)])
+    cols["short_kernels"] = _per_window(windows, view.ts[kern & (view.dur < SHORT_KERNEL_NS)])
     cols.update(_chains(view, windows))
     return pa.table({k: cols[k] for k in SIGNALS.names}, schema=SIGNALS)
 
@@ -522,8 +541,8 @@ def rank_facts(view: RankView, masks: dict[str, np.ndarray] | None = None) -> di
         return {}
     m = masks if masks is not None else cause_masks(view)
     host = m["host"]
-    compiled = m["named_span"] & _name_mask(view, _COMPILED_REGION)
-    corr = view.table["correlation"].fill_null(-1).to_numpy()
+    compiled = m["named_span"] & view.name_mask(_COMPILED_REGION)
+    corr = view.ints("correlation", -1)
     linked = view.is_gpu & (corr >= 0)
     return {
         "trace_start_ns": float(view.ts.min()),

@@ -49,15 +49,15 @@ def step_windows(view: RankView) -> Windows:
     """Windows of one rank (see the module docstring for the rule)."""
     if view.table.num_rows == 0:
         return _empty()
-    ann = np.flatnonzero(view.of_kind("annotation"))
+    codes, values = view.name_codes
+    step_of_name = [int(m.group(1)) if (m := _STEP_RE.match(v or "")) else -1 for v in values]  # each distinct name once
+    is_step = np.array([n >= 0 for n in step_of_name], dtype=bool)[codes]
     spans: dict[int, list[int]] = {}
-    for i in ann:
-        m = _STEP_RE.match(view.names[i] or "")
-        if m:
-            n = int(m.group(1))
-            lo, hi = int(view.ts[i]), int(view.end[i])
-            cur = spans.setdefault(n, [lo, hi])
-            cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+    for i in np.flatnonzero(view.of_kind("annotation") & is_step).tolist():
+        n = step_of_name[codes[i]]
+        lo, hi = int(view.ts[i]), int(view.end[i])
+        cur = spans.setdefault(n, [lo, hi])
+        cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
     if not spans:
         span = view.gpu_span() or (int(view.ts.min()), int(view.end.max()))
         return Windows(np.array([NO_STEP], np.int32), np.array([span[0]]), np.array([span[1]]), np.array([0]), False)
