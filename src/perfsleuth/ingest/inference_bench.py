@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import inference_text
-from perfsleuth.ingest.source import register, sniff_text
+from perfsleuth.ingest.source import UTF8_BOM, register, sniff_text
 from perfsleuth.model import RECORDS
 from perfsleuth.model.settings import serving_gpu_count
 from perfsleuth.model.source import SourceData
@@ -280,7 +280,7 @@ def _open_text(p: Path) -> str:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as exc:
             raise InputError(p, f"truncated or corrupt gzip: {exc}") from None
-    return raw.decode("utf-8", errors="replace")
+    return raw.removeprefix(UTF8_BOM).decode("utf-8", errors="replace")
 
 
 _GENAI_CSV = re.compile(r"^Metric,(?:avg|Value)\b")

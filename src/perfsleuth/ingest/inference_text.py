@@ -91,7 +91,10 @@ _TRT_STAT = {"MAXIMUM": "max", "AVERAGE": "mean", "P50": "median"}
 
 
 def sniff(text: str) -> bool:
-    return SNIFF.search(text) is not None
+    """A summary banner in ``text``, also behind launcher prefixes (``0: = PERFORMANCE OVERVIEW``)."""
+    if SNIFF.search(text) is not None:
+        return True
+    return any(SNIFF.search(_clean(ln)) for ln in text.splitlines() if VLLM_BANNER in ln or "PERFORMANCE OVERVIEW" in ln)
 
 
 def _clean(line: str) -> str:

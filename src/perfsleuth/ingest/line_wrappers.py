@@ -50,7 +50,7 @@ _SRUN = re.compile(r"^ *(?P<task>\d{1,6}): ")
 _PDSH = re.compile(r"^(?P<host>[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*): ")
 """pdsh / clush ``host: `` (a host name with a digit in it: ``INFO: `` is not a host)."""
 _RANK_WORD = re.compile(r"(?i)rank_?(\d+)")
-_RFC3339 = re.compile(r"^(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?P<f>[.,]\d{1,9})?(?P<z>Z|[+-]\d\d:?\d\d)?\s+")
+_RFC3339 = re.compile(r"^(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?P<f>[.,]\d{1,9})?(?P<z>Z|[+-]\d\d:?\d\d)?[ \t]")
 """``kubectl logs --timestamps``, docker ``-t``, ``ts '%Y-%m-%d %H:%M:%S'``: an unbracketed stamp in front."""
 _SYSLOG = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) (?P<t>\d\d:\d\d:\d\d)"
@@ -134,7 +134,9 @@ def _looks_like_host(name: str) -> bool:
 
 def terminal_text(line: str) -> str:
     """What a terminal would show: ANSI codes gone, a trailing CR gone, and for a line a progress bar
-    redrew with bare CRs, the text after the last one that is not blank."""
+    redrew with bare CRs, the text after the last one that is not blank. A byte-order mark (a file's first line
+    as a Windows editor saved it) goes too."""
+    line = line.removeprefix("\ufeff")
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
     line = line.rstrip("\r\n")

@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.ingest.line_wrappers import unwrap
 from perfsleuth.ingest.source import SNIFF_BYTES, register, sniff
 from perfsleuth.model.source import SourceData
 
@@ -365,8 +366,21 @@ def _text_page(lines: list[str]) -> pd.DataFrame | None:
     return pd.DataFrame(rows, dtype=str)
 
 
+def _unwrapped(lines: list[str]) -> list[str]:
+    """Lines without launcher prefixes (``srun -l ncu --csv ...``, ``mpirun --tag-output``; ``line_wrappers``).
+    CSV rows and ncu's own ``==PROF==`` lines take the fast path; the text report's ``[pid] process@host`` line is
+    ncu's, not an MPICH rank tag, and stays."""
+    out = []
+    for ln in lines:
+        if ln.startswith(('"', "==")) or _TXT_PROCESS.match(ln):
+            out.append(ln)
+        else:
+            out.append(unwrap(ln).text)
+    return out
+
+
 def _csv(path: Path) -> _Csv:
-    lines = _text(path).splitlines()
+    lines = _unwrapped(_text(path).splitlines())
     start = next((i for i, ln in enumerate(lines) if _is_header(ln.strip())), None)
     if start is None and (page := _text_page(lines)) is not None:
         return _Csv(page, 0)
@@ -800,7 +814,7 @@ def detect(path: Path) -> bool:
     if b"\x00" in head[:4096]:
         return False
     prof = error = False
-    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    lines = _unwrapped(head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines())
     for i, line in enumerate(lines):
         s = line.strip()
         if _is_header(s):

@@ -43,7 +43,8 @@ def register(
 
 
 def sniff(path: Path, n: int = SNIFF_BYTES) -> bytes:
-    """The first ``n`` bytes of a file, gunzipped when it is gzip (a truncated archive sniffs what it has)."""
+    """The first ``n`` bytes of a file, gunzipped when it is gzip (a truncated archive sniffs what it has), without
+    a UTF-8 byte-order mark."""
     import gzip
     import zlib
 
@@ -55,7 +56,11 @@ def sniff(path: Path, n: int = SNIFF_BYTES) -> bytes:
         except zlib.error:
             return b""
     del gzip
-    return head
+    return head.removeprefix(UTF8_BOM)
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+"""Windows editors and PowerShell's ``Out-File`` start a UTF-8 file with it; detection and readers skip it."""
 
 
 def sniff_text(path: Path, n: int = SNIFF_BYTES) -> str:

@@ -41,7 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
-from perfsleuth.ingest.line_wrappers import WrapperStats, unwrap
+from perfsleuth.ingest.line_wrappers import WrapperStats, clean_text, unwrap
 from perfsleuth.ingest.source import register, sniff_text
 from perfsleuth.model import RECORDS
 from perfsleuth.model.settings import NUMBER, setting_number, steady_rows, training_gpu_count
@@ -53,6 +53,9 @@ DESCRIPTION = (
     "Trainer, NeMo, Lightning and TorchTune step lines, JSON Lines"
 )
 DETECT_BYTES = 1 << 20
+_WRAPPED_LINES = 64
+_WRAPPED_DETECT_BYTES = 4 << 20
+"""Lines looked at for a launcher prefix before a log is sniffed again without its prefixes."""
 """Megatron prints its whole argument list (and NCCL its banner) before the first iteration: sniff 1 MiB."""
 RECENT_STEPS = 4
 """A step number seen again within this many rows is a second rank's copy of the line, not a restart."""
@@ -811,14 +814,27 @@ def detect(path: Path) -> bool:
         return False
     from perfsleuth.ingest import steplog_lightning, steplog_trainers
 
-    return (
-        steplog_jsonl.sniff(text)
-        or steplog_megatron.sniff(text)
-        or steplog_deepspeed.sniff(text)
-        or steplog_trainers.sniff(text)
-        or steplog_trainers.sniff_trainer_state(text)
-        or steplog_lightning.sniff(text)
-    )
+    def sniffs(text: str) -> bool:
+        return (
+            steplog_jsonl.sniff(text)
+            or steplog_megatron.sniff(text)
+            or steplog_deepspeed.sniff(text)
+            or steplog_trainers.sniff(text)
+            or steplog_trainers.sniff_trainer_state(text)
+            or steplog_lightning.sniff(text)
+        )
+
+    if sniffs(text):
+        return True
+    # The formats' patterns are anchored at a line's start: a log behind launcher prefixes (mpirun --tag-output,
+    # kubectl --timestamps, torchrun --tee) is sniffed again without them, when its first lines show one.
+    # A prefix lengthens every line, so the argument dump before the first iteration may fill the window: the
+    # sniff then reads further.
+    if not any(unwrap(ln).text != ln for ln in text.splitlines()[:_WRAPPED_LINES]):
+        return False
+    if len(text) >= DETECT_BYTES // 2:  # characters, not bytes: a UTF-8 text holds fewer
+        text = sniff_text(path, _WRAPPED_DETECT_BYTES)
+    return sniffs(clean_text(text)[0])
 
 
 def read(path: Path) -> SourceData:
