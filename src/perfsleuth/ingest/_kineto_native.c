@@ -203,6 +203,7 @@ typedef struct {
     PyObject *obj[N_COLS]; /* the bytearrays the column pointers point into */
     colref refs[N_COLS];
     int ncols;
+    int iarg_slot[N_INT_ARGS]; /* registry slot of each int arg's values (its tags: the next slot) */
 } cols;
 
 static int cols_register(cols *c, void **ptr, size_t elem) {
@@ -216,6 +217,27 @@ static int cols_register(cols *c, void **ptr, size_t elem) {
     return 1;
 }
 
+/* an int arg's columns exist only once a row has a value for it (most args are on few kinds of
+ * event, some on none: a column that stays null is never allocated and Python sees None) */
+static int cols_register_lazy(cols *c, void **ptr, size_t elem) {
+    c->refs[c->ncols].ptr = ptr;
+    c->refs[c->ncols].elem = elem;
+    c->obj[c->ncols++] = NULL;
+    *ptr = NULL;
+    return 1;
+}
+
+/* allocate a lazy column when row ``rows`` is the first with a value: the rows before it are null (0) */
+static int cols_make_live(cols *c, int slot, size_t rows) {
+    colref *ref = &c->refs[slot];
+    PyObject *o = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(c->cap * ref->elem));
+    if (!o) return 0;
+    c->obj[slot] = o;
+    *ref->ptr = PyByteArray_AS_STRING(o);
+    memset(*ref->ptr, 0, rows * ref->elem);
+    return 1;
+}
+
 static int cols_init(cols *c, size_t cap) {
     memset(c, 0, sizeof(*c));
     c->cap = cap;
@@ -225,8 +247,10 @@ static int cols_init(cols *c, size_t cap) {
              cols_register(c, (void **)&c->dur_ok, 1) && cols_register(c, (void **)&c->pid, 8) &&
              cols_register(c, (void **)&c->tid, 8) && cols_register(c, (void **)&c->pid_tag, 1) &&
              cols_register(c, (void **)&c->tid_tag, 1);
-    for (int i = 0; ok && i < N_INT_ARGS; i++)
-        ok = cols_register(c, (void **)&c->iarg[i], 8) && cols_register(c, (void **)&c->iarg_tag[i], 1);
+    for (int i = 0; ok && i < N_INT_ARGS; i++) {
+        c->iarg_slot[i] = c->ncols;
+        ok = cols_register_lazy(c, (void **)&c->iarg[i], 8) && cols_register_lazy(c, (void **)&c->iarg_tag[i], 1);
+    }
     for (int i = 0; ok && i < N_STR_ARGS; i++) ok = cols_register(c, (void **)&c->sarg[i], 4);
     for (int i = 0; i < N_TABLES; i++) ok = strtab_init(&c->tabs[i]) && ok;
     c->ranks_cap = 1 << 16;
@@ -240,6 +264,7 @@ static int cols_reserve(cols *c, size_t want) {
     size_t cap = c->cap * 3 / 2 + 1024;
     if (cap < want) cap = want;
     for (int i = 0; i < c->ncols; i++) {
+        if (!c->obj[i]) continue; /* a lazy column not allocated yet */
         if (PyByteArray_Resize(c->obj[i], (Py_ssize_t)(cap * c->refs[i].elem)) < 0) return 0;
         *c->refs[i].ptr = PyByteArray_AS_STRING(c->obj[i]);
     }
@@ -513,7 +538,14 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
         ival[A_STREAM] = strtab_get(&c->tabs[T_STREAM], yyjson_get_str(iv[A_STREAM]), yyjson_get_len(iv[A_STREAM]));
         if (ival[A_STREAM] == -2) return -1;
     }
-    for (int a = 0; a < N_INT_ARGS; a++) { c->iarg[a][r] = ival[a]; c->iarg_tag[a][r] = itag[a]; }
+    for (int a = 0; a < N_INT_ARGS; a++) {
+        if (!c->iarg[a]) {
+            if (itag[a] == TAG_NULL || a == A_EV_IDX) continue; /* Ev Idx is only counted (above), never a column */
+            if (!cols_make_live(c, c->iarg_slot[a], r) || !cols_make_live(c, c->iarg_slot[a] + 1, r)) return -1;
+        }
+        c->iarg[a][r] = ival[a];
+        c->iarg_tag[a][r] = itag[a];
+    }
     for (int a = 0; a < N_STR_ARGS; a++) {
         int32_t idx = -1;
         if (sv[a] && yyjson_is_str(sv[a])) {
@@ -538,7 +570,8 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
 #define TAKE(ptr, n) take_col(c, (void **)&(ptr), (n))
 static PyObject *take_col(cols *c, void **field, size_t nbytes) {
     for (int i = 0; i < c->ncols; i++) {
-        if (c->refs[i].ptr != field || !c->obj[i]) continue;
+        if (c->refs[i].ptr != field) continue;
+        if (!c->obj[i]) Py_RETURN_NONE; /* a lazy column no row filled: all null */
         PyObject *out = c->obj[i];
         c->obj[i] = NULL;
         *field = NULL;

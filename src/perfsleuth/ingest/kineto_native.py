@@ -263,8 +263,9 @@ def _columns(out: dict[str, Any]) -> dict[str, Any]:
         ("tid_tag", np.uint8),
     ):
         c[key] = np.frombuffer(out[key], dtype=dtype)
-    c["int"] = {k: np.frombuffer(v, dtype=np.int64) for k, v in out["int_args"].items()}
-    c["tag"] = {k: np.frombuffer(v, dtype=np.uint8) for k, v in out["int_tags"].items()}
+    n = out["rows"]  # an int arg no row has comes back as None: all null (zeros the OS maps lazily)
+    c["int"] = {k: np.zeros(n, np.int64) if v is None else np.frombuffer(v, dtype=np.int64) for k, v in out["int_args"].items()}
+    c["tag"] = {k: np.zeros(n, np.uint8) if v is None else np.frombuffer(v, dtype=np.uint8) for k, v in out["int_tags"].items()}
     c["str"] = {k: np.frombuffer(v, dtype=np.int32) for k, v in out["str_args"].items()}
     return c
 
