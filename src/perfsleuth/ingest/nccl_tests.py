@@ -216,6 +216,18 @@ def bare_layout(tokens: list[str]) -> Layout | None:
     return layout if all(_MEASURE.match(t) for t in tokens[nk:]) else None
 
 
+def _row_start(tokens: list[str]) -> bool:
+    """The first part of a result row cut over two lines (``mpirun --tag-output`` forwards each read(), another
+    stream's line comes between): size, count, a type, then numbers only, fewer tokens than a whole row."""
+    return (
+        5 <= len(tokens) < min(_BARE_LAYOUTS)
+        and tokens[0].isdigit()
+        and tokens[1].isdigit()
+        and _DTYPE.match(tokens[2]) is not None
+        and all(_MEASURE.match(t) for t in tokens[4:])
+    )
+
+
 def looks_like_nccl_tests(text: str) -> bool:
     """The content sniff: a results table header, a run header or footer, or the -J JSON's keys."""
     stripped = text.lstrip()
@@ -226,7 +238,7 @@ def looks_like_nccl_tests(text: str) -> bool:
         line = unwrap(line).text.strip()
         if _HEADER_RE.match(line) or _NTHREAD_RE.match(line) or _START_RE.match(line) or _AVG_RE.match(line) or _VERSION_RE.match(line):
             return True
-        if line[:1].isdigit() and bare_layout(line.split()) is not None:
+        if line[:1].isdigit() and (bare_layout(tokens := line.split()) is not None or _row_start(tokens)):
             bare += 1
             if bare >= BARE_ROWS:  # rows pasted without their header: still a results table
                 return True
