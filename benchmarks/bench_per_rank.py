@@ -98,10 +98,11 @@ def decode(data: Path, out: Path) -> int:
     return len(files)
 
 
-def extract(ref: str, out: Path) -> str:
-    """``src/`` of ``ref`` under ``out`` (git archive: no worktree, nothing in the shared repository changes)."""
+def extract(ref: str, out: Path, paths: tuple[str, ...] = ("src",)) -> str:
+    """``paths`` (default ``src/``) of ``ref`` under ``out`` (git archive: no worktree, nothing in the
+    shared repository changes)."""
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", ref], check=True, capture_output=True, text=True).stdout.strip()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "src"], check=True, capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, *paths], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
     return sha
 

@@ -21,9 +21,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import sparse
-from scipy.sparse.csgraph import connected_components
-from scipy.sparse.linalg import spsolve
 
 from perfsleuth.trace.job import RankView
 
@@ -176,6 +173,11 @@ def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
     The weighted least-squares problem ``sqrt(w) * (x[rank] - x[hub] - median) -> min`` has as normal
     equations a weighted graph Laplacian: one nonzero per matched (rank, hub) pair, solved sparse, so
     the cost grows with the pairs (ranks × groups), not with ranks squared as a dense solve would."""
+    # deferred: scipy.sparse costs ~0.2 s of start-up, which only a job with matched collectives needs
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
+    from scipy.sparse.linalg import spsolve
+
     col = {r: i for i, r in enumerate(present)}
     n = len(present)
     i = pairs["rank"].map(col).to_numpy()
