@@ -70,8 +70,9 @@ REAL_CORPUS: dict[str, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     "nccl_tests": (
-        22,
+        23,
         (
+            "nccl-tests 2.18.0, NCCL 2.29.7, mpirun --tag-output with stderr lines, #  Rank device lines (RTX 5090)",
             "nccl-tests 2.19.6 -J (JSON format 3)",
             "nccl-tests 2.19.6, NCCL 2.28.9",
             "nccl-tests 2.x (root column) on H20",
