@@ -47,14 +47,13 @@ def _host_wait_coverage(view: RankView, gap_lo: np.ndarray, gap_hi: np.ndarray) 
     order = view.gpu_by_start
     if len(order) == 0 or len(gap_lo) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    starts = view.ts[order]
-    launch_end = view.launch_end[order]
+    starts = view.gpu_starts
     nxt = np.searchsorted(starts, gap_hi, side="left")
     has_next = nxt < len(order)
     nxt = np.minimum(nxt, len(order) - 1)
     # several events may start exactly at gap_hi: the earliest launch among them decides
     same = starts[nxt] == gap_hi
-    lend = np.where(has_next & same, launch_end[nxt], -1)
+    lend = np.where(has_next & same, view.launch_end[order[nxt]], -1)
     host_hi = np.minimum(gap_hi, lend)
     keep = host_hi > gap_lo
     return Coverage.of(gap_lo[keep], host_hi[keep])

@@ -227,11 +227,24 @@ class RankView:
         return order
 
     @cached_property
+    def gpu_starts(self) -> np.ndarray:
+        """Start times of the ``gpu_by_start`` rows (sorted)."""
+        starts: np.ndarray = self.ts[self.gpu_by_start]
+        return starts
+
+    @cached_property
     def gpu_by_launch_end(self) -> np.ndarray:
         """GPU work rows joined to their launch, ordered by the launch call's return (stable)."""
         g = np.flatnonzero(self.is_gpu & (self.launch_end >= 0))
         order: np.ndarray = g[np.argsort(self.launch_end[g], kind="stable")]
         return order
+
+    @cached_property
+    def launch_queue(self) -> tuple[np.ndarray, np.ndarray]:
+        """For the ``gpu_by_launch_end`` rows: when each launch call returned, and until when the GPU
+        was busy with the work launched up to then (running maximum of their ends)."""
+        order = self.gpu_by_launch_end
+        return self.launch_end[order], np.maximum.accumulate(self.end[order])
 
     @cached_property
     def gpu_by_launch_start(self) -> np.ndarray:

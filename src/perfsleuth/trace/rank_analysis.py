@@ -371,7 +371,7 @@ def _refill(view: RankView, stalls: Coverage, waits: Coverage, window_end: np.nd
     order = view.gpu_by_launch_end
     if len(order) == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    launched, busy_until = view.launch_end[order], np.maximum.accumulate(view.end[order])
+    launched, busy_until = view.launch_queue
     burst = Coverage.of(stalls.starts, stalls.ends + REFILL_GAP_NS)
     starts, ends = burst.starts, burst.ends - REFILL_GAP_NS
     k = np.searchsorted(launched, starts, side="right") - 1
