@@ -27,12 +27,14 @@ leave RiskLoc's answers unchanged (benchmarks/README_localize.md).
 
 Only aggregates come back from the engine: per element sums, never the leaves. Every query has a
 fixed shape per set of dimensions (cuboids, candidates and culprits travel as small tables), so it is
-compiled once and rerun, which keeps a search on a small table in the tens of milliseconds.
+compiled once and rerun, which keeps a search on a small table in the tens of milliseconds. Every
+working table carries a ``boot`` column, so the bootstrap's resamples run their searches in step
+(``search_resamples``): each takes its own decisions, and each query answers all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
@@ -119,7 +121,7 @@ class LatticeResult:
 # compiled once per shape and reused (searches on one connection run one at a time).
 _DEV, _CUT, _BASE, _REST = "ps_lattice_dev", "ps_lattice_cut", "ps_lattice_base", "ps_lattice_rest"
 _CAND, _CUBS = "ps_lattice_cand", "ps_lattice_cuboids"
-_REMOVED, _PRUNED, _PARAMS = "ps_lattice_removed", "ps_lattice_pruned", "ps_lattice_params"
+_REMOVED, _PRUNED, _PARAMS, _KEPT = "ps_lattice_removed", "ps_lattice_pruned", "ps_lattice_params", "ps_lattice_kept"
 _SUMS = ("c", "cp", "cz", "p", "wa", "wn", "nz", "rnz", "pnz")
 
 
@@ -155,45 +157,95 @@ def search(
     prune_nested: bool = True,
 ) -> LatticeResult:
     """Find the culprits of the change from ``predict`` to ``real`` over ``leaves`` (an Ibis table)."""
+    return _search_all(leaves, dims, options, real, predict, prune_nested, resampled=False)[0]
+
+
+def search_resamples(leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAULT_OPTIONS) -> list[LatticeResult]:
+    """One search per resample, all run in step: ``leaves`` (``real``, ``predict`` and the dims) holds every
+    resample, told apart by an int64 ``boot`` column numbered from 0.
+
+    Each resample's search takes the same decisions as ``search`` on that resample alone; what they share
+    is the engine round trips: a query of each kind answers every resample that asks it at that step, so
+    20 resamples cost about as many queries as one (each over 20 times the rows).
+    """
+    return _search_all(leaves, dims, options, "real", "predict", True, resampled=True)
+
+
+def _search_all(
+    leaves: ir.Table, dims: Sequence[str], options: SearchOptions, real: str, predict: str, prune_nested: bool, resampled: bool
+) -> list[LatticeResult]:
     con = backend_of(leaves)
     names = tuple(dims)
     gdims = tuple(f"g{i}" for i in range(len(names)))  # positional names: no clash with the working columns
-    real_name = dict(zip(gdims, names, strict=True))
     source = table_name(leaves)
     if source is None:
-        materialize(con, _DEV, _dev_expr(leaves, names, gdims, real, predict), view=True)
+        materialize(con, _DEV, _dev_expr(leaves, names, gdims, real, predict, resampled), view=True)
     else:  # a plain table: the SQL is the same for every table of this name and shape
-        key = ("dev", source, names, real, predict)
-        materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict)), view=True)
+        key = ("dev", source, names, real, predict, resampled)
+        materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict, resampled)), view=True)
     materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)), view=True)
     materialize(con, _BASE, compiled(con, ("base", gdims), lambda: _base_expr(con, gdims)))
-    totals = run_sql(con, compiled(con, ("totals",), lambda: _totals_expr(con))).to_pylist()[0]
+    totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("totals",), lambda: _totals_expr(con))).to_pylist()}
+    if not resampled and not totals:  # no leaves: what the sums of nothing are
+        totals[0] = {"cut": None, "total": None, "abn": None, "wa": None, "p": None, "n": 0}
+    small = max(r["n"] for r in totals.values()) <= SMALL_BASE  # per search: resamples share the leaves
+    steps = {b: _search_steps(totals[b], gdims, options) for b in sorted(totals)}
+    outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query).run(steps)
+    real_name = dict(zip(gdims, names, strict=True))
+    return [_result(totals[b], outcomes[b], real_name) for b in sorted(totals)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Structure:
+    active: tuple[str, ...]  # searched: not constant, not an alias of an earlier dimension
+    nested: tuple[tuple[str, str], ...]  # (a, b): a determines b, so no cuboid holds both
+    constant: tuple[str, ...]
+    aliases: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    culprits: list[Culprit]
+    structure: _Structure
+    scanned: int
+    queries: int
+
+
+# What one search asks of the engine, and what it gets back (see ``_Driver``):
+#   ("rest", removed, pruned, threshold) -> None      its leaves not under a culprit become the working set
+#   ("structure",) -> _Structure                      constant, alias and nested dimensions
+#   ("layer", cuboids, layer) -> rows                 the aggregates of the cuboids' elements
+#   ("misfit", candidates) -> misfits                 the ripple misfit of each candidate
+#   ("own", culprits) -> {k: change}                  each culprit's abnormal change outside the others
+Request = tuple[Any, ...]
+Steps = Generator[Request, Any, _Outcome]
+
+
+def _search_steps(totals: dict[str, Any], gdims: tuple[str, ...], options: SearchOptions) -> Steps:
+    """One resample's search, as the sequence of engine requests it makes (its decisions are all here)."""
     queries = 5
-    cutoff, total_change, abn_change = totals["cut"], totals["total"] or 0.0, totals["abn"] or 0.0
+    abn_change = totals["abn"] or 0.0
     smoothing = 1.0
     if options.smoothing_scale and totals["p"]:
         smoothing = min(1.0, options.smoothing_scale * totals["wa"] / totals["p"])
-
     abnormal_total = abs(abn_change)
     threshold = abnormal_total * options.min_share
-    small = totals["n"] <= SMALL_BASE
     structure: _Structure | None = None  # nesting is only needed below layer 1: found on first use
     culprits: list[Culprit] = []
     removed: list[Element] = []
     pruned: dict[str, set[str]] = {}
     card: dict[str, int] = {}
     scanned = 0
-    base = con.table(_BASE)
     left = abnormal_total
     while len(culprits) < options.max_culprits and abnormal_total > 0 and left >= threshold:
-        _materialize_rest(con, gdims, removed, pruned, threshold, small)
+        yield ("rest", tuple(removed), {d: set(v) for d, v in pruned.items()}, threshold)
         queries += 1
         found = None
         layer = 0
         while found is None:
             layer += 1
             if layer > 1 and structure is None:
-                structure = _structure(con, gdims, prune_nested)
+                structure = yield ("structure",)
                 queries += 1
             active = structure.active if structure else tuple(d for d in gdims if card.get(d, 2) > 1)
             if layer > (options.max_layer or (len(active) if len(active) <= 6 else 3)):
@@ -203,10 +255,10 @@ def search(
             if not cuboids:
                 continue
             if layer == 2 and any(pruned.values()):  # layer 1 pruned some values: drop their leaves below
-                _materialize_rest(con, gdims, removed, pruned, threshold, small)
+                yield ("rest", tuple(removed), {d: set(v) for d, v in pruned.items()}, threshold)
                 queries += 1
-            rows, n_q = _layer_rows(con, gdims, cuboids, layer, options.cuboids_per_query)
-            queries += n_q
+            rows = yield ("layer", cuboids, layer)
+            queries += -(-len(cuboids) // options.cuboids_per_query)
             scanned += len(cuboids)
             if layer == 1:  # layer 1 comes back whole: what is left of the abnormal change, before pruning
                 left = sum(r["cp"] or 0.0 for r in rows if r["cub_id"] == 0)
@@ -216,7 +268,7 @@ def search(
                     card = {d: sum(1 for r in rows if cuboids[r["cub_id"]] == (d,)) for d in active}
                 rows = [r for r in rows if card.get(cuboids[r["cub_id"]][0], 2) > 1]
             cands = _candidates(rows, cuboids, layer, threshold, pruned)
-            found, found_cp, n_q = _first_risky(con, gdims, cands, options, abnormal_total, smoothing)
+            found, found_cp, n_q = yield from _first_risky(cands, options, abnormal_total, smoothing)
             queries += n_q
         if found is None:
             break
@@ -224,37 +276,102 @@ def search(
         removed.append(found.elements)
         left -= found_cp  # its abnormal change leaves with it: no query needed to know what is left
     if len(culprits) > 1 and options.drop_redundant:
-        culprits, n_q = _drop_redundant(con, base, culprits, threshold)
+        culprits, n_q = yield from _drop_redundant(culprits, threshold)
         queries += n_q
     if structure is None and options.describe:
-        structure = _structure(con, gdims, prune_nested)
+        structure = yield ("structure",)
         queries += 1
     structure = structure or _Structure(tuple(d for d in gdims if card.get(d, 2) > 1), (), (), ())
-    active, nested, constant = structure.active, structure.nested, structure.constant
+    return _Outcome(culprits, structure, scanned, queries)
+
+
+def _result(totals: dict[str, Any], outcome: _Outcome, real_name: dict[str, str]) -> LatticeResult:
+    structure = outcome.structure
     notes = []
     if structure.aliases:
         notes.append("same split as an earlier dimension, not searched separately: " + ", ".join(real_name[a] for a in structure.aliases))
-    named = [replace(c, elements=tuple((real_name[d], v) for d, v in c.elements)) for c in culprits]
+    named = [replace(c, elements=tuple((real_name[d], v) for d, v in c.elements)) for c in outcome.culprits]
     return LatticeResult(
         tuple(named),
-        cutoff,
-        total_change,
-        abn_change,
-        tuple(real_name[d] for d in active),
-        tuple((real_name[a], real_name[b]) for a, b in nested),
-        tuple(real_name[d] for d in constant),
-        scanned,
-        queries,
+        totals["cut"],
+        totals["total"] or 0.0,
+        totals["abn"] or 0.0,
+        tuple(real_name[d] for d in structure.active),
+        tuple((real_name[a], real_name[b]) for a, b in structure.nested),
+        tuple(real_name[d] for d in structure.constant),
+        outcome.scanned,
+        outcome.queries,
         tuple(notes),
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Structure:
-    active: tuple[str, ...]  # searched: not constant, not an alias of an earlier dimension
-    nested: tuple[tuple[str, str], ...]  # (a, b): a determines b, so no cuboid holds both
-    constant: tuple[str, ...]
-    aliases: tuple[str, ...]
+class _Driver:
+    """Runs searches in step: each round answers every pending request of one kind with one query.
+
+    The working tables hold every search's rows, keyed by ``boot``; a search's requests only change its
+    own rows, so the order in which kinds are answered changes no search's result.
+    """
+
+    KINDS = ("rest", "structure", "layer", "misfit", "own")
+
+    def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int) -> None:
+        self.con, self.gdims, self.small, self.prune_nested, self.per_query = con, gdims, small, prune_nested, per_query
+        self.state: dict[int, tuple[tuple[Element, ...], dict[str, set[str]], float]] = {}
+        self.structure: _Structure | None = None
+
+    def run(self, steps: dict[int, Steps]) -> dict[int, _Outcome]:
+        done: dict[int, _Outcome] = {}
+        pending: dict[int, Request] = {}
+        for b, gen in steps.items():
+            self._advance(b, gen, None, pending, done)
+        while pending:
+            kind = next(k for k in self.KINDS if any(r[0] == k for r in pending.values()))
+            asked = {b: r for b, r in pending.items() if r[0] == kind}
+            answers = getattr(self, f"_{kind}")(asked, pending)
+            for b in asked:
+                self._advance(b, steps[b], answers[b], pending, done)
+        return done
+
+    @staticmethod
+    def _advance(b: int, gen: Steps, answer: Any, pending: dict[int, Request], done: dict[int, _Outcome]) -> None:
+        try:
+            pending[b] = gen.send(answer)
+        except StopIteration as stop:
+            pending.pop(b, None)
+            done[b] = stop.value
+
+    def _rest(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, None]:
+        for b, (_kind, removed, pruned, threshold) in asked.items():
+            self.state[b] = (removed, pruned, threshold)
+        live = {b: s for b, s in self.state.items() if b in pending}  # finished searches leave the working set
+        _materialize_rest(self.con, self.gdims, live, self.small)
+        return dict.fromkeys(asked)
+
+    def _structure(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, _Structure]:
+        if self.structure is None:  # the resamples share their leaves and values: one structure for all
+            self.structure = _structure(self.con, self.gdims, self.prune_nested)
+        return dict.fromkeys(asked, self.structure)
+
+    def _layer(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, list[dict[str, Any]]]:
+        return _layer_rows(self.con, self.gdims, {b: (r[1], r[2]) for b, r in asked.items()}, self.per_query)
+
+    def _misfit(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, list[float]]:
+        return _ripple_misfit(self.con, self.gdims, {b: r[1] for b, r in asked.items()})
+
+    def _own(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, dict[int, float]]:
+        cols: dict[str, list[Any]] = {"boot": [], "k": [], **{f"v{i}": [] for i in range(len(self.gdims))}}
+        for b, (_kind, kept) in asked.items():
+            for k, element in enumerate(kept):
+                fixed = dict(element)
+                cols["boot"].append(b)
+                cols["k"].append(k)
+                for i, g in enumerate(self.gdims):
+                    cols[f"v{i}"].append(fixed.get(g))
+        upload(self.con, _KEPT, pa.table({c: pa.array(v, pa.string() if c.startswith("v") else pa.int64()) for c, v in cols.items()}))
+        out: dict[int, dict[int, float]] = {b: {} for b in asked}
+        for r in run_sql(self.con, compiled(self.con, ("own", self.gdims), lambda: _own_expr(self.con, self.gdims))).to_pylist():
+            out[r["boot"]][r["k"]] = r["s"] or 0.0
+        return out
 
 
 def _structure(con: BaseBackend, gdims: tuple[str, ...], prune_nested: bool) -> _Structure:
@@ -269,7 +386,7 @@ def _structure(con: BaseBackend, gdims: tuple[str, ...], prune_nested: bool) -> 
     return _Structure(active, nested, constant, aliases)
 
 
-def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit], threshold: float) -> tuple[list[Culprit], int]:
+def _drop_redundant(culprits: list[Culprit], threshold: float) -> Generator[Request, Any, tuple[list[Culprit], int]]:
     """Drop culprits that add less than the threshold once the others' leaves are set aside.
 
     The layer-by-layer scan takes a shallow element as soon as it passes, so a rack whose nodes mostly
@@ -279,12 +396,7 @@ def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit], t
     queries = 0
     kept = list(culprits)
     while len(kept) > 1:
-        parts = []
-        for k, c in enumerate(kept):
-            others = [o.elements for j, o in enumerate(kept) if j != k]
-            own = base.filter(element_mask(base, c.elements) & _not_in_any(base, others))
-            parts.append(own.aggregate(k=ibis.literal(k, "int64"), s=(own.c * own.p).sum()))
-        rows = {r["k"]: r["s"] or 0.0 for r in run_sql(con, str(con.compile(ibis.union(*parts)))).to_pylist()}
+        rows: dict[int, float] = yield ("own", [c.elements for c in kept])
         queries += 1
         k_min = min(range(len(kept)), key=lambda k: (rows.get(k, 0.0), -k))
         if rows.get(k_min, 0.0) >= threshold:
@@ -293,8 +405,22 @@ def _drop_redundant(con: BaseBackend, base: ir.Table, culprits: list[Culprit], t
     return kept, queries
 
 
-def _dev_expr(leaves: ir.Table, names: tuple[str, ...], gdims: tuple[str, ...], real: str, predict: str) -> ir.Table:
+def _own_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
+    """Per search and culprit, the abnormal change of the leaves under it and under none of its other culprits."""
+    base, kept = con.table(_BASE), con.table(_KEPT)
+    t = base.filter(base.p == 1).join(kept, "boot")
+    match = ibis.literal(True)
+    for i, g in enumerate(gdims):
+        match = match & (t[f"v{i}"].isnull() | (t[g] == t[f"v{i}"]))
+    t = t.filter(match)
+    per_leaf = t.group_by(["boot", *gdims]).aggregate(n=t.count(), k=t.k.min(), s=t.cp.max())
+    only = per_leaf.filter(per_leaf.n == 1)
+    return only.group_by(["boot", "k"]).aggregate(s=only.s.sum())
+
+
+def _dev_expr(leaves: ir.Table, names: tuple[str, ...], gdims: tuple[str, ...], real: str, predict: str, resampled: bool) -> ir.Table:
     src = leaves.select(
+        boot=leaves["boot"].cast("int64") if resampled else ibis.literal(0, "int64"),
         **{g: leaves[d].cast("string") for g, d in zip(gdims, names, strict=True)},
         real=leaves[real].cast("float64").fill_null(0.0),
         predict=leaves[predict].cast("float64").fill_null(0.0),
@@ -305,22 +431,26 @@ def _dev_expr(leaves: ir.Table, names: tuple[str, ...], gdims: tuple[str, ...], 
 
 def _cutoff_expr(con: BaseBackend, rank: int) -> ir.Table:
     """The noise bound: minus the milder of the ``rank+1``-th smallest and largest distinct deviations."""
-    d = con.table(_DEV).select("dev").distinct()
-    d = d.mutate(up=ibis.row_number().over(order_by=d.dev), down=ibis.row_number().over(order_by=ibis.desc(d.dev)))
-    ends = d.aggregate(lo=d.dev.max(where=d.up <= rank), hi=d.dev.min(where=d.down <= rank))
-    return ends.select(cut=-ibis.ifelse(ends.lo.abs() <= ends.hi.abs(), ends.lo, ends.hi).fill_null(0.0))
+    d = con.table(_DEV).select("boot", "dev").distinct()
+    d = d.mutate(
+        up=ibis.row_number().over(group_by=d.boot, order_by=d.dev),
+        down=ibis.row_number().over(group_by=d.boot, order_by=ibis.desc(d.dev)),
+    )
+    ends = d.group_by("boot").aggregate(lo=d.dev.max(where=d.up <= rank), hi=d.dev.min(where=d.down <= rank))
+    return ends.select("boot", cut=-ibis.ifelse(ends.lo.abs() <= ends.hi.abs(), ends.lo, ends.hi).fill_null(0.0))
 
 
 def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     """Each leaf with its side of the noise bound, its weight, and its oriented change."""
-    t = con.table(_DEV).cross_join(con.table(_CUT))
+    t = con.table(_DEV).join(con.table(_CUT), "boot")
     abnormal = ibis.ifelse(t.cut > 0, t.dev > t.cut, t.dev < t.cut)
     t = t.mutate(p=abnormal.cast("float64"), scale=t.real.abs() + t.predict.abs())
-    t = t.mutate(s=ibis.ifelse(ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum().over() < 0, -1.0, 1.0))
+    t = t.mutate(s=ibis.ifelse(ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum().over(group_by=t.boot) < 0, -1.0, 1.0))
     weight = ibis.ifelse(t.p == 1, t.dev.abs(), ibis.ifelse(t.scale > 0, (t.cut - t.dev).abs(), 0.0))
     nz = ((t.real != 0) & (t.predict != 0)).cast("float64")
     t = t.mutate(c=t.s * (t.real - t.predict), w=ibis.least(weight, 1.0), nz=nz)
     return t.select(
+        "boot",
         *gdims,
         "real",
         "predict",
@@ -340,7 +470,7 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
 
 def _totals_expr(con: BaseBackend) -> ir.Table:
     t = con.table(_BASE)
-    return t.aggregate(
+    return t.group_by("boot").aggregate(
         cut=t.cut.max(),
         total=(t.real - t.predict).sum(),
         abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum(),
@@ -351,82 +481,96 @@ def _totals_expr(con: BaseBackend) -> ir.Table:
 
 
 def _materialize_rest(
-    con: BaseBackend, gdims: tuple[str, ...], removed: list[Element], pruned: dict[str, set[str]], threshold: float, small: bool
+    con: BaseBackend, gdims: tuple[str, ...], state: dict[int, tuple[tuple[Element, ...], dict[str, set[str]], float]], small: bool
 ) -> None:
-    """The leaves not under a culprit yet, with a flag per dimension for values pruned from deeper layers.
+    """Each search's leaves not under its culprits yet, with a flag per dimension for values it pruned from deeper layers.
 
-    The culprits found so far and the pruned values travel as two small tables, so the view's SQL has
-    one shape per set of dimensions and is compiled once.
+    The culprits found so far, the pruned values and the thresholds travel as three small tables keyed by
+    search, so the view's SQL has one shape per set of dimensions and is compiled once.
     """
-    cols: dict[str, list[Any]] = {f"v{i}": [] for i in range(len(gdims))}
-    for element in removed:
-        fixed = dict(element)
+    cols: dict[str, list[Any]] = {"boot": [], **{f"v{i}": [] for i in range(len(gdims))}}
+    pruned_keys: list[str] = []
+    pruned_dims: list[int] = []
+    for b, (removed, pruned, _thr) in state.items():
+        for element in removed:
+            fixed = dict(element)
+            cols["boot"].append(b)
+            for i, g in enumerate(gdims):
+                cols[f"v{i}"].append(fixed.get(g))
         for i, g in enumerate(gdims):
-            cols[f"v{i}"].append(fixed.get(g))
-    upload(con, _REMOVED, pa.table({k: pa.array(v, pa.string()) for k, v in cols.items()}))
-    dims_idx = [i for i, g in enumerate(gdims) for _v in sorted(pruned.get(g, ()))]
-    values = [v for g in gdims for v in sorted(pruned.get(g, ()))]
-    upload(con, _PRUNED, pa.table({"dim": pa.array(dims_idx, pa.int64()), "value": pa.array(values, pa.string())}))
-    upload(con, _PARAMS, pa.table({"thr": pa.array([threshold], pa.float64())}))
+            for v in sorted(pruned.get(g, ())):
+                pruned_dims.append(i)
+                pruned_keys.append(f"{b}\x1f{v}")
+    upload(con, _REMOVED, pa.table({k: pa.array(v, pa.int64() if k == "boot" else pa.string()) for k, v in cols.items()}))
+    upload(con, _PRUNED, pa.table({"dim": pa.array(pruned_dims, pa.int64()), "key": pa.array(pruned_keys, pa.string())}))
+    upload(
+        con, _PARAMS, pa.table({"boot": pa.array(list(state), pa.int64()), "thr": pa.array([s[2] for s in state.values()], pa.float64())})
+    )
     # Before anything is removed or pruned the view is the base itself, and on a small base the filter
     # costs less than storing its result: both stay views.
-    first = not removed and not any(pruned.values())
+    first = not cols["boot"] and not pruned_keys
     materialize(con, _REST, compiled(con, ("rest", gdims, first), lambda: _rest_expr(con, gdims, first)), view=small or first)
 
 
 def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool) -> ir.Table:
     t, rem, pr, params = con.table(_BASE), con.table(_REMOVED), con.table(_PRUNED), con.table(_PARAMS)
     if first:  # nothing removed or pruned yet: no anti-join to evaluate in every query that reads it
-        t = t.cross_join(params)
+        t = t.join(params, "boot")
         return t.mutate(**{f"x{i}": ibis.literal(0, "int64") for i in range(len(gdims))})
-    under = [rem[f"v{i}"].isnull() | (t[g] == rem[f"v{i}"]) for i, g in enumerate(gdims)]
-    t = t.anti_join(rem, under).cross_join(params)
-    return t.mutate(**{f"x{i}": t[g].isin(pr.filter(pr.dim == i).value).cast("int64") for i, g in enumerate(gdims)})
+    under = [rem.boot == t.boot, *(rem[f"v{i}"].isnull() | (t[g] == rem[f"v{i}"]) for i, g in enumerate(gdims))]
+    t = t.anti_join(rem, under).join(params, "boot")
+    prefix = t.boot.cast("string").concat("\x1f")
+    return t.mutate(**{f"x{i}": prefix.concat(t[g]).isin(pr.filter(pr.dim == i).key).cast("int64") for i, g in enumerate(gdims)})
 
 
-def _layer_expr(con: BaseBackend, gdims: tuple[str, ...], filtered: bool) -> ir.Table:
+def _layer_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     """Every element of every cuboid listed in the cuboid table, in one query of fixed shape.
 
-    Each leaf is paired with each cuboid (a 0/1 mask over the dimensions); the key keeps the values of
-    the masked-in dimensions and nulls the others, so one group-by aggregates all cuboids at once and
-    the SQL does not grow with their number. With ``filtered`` (below layer 1) leaves with a value
-    pruned from a cuboid's dimension are left out of it, and only candidates (an abnormal leaf, change
-    above the threshold) come back.
+    Each leaf is paired with each cuboid of its search (a 0/1 mask over the dimensions); the key keeps
+    the values of the masked-in dimensions and nulls the others, so one group-by aggregates all cuboids
+    of all searches at once and the SQL does not grow with their number. For a cuboid flagged ``f``
+    (below layer 1) leaves with a value pruned from one of its dimensions are left out, and only
+    candidates (an abnormal leaf, change above the threshold) come back.
     """
-    t = con.table(_REST).cross_join(con.table(_CUBS))
-    if filtered:
-        pruned = sum((t[f"m{i}"] * t[f"x{i}"] for i in range(1, len(gdims))), t["m0"] * t["x0"])
-        t = t.filter(pruned == 0)
+    t = con.table(_REST).join(con.table(_CUBS), "boot")
+    pruned = sum((t[f"m{i}"] * t[f"x{i}"] for i in range(1, len(gdims))), t["m0"] * t["x0"])
+    t = t.filter((t.f == 0) | (pruned == 0))
     keys = {f"k{i}": ibis.ifelse(t[f"m{i}"] == 1, t[g], ibis.null("string")) for i, g in enumerate(gdims)}
     t = t.mutate(**keys)
-    g = t.group_by(["cub_id", *keys]).aggregate(n=t.count().cast("float64"), thr=t.thr.max(), **{c: t[c].sum() for c in _SUMS})
-    if filtered:
-        g = g.filter((g.p > 0) & (g.c > g.thr))
-    return g.select("cub_id", *keys, "n", *_SUMS)
+    g = t.group_by(["boot", "cub_id", *keys]).aggregate(
+        n=t.count().cast("float64"), thr=t.thr.max(), f=t.f.max(), **{c: t[c].sum() for c in _SUMS}
+    )
+    g = g.filter((g.f == 0) | ((g.p > 0) & (g.c > g.thr)))
+    return g.select("boot", "cub_id", *keys, "n", *_SUMS)
 
 
 def _layer_rows(
-    con: BaseBackend, gdims: tuple[str, ...], cuboids: list[tuple[str, ...]], layer: int, per_query: int
-) -> tuple[list[dict[str, Any]], int]:
-    """Aggregates of the cuboids' elements (only candidates below layer 1), with keys in cuboid order."""
-    rows: list[dict[str, Any]] = []
-    queries = 0
-    for start in range(0, len(cuboids), per_query):
-        chunk = cuboids[start : start + per_query]
-        upload(con, _CUBS, _cuboid_table(gdims, chunk, start))
-        sql = compiled(con, ("layer", gdims, layer > 1), lambda: _layer_expr(con, gdims, layer > 1))
+    con: BaseBackend, gdims: tuple[str, ...], asked: dict[int, tuple[list[tuple[str, ...]], int]], per_query: int
+) -> dict[int, list[dict[str, Any]]]:
+    """Per search, the aggregates of its cuboids' elements (only candidates below layer 1), with keys in cuboid order."""
+    out: dict[int, list[dict[str, Any]]] = {b: [] for b in asked}
+    rounds = max(-(-len(cuboids) // per_query) for cuboids, _layer in asked.values())
+    for k in range(rounds):
+        start = k * per_query
+        chunks = {b: (cuboids[start : start + per_query], start, layer > 1) for b, (cuboids, layer) in asked.items()}
+        upload(con, _CUBS, _cuboid_table(gdims, chunks))
+        sql = compiled(con, ("layer", gdims), lambda: _layer_expr(con, gdims))
         for r in run_sql(con, sql).to_pylist():
-            cub = cuboids[r["cub_id"]]
+            cub = asked[r["boot"]][0][r["cub_id"]]
             r.update({f"e{i}": r[f"k{gdims.index(d)}"] for i, d in enumerate(cub)})
-            rows.append(r)
-        queries += 1
-    return rows, queries
+            out[r["boot"]].append(r)
+    return out
 
 
-def _cuboid_table(gdims: tuple[str, ...], cuboids: Sequence[tuple[str, ...]], offset: int) -> pa.Table:
-    cols = {"cub_id": pa.array([offset + j for j in range(len(cuboids))], pa.int64())}
+def _cuboid_table(gdims: tuple[str, ...], chunks: dict[int, tuple[list[tuple[str, ...]], int, bool]]) -> pa.Table:
+    rows = [(b, offset + j, filtered, cub) for b, (cuboids, offset, filtered) in chunks.items() for j, cub in enumerate(cuboids)]
+    cols = {
+        "boot": pa.array([r[0] for r in rows], pa.int64()),
+        "cub_id": pa.array([r[1] for r in rows], pa.int64()),
+        "f": pa.array([int(r[2]) for r in rows], pa.int64()),
+    }
     for i, g in enumerate(gdims):
-        cols[f"m{i}"] = pa.array([1 if g in cub else 0 for cub in cuboids], pa.int64())
+        cols[f"m{i}"] = pa.array([1 if g in r[3] else 0 for r in rows], pa.int64())
     return pa.table(cols)
 
 
@@ -447,14 +591,6 @@ def element_mask(t: ir.Table, element: Element) -> ir.BooleanValue:
 def element_label(element: Element) -> str:
     """``dim=value&dim=value`` in dimension order: how culprits are named everywhere."""
     return "&".join(f"{d}={v}" for d, v in sorted(element))
-
-
-def _not_in_any(t: ir.Table, elements: Sequence[Element]) -> ir.BooleanValue:
-    mask = None
-    for e in elements:
-        m = ~element_mask(t, e)
-        mask = m if mask is None else mask & m
-    return mask
 
 
 def _candidates(
@@ -481,8 +617,8 @@ def _candidates(
 
 
 def _first_risky(
-    con: BaseBackend, gdims: tuple[str, ...], cands: list[dict[str, Any]], options: SearchOptions, abnormal_total: float, smoothing: float
-) -> tuple[Culprit | None, float, int]:
+    cands: list[dict[str, Any]], options: SearchOptions, abnormal_total: float, smoothing: float
+) -> Generator[Request, Any, tuple[Culprit | None, float, int]]:
     """The first candidate (in order) whose risk reaches the threshold, and its abnormal change.
 
     The misfit only lowers the risk, so only candidates whose high risk alone reaches the threshold are
@@ -498,7 +634,7 @@ def _first_risky(
     start, size = 0, options.batch
     while start < len(viable):
         batch = viable[start : start + size]
-        lows = _ripple_misfit(con, gdims, [c for c, _h in batch])
+        lows = yield ("misfit", [c for c, _h in batch])
         queries += 2
         for (cand, high), low in zip(batch, lows, strict=True):
             if high - low >= options.risk_threshold:
@@ -512,48 +648,55 @@ def _first_risky(
     return None, 0.0, queries
 
 
-def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], batch: list[dict[str, Any]]) -> list[float]:
+def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], asked: dict[int, list[dict[str, Any]]]) -> dict[int, list[float]]:
     """How badly one scale factor fits each candidate's leaves, relative to how far they moved.
 
     Under a root cause every leaf below it moves by the same factor ρ = Σreal/Σpredict (over its
     leaves where both are non-zero), so ``real`` is close to ``ρ·predict``: the mean relative gap to
-    ``ρ·predict``, over the mean deviation from ``predict``, is small. The candidates travel to the
-    engine as a small table (a value per dimension, null where the element does not fix it).
+    ``ρ·predict``, over the mean deviation from ``predict``, is small. The candidates of every search
+    travel to the engine as one small table (a value per dimension, null where the element does not fix it).
     """
     values: dict[str, list[Any]] = {f"v{i}": [] for i in range(len(gdims))}
-    rho = []
-    for cand in batch:
-        rho.append(cand["rnz"] / cand["pnz"] if cand["pnz"] else 0.0)
-        fixed = dict(cand["element"])
-        for i, g in enumerate(gdims):
-            values[f"v{i}"].append(fixed.get(g))
+    boots, idxs, rho = [], [], []
+    for b, batch in asked.items():
+        for idx, cand in enumerate(batch):
+            boots.append(b)
+            idxs.append(idx)
+            rho.append(cand["rnz"] / cand["pnz"] if cand["pnz"] else 0.0)
+            fixed = dict(cand["element"])
+            for i, g in enumerate(gdims):
+                values[f"v{i}"].append(fixed.get(g))
     upload(
         con,
         _CAND,
         pa.table(
             {
-                "idx": pa.array(range(len(batch)), pa.int64()),
+                "boot": pa.array(boots, pa.int64()),
+                "idx": pa.array(idxs, pa.int64()),
                 "rho": pa.array(rho, pa.float64()),
                 **{k: pa.array(v, pa.string()) for k, v in values.items()},
             }
         ),
     )
     rows = run_sql(con, compiled(con, ("misfit", gdims), lambda: _misfit_expr(con, gdims)))
-    by_idx = {r["idx"]: r for r in rows.to_pylist()}
-    out = []
-    for idx in range(len(batch)):
-        r = by_idx.get(idx)
-        out.append(r["fit"] / r["dev"] if r and r["dev"] and r["fit"] is not None else 0.0)
+    by_key = {(r["boot"], r["idx"]): r for r in rows.to_pylist()}
+    out: dict[int, list[float]] = {}
+    for b, batch in asked.items():
+        fits = []
+        for idx in range(len(batch)):
+            r = by_key.get((b, idx))
+            fits.append(r["fit"] / r["dev"] if r and r["dev"] and r["fit"] is not None else 0.0)
+        out[b] = fits
     return out
 
 
 def _misfit_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     rest, cand = con.table(_REST), con.table(_CAND)
-    t = rest.filter(rest.nz == 1).cross_join(cand)
+    t = rest.filter(rest.nz == 1).join(cand, "boot")
     match = ibis.literal(True)
     for i, g in enumerate(gdims):
         match = match & (t[f"v{i}"].isnull() | (t[g] == t[f"v{i}"]))
     t = t.filter(match)
     a = t.predict * t.rho
     gap = ibis.ifelse((a + t.real) != 0, (2.0 * (a - t.real) / (a + t.real)).abs(), 0.0)
-    return t.group_by("idx").aggregate(fit=gap.mean(), dev=t.dev.abs().mean())
+    return t.group_by(["boot", "idx"]).aggregate(fit=gap.mean(), dev=t.dev.abs().mean())

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import ibis
 import ibis.expr.types as ir
 import pyarrow as pa
 
@@ -28,7 +29,7 @@ from perfsleuth.segment.evidence import (
     split_dims,
     with_poisson_weight,
 )
-from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, element_mask, search
+from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, element_mask, search, search_resamples
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
 UNEXPLAINED = "unexplained — a cause outside the recorded dimensions"
@@ -188,25 +189,33 @@ def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> flo
 
 
 def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOptions, reps: int, seed: int) -> dict[str, float]:
-    """How often each element is chosen again when the cells are resampled (Poisson weights)."""
-    counts: Counter[str] = Counter()
-    order = list(dims)
+    """How often each element is chosen again when the cells are resampled (Poisson weights).
+
+    Every resample's weights are drawn on the same rows (resample ``b`` with seed ``seed·1009 + b``), the
+    resamples are stacked with their number as a ``boot`` column, and their searches run in step: one
+    query per step for all of them rather than one per step per resample."""
+    if not reps:
+        return {}
     con = backend_of(terms)
     options = replace(options, describe=False)  # only the labels count: no query for the nesting report
-    sql, boot = None, None
+    order = list(dims)
+    # the resample's seed is a one-row table and each resample a table of its own: the resampling query
+    # compiles once (Poisson weights number the rows, so the resamples cannot share one query)
+    sql = None
     for b in range(reps):
-        # the resample's seed is a one-row table and the resample a table with a fixed name: the
-        # resampling query and the search's queries compile once for all resamples
         upload(con, _SEED, pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
         if sql is None:
             seeded = terms.cross_join(con.table(_SEED))
             weighted = with_poisson_weight(seeded, order, seeded.boot_seed)
-            weighted = weighted.mutate(real=weighted.real * weighted.bw, predict=weighted.predict * weighted.bw).drop("boot_seed")
+            weighted = weighted.select(*order, real=weighted.real * weighted.bw, predict=weighted.predict * weighted.bw)
             sql = str(con.compile(weighted))
-        materialize(con, _BOOT, sql)
-        boot = boot if boot is not None else con.table(_BOOT)  # same name and columns every resample
-        res = search(boot, dims, options)
+        materialize(con, f"{_BOOT}_{b}", sql)
+    parts = [con.table(f"{_BOOT}_{b}").mutate(boot=ibis.literal(b, "int64")) for b in range(reps)]
+    materialize(con, _BOOT, ibis.union(*parts), view=True)
+    counts: Counter[str] = Counter()
+    for res in search_resamples(con.table(_BOOT), dims, options):
         counts.update(set(res.labels))
-    if reps:
-        drop(con, _BOOT)
+    drop(con, _BOOT)
+    for b in range(reps):
+        drop(con, f"{_BOOT}_{b}")
     return {label: n / reps for label, n in counts.items()}

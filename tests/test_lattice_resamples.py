@@ -1,0 +1,59 @@
+"""The lattice search run for many resamples in step takes, for each, the decisions of a search on it alone."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from test_localize import _leaves
+
+from perfsleuth import engine
+from perfsleuth.segment.lattice import LatticeResult, SearchOptions, search, search_resamples
+
+DIMS = ("a", "b", "c")
+# Resamples that differ in what they hold: one cause, two at different depths, a redundant rack-like
+# pair, none, so the searches in step take different numbers of rounds and layers.
+CASES = [
+    ({"a=a2": 0.6}, 0),
+    ({"a=a1": 0.5, "b=b2&c=c1": 0.6}, 1),
+    ({}, 2),
+    ({"a=a3&b=b1": 0.4, "c=c2": 1.5, "b=b4": 0.7}, 3),
+    ({"a=a1": 0.5, "a=a1&b=b2": 0.5}, 4),
+]
+
+
+def _stacked() -> tuple[list[pa.Table], pa.Table]:
+    parts = [_leaves({"a": 4, "b": 5, "c": 3}, effects, seed=seed) for effects, seed in CASES]
+    tagged = [p.append_column("boot", pa.array([b] * p.num_rows, pa.int64())) for b, p in enumerate(parts)]
+    return parts, pa.concat_tables(tagged)
+
+
+def _same(alone: LatticeResult, in_step: LatticeResult) -> None:
+    assert [c.elements for c in in_step.culprits] == [c.elements for c in alone.culprits]
+    for x, y in zip(in_step.culprits, alone.culprits, strict=True):
+        assert (x.layer, x.leaves, x.abnormal_leaves) == (y.layer, y.leaves, y.abnormal_leaves)
+        assert x.share_of_abnormal == pytest.approx(y.share_of_abnormal, rel=1e-9)
+        assert x.high_risk == pytest.approx(y.high_risk, rel=1e-9)
+        assert x.low_risk == pytest.approx(y.low_risk, rel=1e-9, abs=1e-12)
+    assert in_step.cutoff == pytest.approx(alone.cutoff, rel=1e-12)
+    assert in_step.abnormal_change == pytest.approx(alone.abnormal_change, rel=1e-9)
+    assert (in_step.cuboids_scanned, in_step.queries, in_step.dims) == (alone.cuboids_scanned, alone.queries, alone.dims)
+
+
+@pytest.mark.parametrize("options", [SearchOptions(), SearchOptions(describe=False, batch=1, max_layer=2)])
+def test_searches_in_step_match_each_resample_searched_alone(duck, options):
+    parts, stacked = _stacked()
+    in_step = search_resamples(engine.table(duck, stacked), DIMS, options)
+    alone = [search(engine.table(duck, p), DIMS, options) for p in parts]
+    assert len(in_step) == len(parts)
+    assert any(r.culprits for r in alone) and any(not r.culprits for r in alone)
+    assert len({len(r.culprits) for r in alone}) > 2  # the resamples really do diverge
+    for a, s in zip(alone, in_step, strict=True):
+        _same(a, s)
+
+
+@pytest.mark.spark
+def test_searches_in_step_on_spark_match_duckdb(spark_con, duck):
+    _parts, stacked = _stacked()
+    duck_res, spark_res = (search_resamples(engine.table(con, stacked), DIMS) for con in (duck, spark_con))
+    for a, s in zip(duck_res, spark_res, strict=True):
+        _same(a, s)
