@@ -77,3 +77,58 @@ def test_remembered_masks_are_read_only_and_match_row_by_row_comparison() -> Non
     for shared in (mask, view.ints("tid", -1), view.name_mask(re.compile("Synchronize"))):
         with pytest.raises(ValueError):
             shared[0] = shared[1]
+
+
+def _top_by_arrow(view: RankView, n: int) -> pa.Table:
+    """The same table by Arrow's group-by (the implementation top_kernels replaced)."""
+    import pyarrow.compute as pc
+
+    from perfsleuth.trace.kernels import TOP_SCHEMA
+
+    gpu = view.is_gpu
+    t = pa.table(
+        {
+            "name": pc.cast(view.table["name"].filter(pa.array(gpu)), pa.string()),
+            "kernel_class": view.kernel_class[gpu].astype(str),
+            "dur": view.dur[gpu],
+        }
+    )
+    g = t.group_by(["name", "kernel_class"], use_threads=False).aggregate(
+        [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")]
+    )
+    g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
+    total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
+    cols = [np.full(g.num_rows, view.rank, np.int32), g["name"], g["kernel_class"], g["dur_count"], g["dur_sum"], g["dur_mean"]]
+    cols += [g["dur_approximate_median"], g["dur_max"], pc.divide(pc.cast(g["dur_sum"], pa.float64()), total)]
+    return pa.Table.from_arrays(cols, schema=TOP_SCHEMA)
+
+
+@pytest.mark.parametrize("trace", ["tl_h100_bert_small", "param_dlrm_8rank_v100", "kineto_resnet50_2020_12_nw4"])
+def test_top_kernels_equal_arrows_group_by_on_real_traces(trace: str) -> None:
+    from pathlib import Path
+
+    from perfsleuth.ingest import kineto
+    from perfsleuth.trace.kernels import top_kernels
+
+    path = sorted(p for p in (Path(__file__).parent / "data" / "real_traces" / trace).iterdir() if p.name.endswith((".json", ".json.gz")))[
+        0
+    ]
+    rf = kineto.read_rank_file(path, single_file=True)
+    view = RankView(rf.rank, rf.events)
+    mine, arrow = top_kernels(view, 10_000), _top_by_arrow(view, 10_000)
+
+    # Arrow leaves the order of its groups unspecified: kernels with equal summed time may come in
+    # another order there; top_kernels keeps them in order of first appearance
+    def rows(t: pa.Table) -> list[tuple[object, ...]]:
+        return sorted(zip(*(t[c].to_pylist() for c in t.column_names), strict=True), key=lambda r: (-r[4], str(r[1]), r[2]))
+
+    assert rows(mine) == rows(arrow)
+    assert mine["total_ns"].to_pylist() == arrow["total_ns"].to_pylist()
+    first = {}
+    for i, name in enumerate(view.names[view.is_gpu]):
+        first.setdefault(name, i)
+    totals, names = mine["total_ns"].to_pylist(), mine["name"].to_pylist()
+    for k in range(1, len(totals)):
+        if totals[k] == totals[k - 1] and mine["kernel_class"][k] == mine["kernel_class"][k - 1]:
+            assert first[names[k - 1]] < first[names[k]]
+    assert top_kernels(view, 10).equals(mine.slice(0, 10))

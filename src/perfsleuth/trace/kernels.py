@@ -54,32 +54,45 @@ def kernel_class_breakdown(v: RankView) -> pa.Table:
 
 
 def top_kernels(v: RankView, n: int = 10) -> pa.Table:
-    """The ``n`` kernels (by name) with the most summed GPU time on one rank (grouped on the name's
-    dictionary code and the class code; the strings are looked up for the ``n`` rows kept)."""
-    rank = v.rank
+    """The ``n`` kernels (by name and class) with the most summed GPU time on one rank.
+
+    Grouped in numpy on the name's dictionary code and the class code, groups in order of first
+    appearance and ties in summed time kept in that order; only the ``n`` kept groups get their
+    median (Arrow's t-digest ``approximate_median`` over the group's durations in row order) and
+    their strings. Arrow's ``Table.group_by`` gives the same table, but its first
+    call imports ``pyarrow.acero`` and ``pyarrow.dataset`` (~0.17 s) where nothing else has."""
     idx = np.flatnonzero(v.is_gpu)
     if len(idx) == 0:
         return TOP_SCHEMA.empty_table()
     names = v.table["name"].combine_chunks()
     if not pa.types.is_dictionary(names.type):
         names = names.dictionary_encode()
-    t = pa.table({"name": names.indices.take(pa.array(idx)), "kernel_class": v.kernel_class_code[idx], "dur": v.dur[idx]})
-    g = t.group_by(["name", "kernel_class"]).aggregate(
-        [("dur", "count"), ("dur", "sum"), ("dur", "mean"), ("dur", "approximate_median"), ("dur", "max")]
-    )
-    total = max(int(pc.sum(t["dur"]).as_py() or 0), 1)
-    g = g.sort_by([("dur_sum", "descending")]).slice(0, n)
+    name_code = names.indices.fill_null(-1).to_numpy()[idx].astype(np.int64)
+    key = (name_code + 1) * len(CLASS_VALUES) + v.kernel_class_code[idx]
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    dur = v.dur[idx]
+    count = np.bincount(group)
+    total_ns = np.zeros(len(first), np.int64)
+    np.add.at(total_ns, group, dur)
+    max_ns = np.full(len(first), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(max_ns, group, dur)
+    by_appearance = np.argsort(first, kind="stable")
+    kept = by_appearance[np.argsort(-total_ns[by_appearance], kind="stable")][:n]
+    in_kept = np.flatnonzero(np.isin(group, kept))  # the kept groups' rows, in row order
+    p50 = [pc.approximate_median(pa.array(dur[in_kept[group[in_kept] == g]])).as_py() for g in kept.tolist()]
+    total = max(int(dur.sum()), 1)
+    code = name_code[first[kept]]
     return pa.table(
         {
-            "rank": np.full(g.num_rows, rank, np.int32),
-            "name": pc.cast(names.dictionary.take(g["name"]), pa.string()),
-            "kernel_class": pa.array(np.array(CLASS_VALUES, dtype=object)[g["kernel_class"].to_numpy()], pa.string()),
-            "count": g["dur_count"],
-            "total_ns": g["dur_sum"],
-            "mean_ns": g["dur_mean"],
-            "p50_ns": g["dur_approximate_median"],
-            "max_ns": g["dur_max"],
-            "share": pc.divide(pc.cast(g["dur_sum"], pa.float64()), total),
+            "rank": np.full(len(kept), v.rank, np.int32),
+            "name": pc.cast(names.dictionary.take(pa.array(code, mask=code < 0)), pa.string()),
+            "kernel_class": pa.array(np.array(CLASS_VALUES, dtype=object)[v.kernel_class_code[idx][first[kept]]], pa.string()),
+            "count": count[kept],
+            "total_ns": total_ns[kept],
+            "mean_ns": total_ns[kept] / count[kept],
+            "p50_ns": pa.array(p50, pa.float64()),
+            "max_ns": max_ns[kept],
+            "share": total_ns[kept].astype(np.float64) / total,
         },
         schema=TOP_SCHEMA,
     )
