@@ -57,3 +57,21 @@ def test_searches_in_step_on_spark_match_duckdb(spark_con, duck):
     duck_res, spark_res = (search_resamples(engine.table(con, stacked), DIMS) for con in (duck, spark_con))
     for a, s in zip(duck_res, spark_res, strict=True):
         _same(a, s)
+
+
+@pytest.mark.spark
+def test_spark_draws_and_searches_the_same_resamples_as_duckdb(spark_con, duck):
+    # Spark reads a view's tables when the view is read: resamples must not share a seed table that is
+    # replaced between them, or every resample ends up drawn with the last seed.
+    from test_localize import FLEET_SPEC
+
+    from perfsleuth.segment import localize
+    from perfsleuth.sim.fleet_sim import FleetScenario, simulate_fleet
+
+    case = simulate_fleet(FleetScenario(seed=0))
+    freqs = [
+        {c.label: c.selection_frequency for c in localize(engine.table(con, case.runs), FLEET_SPEC, bootstrap=4).culprits}
+        for con in (duck, spark_con)
+    ]
+    assert any(f < 1.0 for f in freqs[0].values())  # resamples that disagree: a seed mix-up would show
+    assert freqs[1] == freqs[0]

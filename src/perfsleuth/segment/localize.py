@@ -199,17 +199,19 @@ def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOp
     con = backend_of(terms)
     options = replace(options, describe=False)  # only the labels count: no query for the nesting report
     order = list(dims)
-    # the resample's seed is a one-row table and each resample a table of its own: the resampling query
-    # compiles once (Poisson weights number the rows, so the resamples cannot share one query)
+    # Each resample's seed is a one-row table of its own and each resample a table of its own, all kept
+    # until the searches end (Spark resolves a view's tables when it is read, so a seed table replaced in
+    # place would reseed the resamples already made). The resampling query compiles once, for the first
+    # seed table, and the others' names are put in its place.
     sql = None
     for b in range(reps):
-        upload(con, _SEED, pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
+        upload(con, f"{_SEED}_{b}", pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
         if sql is None:
-            seeded = terms.cross_join(con.table(_SEED))
+            seeded = terms.cross_join(con.table(f"{_SEED}_0"))
             weighted = with_poisson_weight(seeded, order, seeded.boot_seed)
             weighted = weighted.select(*order, real=weighted.real * weighted.bw, predict=weighted.predict * weighted.bw)
             sql = str(con.compile(weighted))
-        materialize(con, f"{_BOOT}_{b}", sql)
+        materialize(con, f"{_BOOT}_{b}", sql.replace(f"{_SEED}_0", f"{_SEED}_{b}"))
     parts = [con.table(f"{_BOOT}_{b}").mutate(boot=ibis.literal(b, "int64")) for b in range(reps)]
     materialize(con, _BOOT, ibis.union(*parts), view=True)
     counts: Counter[str] = Counter()
