@@ -10,6 +10,8 @@ import lzma
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -433,9 +435,9 @@ def test_real_2022_export_with_mpi_rank_and_registered_strings(tmp_path) -> None
 @pytest.mark.parametrize("name", ["h100_2gpu_1s", "saxpy-mpi-cuda_nsys_perlmutter0"])
 def test_arrow_batches_read_the_same_events_as_the_sqlite3_cursor(tmp_path, monkeypatch, name) -> None:
     path = real(tmp_path, name)
-    assert nsys.adbc_sqlite is not None  # a dependency: the fast path is the one that runs
+    assert nsys._adbc_sqlite() is not None  # a dependency: the fast path is the one that runs
     fast = nsys.read_report(path)
-    monkeypatch.setattr(nsys, "adbc_sqlite", None)  # the stdlib cursor, the reader's oracle
+    monkeypatch.setattr(nsys, "_adbc_sqlite", lambda: None)  # the stdlib cursor, the reader's oracle
     slow = nsys.read_report(path)
     assert [r.rank for r in fast] == [r.rank for r in slow]
     for a, b in zip(fast, slow, strict=True):
@@ -450,3 +452,14 @@ def test_a_real_beyond_int64_past_the_first_batch_names_its_column_and_row(tmp_p
     with pytest.raises(InputError) as err:
         nsys.read_report(path)
     assert "start is 1e+300" in str(err.value) and f"row {nsys._CHUNK_ROWS + 4}" in str(err.value)
+
+
+def test_the_arrow_driver_loads_with_the_first_export_not_with_the_reader() -> None:
+    """The driver pulls in pyarrow.dataset and acero (~0.2 s): a run that reads no Nsight Systems export, which
+    still imports this reader through the adapter registry, must not pay for it."""
+    probe = (
+        "import sys\nimport perfsleuth.ingest.nsys, perfsleuth.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('adbc_driver', 'pyarrow.dataset', 'pyarrow.acero'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

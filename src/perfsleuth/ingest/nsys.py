@@ -39,6 +39,7 @@ This module reads and normalises; it does not judge (that is ``perfsleuth.trace`
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import struct
@@ -52,11 +53,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-try:  # Arrow batches from SQLite in C; without the driver the stdlib cursor reads everything
-    import adbc_driver_sqlite.dbapi as adbc_sqlite
-except ImportError:  # pragma: no cover - depends on the install
-    adbc_sqlite = None  # type: ignore[assignment]
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto, memory_guard
@@ -204,6 +200,18 @@ class _NotArrow(Exception):
     """A query's Arrow batches are not the columns nsys writes: the ``sqlite3`` path reads it instead."""
 
 
+@functools.cache
+def _adbc_sqlite() -> Any:
+    """The ADBC SQLite driver's DB-API module (Arrow batches from SQLite in C), or None when it is not installed
+    (the stdlib cursor then reads everything). Imported on the first export read, not with the module: it loads
+    pyarrow.dataset and acero, which a run without an Nsight Systems export does not need."""
+    try:
+        import adbc_driver_sqlite.dbapi as adbc_sqlite
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+    return adbc_sqlite
+
+
 @dataclass
 class _Db:
     """An open export with its table and column list (schema drift is handled by asking these)."""
@@ -221,6 +229,7 @@ class _Db:
     def _batches(self, sql: str, types: Sequence[pa.DataType]) -> Iterator[pa.RecordBatch]:
         """The query's record batches through ADBC, each column of the given type and (for integers)
         without nulls; raises ``_NotArrow`` when the driver is missing, fails, or a batch differs."""
+        adbc_sqlite = _adbc_sqlite()
         if adbc_sqlite is None or self.arrow is False:
             raise _NotArrow
         cur = None
