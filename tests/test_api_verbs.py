@@ -15,6 +15,7 @@ from perfsleuth.cli import app
 
 def test_all_lists_a_function_per_verb():
     verbs = {"analyze", "compare", "changes", "localize", "diff", "ingest", "evaluate", "signals", "make_cases", "fleet_report"}
+    verbs |= {"explain", "verify", "watch"}
     assert verbs <= set(api.__all__)
     assert all(callable(getattr(api, name)) for name in api.__all__)
 

@@ -9,40 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsleuth.commands.verify_cmd import run_verify as verify
 from perfsleuth.pipeline import JobReport, analyze, analyze_streaming, analyze_traces, load_trace_job
-
-
-def verify(
-    before: str | Path,
-    after: str | Path,
-    *,
-    finding: str | None = None,
-    store: str | Path | None = None,
-    tolerance: float = 0.25,
-    threshold: float = 0.02,
-    diff: bool = True,
-    workers: int | None = None,
-    engine: str = "local",
-    master: str | None = None,
-):
-    """The ``perfsleuth verify`` verb: did fixing BEFORE's finding (``finding``, default its largest) save
-    what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids of that store;
-    with ``store`` the verdict is kept there; ``engine="spark"`` reads the files as Spark tasks, as in
-    ``analyze``. Returns ``(pipeline.verify.Verification, "added"|"skipped"|None)``."""
-    from perfsleuth.commands.verify_cmd import run_verify
-
-    return run_verify(
-        before,
-        after,
-        finding=finding,
-        store=store,
-        tolerance=tolerance,
-        threshold=threshold,
-        diff=diff,
-        workers=workers,
-        engine=engine,
-        master=master,
-    )
 
 
 def watch(store: str | Path, **options: Any):
@@ -247,4 +215,6 @@ __all__ = [
     "localize",
     "make_cases",
     "signals",
+    "verify",
+    "watch",
 ]

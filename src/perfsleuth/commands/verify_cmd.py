@@ -74,8 +74,11 @@ def run_verify(
     engine: str = "local",
     master: str | None = None,
 ):
-    """What the verb computes, before rendering: the ``pipeline.verify.Verification`` and, with ``store``,
-    ``"added"`` or ``"skipped"`` for its verdict kept there (else None)."""
+    """The ``perfsleuth verify`` verb before rendering (``api.verify``): did fixing BEFORE's finding (``finding``,
+    default its largest) save what it predicted in AFTER? Each side is a job's files or, with ``store``, run ids
+    of that store; ``engine="spark"`` reads the files as Spark tasks, as in ``analyze``. Returns the
+    ``pipeline.verify.Verification`` and, with ``store``, ``"added"`` or ``"skipped"`` for its verdict kept there
+    (else None)."""
     from perfsleuth import engine as store_engine
     from perfsleuth.pipeline.spark_ranks import require_rank_engine
     from perfsleuth.pipeline.verify import resolve_side, store_verdict, verify_sides
