@@ -145,12 +145,21 @@ def scan_p_value(b: float, m: int, min_size: int) -> float:
     Siegmund's Gaussian approximation is far off in the tail (15x too large at 1 in 10,000 on 28
     points, since ranks bound the statistic), and a short history could not confirm even a clean
     step. Longer windows, and other minimum segments, use the approximation (``siegmund_p_value``)."""
-    if min_size == null_table.MIN_SIZE and 2 * min_size <= m <= _TABLE_LENGTHS[-1] and np.isfinite(b):
+    if min_size == null_table.MIN_SIZE and 2 * min_size <= m <= EXACT_TAIL_MAX_POINTS and np.isfinite(b):
         return _table_p_value(b, m)
     return siegmund_p_value(b, m, min_size)
 
 
 _TABLE_LENGTHS = np.array([row[0] for row in null_table.EXCEEDANCE])
+EXACT_TAIL_MAX_POINTS = int(_TABLE_LENGTHS[-1])
+"""The longest window whose p-value is read from the permutation table (with ``null_table.MIN_SIZE``)."""
+
+
+def null_method(min_size: int) -> str:
+    """How ``scan_p_value`` gets its null for this ``min_size``, in words for a report's method."""
+    if min_size == null_table.MIN_SIZE:
+        return f"permutation null up to {EXACT_TAIL_MAX_POINTS} points and Siegmund approximation above"
+    return "Siegmund approximation"
 
 
 def _table_p_at(b: float, i: int) -> float:

@@ -47,6 +47,7 @@ from perfsleuth.stats.changepoint_test import (
     estimate_noise,
     normal_scores,
     null_inflation,
+    null_method,
     scan_p_value,
 )
 
@@ -386,7 +387,7 @@ def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = Fal
     level = f"{alpha:g}" if alarms_per_point is None else f"min({alpha:g}, {alarms_per_point:g} x n)"
     text = (
         f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
-        f"neighbouring changes, permutation null up to 300 points and Siegmund approximation above, "
+        f"neighbouring changes, {null_method(min_size)}, "
         f"AR(1)-corrected noise) has p <= {level}; segments of at least {min_size} points"
     )
     if trend_changes:
