@@ -408,14 +408,20 @@ def _drop_redundant(culprits: list[Culprit], threshold: float) -> Generator[Requ
     return kept, queries
 
 
+def _under_joined(t: ir.Table, gdims: tuple[str, ...]) -> ir.Table:
+    """The leaves under the element each row was joined to: its value ``v{i}`` on each dimension, or
+    any value where that is null."""
+    match = ibis.literal(True)
+    for i, g in enumerate(gdims):
+        match = match & (t[f"v{i}"].isnull() | (t[g] == t[f"v{i}"]))
+    return t.filter(match)
+
+
 def _own_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     """Per search and culprit, the abnormal change of the leaves under it and under none of its other culprits."""
     base, kept = con.table(_BASE), con.table(_KEPT)
     t = base.filter(base.p == 1).join(kept, "boot")
-    match = ibis.literal(True)
-    for i, g in enumerate(gdims):
-        match = match & (t[f"v{i}"].isnull() | (t[g] == t[f"v{i}"]))
-    t = t.filter(match)
+    t = _under_joined(t, gdims)
     per_leaf = t.group_by(["boot", *gdims]).aggregate(n=t.count(), k=t.k.min(), s=t.cp.max())
     only = per_leaf.filter(per_leaf.n == 1)
     return only.group_by(["boot", "k"]).aggregate(s=only.s.sum())
@@ -696,10 +702,7 @@ def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], asked: dict[int, li
 def _misfit_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     rest, cand = con.table(_REST), con.table(_CAND)
     t = rest.filter(rest.nz == 1).join(cand, "boot")
-    match = ibis.literal(True)
-    for i, g in enumerate(gdims):
-        match = match & (t[f"v{i}"].isnull() | (t[g] == t[f"v{i}"]))
-    t = t.filter(match)
+    t = _under_joined(t, gdims)
     a = t.predict * t.rho
     gap = ibis.ifelse((a + t.real) != 0, (2.0 * (a - t.real) / (a + t.real)).abs(), 0.0)
     return t.group_by(["boot", "idx"]).aggregate(fit=gap.mean(), dev=t.dev.abs().mean())
