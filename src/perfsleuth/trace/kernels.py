@@ -64,11 +64,9 @@ def top_kernels(v: RankView, n: int = 10) -> pa.Table:
     idx = np.flatnonzero(v.is_gpu)
     if len(idx) == 0:
         return TOP_SCHEMA.empty_table()
-    names = v.table["name"].combine_chunks()
-    if not pa.types.is_dictionary(names.type):
-        names = names.dictionary_encode()
-    name_code = names.indices.fill_null(-1).to_numpy()[idx].astype(np.int64)
-    key = (name_code + 1) * len(CLASS_VALUES) + v.kernel_class_code[idx]
+    codes, values = v.name_codes  # a null name has the last code (its value '')
+    name_code = codes[idx]
+    key = name_code * len(CLASS_VALUES) + v.kernel_class_code[idx]
     _, first, group = np.unique(key, return_index=True, return_inverse=True)
     dur = v.dur[idx]
     count = np.bincount(group)
@@ -85,7 +83,7 @@ def top_kernels(v: RankView, n: int = 10) -> pa.Table:
     return pa.table(
         {
             "rank": np.full(len(kept), v.rank, np.int32),
-            "name": pc.cast(names.dictionary.take(pa.array(code, mask=code < 0)), pa.string()),
+            "name": pa.array(values[code], pa.string(), mask=code == len(values) - 1),
             "kernel_class": pa.array(np.array(CLASS_VALUES, dtype=object)[v.kernel_class_code[idx][first[kept]]], pa.string()),
             "count": count[kept],
             "total_ns": total_ns[kept],
