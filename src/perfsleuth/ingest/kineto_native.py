@@ -391,10 +391,11 @@ def dict_column(codes: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), pa.array(strings, pa.string()))
 
 
-def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray) -> pa.DictionaryArray:
+def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray, keep: np.ndarray | None = None) -> pa.DictionaryArray:
     """Strings on ``rows`` (null elsewhere and where the value is null), dictionary-encoded in row
-    order (first occurrence first), as the msgspec reader's string columns were."""
-    n = len(codes)
+    order (first occurrence first), as the msgspec reader's string columns were; only the rows
+    ``keep`` (None: all) are returned, the dictionary is that of all rows (as a filter leaves it)."""
+    n = len(codes) if keep is None else len(keep)
     sub = codes[rows] if len(rows) else np.zeros(0, dtype=np.int32)
     present = sub[sub >= 0]
     if not len(present):
@@ -405,8 +406,10 @@ def str_or_null(codes: np.ndarray, strings: list[str], rows: np.ndarray) -> pa.D
     order = used[np.argsort(first, kind="stable")]
     lut = np.full(len(strings) + 1, -1, dtype=np.int32)
     lut[order] = np.arange(len(order), dtype=np.int32)
-    idx = np.full(n, -1, dtype=np.int32)
+    idx = np.full(len(codes), -1, dtype=np.int32)
     idx[rows] = lut[np.where(sub >= 0, sub, len(strings))]
+    if keep is not None:
+        idx = idx[keep]
     return pa.DictionaryArray.from_arrays(
         pa.array(np.maximum(idx, 0), pa.int32(), mask=idx < 0), pa.array([strings[i] for i in order.tolist()], pa.string())
     )
