@@ -11,15 +11,28 @@ from perfsleuth.stats.resample import percentile_bounds
 from perfsleuth.stats.tails import binom_at_least
 
 
-def test_same_bits_as_scipy_binom_sf_on_a_grid() -> None:
+def test_agrees_with_scipy_binom_sf_on_a_grid() -> None:
     rng = np.random.default_rng(7)
-    probs = [0.0, 1.0, 0.5, 1 / 3, 1 / 8, 1 / 64, 1 / 1024, *rng.uniform(0, 1, 4)]
-    for n in (0, 1, 2, 5, 17, 100, 999):
+    probs = [0.0, 1.0, 0.5, 1 / 3, 1 / 8, 1 / 64, 1 / 1024, 1e-4, 0.999, *rng.uniform(0, 1, 4)]
+    for n in (0, 1, 2, 5, 17, 100, 999, 5000, 40000):
         k = np.arange(-2, n + 3)
         for p in probs:
             want = stats.binom.sf(k - 1, n, p)
             got = binom_at_least(k, n, p)
-            assert np.array_equal(want.view(np.int64), got.view(np.int64)), (n, p)
+            shown = want > 1e-290  # below that, 0 here (the smallest doubles)
+            np.testing.assert_allclose(got[shown], want[shown], rtol=1e-8, atol=0, err_msg=f"n={n} p={p}")
+            assert np.all(got[~shown] < 1e-280), (n, p)
+
+
+def test_tails_of_both_sides_of_the_mode_by_hand() -> None:
+    # Bin(10, 0.1): P(X >= 1) = 1 - 0.9^10 (holds the mode 1: the one-minus side); P(X >= 10) = 0.1^10
+    assert binom_at_least(1, 10, 0.1) == pytest.approx(1 - 0.9**10, rel=1e-14)
+    assert binom_at_least(10, 10, 0.1) == pytest.approx(1e-10, rel=1e-12)
+    # a tiny tail far beyond the mode keeps its relative precision (no 1 - x cancellation):
+    # P(X >= 5) for Bin(1000, 1e-4): leading term C(1000, 5) 1e-20 0.9999^995 = 7.47e-8; the next
+    # terms add a ratio of about 995/6 * 1e-4 = 1.66 % each time, so the tail is 1.0169 leading terms
+    lead = 8250291250200 * 1e-20 * 0.9999**995
+    assert lead * 1.016 < binom_at_least(5, 1000, 1e-4) < lead * 1.018
 
 
 def test_broadcasts_arrays_and_marks_invalid_input_nan() -> None:

@@ -167,39 +167,70 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), int(df["instance"].nunique()), method)
 
 
+# Up to this many ranks the offsets are solved dense with numpy: a 512 x 512 solve takes milliseconds,
+# while importing scipy.sparse (with csgraph and its linalg) costs about 0.25 s of every smaller job's run.
+DENSE_SOLVE_MAX_RANKS = 512
+
+
 def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
     """Offsets of the ranks connected to the lowest one, which is pinned at 0.
 
     The weighted least-squares problem ``sqrt(w) * (x[rank] - x[hub] - median) -> min`` has as normal
-    equations a weighted graph Laplacian: one nonzero per matched (rank, hub) pair, solved sparse, so
-    the cost grows with the pairs (ranks × groups), not with ranks squared as a dense solve would."""
-    # deferred: scipy.sparse costs ~0.2 s of start-up, which only a job with matched collectives needs
-    from scipy import sparse
-    from scipy.sparse.csgraph import connected_components
-    from scipy.sparse.linalg import spsolve
-
+    equations a weighted graph Laplacian over the matched (rank, hub) pairs. Up to
+    ``DENSE_SOLVE_MAX_RANKS`` ranks it is solved dense (numpy); above, sparse (scipy), so the cost grows
+    with the pairs (ranks × groups), not with ranks squared. Both give the same solution (a test)."""
     col = {r: i for i, r in enumerate(present)}
     n = len(present)
     i = pairs["rank"].map(col).to_numpy()
     j = pairs["hub"].map(col).to_numpy()
     w = pairs["size"].to_numpy(dtype=float)
     d = pairs["median"].to_numpy(dtype=float)
+    rhs = np.bincount(i, w * d, minlength=n) - np.bincount(j, w * d, minlength=n)
+    solve = _solve_dense if n <= DENSE_SOLVE_MAX_RANKS else _solve_sparse
+    free, x = solve(n, i, j, w, rhs)
+    out = {present[0]: 0.0}
+    out.update({present[k]: float(v) for k, v in zip(free, np.atleast_1d(x), strict=True)})
+    return out
+
+
+def _solve_dense(n: int, i: np.ndarray, j: np.ndarray, w: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks reachable from rank index 0 other than itself, and their offsets (numpy)."""
+    lap = np.zeros((n, n))
+    np.add.at(lap, (i, j), -w)
+    np.add.at(lap, (j, i), -w)
+    np.fill_diagonal(lap, -lap.sum(axis=1))
+    linked = lap != 0
+    reached = np.zeros(n, dtype=bool)
+    reached[0] = True
+    while True:  # grow the component of index 0 by one hop per round (at most its diameter rounds)
+        grown = reached | linked[reached].any(axis=0)
+        if (grown == reached).all():
+            break
+        reached = grown
+    free = np.flatnonzero(reached)[1:]
+    if len(free) == 0:
+        return free, np.empty(0)
+    return free, np.linalg.solve(lap[np.ix_(free, free)], rhs[free])
+
+
+def _solve_sparse(n: int, i: np.ndarray, j: np.ndarray, w: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """As ``_solve_dense``, with scipy.sparse: for jobs too large for an n x n matrix."""
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
+    from scipy.sparse.linalg import spsolve
+
     graph = sparse.coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     members = np.flatnonzero(labels == labels[0])
     free = members[members != 0]  # the lowest rank (index 0) is the reference: offset 0
-    out = {present[0]: 0.0}
     if len(free) == 0:
-        return out
+        return free, np.empty(0)
     lap = sparse.coo_matrix(
         (np.concatenate([w, w, -w, -w]), (np.concatenate([i, j, i, j]), np.concatenate([i, j, j, i]))), shape=(n, n)
     ).tocsr()
-    rhs = np.bincount(i, w * d, minlength=n) - np.bincount(j, w * d, minlength=n)
     # a symmetric matrix wants a symmetric fill-reducing order: the default (COLAMD) took 1.1 s on a
     # 4,096-rank TP×DP×PP job, minimum degree on A+Aᵀ 9 ms, for the same solution
-    x = spsolve(lap[free][:, free].tocsc(), rhs[free], permc_spec="MMD_AT_PLUS_A")
-    out.update({present[k]: float(v) for k, v in zip(free, np.atleast_1d(x), strict=True)})
-    return out
+    return free, spsolve(lap[free][:, free].tocsc(), rhs[free], permc_spec="MMD_AT_PLUS_A")
 
 
 def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:
