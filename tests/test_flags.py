@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-from enum import Enum
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -37,14 +36,17 @@ def _verbs() -> dict[str, object]:
 def _format_choices(cmd) -> tuple[str, ...]:
     for p in cmd.params:
         if "--format" in p.opts:
-            return tuple(m.value for m in p.type_descriptor.annotation)
+            return tuple(str(getattr(c, "value", c)) for c in p.type.choices)
     return ()
 
 
 def _kind(p) -> str:
-    """What an option takes: 'word' for one string or a choice of them, else its annotation ('list[str]', Path...)."""
-    ann = p.type_descriptor.annotation
-    return "word" if ann is str or (isinstance(ann, type) and issubclass(ann, Enum)) else str(ann)
+    """What an option takes, from its click-level type (the same across Typer versions): 'word' for
+    one string or a choice of them, 'flag', else the type's name ('path', 'int'), '...list' when repeated."""
+    if p.is_flag:
+        return "flag"
+    name = "word" if p.type.name in ("text", "str", "choice") else p.type.name
+    return f"{name} list" if p.multiple else name
 
 
 def test_an_option_name_has_one_type_and_arity_in_every_verb():
