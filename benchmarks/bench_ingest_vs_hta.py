@@ -19,9 +19,10 @@ One run of this script:
        hta         TraceAnalysis(trace_dir=dir); get_temporal_breakdown(); get_comm_comp_overlap()
        orjson      read_bytes + orjson.loads of each file, one after the other in one process
                    (each decoded document is dropped before the next file); "loads s" = loads only
-   Two more children (``--tools``): ``cli`` runs the ``perfsleuth analyze DIR --format json --out FILE``
-   command itself (its "subprocess s" is the user's wait, interpreter start and imports included:
-   the whole-process ratio against HTA's subprocess), and ``stages`` runs the same work in one process
+   Two more children (``--tools``): ``cli`` is the ``python -m perfsleuth analyze DIR --format json --out
+   FILE`` command itself, no harness in its process (its "subprocess s" is the user's wait, interpreter
+   start, imports and exit included: the whole-process ratio against HTA's subprocess; perfsleuth's
+   modules are byte-compiled first, as pip does on install), and ``stages`` runs the same work in one process
    with workers=1, timing imports / reading / per-rank analysis / cross-rank / diagnosis / rendering and
    printing each stage's share. ``--gzip`` writes the data set as ``rank-N.json.gz`` (every tool then
    reads the gzip files; orjson through ``gzip.decompress``).
@@ -270,21 +271,12 @@ def child_orjson(data: str) -> dict:
     return {"work_s": time.perf_counter() - t0, "read_s": read_s, "loads_s": loads_s, "events": n, "files": len(files)}
 
 
-def child_cli(data: str, workers: int | None) -> dict:
-    """``perfsleuth analyze DIR --format json --out FILE``, the whole command in this process: its
-    "subprocess s" is what a user waits for (interpreter start, imports, parse, analysis, diagnosis,
-    rendering); "work s" here is the same minus interpreter start."""
-    t0 = time.perf_counter()
-    from perfsleuth.cli import app
-
-    out = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-cli-")) / "analysis.json"
-    args = ["analyze", data, "--format", "json", "--out", str(out)] + (["--workers", str(workers)] if workers else [])
-    try:
-        app(args, standalone_mode=False)
-    finally:
-        size = out.stat().st_size if out.exists() else 0
-        shutil.rmtree(out.parent, ignore_errors=True)
-    return {"work_s": time.perf_counter() - t0, "json_bytes": size}
+def cli_command(python: str, data: str, out: Path, workers: str) -> list[str]:
+    """``perfsleuth analyze DIR --format json --out FILE`` exactly as a user runs it (``python -m
+    perfsleuth``, the console script's entry point): its wall time is what the user waits for,
+    interpreter start, imports, parse, analysis, diagnosis, rendering and exit included."""
+    cmd = [python, "-m", "perfsleuth", "analyze", data, "--format", "json", "--out", str(out)]
+    return cmd + (["--workers", workers] if workers != "auto" else [])
 
 
 def _cpu_s() -> float:
@@ -346,8 +338,6 @@ def child_main(argv: list[str]) -> None:
         res = child_hta(data)
     elif tool == "orjson":
         res = child_orjson(data)
-    elif tool == "cli":
-        res = child_cli(data, workers)
     elif tool == "stages":
         res = child_stages(data)
     else:
@@ -392,13 +382,26 @@ def _tree_rss(proc, per_pid: dict) -> tuple[int, int, int]:  # noqa: ANN001
     return total, total_pss, len(procs)
 
 
+def compile_sources(python: str) -> None:
+    """Byte-compile perfsleuth's modules once, as ``pip install`` does for a regular install: an
+    editable checkout run with PYTHONDONTWRITEBYTECODE (as on this machine) would otherwise compile
+    about 70 modules at every start (0.16 s), which no installed tool pays (HTA's were compiled by pip)."""
+    code = "import compileall, pathlib, perfsleuth; compileall.compile_dir(str(pathlib.Path(perfsleuth.__file__).parent), quiet=1)"
+    subprocess.run([python, "-c", code], check=False)
+
+
 def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: float, workers: str, logdir: Path) -> dict:
     import psutil
 
     out = logdir / f"{tool}-{time.time_ns()}.json"
     log = logdir / f"{tool}-{time.time_ns()}.log"
-    cmd = [python, os.path.abspath(__file__), "--child", tool, str(data), str(out), workers]
+    analysis = logdir / f"cli-analysis-{time.time_ns()}.json"
+    if tool == "cli":
+        cmd = cli_command(python, str(data), analysis, workers)
+    else:
+        cmd = [python, os.path.abspath(__file__), "--child", tool, str(data), str(out), workers]
     env = dict(os.environ, PYTHONHASHSEED="0")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's interpreter keeps its compiled modules (see compile_sources)
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child's CPU, its workers' included, once reaped
@@ -426,6 +429,9 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
         wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if tool == "cli" and rc == 0 and analysis.exists():
+        out.write_text(json.dumps({"work_s": wall, "json_bytes": analysis.stat().st_size}))
+        analysis.unlink()
     if rc != 0 or not out.exists():
         tail = log.read_text(errors="replace")[-3000:]
         print(f"  {tool}: FAILED rc={rc}\n{tail}")
@@ -583,6 +589,7 @@ def main() -> int:
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     pythons = {"perfsleuth": args.python, "orjson": args.python, "hta": args.hta_python, "cli": args.python, "stages": args.python}
     logdir = Path(tempfile.mkdtemp(prefix="perfsleuth-bench-logs-"))
+    compile_sources(args.python)
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     try:
         for i in range(args.repeat):

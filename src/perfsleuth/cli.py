@@ -6,6 +6,7 @@ exits with status 2; a traceback means a bug in perfsleuth.
 
 from __future__ import annotations
 
+import gc
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -803,5 +804,10 @@ def version() -> None:
     print(__version__)
 
 
-def main() -> None:  # pragma: no cover - console entry point alias
-    app()
+def main() -> None:  # pragma: no cover - the console entry point
+    """``perfsleuth``: the app, then the collector frozen on the way out, so the interpreter's last
+    collection does not walk every object an analysis made (0.1 s of an 8-rank analyze's exit)."""
+    try:
+        app()
+    finally:
+        gc.freeze()
