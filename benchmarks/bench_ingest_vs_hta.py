@@ -452,6 +452,10 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
     return res
 
 
+def _mib(v: float | None) -> str:
+    return f"{v:.0f} MiB" if v is not None else "n/a"
+
+
 def _median(runs: list[dict], key: str) -> float | None:
     vals = [r[key] for r in runs if not r.get("failed") and r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -608,7 +612,7 @@ def main() -> int:
                     print(
                         f"  run {i + 1}/{args.repeat} {t:<10} work {r['work_s']:7.2f} s{extra}  subprocess {r['subprocess_s']:7.2f} s"
                         f"  peak tree RSS {r['peak_tree_rss_mib']:6.0f} MiB ({r['max_processes']} procs; main process"
-                        f" {r['peak_main_rss_mib']:.0f} MiB polled, {r['ru_maxrss_main_mib']:.0f} MiB ru_maxrss)  {ph}",
+                        f" {r['peak_main_rss_mib']:.0f} MiB polled, {_mib(r.get('ru_maxrss_main_mib'))} ru_maxrss)  {ph}",
                         flush=True,
                     )
                     if args.verbose:

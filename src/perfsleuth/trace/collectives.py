@@ -96,15 +96,20 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     has_seq = df["seq"].notna()
     # position of each collective among its group's collectives in the same step, per rank
     df["pos"] = df.groupby(["rank", "group", "step"]).cumcount()
-    df["key"] = np.where(has_seq, "s" + df["seq"].astype("Int64").astype(str), "p" + df["step"].astype(str) + ":" + df["pos"].astype(str))
-    counts = df.groupby(["group", "key"])["rank"].transform("nunique")
+    # an instance's key within its group: its NCCL sequence number where the trace has one, else its
+    # step and position (integers: kind 0 = sequence number, 1 = step and position)
+    df["key_kind"] = np.where(has_seq, 0, 1)
+    df["key_a"] = np.where(has_seq, df["seq"].fillna(0).astype(np.int64), df["step"].astype(np.int64))
+    df["key_b"] = np.where(has_seq, 0, df["pos"].astype(np.int64))
+    key = ["group", "key_kind", "key_a", "key_b"]
+    counts = df.groupby(key)["rank"].transform("nunique")
     # a send on one rank pairs with a recv on its peer: compare point-to-point ops as one kind
     df["op_kind"] = df["op"].where(~df["op"].isin(P2P_OPS), "p2p")
-    ops = df.groupby(["group", "key"])["op_kind"].transform("nunique")
+    ops = df.groupby(key)["op_kind"].transform("nunique")
     df = df[(counts >= 2) & (ops == 1)].copy()
     if df.empty:
         return INSTANCE_SCHEMA.empty_table()
-    df["instance"] = df.groupby(["group", "key"], sort=False).ngroup()
+    df["instance"] = df.groupby(key, sort=False).ngroup()
     df["participants"] = df.groupby("instance")["rank"].transform("nunique").astype(np.int32)
     # an instance's step: the most common step among its ranks
     votes = df.groupby(["instance", "step"]).size().reset_index(name="n")
