@@ -562,7 +562,9 @@ def _native_batch(
         "coll_op": coll_op,
         "coll_group": str_or_null(sarg["Process Group Name"], strings["Process Group Name"], coll_rows, keep),
         "coll_group_ranks": str_or_null(sarg["Process Group Ranks"], strings["Process Group Ranks"], coll_rows, keep),
-        "coll_group_size": pa.array(np.where(group_ok, group_size, 0).astype(np.int32), pa.int32(), mask=~group_ok),
+        "coll_group_size": pa.array(
+            np.where(group_ok, group_size, 1).astype(np.int32), pa.int32(), mask=~group_ok
+        ),  # 1 under nulls: RankView.ints' fill
         "coll_seq": int64(arg("Seq", coll_rows, "args.seq")),
         "coll_in_nelems": int64(arg("In msg nelems", coll_rows, "args.in_msg_nelems")),
         "coll_out_nelems": int64(arg("Out msg nelems", coll_rows, "args.out_msg_nelems")),
@@ -754,7 +756,8 @@ def finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
     step = _assign_steps(table, np.flatnonzero(ann), ts, launch_ts)
     table = table.append_column(pa.field("step", pa.int32()), pa.array(step, pa.int32()))
     table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
-    table = table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(launch_dur, pa.int64(), mask=launch_dur < 0))
+    # null slots hold what RankView.ints fills them with (0), so it reads the buffer without a filled copy
+    table = table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(np.maximum(launch_dur, 0), pa.int64(), mask=launch_dur < 0))
     return table
 
 

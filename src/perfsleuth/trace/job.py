@@ -61,6 +61,22 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return strings
 
 
+def _filled(col: pa.ChunkedArray | pa.Array, fill: int) -> np.ndarray:
+    """An integer column as numpy, nulls as ``fill``. Where its null slots hold ``fill`` already (the
+    Kineto reader writes them so) the values buffer itself is the answer, not a filled copy: a view
+    keeps one such array per column it reads, most of them mostly null."""
+    if not col.null_count:
+        plain: np.ndarray = col.to_numpy()
+        return plain
+    arr = col.chunk(0) if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1 else col
+    if isinstance(arr, pa.Array) and pa.types.is_integer(arr.type):
+        data = np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype(), count=arr.offset + len(arr))[arr.offset :]
+        if not ((data != fill) & ~arr.is_valid().to_numpy(zero_copy_only=False)).any():
+            return data
+    filled: np.ndarray = col.fill_null(fill).to_numpy()
+    return filled
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     """``a``, read-only: arrays a view remembers are shared, so a caller writing into one is a bug."""
     a.flags.writeable = False
@@ -108,8 +124,7 @@ class RankView:
         """A numeric column as numpy, nulls as ``fill``; converted once per view (read-only: shared)."""
         key = (column, fill)
         if key not in self._memo:
-            col = self.table[column]
-            self._memo[key] = _frozen((col.fill_null(fill) if col.null_count else col).to_numpy())
+            self._memo[key] = _frozen(_filled(self.table[column], fill))
         return self._memo[key]
 
     def name_mask(self, pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None) -> np.ndarray:
