@@ -27,7 +27,9 @@ leave RiskLoc's answers unchanged (benchmarks/README_localize.md).
 
 Only aggregates come back from the engine: per element sums, never the leaves. Every query has a
 fixed shape per set of dimensions (cuboids, candidates and culprits travel as small tables), so it is
-compiled once and rerun, which keeps a search on a small table in the tens of milliseconds. Every
+compiled once and rerun, which keeps a search on a small table in the tens of milliseconds. The
+dimension values are searched as integer codes (``DimCodes``: each dimension's values in sorted order,
+numbered), so the engine groups and compares integers; only the culprits' values are decoded. Every
 working table carries a ``boot`` column, so the bootstrap's resamples run their searches in step
 (``search_resamples``): each takes its own decisions, and each query answers all of them.
 """
@@ -37,16 +39,19 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
-from typing import Any
+from typing import Any, cast
 
 import ibis
 import ibis.expr.types as ir
 import pyarrow as pa
 from ibis.backends import BaseBackend
 
-from perfsleuth.engine import backend_of, compiled, materialize, run_sql, table_name, upload
+from perfsleuth.engine import backend_of, compiled, materialize, run_sql, table_name, to_arrow, upload
 
 Element = tuple[tuple[str, str], ...]  # ((dim, value), ...) in the order of the searched dims
+# Inside the search an element holds the dimensions' codes (``DimCodes``), and so do the culprits' elements
+# until ``_result`` decodes them.
+_Coded = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,7 @@ class SearchOptions:
 
 DEFAULT_OPTIONS = SearchOptions()
 SMALL_BASE = 200_000  # leaves: up to this many, the working set after removals stays a view
+_KEY_STRIDE = 1 << 32  # a pruned value's key: search number times this, plus the value's code
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +126,75 @@ class LatticeResult:
 # Fixed names of the working tables: the compiled SQL of every query refers to them, so it is
 # compiled once per shape and reused (searches on one connection run one at a time).
 _DEV, _CUT, _BASE, _REST = "ps_lattice_dev", "ps_lattice_cut", "ps_lattice_base", "ps_lattice_rest"
-_CAND, _CUBS = "ps_lattice_cand", "ps_lattice_cuboids"
+_CAND, _CUBS, _DICT, _CODED = "ps_lattice_cand", "ps_lattice_cuboids", "ps_lattice_dict", "ps_lattice_coded"
 _REMOVED, _PRUNED, _PARAMS, _KEPT = "ps_lattice_removed", "ps_lattice_pruned", "ps_lattice_params", "ps_lattice_kept"
 _SUMS = ("c", "cp", "cz", "p", "wa", "wn", "nz", "rnz", "pnz")
+
+
+@dataclass(frozen=True, slots=True)
+class DimCodes:
+    """Each dimension's values (as strings) in sorted order: the code of a value is its position.
+
+    Codes keep the order of the values (Python's, by code point: the order of the tie-breaks in the
+    search), and a null value has no code (null), so every comparison the search makes on codes gives
+    the answer it gives on the strings."""
+
+    dims: tuple[str, ...]
+    values: tuple[tuple[str, ...], ...]
+
+    def decode(self, i: int, code: int | None) -> str:
+        """The value of dimension ``i`` with this code (None where the value was null, as in the input)."""
+        return cast(str, None) if code is None else self.values[i][code]
+
+
+def dim_codes(leaves: ir.Table, dims: Sequence[str], name: str) -> DimCodes:
+    """Materialize ``leaves`` as the table ``name`` with each of ``dims`` replaced by its integer code
+    (int64, null for a null value), and return the codes.
+
+    One query reads the distinct values; the dictionary goes to the engine as a small table, joined
+    once per dimension. For a plain table both queries are compiled once per name and shape."""
+    con = backend_of(leaves)
+    names = tuple(dims)
+    source = table_name(leaves)
+    columns = tuple(leaves.columns)
+
+    def distinct(t: ir.Table) -> ir.Table:
+        return ibis.union(*(t.select(dim=ibis.literal(i, "int64"), v=t[d].cast("string")).distinct() for i, d in enumerate(names)))
+
+    if source:
+        rows = run_sql(con, compiled(con, ("distinct", source, names), lambda: distinct(con.table(source)))).to_pylist()
+    else:
+        rows = to_arrow(distinct(leaves)).to_pylist()
+    per_dim: list[list[str]] = [[] for _ in names]
+    for r in rows:
+        if r["v"] is not None:
+            per_dim[r["dim"]].append(r["v"])
+    codes = DimCodes(names, tuple(tuple(sorted(v)) for v in per_dim))
+    upload(
+        con,
+        _DICT,
+        pa.table(
+            {
+                "dim": pa.array([i for i, v in enumerate(codes.values) for _ in v], pa.int64()),
+                "v": pa.array([x for v in codes.values for x in v], pa.string()),
+                "code": pa.array([k for v in codes.values for k in range(len(v))], pa.int64()),
+            }
+        ),
+    )
+
+    def build(t: ir.Table) -> ir.Table:
+        d = con.table(_DICT)
+        out = t.mutate(**{f"ps_s{i}": t[n].cast("string") for i, n in enumerate(names)})
+        for i in range(len(names)):
+            di = d.filter(d.dim == i).select(**{f"ps_v{i}": d.v, f"ps_c{i}": d.code})
+            out = out.left_join(di, out[f"ps_s{i}"] == di[f"ps_v{i}"])
+        return out.select(*(out[f"ps_c{names.index(c)}"].name(c) if c in names else out[c] for c in columns))
+
+    if source:
+        materialize(con, name, compiled(con, ("codes", source, names, columns), lambda: build(con.table(source))))
+    else:
+        materialize(con, name, build(leaves))
+    return codes
 
 
 def functional_dependencies(con: BaseBackend, table: str, dims: Sequence[str]) -> tuple[dict[str, int], set[tuple[str, str]]]:
@@ -155,27 +227,44 @@ def search(
     real: str = "real",
     predict: str = "predict",
     prune_nested: bool = True,
+    codes: DimCodes | None = None,
 ) -> LatticeResult:
-    """Find the culprits of the change from ``predict`` to ``real`` over ``leaves`` (an Ibis table)."""
-    return _search_all(leaves, dims, options, real, predict, prune_nested, resampled=False)[0]
+    """Find the culprits of the change from ``predict`` to ``real`` over ``leaves`` (an Ibis table).
+
+    With ``codes`` the dimension columns of ``leaves`` hold those codes (``dim_codes``), not the values."""
+    return _search_all(leaves, dims, options, real, predict, prune_nested, resampled=False, codes=codes)[0]
 
 
-def search_resamples(leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAULT_OPTIONS) -> list[LatticeResult]:
+def search_resamples(
+    leaves: ir.Table, dims: Sequence[str], options: SearchOptions = DEFAULT_OPTIONS, *, codes: DimCodes | None = None
+) -> list[LatticeResult]:
     """One search per resample, all run in step: ``leaves`` (``real``, ``predict`` and the dims) holds every
     resample, told apart by an int64 ``boot`` column numbered from 0.
 
     Each resample's search takes the same decisions as ``search`` on that resample alone; what they share
     is the engine round trips: a query of each kind answers every resample that asks it at that step, so
-    20 resamples cost about as many queries as one (each over 20 times the rows).
+    20 resamples cost about as many queries as one (each over 20 times the rows). ``codes`` as in ``search``.
     """
-    return _search_all(leaves, dims, options, "real", "predict", True, resampled=True)
+    return _search_all(leaves, dims, options, "real", "predict", True, resampled=True, codes=codes)
 
 
 def _search_all(
-    leaves: ir.Table, dims: Sequence[str], options: SearchOptions, real: str, predict: str, prune_nested: bool, resampled: bool
+    leaves: ir.Table,
+    dims: Sequence[str],
+    options: SearchOptions,
+    real: str,
+    predict: str,
+    prune_nested: bool,
+    resampled: bool,
+    codes: DimCodes | None,
 ) -> list[LatticeResult]:
     con = backend_of(leaves)
     names = tuple(dims)
+    if codes is None:
+        codes = dim_codes(leaves, names, _CODED)
+        leaves = con.table(_CODED)
+    elif codes.dims != names:
+        raise ValueError(f"codes for {codes.dims}, searching {names}")
     gdims = tuple(f"g{i}" for i in range(len(names)))  # positional names: no clash with the working columns
     source = table_name(leaves)
     if source is None:
@@ -191,8 +280,7 @@ def _search_all(
     small = max(r["n"] for r in totals.values()) <= SMALL_BASE  # per search: resamples share the leaves
     steps = {b: _search_steps(totals[b], gdims, options) for b in sorted(totals)}
     outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query).run(steps)
-    real_name = dict(zip(gdims, names, strict=True))
-    return [_result(totals[b], outcomes[b], real_name) for b in sorted(totals)]
+    return [_result(totals[b], outcomes[b], gdims, codes) for b in sorted(totals)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +320,8 @@ def _search_steps(totals: dict[str, Any], gdims: tuple[str, ...], options: Searc
     threshold = abnormal_total * options.min_share
     structure: _Structure | None = None  # nesting is only needed below layer 1: found on first use
     culprits: list[Culprit] = []
-    removed: list[Element] = []
-    pruned: dict[str, set[str]] = {}
+    removed: list[_Coded] = []
+    pruned: dict[str, set[int]] = {}
     card: dict[str, int] = {}
     scanned = 0
     left = abnormal_total
@@ -273,7 +361,7 @@ def _search_steps(totals: dict[str, Any], gdims: tuple[str, ...], options: Searc
         if found is None:
             break
         culprits.append(found)
-        removed.append(found.elements)
+        removed.append(_coded(found))
         left -= found_cp  # its abnormal change leaves with it: no query needed to know what is left
     if len(culprits) > 1 and options.drop_redundant:
         culprits, n_q = yield from _drop_redundant(culprits, threshold)
@@ -285,12 +373,13 @@ def _search_steps(totals: dict[str, Any], gdims: tuple[str, ...], options: Searc
     return _Outcome(culprits, structure, scanned, queries)
 
 
-def _result(totals: dict[str, Any], outcome: _Outcome, real_name: dict[str, str]) -> LatticeResult:
+def _result(totals: dict[str, Any], outcome: _Outcome, gdims: tuple[str, ...], codes: DimCodes) -> LatticeResult:
     structure = outcome.structure
+    real_name = dict(zip(gdims, codes.dims, strict=True))
     notes = []
     if structure.aliases:
         notes.append("same split as an earlier dimension, not searched separately: " + ", ".join(real_name[a] for a in structure.aliases))
-    named = [replace(c, elements=tuple((real_name[d], v) for d, v in c.elements)) for c in outcome.culprits]
+    named = [replace(c, elements=tuple((real_name[d], codes.decode(gdims.index(d), v)) for d, v in _coded(c))) for c in outcome.culprits]
     return LatticeResult(
         tuple(named),
         totals["cut"],
@@ -319,7 +408,7 @@ class _Driver:
 
     def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int) -> None:
         self.con, self.gdims, self.small, self.prune_nested, self.per_query = con, gdims, small, prune_nested, per_query
-        self.state: dict[int, tuple[tuple[Element, ...], dict[str, set[str]], float]] = {}
+        self.state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]] = {}
         self.structure: _Structure | None = None
 
     def run(self, steps: dict[int, Steps]) -> dict[int, _Outcome]:
@@ -370,7 +459,7 @@ class _Driver:
                 cols["k"].append(k)
                 for i, g in enumerate(self.gdims):
                     cols[f"v{i}"].append(fixed.get(g))
-        upload(self.con, _KEPT, pa.table({c: pa.array(v, pa.string() if c.startswith("v") else pa.int64()) for c, v in cols.items()}))
+        upload(self.con, _KEPT, pa.table({c: pa.array(v, pa.int64()) for c, v in cols.items()}))
         out: dict[int, dict[int, float]] = {b: {} for b in asked}
         for r in run_sql(self.con, compiled(self.con, ("own", self.gdims), lambda: _own_expr(self.con, self.gdims))).to_pylist():
             out[r["boot"]][r["k"]] = r["s"] or 0.0
@@ -399,7 +488,7 @@ def _drop_redundant(culprits: list[Culprit], threshold: float) -> Generator[Requ
     queries = 0
     kept = list(culprits)
     while len(kept) > 1:
-        rows: dict[int, float] = yield ("own", [c.elements for c in kept])
+        rows: dict[int, float] = yield ("own", [_coded(c) for c in kept])
         queries += 1
         k_min = min(range(len(kept)), key=lambda k: (rows.get(k, 0.0), -k))
         if rows.get(k_min, 0.0) >= threshold:
@@ -430,7 +519,7 @@ def _own_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
 def _dev_expr(leaves: ir.Table, names: tuple[str, ...], gdims: tuple[str, ...], real: str, predict: str, resampled: bool) -> ir.Table:
     src = leaves.select(
         boot=leaves["boot"].cast("int64") if resampled else ibis.literal(0, "int64"),
-        **{g: leaves[d].cast("string") for g, d in zip(gdims, names, strict=True)},
+        **{g: leaves[d].cast("int64") for g, d in zip(gdims, names, strict=True)},
         real=leaves[real].cast("float64").fill_null(0.0),
         predict=leaves[predict].cast("float64").fill_null(0.0),
     )
@@ -490,7 +579,7 @@ def _totals_expr(con: BaseBackend) -> ir.Table:
 
 
 def _materialize_rest(
-    con: BaseBackend, gdims: tuple[str, ...], state: dict[int, tuple[tuple[Element, ...], dict[str, set[str]], float]], small: bool
+    con: BaseBackend, gdims: tuple[str, ...], state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]], small: bool
 ) -> None:
     """Each search's leaves not under its culprits yet, with a flag per dimension for values it pruned from deeper layers.
 
@@ -498,7 +587,7 @@ def _materialize_rest(
     search, so the view's SQL has one shape per set of dimensions and is compiled once.
     """
     cols: dict[str, list[Any]] = {"boot": [], **{f"v{i}": [] for i in range(len(gdims))}}
-    pruned_keys: list[str] = []
+    pruned_keys: list[int] = []
     pruned_dims: list[int] = []
     for b, (removed, pruned, _thr) in state.items():
         for element in removed:
@@ -509,9 +598,9 @@ def _materialize_rest(
         for i, g in enumerate(gdims):
             for v in sorted(pruned.get(g, ())):
                 pruned_dims.append(i)
-                pruned_keys.append(f"{b}\x1f{v}")
-    upload(con, _REMOVED, pa.table({k: pa.array(v, pa.int64() if k == "boot" else pa.string()) for k, v in cols.items()}))
-    upload(con, _PRUNED, pa.table({"dim": pa.array(pruned_dims, pa.int64()), "key": pa.array(pruned_keys, pa.string())}))
+                pruned_keys.append(b * _KEY_STRIDE + v)
+    upload(con, _REMOVED, pa.table({k: pa.array(v, pa.int64()) for k, v in cols.items()}))
+    upload(con, _PRUNED, pa.table({"dim": pa.array(pruned_dims, pa.int64()), "key": pa.array(pruned_keys, pa.int64())}))
     upload(
         con, _PARAMS, pa.table({"boot": pa.array(list(state), pa.int64()), "thr": pa.array([s[2] for s in state.values()], pa.float64())})
     )
@@ -528,8 +617,8 @@ def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool) -> ir.Tabl
         return t.mutate(**{f"x{i}": ibis.literal(0, "int64") for i in range(len(gdims))})
     under = [rem.boot == t.boot, *(rem[f"v{i}"].isnull() | (t[g] == rem[f"v{i}"]) for i, g in enumerate(gdims))]
     t = t.anti_join(rem, under).join(params, "boot")
-    prefix = t.boot.cast("string").concat("\x1f")
-    return t.mutate(**{f"x{i}": prefix.concat(t[g]).isin(pr.filter(pr.dim == i).key).cast("int64") for i, g in enumerate(gdims)})
+    prefix = t.boot * _KEY_STRIDE
+    return t.mutate(**{f"x{i}": (prefix + t[g]).isin(pr.filter(pr.dim == i).key).cast("int64") for i, g in enumerate(gdims)})
 
 
 def _layer_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
@@ -544,7 +633,7 @@ def _layer_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     t = con.table(_REST).join(con.table(_CUBS), "boot")
     pruned = sum((t[f"m{i}"] * t[f"x{i}"] for i in range(1, len(gdims))), t["m0"] * t["x0"])
     t = t.filter((t.f == 0) | (pruned == 0))
-    keys = {f"k{i}": ibis.ifelse(t[f"m{i}"] == 1, t[g], ibis.null("string")) for i, g in enumerate(gdims)}
+    keys = {f"k{i}": ibis.ifelse(t[f"m{i}"] == 1, t[g], ibis.null("int64")) for i, g in enumerate(gdims)}
     t = t.mutate(**keys)
     g = t.group_by(["boot", "cub_id", *keys]).aggregate(
         n=t.count().cast("float64"), thr=t.thr.max(), f=t.f.max(), **{c: t[c].sum() for c in _SUMS}
@@ -583,6 +672,11 @@ def _cuboid_table(gdims: tuple[str, ...], chunks: dict[int, tuple[list[tuple[str
     return pa.table(cols)
 
 
+def _coded(c: Culprit) -> _Coded:
+    """A culprit's element as the search holds it: codes, not values."""
+    return cast(_Coded, c.elements)
+
+
 def _redundant(cuboid: tuple[str, ...], nested: Iterable[tuple[str, str]]) -> bool:
     s = set(cuboid)
     return any(a in s and b in s for a, b in nested)
@@ -603,7 +697,7 @@ def element_label(element: Element) -> str:
 
 
 def _candidates(
-    rows: list[dict[str, Any]], cuboids: list[tuple[str, ...]], layer: int, threshold: float, pruned: dict[str, set[str]]
+    rows: list[dict[str, Any]], cuboids: list[tuple[str, ...]], layer: int, threshold: float, pruned: dict[str, set[int]]
 ) -> list[dict[str, Any]]:
     """Elements worth a risk check, largest explained change first.
 
@@ -649,7 +743,7 @@ def _first_risky(
             if high - low >= options.risk_threshold:
                 e = cand["element"]
                 return (
-                    Culprit(e, len(e), cand["c"] / abnormal_total, cand["c"], high, low, int(cand["n"]), int(cand["p"])),
+                    Culprit(cast(Element, e), len(e), cand["c"] / abnormal_total, cand["c"], high, low, int(cand["n"]), int(cand["p"])),
                     cand["cp"],
                     queries,
                 )
@@ -683,7 +777,7 @@ def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], asked: dict[int, li
                 "boot": pa.array(boots, pa.int64()),
                 "idx": pa.array(idxs, pa.int64()),
                 "rho": pa.array(rho, pa.float64()),
-                **{k: pa.array(v, pa.string()) for k, v in values.items()},
+                **{k: pa.array(v, pa.int64()) for k, v in values.items()},
             }
         ),
     )

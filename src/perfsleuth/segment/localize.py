@@ -29,11 +29,21 @@ from perfsleuth.segment.evidence import (
     split_dims,
     with_poisson_weight,
 )
-from perfsleuth.segment.lattice import DEFAULT_OPTIONS, LatticeResult, SearchOptions, element_mask, search, search_resamples
+from perfsleuth.segment.lattice import (
+    DEFAULT_OPTIONS,
+    DimCodes,
+    LatticeResult,
+    SearchOptions,
+    dim_codes,
+    element_mask,
+    search,
+    search_resamples,
+)
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
 UNEXPLAINED = "unexplained — a cause outside the recorded dimensions"
 _TERMS, _RAW, _BOOT, _SEED = "ps_localize_terms", "ps_localize_raw", "ps_localize_boot", "ps_localize_seed"
+_CODED = "ps_localize_coded"  # the leaf terms with integer codes for the dimension values: what the searches read
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +145,10 @@ def localize(
             f"the fleet {'ratio' if spec.ratio else 'sum'} is not a number (baseline {mix.baseline}, current {mix.current})",
             hint="the metric columns need finite values in some row",
         )
-    found = search(terms, spec.dims, options)
-    freq = _selection_frequency(terms, spec.dims, options, bootstrap, seed) if bootstrap and found.culprits else {}
+    codes = dim_codes(terms, spec.dims, _CODED)
+    coded = con.table(_CODED)
+    found = search(coded, spec.dims, options, codes=codes)
+    freq = _selection_frequency(coded, codes, options, bootstrap, seed) if bootstrap and found.culprits else {}
     culprits = tuple(
         culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work, selection_frequency=freq.get(c.label), seed=seed + i)
         for i, c in enumerate(found.culprits)
@@ -155,7 +167,7 @@ def localize(
         )
     conf = confounding(terms, spec, work, suspect)
     whole = culprit_evidence(raw, terms, spec, mix, (), 0, work, seed=seed) if fleet_evidence else None
-    for name in (_TERMS, _RAW):
+    for name in (_TERMS, _RAW, _CODED):
         drop(con, name)
     return Localization(
         engine_name(con),
@@ -188,8 +200,11 @@ def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> flo
     return explained / mix.rate
 
 
-def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOptions, reps: int, seed: int) -> dict[str, float]:
+def _selection_frequency(terms: ir.Table, codes: DimCodes, options: SearchOptions, reps: int, seed: int) -> dict[str, float]:
     """How often each element is chosen again when the cells are resampled (Poisson weights).
+
+    ``terms`` holds the dimensions as ``codes``; the codes sort as the values do, so the rows are numbered
+    for the weights in the order of the values.
 
     Every resample's weights are drawn on the same rows (resample ``b`` with seed ``seed·1009 + b``), the
     resamples are stacked with their number as a ``boot`` column, and their searches run in step: one
@@ -198,6 +213,7 @@ def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOp
         return {}
     con = backend_of(terms)
     options = replace(options, describe=False)  # only the labels count: no query for the nesting report
+    dims = codes.dims
     order = list(dims)
     # Each resample's seed is a one-row table of its own and each resample a table of its own, all kept
     # until the searches end (Spark resolves a view's tables when it is read, so a seed table replaced in
@@ -215,7 +231,7 @@ def _selection_frequency(terms: ir.Table, dims: Sequence[str], options: SearchOp
     parts = [con.table(f"{_BOOT}_{b}").mutate(boot=ibis.literal(b, "int64")) for b in range(reps)]
     materialize(con, _BOOT, ibis.union(*parts), view=True)
     counts: Counter[str] = Counter()
-    for res in search_resamples(con.table(_BOOT), dims, options):
+    for res in search_resamples(con.table(_BOOT), dims, options, codes=codes):
         counts.update(set(res.labels))
     drop(con, _BOOT)
     for b in range(reps):
