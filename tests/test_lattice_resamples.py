@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 from test_localize import _leaves
 
@@ -75,3 +76,35 @@ def test_spark_draws_and_searches_the_same_resamples_as_duckdb(spark_con, duck):
     ]
     assert any(f < 1.0 for f in freqs[0].values())  # resamples that disagree: a seed mix-up would show
     assert freqs[1] == freqs[0]
+
+
+def test_leaves_with_nothing_in_either_window_change_no_resample_decision(duck):
+    # A resample's zero-weight rows (real = predict = 0) are left out of the in-step searches' working set;
+    # they still count in the noise bound and in the dimensions' values, so each resample's culprits and
+    # scores are those of its search alone. Only an element's leaf count may leave them out.
+    parts, _stacked_parts = _stacked()
+    zeroed = []
+    for b, p in enumerate(parts):
+        keep = pa.array([(i + b) % 3 != 0 for i in range(p.num_rows)])
+        zero = pa.array([0.0] * p.num_rows)
+        real = pa.compute.if_else(keep, p["real"], zero)
+        predict = pa.compute.if_else(keep, p["predict"], zero)
+        zeroed.append(
+            p.set_column(p.schema.get_field_index("real"), "real", real).set_column(p.schema.get_field_index("predict"), "predict", predict)
+        )
+    stacked = pa.concat_tables([p.append_column("boot", pa.array([b] * p.num_rows, pa.int64())) for b, p in enumerate(zeroed)])
+    in_step = search_resamples(engine.table(duck, stacked), DIMS)
+    alone = [search(engine.table(duck, p), DIMS) for p in zeroed]
+    assert sum(len(r.culprits) for r in alone) >= 3
+    shrunk = 0
+    for a, s in zip(alone, in_step, strict=True):
+        assert [c.elements for c in s.culprits] == [c.elements for c in a.culprits]
+        for x, y in zip(s.culprits, a.culprits, strict=True):
+            assert (x.layer, x.abnormal_leaves) == (y.layer, y.abnormal_leaves)
+            assert x.leaves <= y.leaves
+            shrunk += x.leaves < y.leaves
+            assert x.high_risk == pytest.approx(y.high_risk, rel=1e-9)
+            assert x.low_risk == pytest.approx(y.low_risk, rel=1e-9, abs=1e-12)
+        assert s.cutoff == pytest.approx(a.cutoff, rel=1e-12)
+        assert s.dims == a.dims
+    assert shrunk  # some culprit holds such leaves: the path was taken

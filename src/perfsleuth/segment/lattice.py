@@ -274,12 +274,12 @@ def _search_all(
         materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict, resampled)), view=True)
     materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)), view=True)
     materialize(con, _BASE, compiled(con, ("base", gdims), lambda: _base_expr(con, gdims)))
-    totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("totals",), lambda: _totals_expr(con))).to_pylist()}
+    totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("totals", gdims), lambda: _totals_expr(con, gdims))).to_pylist()}
     if not resampled and not totals:  # no leaves: what the sums of nothing are
         totals[0] = {"cut": None, "total": None, "abn": None, "wa": None, "p": None, "n": 0}
     small = max(r["n"] for r in totals.values()) <= SMALL_BASE  # per search: resamples share the leaves
     steps = {b: _search_steps(totals[b], gdims, options) for b in sorted(totals)}
-    outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query).run(steps)
+    outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query, resampled).run(steps)
     return [_result(totals[b], outcomes[b], gdims, codes) for b in sorted(totals)]
 
 
@@ -352,8 +352,8 @@ def _search_steps(totals: dict[str, Any], gdims: tuple[str, ...], options: Searc
                 left = sum(r["cp"] or 0.0 for r in rows if r["cub_id"] == 0)
                 if left < threshold or left <= 0:  # the rest is noise
                     break
-                if not card:  # a dimension with one value explains nothing
-                    card = {d: sum(1 for r in rows if cuboids[r["cub_id"]] == (d,)) for d in active}
+                if not card:  # a dimension with one value explains nothing (its layer-1 elements, null one included)
+                    card = {d: int(totals[f"card{gdims.index(d)}"]) for d in active}
                 rows = [r for r in rows if card.get(cuboids[r["cub_id"]][0], 2) > 1]
             cands = _candidates(rows, cuboids, layer, threshold, pruned)
             found, found_cp, n_q = yield from _first_risky(cands, options, abnormal_total, smoothing)
@@ -406,8 +406,9 @@ class _Driver:
     # B0's layer_3_n_ele_3). The redundancy check comes once every search has finished its rounds.
     KINDS = ("rest", "structure", "misfit", "layer", "own")
 
-    def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int) -> None:
+    def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int, resampled: bool) -> None:
         self.con, self.gdims, self.small, self.prune_nested, self.per_query = con, gdims, small, prune_nested, per_query
+        self.resampled = resampled
         self.state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]] = {}
         self.structure: _Structure | None = None
 
@@ -436,7 +437,7 @@ class _Driver:
         for b, (_kind, removed, pruned, threshold) in asked.items():
             self.state[b] = (removed, pruned, threshold)
         live = {b: s for b, s in self.state.items() if b in pending}  # finished searches leave the working set
-        _materialize_rest(self.con, self.gdims, live, self.small)
+        _materialize_rest(self.con, self.gdims, live, self.small, self.resampled)
         return dict.fromkeys(asked)
 
     def _structure(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, _Structure]:
@@ -566,9 +567,10 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     )
 
 
-def _totals_expr(con: BaseBackend) -> ir.Table:
+def _totals_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
     t = con.table(_BASE)
     return t.group_by("boot").aggregate(
+        **{f"card{i}": t[g].nunique() + t[g].isnull().cast("int64").max() for i, g in enumerate(gdims)},
         cut=t.cut.max(),
         total=(t.real - t.predict).sum(),
         abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum(),
@@ -579,9 +581,19 @@ def _totals_expr(con: BaseBackend) -> ir.Table:
 
 
 def _materialize_rest(
-    con: BaseBackend, gdims: tuple[str, ...], state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]], small: bool
+    con: BaseBackend,
+    gdims: tuple[str, ...],
+    state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]],
+    small: bool,
+    resampled: bool,
 ) -> None:
     """Each search's leaves not under its culprits yet, with a flag per dimension for values it pruned from deeper layers.
+
+    Resampled searches leave out the leaves whose ``real`` and ``predict`` are both 0 (a resample's
+    zero-weight rows, about a third of them): such a leaf adds nothing to any sum but an element's leaf
+    count, and it still counts in the noise bound, the totals, the dimensions' values and their nesting
+    (all read from the base). Their culprits are the ones ``search`` finds on each resample alone, with a
+    smaller leaf count (``Culprit.leaves``) where such leaves lie under them.
 
     The culprits found so far, the pruned values and the thresholds travel as three small tables keyed by
     search, so the view's SQL has one shape per set of dimensions and is compiled once.
@@ -607,11 +619,14 @@ def _materialize_rest(
     # Before anything is removed or pruned the view is the base itself, and on a small base the filter
     # costs less than storing its result: both stay views.
     first = not cols["boot"] and not pruned_keys
-    materialize(con, _REST, compiled(con, ("rest", gdims, first), lambda: _rest_expr(con, gdims, first)), view=small or first)
+    key = ("rest", gdims, first, resampled)
+    materialize(con, _REST, compiled(con, key, lambda: _rest_expr(con, gdims, first, resampled)), view=small or first)
 
 
-def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool) -> ir.Table:
+def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool, resampled: bool) -> ir.Table:
     t, rem, pr, params = con.table(_BASE), con.table(_REMOVED), con.table(_PRUNED), con.table(_PARAMS)
+    if resampled:
+        t = t.filter((t.real != 0) | (t.predict != 0))
     if first:  # nothing removed or pruned yet: no anti-join to evaluate in every query that reads it
         t = t.join(params, "boot")
         return t.mutate(**{f"x{i}": ibis.literal(0, "int64") for i in range(len(gdims))})
