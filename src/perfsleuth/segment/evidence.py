@@ -493,17 +493,26 @@ def with_poisson_weight(t: ir.Table, order: Sequence[str], seed: int | ir.Intege
     """``t`` with a Poisson(1) bootstrap weight per row, from integer arithmetic identical on every engine.
 
     ``seed`` is an int, or an int64 column of ``t`` (the same value on every row): then the query is the
-    same for every seed and compiles once (``segment.localize`` runs it per resample).
+    same for every seed and compiles once.
 
-    Rows are numbered in a fixed order; the number is scrambled with two multiplicative steps modulo
-    the prime 2³¹−1 and a squaring, and the resulting uniform goes through Poisson(1)'s inverse CDF.
+    Rows are numbered in a fixed order, and ``poisson_weight`` turns the number into the weight.
+    """
+    t = t.mutate(_rn=ibis.row_number().over(order_by=[t[c] for c in order]))
+    return t.mutate(**{name: poisson_weight(t._rn, seed)}).drop("_rn")
+
+
+def poisson_weight(rn: ir.IntegerValue, seed: int | ir.IntegerValue) -> ir.FloatingValue:
+    """The Poisson(1) bootstrap weight of the row numbered ``rn`` (from 0) for ``seed``.
+
+    The number is scrambled with two multiplicative steps modulo the prime 2³¹−1 and a squaring, and
+    the resulting uniform goes through Poisson(1)'s inverse CDF. Many resamples of the same rows can
+    share one numbering: the rows numbered once, crossed with a table of seeds.
     """
     m = 2147483647
-    t = t.mutate(_rn=ibis.row_number().over(order_by=[t[c] for c in order]))
     # Through double: Ibis drops a cast to int64 of what it already types int64, but Spark's ROW_NUMBER
     # is a 32-bit INT and the products below would wrap around.
-    rn = t._rn.cast("float64").cast("int64") + 1
-    x = (rn * 48271 + (seed + 1) * 1000003) % m
+    n = rn.cast("float64").cast("int64") + 1
+    x = (n * 48271 + (seed + 1) * 1000003) % m
     x = (x * 48271) % m
     x = (x * x + seed * 7919 + 17) % m
     u = x.cast("float64") / float(m)
@@ -511,7 +520,7 @@ def with_poisson_weight(t: ir.Table, order: Sequence[str], seed: int | ir.Intege
     w = ibis.literal(6.0)
     for k in range(len(cdf) - 1, -1, -1):
         w = ibis.ifelse(u < cdf[k], float(k), w)
-    return t.mutate(**{name: w}).drop("_rn")
+    return w
 
 
 def _gpu_hours_factor(name: str) -> float | None:

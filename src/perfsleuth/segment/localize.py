@@ -19,15 +19,15 @@ import ibis
 import ibis.expr.types as ir
 import pyarrow as pa
 
-from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, to_arrow, upload
+from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, table_name, to_arrow, upload
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.segment.evidence import (
     Confounding,
     CulpritEvidence,
     confounding,
     culprit_evidence,
+    poisson_weight,
     split_dims,
-    with_poisson_weight,
 )
 from perfsleuth.segment.lattice import (
     DEFAULT_OPTIONS,
@@ -214,26 +214,27 @@ def _selection_frequency(terms: ir.Table, codes: DimCodes, options: SearchOption
     con = backend_of(terms)
     options = replace(options, describe=False)  # only the labels count: no query for the nesting report
     dims = codes.dims
-    order = list(dims)
-    # Each resample's seed is a one-row table of its own and each resample a table of its own, all kept
-    # until the searches end (Spark resolves a view's tables when it is read, so a seed table replaced in
-    # place would reseed the resamples already made). The resampling query compiles once, for the first
-    # seed table, and the others' names are put in its place.
-    sql = None
-    for b in range(reps):
-        upload(con, f"{_SEED}_{b}", pa.table({"boot_seed": pa.array([seed * 1009 + b], pa.int64())}))
-        if sql is None:
-            seeded = terms.cross_join(con.table(f"{_SEED}_0"))
-            weighted = with_poisson_weight(seeded, order, seeded.boot_seed)
-            weighted = weighted.select(*order, real=weighted.real * weighted.bw, predict=weighted.predict * weighted.bw)
-            sql = str(con.compile(weighted))
-        materialize(con, f"{_BOOT}_{b}", sql.replace(f"{_SEED}_0", f"{_SEED}_{b}"))
-    parts = [con.table(f"{_BOOT}_{b}").mutate(boot=ibis.literal(b, "int64")) for b in range(reps)]
-    materialize(con, _BOOT, ibis.union(*parts), view=True)
+    source = table_name(terms)
+    # The rows are numbered once; crossed with one table of the resamples' numbers and seeds, they make
+    # every resample's weighted rows in one query, stored as one table until the searches end.
+    upload(
+        con,
+        _SEED,
+        pa.table({"boot": pa.array(range(reps), pa.int64()), "boot_seed": pa.array([seed * 1009 + b for b in range(reps)], pa.int64())}),
+    )
+
+    def build(t: ir.Table) -> ir.Table:
+        numbered = t.mutate(ps_rn=ibis.row_number().over(order_by=[t[c] for c in dims]))
+        seeded = numbered.cross_join(con.table(_SEED))
+        bw = poisson_weight(seeded.ps_rn, seeded.boot_seed)
+        return seeded.select(*dims, boot=seeded.boot, real=seeded.real * bw, predict=seeded.predict * bw)
+
+    if source:
+        materialize(con, _BOOT, compiled(con, ("boot", source, tuple(terms.columns), dims), lambda: build(con.table(source))))
+    else:
+        materialize(con, _BOOT, build(terms))
     counts: Counter[str] = Counter()
     for res in search_resamples(con.table(_BOOT), dims, options, codes=codes):
         counts.update(set(res.labels))
     drop(con, _BOOT)
-    for b in range(reps):
-        drop(con, f"{_BOOT}_{b}")
     return {label: n / reps for label, n in counts.items()}
