@@ -545,32 +545,21 @@ def _native_batch(
     group_ok = sel(group_ok & (group_size >= -INT32_MAX - 1) & (group_size <= INT32_MAX))  # beyond int32 is no group size
     group_size = sel(group_size)
     sarg = c["str"]
-    cols = {
-        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(sel(kind), 0), pa.int32()), _KIND_DICT),
-        "category": dict_column(sel(cat_codes), strings["cat"]),
-        "name": dict_column(sel(name_codes), strings["name"]),
-        "device": out["device"],
-        "stream": out["stream"],
-        "tid": out["tid"],
-        "ts_ns": out["ts_ns"],
-        "dur_ns": out["dur_ns"],
-        "correlation": out["correlation"],
-        "external_id": out["external_id"],
-        "bytes": out["bytes"],
-        "mem_allocated_bytes": out["mem_allocated_bytes"],
-        "mem_reserved_bytes": out["mem_reserved_bytes"],
-        "coll_op": coll_op,
-        "coll_group": str_or_null(sarg["Process Group Name"], strings["Process Group Name"], coll_rows, keep),
-        "coll_group_ranks": str_or_null(sarg["Process Group Ranks"], strings["Process Group Ranks"], coll_rows, keep),
-        "coll_group_size": pa.array(
-            np.where(group_ok, group_size, 1).astype(np.int32), pa.int32(), mask=~group_ok
-        ),  # 1 under nulls: RankView.ints' fill
-        "coll_seq": int64(arg("Seq", coll_rows, "args.seq")),
-        "coll_in_nelems": int64(arg("In msg nelems", coll_rows, "args.in_msg_nelems")),
-        "coll_out_nelems": int64(arg("Out msg nelems", coll_rows, "args.out_msg_nelems")),
-        "coll_dtype": str_or_null(sarg["dtype"], strings["dtype"], coll_rows, keep),
-    }
-    return pa.RecordBatch.from_pydict(cols)
+    out.update(
+        kind=pa.DictionaryArray.from_arrays(pa.array(np.maximum(sel(kind), 0), pa.int32()), _KIND_DICT),
+        category=dict_column(sel(cat_codes), strings["cat"]),
+        name=dict_column(sel(name_codes), strings["name"]),
+        coll_op=coll_op,
+        coll_group=str_or_null(sarg["Process Group Name"], strings["Process Group Name"], coll_rows, keep),
+        coll_group_ranks=str_or_null(sarg["Process Group Ranks"], strings["Process Group Ranks"], coll_rows, keep),
+        # 1 under nulls: RankView.ints' fill
+        coll_group_size=pa.array(np.where(group_ok, group_size, 1).astype(np.int32), pa.int32(), mask=~group_ok),
+        coll_seq=int64(arg("Seq", coll_rows, "args.seq")),
+        coll_in_nelems=int64(arg("In msg nelems", coll_rows, "args.in_msg_nelems")),
+        coll_out_nelems=int64(arg("Out msg nelems", coll_rows, "args.out_msg_nelems")),
+        coll_dtype=str_or_null(sarg["dtype"], strings["dtype"], coll_rows, keep),
+    )
+    return pa.RecordBatch.from_pydict({name: out[name] for name in _EMPTY_CHUNK_SCHEMA.names})
 
 
 def plausible_times(
@@ -796,8 +785,7 @@ def _kind_masks(kind: pa.ChunkedArray, *groups: tuple[str, ...]) -> list[np.ndar
 
 
 def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    host = (kind == "runtime") | (kind == "driver")
-    return _join_launches(host, np.isin(kind, list(_JOINED_KINDS)), ts, dur, corr)
+    return _join_launches(np.isin(kind, _LAUNCH_KINDS), np.isin(kind, _JOINED_KINDS), ts, dur, corr)
 
 
 def _join_launches(host: np.ndarray, gpu: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -838,7 +826,7 @@ def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path, na
     merged trace; those GPU events are not joined, see ``join_launches``) or GPU work without an id
     (launch delays and host-launch idle are then not measured for it). Many kernels sharing one
     launch's id is normal (a CUDA graph) and says nothing."""
-    return _correlation_caveats((kind == "runtime") | (kind == "driver"), np.isin(kind, _GPU_WORK), corr, path, name)
+    return _correlation_caveats(np.isin(kind, _LAUNCH_KINDS), np.isin(kind, _GPU_WORK), corr, path, name)
 
 
 def _correlation_caveats(host: np.ndarray, gpu: np.ndarray, corr: np.ndarray, path: str | Path, name: str) -> list[Caveat]:

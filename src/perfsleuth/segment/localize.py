@@ -237,4 +237,5 @@ def _selection_frequency(terms: ir.Table, codes: DimCodes, options: SearchOption
     for res in search_resamples(con.table(_BOOT), dims, options, codes=codes):
         counts.update(set(res.labels))
     drop(con, _BOOT)
+    drop(con, _SEED)
     return {label: n / reps for label, n in counts.items()}
