@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute as pc
 import pytest
 from test_localize import _leaves
 
@@ -87,8 +87,8 @@ def test_leaves_with_nothing_in_either_window_change_no_resample_decision(duck):
     for b, p in enumerate(parts):
         keep = pa.array([(i + b) % 3 != 0 for i in range(p.num_rows)])
         zero = pa.array([0.0] * p.num_rows)
-        real = pa.compute.if_else(keep, p["real"], zero)
-        predict = pa.compute.if_else(keep, p["predict"], zero)
+        real = pc.if_else(keep, p["real"], zero)
+        predict = pc.if_else(keep, p["predict"], zero)
         zeroed.append(
             p.set_column(p.schema.get_field_index("real"), "real", real).set_column(p.schema.get_field_index("predict"), "predict", predict)
         )

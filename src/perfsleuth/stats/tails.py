@@ -26,22 +26,31 @@ def binom_at_least(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> np.ndarray:
     out = np.where(k_a <= 0, 1.0, 0.0)
     valid = (p_a >= 0) & (p_a <= 1) & (n_a >= 0) & (n_a == np.floor(n_a))
     inside = np.flatnonzero(valid & (k_a >= 1) & (k_a <= n_a))
-    if inside.size:
-        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, int(n_a[inside].max()) + 1, dtype=float)))])
-        for e in inside:
-            out[e] = _tail(int(np.ceil(k_a[e])), int(n_a[e]), float(p_a[e]), log_fact)
+    groups: dict[tuple[int, float], list[int]] = {}
+    for e in inside.tolist():  # one mass table per (n, p): a job's ranks mostly share both
+        groups.setdefault((int(n_a[e]), float(p_a[e])), []).append(e)
+    if groups:
+        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, max(n for n, _ in groups) + 1, dtype=float)))])
+        for (n_g, p_g), members in groups.items():
+            rows = np.array(members)
+            out[rows] = _tails(np.ceil(k_a[rows]).astype(np.int64), n_g, p_g, log_fact)
     return np.where(valid, out, np.nan).reshape(k_b.shape)
 
 
-def _tail(k: int, n: int, p: float, log_fact: np.ndarray) -> float:
-    """P(X >= k) for 1 <= k <= n: the shrinking side of the mode, summed in log space."""
+def _tails(k: np.ndarray, n: int, p: float, log_fact: np.ndarray) -> np.ndarray:
+    """P(X >= k) for each 1 <= k <= n: the whole mass in log space once, then, per k, the sum of the side
+    of the mode where the terms shrink (added from the smallest term up, so a small tail keeps its
+    relative precision)."""
     if p == 0.0:
-        return 0.0
+        return np.zeros(len(k))
     if p == 1.0:
-        return 1.0
-    mode = int(np.floor((n + 1) * p))
-    i = np.arange(k, n + 1) if k > mode else np.arange(0, k)
+        return np.ones(len(k))
+    i = np.arange(n + 1)
     log_pmf = log_fact[n] - log_fact[i] - log_fact[n - i] + i * np.log(p) + (n - i) * np.log1p(-p)
     top = log_pmf.max()
-    mass = float(np.exp(top) * np.exp(log_pmf - top).sum())
-    return mass if k > mode else max(0.0, 1.0 - mass)
+    mass = np.exp(log_pmf - top)
+    above = np.cumsum(mass[::-1])[::-1] * np.exp(top)  # above[j] = P(X >= j)
+    below = np.concatenate([[0.0], np.cumsum(mass)]) * np.exp(top)  # below[j] = P(X < j)
+    mode = int(np.floor((n + 1) * p))
+    tail: np.ndarray = np.where(k > mode, above[k], np.maximum(0.0, 1.0 - below[k]))
+    return tail
