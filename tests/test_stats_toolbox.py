@@ -29,7 +29,7 @@ from perfsleuth.stats.resample import (
     resample_indices,
     two_sided_tail,
 )
-from perfsleuth.stats.summary import median_interval
+from perfsleuth.stats.summary import median_interval, ratio_of_sums_interval
 
 SRC = Path(perfsleuth.__file__).parent
 
@@ -151,6 +151,40 @@ def test_the_other_median_intervals_call_the_one() -> None:
     assert inference.median_interval(x, "req", "intervals") == ours
     idx = np.random.default_rng(0).integers(0, 40, size=(1000, 40))  # the serving detectors' own draw, by hand
     assert ours is not None and (ours.low, ours.high) == tuple(np.quantile(np.median(x[idx], axis=1), [0.025, 0.975]))
+
+
+def test_ratio_of_sums_bootstrap_by_hand() -> None:
+    rng = np.random.default_rng(5)
+    den = rng.uniform(1, 3, size=60)
+    num = den * rng.uniform(0.2, 0.4, size=60)
+    iv = ratio_of_sums_interval(num, den, "fraction", what="steps", reps=1000)
+    idx = np.random.default_rng(0).integers(0, 60, size=(1000, 60))  # the toolbox's seed-0 draw, by hand
+    draws = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    assert iv.value == pytest.approx(num.sum() / den.sum())
+    assert (iv.low, iv.high) == pytest.approx(tuple(np.quantile(draws, [0.025, 0.975])))
+
+
+def test_ratio_of_sums_edges() -> None:
+    kept = ratio_of_sums_interval(np.array([1.0, np.nan, 2.0, 3.0]), np.array([2.0, 1.0, np.inf, 6.0]), "fraction", what="steps")
+    assert kept.value == pytest.approx(4 / 8) and kept.low is None and "over 2 steps (too few" in kept.method
+    same = ratio_of_sums_interval(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0]), "fraction", what="steps")
+    assert (same.value, same.low, same.high) == (0.5, 0.5, 0.5)
+    none = ratio_of_sums_interval(np.zeros(4), np.zeros(4), "fraction", what="steps")
+    assert math.isnan(none.value) and none.low is None
+    assert ratio_of_sums_interval(np.zeros(4), np.zeros(4), "fraction", what="steps", empty=0.0).value == 0.0
+
+
+def test_the_ratio_intervals_call_the_one() -> None:
+    rng = np.random.default_rng(3)
+    den = rng.uniform(1, 3, size=30)
+    num = den * rng.uniform(0.1, 0.5, size=30)
+    one = ratio_of_sums_interval(num, den, "fraction", what="steps", reps=1000)
+    trace = context.ratio_interval(num, den)
+    assert (trace.value, trace.low, trace.high) == (one.value, one.low, one.high) and trace.method.startswith("share of step time")
+    serving = inference.ratio_interval(num, den, "fraction", "steps")
+    assert (serving.value, serving.low, serving.high) == (one.value, one.low, one.high)
+    assert context.ratio_interval(np.zeros(4), np.zeros(4)).value == 0.0  # no step time: a share of 0
+    assert math.isnan(inference.ratio_interval(np.zeros(4), np.zeros(4), "fraction", "intervals").value)
 
 
 # --- confidence policy ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Interval
 from perfsleuth.stats.confidence import TRACE_POLICY
-from perfsleuth.stats.resample import percentile_bootstrap, two_sided_tail
+from perfsleuth.stats.summary import ratio_of_sums_interval
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 
@@ -47,26 +47,11 @@ BOOTSTRAP = 1000
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, *, what: str = "steps", confidence: float = 0.95) -> Interval:
-    """sum(num) / sum(den) with a percentile-bootstrap interval over the units (steps)."""
-    num = np.asarray(num, dtype=float)
-    den = np.asarray(den, dtype=float)
-    ok = np.isfinite(num) & np.isfinite(den)
-    num, den = num[ok], den[ok]
-    total = den.sum()
-    value = float(num.sum() / total) if total > 0 else 0.0
-    n = len(num)
-    if n < 3:
-        return Interval(value, None, None, "fraction", f"share of step time over {n} {what} (too few for an interval)")
-    if np.ptp(num / np.where(den > 0, den, 1)) == 0:
-        return Interval(value, value, value, "fraction", f"share of step time over {n} {what} (all equal)")
-    lo, hi = percentile_bootstrap(
-        lambda idx: num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-9),
-        n,
-        tail=two_sided_tail(confidence),
-        reps=BOOTSTRAP,
-        seed=0,
+    """A share of step time, sum(num) / sum(den) over the units (steps), with its bootstrap interval
+    (``stats.summary.ratio_of_sums_interval``); no time at all is a share of 0."""
+    return ratio_of_sums_interval(
+        num, den, "fraction", what=what, label="share of step time", empty=0.0, confidence=confidence, reps=BOOTSTRAP
     )
-    return Interval(value, lo, hi, "fraction", f"share of step time over {n} {what}, {confidence:.0%} percentile bootstrap over {what}")
 
 
 def fraction_interval(x: np.ndarray, *, what: str = "steps") -> Interval:

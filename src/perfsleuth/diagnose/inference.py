@@ -44,7 +44,7 @@ from perfsleuth.model.serving_intervals import scrape_intervals
 from perfsleuth.model.settings import serving_gpu_count
 from perfsleuth.stats import summary
 from perfsleuth.stats.confidence import INFERENCE_POLICY
-from perfsleuth.stats.resample import percentile_bootstrap, percentile_bounds, resample_indices, two_sided_tail
+from perfsleuth.stats.resample import percentile_bounds, resample_indices
 
 SOURCE = "inference"
 MIN_IMPACT = 0.03
@@ -91,22 +91,9 @@ def _confidence(value: float, threshold: float, *, specificity: float = 1.0, ful
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, unit: str, what: str, *, confidence: float = 0.95) -> Interval:
-    """sum(num) / sum(den) with a percentile-bootstrap interval over the units (intervals or requests)."""
-    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    ok = np.isfinite(num) & np.isfinite(den)
-    num, den = num[ok], den[ok]
-    value = float(num.sum() / den.sum()) if den.sum() > 0 else math.nan
-    n = len(num)
-    if n < 3 or not math.isfinite(value):
-        return Interval(value, None, None, unit, f"ratio of sums over {n} {what} (too few for an interval)")
-    lo, hi = percentile_bootstrap(
-        lambda idx: num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-12),
-        n,
-        tail=two_sided_tail(confidence),
-        reps=BOOTSTRAP,
-        seed=0,
-    )
-    return Interval(value, lo, hi, unit, f"ratio of sums over {n} {what}, {confidence:.0%} percentile bootstrap")
+    """sum(num) / sum(den) over the units (intervals or requests) with its bootstrap interval
+    (``stats.summary.ratio_of_sums_interval``); NaN when the denominator is empty."""
+    return summary.ratio_of_sums_interval(num, den, unit, what=what, confidence=confidence, reps=BOOTSTRAP)
 
 
 def median_interval(x: np.ndarray, unit: str, what: str) -> Interval:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -62,3 +63,40 @@ def median_interval(
         rule=rule,
     )
     return Interval(value, lo, hi, unit, f"median over {len(x)} {what}, {confidence:.0%} percentile bootstrap")
+
+
+def ratio_of_sums_interval(
+    num: np.ndarray,
+    den: np.ndarray,
+    unit: str,
+    *,
+    what: str,
+    label: str = "ratio of sums",
+    empty: float = math.nan,
+    confidence: float = 0.95,
+    reps: int = 1000,
+) -> Interval:
+    """sum(num) / sum(den) with a percentile bootstrap over the units (steps, scrape intervals,
+    requests): a ratio of totals weights each unit by its size, which a mean of per-unit ratios does
+    not. Units where either side is not finite are left out; ``empty`` is the value when nothing is
+    below the line (0 for a share of time that did not pass, NaN where no answer is honest). Fewer
+    than three units give no interval; units that all have the same ratio are their own interval.
+    ``label`` names the quantity in ``method`` ("share of step time")."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    ok = np.isfinite(num) & np.isfinite(den)
+    num, den = num[ok], den[ok]
+    total = den.sum()
+    value = float(num.sum() / total) if total > 0 else empty
+    n = len(num)
+    if n < MIN_FOR_INTERVAL or not math.isfinite(value):
+        return Interval(value, None, None, unit, f"{label} over {n} {what} (too few for an interval)")
+    if np.ptp(num / np.where(den > 0, den, 1)) == 0:
+        return Interval(value, value, value, unit, f"{label} over {n} {what} (all equal)")
+    lo, hi = percentile_bootstrap(
+        lambda idx: num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-12),
+        n,
+        tail=two_sided_tail(confidence),
+        reps=reps,
+        seed=0,
+    )
+    return Interval(value, lo, hi, unit, f"{label} over {n} {what}, {confidence:.0%} percentile bootstrap over {what}")
