@@ -444,6 +444,25 @@ def test_arrow_batches_read_the_same_events_as_the_sqlite3_cursor(tmp_path, monk
         assert a.events.equals(b.events) and a.metadata == b.metadata and a.caveats == b.caveats
 
 
+def test_an_export_the_arrow_driver_cannot_open_is_read_by_sqlite3_and_tried_once(tmp_path, monkeypatch) -> None:
+    path = real(tmp_path, "h100_2gpu_1s")
+    expected = nsys.read_report(path)
+    real_driver = nsys._adbc_sqlite()
+    attempts = []
+
+    def refuse(uri: str):
+        attempts.append(uri)
+        raise OSError("cannot open")  # handled like the driver's own errors
+
+    broken = type("BrokenDriver", (), {"connect": staticmethod(refuse), "Error": real_driver.Error})
+    monkeypatch.setattr(nsys, "_adbc_sqlite", lambda: broken)
+    got = nsys.read_report(path)
+    assert len(attempts) == 1  # the first query marks the export unavailable; the others go straight to sqlite3
+    assert [r.rank for r in got] == [r.rank for r in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert a.events.equals(b.events) and a.metadata == b.metadata
+
+
 def test_a_real_beyond_int64_past_the_first_batch_names_its_column_and_row(tmp_path) -> None:
     g = gid(700)
     rows = [(1_000 + 10 * i, 1_005 + 10 * i, 0, 1, 7, i, g, 1, 1) for i in range(nsys._CHUNK_ROWS + 10)]

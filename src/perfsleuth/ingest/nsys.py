@@ -219,25 +219,32 @@ class _Db:
     path: Path
     conn: sqlite3.Connection
     columns: dict[str, dict[str, str]]  # table -> {column: declared type}
-    arrow: Any = None  # the ADBC connection, opened on first use (None: not yet, False: not available)
+    arrow: Any = None  # the ADBC connection, opened on first use
+    arrow_unavailable: bool = False  # the driver is missing or would not open this export: sqlite3 reads it all
 
     def close(self) -> None:
         self.conn.close()
-        if self.arrow:
+        if self.arrow is not None:
             self.arrow.close()
+
+    def _arrow_connection(self, adbc_sqlite: Any) -> Any:
+        """The ADBC connection, opened on the first call; one failure to open marks the export
+        unavailable to ADBC for good (the error propagates to ``_batches``, which falls back)."""
+        if self.arrow is None:
+            self.arrow_unavailable = True  # until it opens
+            self.arrow = adbc_sqlite.connect(_uri(self.path))
+            self.arrow_unavailable = False
+        return self.arrow
 
     def _batches(self, sql: str, types: Sequence[pa.DataType]) -> Iterator[pa.RecordBatch]:
         """The query's record batches through ADBC, each column of the given type and (for integers)
         without nulls; raises ``_NotArrow`` when the driver is missing, fails, or a batch differs."""
         adbc_sqlite = _adbc_sqlite()
-        if adbc_sqlite is None or self.arrow is False:
+        if adbc_sqlite is None or self.arrow_unavailable:
             raise _NotArrow
         cur = None
         try:
-            if self.arrow is None:
-                self.arrow = False  # until it opens
-                self.arrow = adbc_sqlite.connect(_uri(self.path))
-            cur = self.arrow.cursor()
+            cur = self._arrow_connection(adbc_sqlite).cursor()
             cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(_CHUNK_ROWS)})
             cur.execute(sql)
             for batch in cur.fetch_record_batch():
