@@ -853,36 +853,16 @@ def _compare_arms(
         diff_detail = f"Welch t on the difference of {what} means ({design})"
     ratio = Interval(ratio_value, math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio", f"candidate/baseline of {what} means; {detail}")
     difference = Interval(diff_value, diff_lo, diff_hi, unit, f"candidate − baseline of {what} means; {diff_detail}")
-    crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
-    mde = math.expm1(crit * lr.se)
-    significant = _excludes_one(ratio)
-    verdict = _decide(ratio, significant, s, direction.higher_is_better)
-    extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, b.units, c.units, s) if verdict == "inconclusive" else None
-    return Comparison(
-        metric,
-        unit,
-        direction.higher_is_better,
-        direction.reason,
-        unit_level,
-        b.n,
-        c.n,
-        b.units,
-        c.units,
-        baseline,
-        candidate,
+    return _judged(
+        _Measured(metric, unit, direction, unit_level, b, c, baseline, candidate, hl),
+        lr,
         ratio,
         difference,
-        hl,
         p_value,
-        mde,
-        verdict,
-        extra,
         method_id,
-        s.threshold,
-        s.confidence,
-        s.power,
-        tuple(caveats),
-        p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
+        s,
+        caveats,
+        units_each=(b.units, c.units),
     )
 
 
@@ -917,37 +897,80 @@ def _paired_comparison(
         candidate = _arm_summary(c, unit, s, what)
         hl = _hodges_lehmann(b.unit_medians, c.unit_medians, unit, s, what)
     lr, ratio, difference, p_value = _paired_intervals(bm, cm, s, unit, f"{k} {what}s in both arms", what)
-    crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
-    mde = math.expm1(crit * lr.se)
-    significant = _excludes_one(ratio)
-    verdict = _decide(ratio, significant, s, direction.higher_is_better)
-    extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, k, k, s) if verdict == "inconclusive" else None
-    return Comparison(
-        metric,
-        unit,
-        direction.higher_is_better,
-        direction.reason,
-        unit_level,
-        b.n,
-        c.n,
-        b.units,
-        c.units,
-        baseline,
-        candidate,
+    return _judged(
+        _Measured(metric, unit, direction, unit_level, b, c, baseline, candidate, hl),
+        lr,
         ratio,
         difference,
-        hl,
+        p_value,
+        "paired_t_log_ratio",
+        s,
+        caveats,
+        units_each=(k, k),
+        paired_units=k,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """What a comparison reports whatever its design: the metric, the arms and their summaries."""
+
+    metric: str
+    unit: str
+    direction: Direction
+    unit_level: str
+    b: _Arm
+    c: _Arm
+    baseline: ArmSummary
+    candidate: ArmSummary
+    hodges_lehmann: Interval
+
+
+def _judged(
+    m: _Measured,
+    lr: _LogRatio,
+    ratio: Interval,
+    difference: Interval,
+    p_value: float | None,
+    method_id: str,
+    s: _Settings,
+    caveats: list[Caveat],
+    *,
+    units_each: tuple[int, int],
+    paired_units: int = 0,
+) -> Comparison:
+    """The verdict on the ratio's interval, with the smallest change the design could detect and, when
+    it is inconclusive, the units each arm would need (``units_each``: what each arm has now)."""
+    crit = float(stats.t.ppf(1 - s.alpha / 2, lr.df) + stats.t.ppf(s.power, lr.df))
+    mde = math.expm1(crit * lr.se)
+    verdict = _decide(ratio, _excludes_one(ratio), s, m.direction.higher_is_better)
+    extra = _extra_units(lr.estimate, lr.rel_var_b, lr.rel_var_c, *units_each, s) if verdict == "inconclusive" else None
+    return Comparison(
+        m.metric,
+        m.unit,
+        m.direction.higher_is_better,
+        m.direction.reason,
+        m.unit_level,
+        m.b.n,
+        m.c.n,
+        m.b.units,
+        m.c.units,
+        m.baseline,
+        m.candidate,
+        ratio,
+        difference,
+        m.hodges_lehmann,
         p_value,
         mde,
         verdict,
         extra,
-        "paired_t_log_ratio",
+        method_id,
         s.threshold,
         s.confidence,
         s.power,
         tuple(caveats),
         p_no_change=_p_no_change(lr.estimate, lr.se, lr.df, s.threshold),
-        paired_units=k,
+        paired_units=paired_units,
     )
 
 
