@@ -207,16 +207,22 @@ def _finish(fmt: str, path: Path, run_id: str | None, cols: dict[str, list], cav
 # --- nvidia-smi dmon -----------------------------------------------------------------------------------------
 
 
+def _unwrapped_text(path: Path, what: str) -> tuple[str, WrapperStats]:
+    """The file's text without a launcher's line wrappers (and what they were); a file that is not
+    UTF-8 text is refused, naming what it cannot be."""
+    try:
+        text = path.read_text(errors="strict")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not text: cannot be {what}") from exc
+    return _without_wrappers(text)
+
+
 def read_dmon(
     path: Path, *, run_id: str | None = None, host: str | None = None, tz: str | None = None, interval_ms: int = 1000
 ) -> SourceData:
     """``nvidia-smi dmon [-s ...] [-o DT]`` output as ``samples``."""
     path = Path(path)
-    try:
-        text = path.read_text(errors="strict")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "not text: cannot be nvidia-smi dmon output") from exc
-    text, wrappers = _without_wrappers(text)
+    text, wrappers = _unwrapped_text(path, "nvidia-smi dmon output")
     names: list[str] | None = None
     units: list[str] | None = None
     names_line = 0
@@ -380,11 +386,7 @@ def read_query(
 ) -> SourceData:
     """``nvidia-smi --query-gpu=... --format=csv [-lms N]`` output as ``samples``."""
     path = Path(path)
-    try:
-        text = path.read_text(errors="strict")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "not text: cannot be nvidia-smi CSV output") from exc
-    text, wrappers = _without_wrappers(text)
+    text, wrappers = _unwrapped_text(path, "nvidia-smi CSV output")
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     numbered = [(reader.line_num, r) for r in reader if r]
     rows = [r for _, r in numbered]

@@ -110,6 +110,11 @@ def _per_rank(arr: pd.DataFrame) -> pa.Table:
     )
 
 
+def _not_judged(steps: pa.Table, reason: str) -> StragglerReport:
+    """The report when no collective can say who is slow: empty tables and the reason."""
+    return StragglerReport(RANK_SCHEMA.empty_table(), None, None, None, steps, None, None, None, reason)
+
+
 def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlignment) -> StragglerReport:
     """See the module docstring. ``arrivals`` comes from ``collectives.with_arrivals``."""
     empty = pa.table(
@@ -121,33 +126,13 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
         }
     )
     if arrivals.num_rows == 0:
-        return StragglerReport(
-            RANK_SCHEMA.empty_table(),
-            None,
-            None,
-            None,
-            empty,
-            None,
-            None,
-            None,
-            "no collective seen on two or more ranks: straggler analysis needs traces of several ranks",
-        )
+        return _not_judged(empty, "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
     arr = arrivals.to_pandas()
     # pipeline sends/receives are ordered by design (the receiver waits for the sender): they align
     # clocks but say nothing about who is slow
     arr = arr[~arr["op"].isin(P2P_OPS)]
     if arr.empty:
-        return StragglerReport(
-            RANK_SCHEMA.empty_table(),
-            None,
-            None,
-            None,
-            empty,
-            None,
-            None,
-            None,
-            "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by",
-        )
+        return _not_judged(empty, "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by")
     med = arr.groupby("instance")["arrival_ns"].transform("median")
     arr["lateness_ns"] = arr["arrival_ns"] - med
     skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
