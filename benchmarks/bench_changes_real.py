@@ -13,7 +13,8 @@ One run scores, on the same series:
 
 Corpora (tests/data/changepoint/SOURCES.md): TCPD split into its development and hold-out halves
 (HOLDOUT.md, fixed before tuning), TSSB (hold-out) and, with ``--tssb-dir``, TSSB's series over 3,000
-points (``tssb_long``, the second hold-out). Scores: TCPD's F1 (margin 5, several
+points (``tssb_long``, the second hold-out); with ``--perfherder-dir``, Mozilla Perfherder histories with
+their sheriff-triaged alerts (``changepoint_real.load_perfherder``; split by HOLDOUT.md's rule). Scores: TCPD's F1 (margin 5, several
 annotators) and covering, mean over series, per corpus and length bucket. Missing values are
 handed to ``changes`` as NaN; the baselines get the series without them and their indices are
 mapped back.
@@ -41,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_changes import DEFAULT_OTAVA_PYTHON, run_otava, ruptures_bic  # noqa: E402
-from changepoint_real import RealSeries, bucket, covering_multi, f1_multi, load_tcpd, load_tssb  # noqa: E402
+from changepoint_real import RealSeries, bucket, covering_multi, f1_multi, load_perfherder, load_tcpd, load_tssb  # noqa: E402
 
 PS = "changes (defaults)"
 ORACLE = "changes (alpha fit on every series)"
@@ -217,7 +218,13 @@ def main() -> None:
     ap.add_argument("--tcpd-dir", type=Path, help="a TCPD checkout, for the series not committed here")
     ap.add_argument("--otava-python", default=str(DEFAULT_OTAVA_PYTHON) if DEFAULT_OTAVA_PYTHON.exists() else sys.executable)
     ap.add_argument("--tssb-dir", type=Path, help="a TSSB checkout's tssb/datasets: adds its series over 3,000 points (second hold-out)")
-    ap.add_argument("--corpus", choices=("all", "tcpd", "tssb"), default="all")
+    ap.add_argument(
+        "--perfherder-dir",
+        type=Path,
+        help="the annotated per-signature CSVs of mozilla/REALISE-Performance "
+        "(data/all-datasets-annotated-aggregated-*): adds the Perfherder corpus (HOLDOUT.md's split)",
+    )
+    ap.add_argument("--corpus", choices=("all", "tcpd", "tssb", "perfherder"), default="all")
     ap.add_argument(
         "--part",
         choices=("all", "dev", "holdout"),
@@ -232,6 +239,8 @@ def main() -> None:
         series += load_tcpd(args.tcpd_dir)
     if args.corpus in ("all", "tssb"):
         series += load_tssb(extra_dir=args.tssb_dir)
+    if args.corpus in ("all", "perfherder") and args.perfherder_dir is not None:
+        series += load_perfherder(args.perfherder_dir)
     if args.part != "all":
         series = [s for s in series if s.meta["split"] == args.part]
     preds, seconds = predictions(series, args.otava_python)

@@ -2,7 +2,9 @@
 
 ``load_tcpd`` reads the Turing Change Point Dataset (van den Burg & Williams 2020) in its own JSON
 format with the five annotators' labels; ``load_tssb`` reads the Time Series Segmentation
-Benchmark. Both return ``RealSeries``; ``split`` is the development/hold-out rule fixed in
+Benchmark; ``load_perfherder`` reads Mozilla Perfherder histories with their sheriff-triaged alerts
+(the annotated per-signature CSVs of mozilla/REALISE-Performance, not committed here: no licence).
+All return ``RealSeries``; ``split`` is the development/hold-out rule fixed in
 tests/data/changepoint/HOLDOUT.md before any tuning.
 
 The scores are TCPD's, written here from the paper's definitions (section 4): with several
@@ -15,6 +17,7 @@ each of their segments with a predicted segment.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -116,6 +119,46 @@ def _tssb_rows(base: Path, corpus: str, skip: set[str]) -> list[RealSeries]:
             raise CorpusError(f"{base / 'desc.txt'}: change points of {name} outside 1..{len(values) - 1}")
         out.append(RealSeries(corpus, name, values, (labels,), None, {"split": "holdout"}))
     return out
+
+
+PERFHERDER_CHANGE = frozenset({"TP", "FN"})
+"""Alert statuses that mark a change point: a valid alert (TP) or one a sheriff added by hand for a
+change the detector missed (FN); the dataset authors' own TCPDBench run uses the same rule."""
+PERFHERDER_COLUMNS = ("value", "push_timestamp", "push_id", "alert_summary_status_general")
+PERFHERDER_MIN_POINTS = 10
+
+
+def load_perfherder(base: Path) -> list[RealSeries]:
+    """Every ``<signature>_timeseries_data.csv`` below ``base`` (the annotated, aggregated folders of
+    mozilla/REALISE-Performance, one per repository) with at least one TP/FN alert and
+    ``PERFHERDER_MIN_POINTS`` points, as one-annotator series in push order. The split is
+    HOLDOUT.md's rule on the signature id. A file without the needed columns is refused by name."""
+    out = []
+    for path in sorted(Path(base).rglob("*_timeseries_data.csv")):
+        series = _perfherder_series(path)
+        if series is not None:
+            out.append(series)
+    return out
+
+
+def _perfherder_series(path: Path) -> RealSeries | None:
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    missing = [c for c in PERFHERDER_COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise CorpusError(f"{path}: no {', '.join(missing)} column: not an annotated Perfherder series file")
+    try:
+        keyed = [(r["push_timestamp"], int(r["push_id"]), float(r["value"]), r["alert_summary_status_general"]) for r in rows]
+    except ValueError as exc:
+        raise CorpusError(f"{path}: a push_id or value that is not a number ({exc})") from None
+    keyed.sort(key=lambda r: (r[0], r[1]))  # push time, then push id: the order the pushes landed
+    labels = tuple(i for i, r in enumerate(keyed) if r[3] in PERFHERDER_CHANGE and i > 0)
+    if not labels or len(keyed) < PERFHERDER_MIN_POINTS:
+        return None
+    signature = path.name.removesuffix("_timeseries_data.csv")
+    values = np.array([r[2] for r in keyed])
+    meta = {"split": split(signature), "repository": path.parent.name}
+    return RealSeries("perfherder", f"{path.parent.name}/{signature}", values, (labels,), tuple(r[0] for r in keyed), meta)
 
 
 # --- scores --------------------------------------------------------------------------------------

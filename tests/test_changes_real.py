@@ -21,9 +21,11 @@ sys.path.insert(0, str(BENCH))
 
 from changepoint_real import (  # noqa: E402
     DATA,
+    CorpusError,
     covering_multi,
     covering_one,
     f1_multi,
+    load_perfherder,
     load_tcpd,
     load_tssb,
     split,
@@ -73,6 +75,42 @@ def test_tssb_rows_match_their_files() -> None:
     series = load_tssb()
     assert len(series) == 33 and all(s.n <= 3000 for s in series)
     assert all(0 < c < s.n for s in series for c in s.annotations[0])
+
+
+PERFHERDER_HEADER = ",revision,value,repository_name,signature_id,push_timestamp,push_id,single_alert_status,alert_summary_status_general"
+
+
+def _perfherder_file(path: Path, rows: list[tuple[str, int, float, str]]) -> None:
+    """A per-signature file in the layout of REALISE-Performance's annotated CSVs (a subset of their
+    72 columns, in their order): rows of (push time, push id, value, alert status)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [PERFHERDER_HEADER]
+    for i, (ts, push, value, status) in enumerate(rows):
+        lines.append(f"{i},rev{push},{value},autoland,{path.name.split('_')[0]},{ts},{push},,{status}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_perfherder_files_load_in_push_order_with_tp_and_fn_alerts_as_change_points(tmp_path) -> None:
+    day = [f"2023-05-{d:02d} 10:00:00" for d in range(1, 13)]
+    rows = [(day[i], 100 + i, 1.0 if i < 6 else 2.0, "TN") for i in range(12)]
+    rows[6] = (day[6], 106, 2.0, "TP")  # the push where the level moved
+    rows[9] = (day[9], 109, 2.0, "FN")  # a change a sheriff added by hand
+    rows[3] = (day[3], 103, 1.0, "FP")  # an alert judged wrong: not a change point
+    shuffled = [rows[i] for i in (5, 0, 11, 2, 8, 1, 7, 3, 10, 4, 9, 6)]  # files list pushes out of order
+    _perfherder_file(tmp_path / "autoland1" / "4769032_timeseries_data.csv", shuffled)
+    _perfherder_file(tmp_path / "autoland1" / "4769033_timeseries_data.csv", [(d, i, 1.0, "TN") for i, d in enumerate(day)])
+    _perfherder_file(tmp_path / "autoland2" / "5000000_timeseries_data.csv", [(day[i], i, 1.0, "TP") for i in range(5)])
+    (s,) = load_perfherder(tmp_path)  # no alert, and too short: both left out
+    assert (s.corpus, s.name, s.annotations) == ("perfherder", "autoland1/4769032", ((6, 9),))
+    assert s.values.tolist() == [1.0] * 6 + [2.0] * 6 and s.times == tuple(day)
+    assert s.meta == {"split": split("4769032"), "repository": "autoland1"}
+
+
+def test_a_perfherder_file_without_its_alert_column_is_refused_by_name(tmp_path) -> None:
+    bad = tmp_path / "4769032_timeseries_data.csv"
+    bad.write_text("push_timestamp,push_id,value\n2023-05-01 10:00:00,1,1.0\n")
+    with pytest.raises(CorpusError, match=r"4769032_timeseries_data\.csv: no alert_summary_status_general column"):
+        load_perfherder(tmp_path)
 
 
 def test_changes_defaults_beat_no_change_on_the_tcpd_development_half() -> None:
