@@ -8,7 +8,7 @@ import pytest
 from test_localize import _leaves
 
 from perfsleuth import engine
-from perfsleuth.segment.lattice import LatticeResult, SearchOptions, search, search_resamples
+from perfsleuth.segment.lattice import LatticeResult, SearchOptions, search, search_resamples, search_with_resamples
 
 DIMS = ("a", "b", "c")
 # Resamples that differ in what they hold: one cause, two at different depths, a redundant rack-like
@@ -50,6 +50,23 @@ def test_searches_in_step_match_each_resample_searched_alone(duck, options):
     assert len({len(r.culprits) for r in alone}) > 2  # the resamples really do diverge
     for a, s in zip(alone, in_step, strict=True):
         _same(a, s)
+
+
+def test_the_data_searched_with_its_resamples_is_searched_as_alone(duck):
+    # The data rides along as one more boot: its search is search's (leaf counts included), the resamples
+    # start once it has a culprit and are searched as alone; without a culprit none is searched.
+    parts, stacked = _stacked()
+    alone = [search(engine.table(duck, p), DIMS) for p in parts]
+    busy = next(b for b, r in enumerate(alone) if len(r.culprits) > 1)
+    data, resampled = search_with_resamples(engine.table(duck, stacked), DIMS, busy)
+    _same(alone[busy], data)
+    assert len(resampled) == len(parts) - 1
+    for a, s in zip([r for b, r in enumerate(alone) if b != busy], resampled, strict=True):
+        _same(a, s)
+    idle = next(b for b, r in enumerate(alone) if not r.culprits)
+    data, resampled = search_with_resamples(engine.table(duck, stacked), DIMS, idle)
+    _same(alone[idle], data)
+    assert resampled == []
 
 
 @pytest.mark.spark

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +142,27 @@ def parquet_files(con: BaseBackend, files: list[str], name: str | None = None) -
 
 
 def to_arrow(expr: ibis.Expr) -> pa.Table:
-    """Run ``expr`` and return its (small) result as Arrow."""
+    """Run ``expr`` and return its (small) result as Arrow, typed as the expression's schema says.
+
+    A table on DuckDB runs as its compiled SQL and its columns are cast here: Ibis's own DuckDB
+    ``to_pyarrow`` imports pandas (0.2 s of a CLI run) only to define a converter Arrow results never use."""
+    if isinstance(expr, ibis.Table):
+        con = backend_of(expr)
+        if engine_name(con) == "duckdb":
+            return _typed(run_sql(con, str(con.compile(expr))), expr.schema().to_pyarrow())
     return expr.to_pyarrow()
+
+
+def _typed(result: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``result`` with each column cast to its type in ``schema`` (DuckDB returns e.g. a 128-bit integer
+    for a sum of int64, which Ibis types int64); a column of nulls typed null stays all nulls."""
+    if result.schema == schema:
+        return result
+    columns = [
+        pa.nulls(len(result), field.type) if pa.types.is_null(field.type) else result.column(field.name).cast(field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def backend_of(expr: ibis.Expr) -> BaseBackend:
@@ -216,6 +235,31 @@ def upload(con: BaseBackend, name: str, data: pa.Table) -> None:
         con.con.register(name, data)
     else:  # straight from Arrow: a pandas detour would turn nulls into NaN, which Spark counts as values
         _spark(con).createDataFrame(_plain(data)).createOrReplaceTempView(name)
+
+
+Columns = Mapping[str, tuple[str, Sequence[Any]]]
+"""A small table as Python lists: column name -> (Ibis type name: int64, float64 or string; its values)."""
+_DUCKDB_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "VARCHAR"}
+_ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
+
+
+def upload_columns(con: BaseBackend, name: str, columns: Columns) -> None:
+    """Put a small table given as Python lists on the engine under ``name`` (replacing it), as ``upload`` does.
+
+    DuckDB: a temporary table made by one statement that takes the lists as its parameters. No Arrow in
+    between: pyarrow imports pandas (0.2-0.3 s) the first time it converts a Python list, and a CLI run
+    needs nothing else of pandas."""
+    if engine_name(con) != "duckdb":
+        upload(con, name, pa.table({c: pa.array(list(v), _ARROW_TYPES[kind]) for c, (kind, v) in columns.items()}))
+        return
+    picks = ", ".join(f'UNNEST(${i}::{_DUCKDB_TYPES[kind]}[]) AS "{c}"' for i, (c, (kind, _v)) in enumerate(columns.items(), 1))
+    create = f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT {picks}'
+    values = [list(v) for _kind, v in columns.values()]
+    try:
+        con.con.execute(create, values)
+    except duckdb.CatalogException:  # ``upload`` left a view of that name
+        drop(con, name)
+        con.con.execute(create, values)
 
 
 def drop(con: BaseBackend, name: str) -> None:

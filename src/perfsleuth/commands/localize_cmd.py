@@ -16,9 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from perfsleuth import engine as engines
 from perfsleuth.commands.output import deliver_doc, fail
 from perfsleuth.errors import Caveat, InputError, PerfsleuthError
@@ -95,7 +92,7 @@ def _run(
     result = localize(table, spec, workload_dims=workload_dims, bootstrap=bootstrap, seed=seed)
     result = replace(result, caveats=(*unread, *result.caveats))
     doc = {"schema": SCHEMA, "file": str(path), **result.to_json()}
-    return doc, render_text(path, result)
+    return doc, "" if format == "json" else render_text(path, result)  # JSON needs no text (nor rich's import)
 
 
 def localize_store_command(
@@ -143,7 +140,8 @@ def localize_store_command(
         f"{metric} ({leaves.metric.method}); baseline {base} ({leaves.runs['baseline']} runs), "
         f"current {cur} ({leaves.runs['current']} runs)\n"
     )
-    return deliver_doc(doc, head + render_text(Path(store), result), format, out, title=f"perfsleuth localize · {metric} · {cur} vs {base}")
+    text = "" if format == "json" else head + render_text(Path(store), result)
+    return deliver_doc(doc, text, format, out, title=f"perfsleuth localize · {metric} · {cur} vs {base}")
 
 
 def _measurements_only(table: Any, metrics: Sequence[str], path: Path) -> tuple[Any, list[Caveat]]:
@@ -225,6 +223,9 @@ def render_text(path: Path, r: Localization) -> str:
     """The split and the culprits as plain text. Labels are dimension values from the input: rich markup is
     off (a value ``[bold]`` is shown, not applied), every label is made inert before rich lays it out (so columns
     line up), and the whole text goes through ``terminal_block``."""
+    from rich.console import Console  # here, not at the top: a JSON run never lays out text
+    from rich.table import Table
+
     buf = io.StringIO()
     con = Console(file=buf, width=160, force_terminal=False, color_system=None, highlight=False, markup=False, emoji=False)
     m = r.mix

@@ -43,10 +43,9 @@ from typing import Any, cast
 
 import ibis
 import ibis.expr.types as ir
-import pyarrow as pa
 from ibis.backends import BaseBackend
 
-from perfsleuth.engine import backend_of, compiled, materialize, run_sql, table_name, to_arrow, upload
+from perfsleuth.engine import Columns, backend_of, compiled, materialize, run_sql, table_name, to_arrow, upload_columns
 
 Element = tuple[tuple[str, str], ...]  # ((dim, value), ...) in the order of the searched dims
 # Inside the search an element holds the dimensions' codes (``DimCodes``), and so do the culprits' elements
@@ -170,16 +169,14 @@ def dim_codes(leaves: ir.Table, dims: Sequence[str], name: str) -> DimCodes:
         if r["v"] is not None:
             per_dim[r["dim"]].append(r["v"])
     codes = DimCodes(names, tuple(tuple(sorted(v)) for v in per_dim))
-    upload(
+    upload_columns(
         con,
         _DICT,
-        pa.table(
-            {
-                "dim": pa.array([i for i, v in enumerate(codes.values) for _ in v], pa.int64()),
-                "v": pa.array([x for v in codes.values for x in v], pa.string()),
-                "code": pa.array([k for v in codes.values for k in range(len(v))], pa.int64()),
-            }
-        ),
+        {
+            "dim": ("int64", [i for i, v in enumerate(codes.values) for _ in v]),
+            "v": ("string", [x for v in codes.values for x in v]),
+            "code": ("int64", [k for v in codes.values for k in range(len(v))]),
+        },
     )
 
     def build(t: ir.Table) -> ir.Table:
@@ -245,7 +242,21 @@ def search_resamples(
     is the engine round trips: a query of each kind answers every resample that asks it at that step, so
     20 resamples cost about as many queries as one (each over 20 times the rows). ``codes`` as in ``search``.
     """
-    return _search_all(leaves, dims, options, "real", "predict", True, resampled=True, codes=codes)
+    found = _search_all(leaves, dims, options, "real", "predict", True, resampled=True, codes=codes)
+    return [found[b] for b in sorted(found)]
+
+
+def search_with_resamples(
+    leaves: ir.Table, dims: Sequence[str], whole: int, options: SearchOptions = DEFAULT_OPTIONS, *, codes: DimCodes | None = None
+) -> tuple[LatticeResult, list[LatticeResult]]:
+    """``search`` over the rows of ``boot`` ``whole`` (the data itself, leaf counts included) and
+    ``search_resamples`` over the other boots, sharing round trips: the resamples' searches start once that
+    search has found a culprit and run in step with what is left of it (about 30 queries fewer than one
+    after the other on B0). Without a culprit there is no selection frequency to give: no resample is
+    searched, and the list is empty."""
+    found = _search_all(leaves, dims, options, "real", "predict", True, resampled=True, codes=codes, whole=whole)
+    data = found.pop(whole)
+    return data, [found[b] for b in sorted(found)] if data.culprits else []
 
 
 def _search_all(
@@ -257,7 +268,9 @@ def _search_all(
     prune_nested: bool,
     resampled: bool,
     codes: DimCodes | None,
-) -> list[LatticeResult]:
+    whole: int | None = None,
+) -> dict[int, LatticeResult]:
+    """The searches that ran, by ``boot`` (all of them, unless ``whole``'s found no culprit: see ``_Driver.run``)."""
     con = backend_of(leaves)
     names = tuple(dims)
     if codes is None:
@@ -272,15 +285,15 @@ def _search_all(
     else:  # a plain table: the SQL is the same for every table of this name and shape
         key = ("dev", source, names, real, predict, resampled)
         materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict, resampled)), view=True)
-    materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)), view=True)
-    materialize(con, _BASE, compiled(con, ("base", gdims), lambda: _base_expr(con, gdims)))
+    materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)))
+    materialize(con, _BASE, compiled(con, ("base", gdims, resampled, whole), lambda: _base_expr(con, gdims, resampled, whole)))
     totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("totals", gdims), lambda: _totals_expr(con, gdims))).to_pylist()}
     if not resampled and not totals:  # no leaves: what the sums of nothing are
         totals[0] = {"cut": None, "total": None, "abn": None, "wa": None, "p": None, "n": 0}
     small = max(r["n"] for r in totals.values()) <= SMALL_BASE  # per search: resamples share the leaves
     steps = {b: _search_steps(totals[b], gdims, options) for b in sorted(totals)}
-    outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query, resampled).run(steps)
-    return [_result(totals[b], outcomes[b], gdims, codes) for b in sorted(totals)]
+    outcomes = _Driver(con, gdims, small, prune_nested, options.cuboids_per_query).run(steps, lead=whole)
+    return {b: _result(totals[b], outcome, gdims, codes) for b, outcome in sorted(outcomes.items())}
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,23 +419,30 @@ class _Driver:
     # B0's layer_3_n_ele_3). The redundancy check comes once every search has finished its rounds.
     KINDS = ("rest", "structure", "misfit", "layer", "own")
 
-    def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int, resampled: bool) -> None:
+    def __init__(self, con: BaseBackend, gdims: tuple[str, ...], small: bool, prune_nested: bool, per_query: int) -> None:
         self.con, self.gdims, self.small, self.prune_nested, self.per_query = con, gdims, small, prune_nested, per_query
-        self.resampled = resampled
         self.state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]] = {}
         self.structure: _Structure | None = None
 
-    def run(self, steps: dict[int, Steps]) -> dict[int, _Outcome]:
+    def run(self, steps: dict[int, Steps], lead: int | None = None) -> dict[int, _Outcome]:
+        """Every search's outcome; with ``lead``, the others start once that search has found a culprit, and
+        never when it ends without one (they are then left out)."""
         done: dict[int, _Outcome] = {}
         pending: dict[int, Request] = {}
+        waiting = [b for b in steps if b != lead] if lead in steps else []
         for b, gen in steps.items():
-            self._advance(b, gen, None, pending, done)
+            if b not in waiting:
+                self._advance(b, gen, None, pending, done)
         while pending:
             kind = next(k for k in self.KINDS if any(r[0] == k for r in pending.values()))
             asked = {b: r for b, r in pending.items() if r[0] == kind}
             answers = getattr(self, f"_{kind}")(asked, pending)
             for b in asked:
                 self._advance(b, steps[b], answers[b], pending, done)
+            if waiting and _has_culprit(lead, pending, done):
+                for b in waiting:
+                    self._advance(b, steps[b], None, pending, done)
+                waiting = []
         return done
 
     @staticmethod
@@ -437,7 +457,7 @@ class _Driver:
         for b, (_kind, removed, pruned, threshold) in asked.items():
             self.state[b] = (removed, pruned, threshold)
         live = {b: s for b, s in self.state.items() if b in pending}  # finished searches leave the working set
-        _materialize_rest(self.con, self.gdims, live, self.small, self.resampled)
+        _materialize_rest(self.con, self.gdims, live, self.small)
         return dict.fromkeys(asked)
 
     def _structure(self, asked: dict[int, Request], pending: dict[int, Request]) -> dict[int, _Structure]:
@@ -460,18 +480,27 @@ class _Driver:
                 cols["k"].append(k)
                 for i, g in enumerate(self.gdims):
                     cols[f"v{i}"].append(fixed.get(g))
-        upload(self.con, _KEPT, pa.table({c: pa.array(v, pa.int64()) for c, v in cols.items()}))
+        upload_columns(self.con, _KEPT, {c: ("int64", v) for c, v in cols.items()})
         out: dict[int, dict[int, float]] = {b: {} for b in asked}
         for r in run_sql(self.con, compiled(self.con, ("own", self.gdims), lambda: _own_expr(self.con, self.gdims))).to_pylist():
             out[r["boot"]][r["k"]] = r["s"] or 0.0
         return out
 
 
+def _has_culprit(b: int | None, pending: dict[int, Request], done: dict[int, _Outcome]) -> bool:
+    """Whether search ``b`` has found a culprit: it ended with one, or it asks for its working set without
+    its culprits, or for the redundancy check of its culprits."""
+    if b in done:
+        return bool(done[b].culprits)
+    request = pending.get(cast(int, b))
+    return request is not None and (request[0] == "own" or (request[0] == "rest" and bool(request[1])))
+
+
 def _structure(con: BaseBackend, gdims: tuple[str, ...], prune_nested: bool) -> _Structure:
     """Constant dimensions, aliases (the same split under two names) and nesting, from the data."""
     if not prune_nested or len(gdims) < 2:
         return _Structure(gdims, (), (), ())
-    card, deps = functional_dependencies(con, _BASE, gdims)
+    card, deps = functional_dependencies(con, _DEV, gdims)  # every leaf, not only the working ones
     constant = tuple(d for d in gdims if card.get(d, 2) <= 1)
     aliases = tuple(sorted({b for a, b in deps if (b, a) in deps and gdims.index(a) < gdims.index(b)}))
     active = tuple(d for d in gdims if d not in constant and d not in aliases)
@@ -539,12 +568,25 @@ def _cutoff_expr(con: BaseBackend, rank: int) -> ir.Table:
     return ends.select("boot", cut=-ibis.ifelse(ends.lo.abs() <= ends.hi.abs(), ends.lo, ends.hi).fill_null(0.0))
 
 
-def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
-    """Each leaf with its side of the noise bound, its weight, and its oriented change."""
-    t = con.table(_DEV).join(con.table(_CUT), "boot")
-    abnormal = ibis.ifelse(t.cut > 0, t.dev > t.cut, t.dev < t.cut)
-    t = t.mutate(p=abnormal.cast("float64"), scale=t.real.abs() + t.predict.abs())
-    t = t.mutate(s=ibis.ifelse(ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum().over(group_by=t.boot) < 0, -1.0, 1.0))
+def _base_expr(con: BaseBackend, gdims: tuple[str, ...], resampled: bool, whole: int | None) -> ir.Table:
+    """Each leaf with its side of the noise bound, its weight, and its oriented change.
+
+    Resampled searches leave out the leaves whose ``real`` and ``predict`` are both 0 (a resample's
+    zero-weight rows and the empty cells, 59% of B0's): such a leaf is never abnormal and adds nothing to
+    any sum but an element's leaf count. The noise bound, the leaf counts, the dimensions' values and their
+    nesting are read from every leaf (``_DEV``). Their culprits are the ones ``search`` finds on each
+    resample alone, with a smaller leaf count (``Culprit.leaves``) where such leaves lie under them. The
+    search of the data itself (``boot`` ``whole``) keeps them, as ``search`` does."""
+    t = con.table(_DEV)
+    if resampled:
+        working = (t.real != 0) | (t.predict != 0)
+        t = t.filter(working if whole is None else working | (t.boot == whole))
+    t = t.join(con.table(_CUT), "boot")
+    t = t.mutate(p=_abnormal(t).cast("float64"), scale=t.real.abs() + t.predict.abs())
+    # The side of the change, per search: a group-by joined back costs DuckDB a fifth of a window sum over boot.
+    side = t.group_by("boot").aggregate(ps_abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum())
+    t = t.join(side, "boot")
+    t = t.mutate(s=ibis.ifelse(t.ps_abn < 0, -1.0, 1.0))
     weight = ibis.ifelse(t.p == 1, t.dev.abs(), ibis.ifelse(t.scale > 0, (t.cut - t.dev).abs(), 0.0))
     nz = ((t.real != 0) & (t.predict != 0)).cast("float64")
     t = t.mutate(c=t.s * (t.real - t.predict), w=ibis.least(weight, 1.0), nz=nz)
@@ -557,7 +599,6 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
         "p",
         "c",
         "nz",
-        cut=t.cut,
         cp=t.c * t.p,
         cz=ibis.greatest(t.c, 0.0),
         wa=t.w * t.p,
@@ -568,16 +609,24 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
 
 
 def _totals_expr(con: BaseBackend, gdims: tuple[str, ...]) -> ir.Table:
-    t = con.table(_BASE)
+    """Per search, over every leaf (the base may hold only the working ones): each dimension's number of
+    values, the noise bound, the change, the abnormal change, weight and count, and the leaf count."""
+    t = con.table(_DEV).join(con.table(_CUT), "boot")
+    abnormal = _abnormal(t)
     return t.group_by("boot").aggregate(
         **{f"card{i}": t[g].nunique() + t[g].isnull().cast("int64").max() for i, g in enumerate(gdims)},
         cut=t.cut.max(),
         total=(t.real - t.predict).sum(),
-        abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum(),
-        wa=t.wa.sum(),
-        p=t.p.sum(),
+        abn=ibis.ifelse(abnormal, t.real - t.predict, 0.0).sum(),
+        wa=ibis.ifelse(abnormal, ibis.least(t.dev.abs(), 1.0), 0.0).sum(),  # the base's w·p
+        p=abnormal.cast("float64").sum(),
         n=t.count(),
     )
+
+
+def _abnormal(t: ir.Table) -> ir.BooleanValue:
+    """Leaves past the noise bound ``cut``, on its side."""
+    return ibis.ifelse(t.cut > 0, t.dev > t.cut, t.dev < t.cut)
 
 
 def _materialize_rest(
@@ -585,15 +634,8 @@ def _materialize_rest(
     gdims: tuple[str, ...],
     state: dict[int, tuple[tuple[_Coded, ...], dict[str, set[int]], float]],
     small: bool,
-    resampled: bool,
 ) -> None:
     """Each search's leaves not under its culprits yet, with a flag per dimension for values it pruned from deeper layers.
-
-    Resampled searches leave out the leaves whose ``real`` and ``predict`` are both 0 (a resample's
-    zero-weight rows, about a third of them): such a leaf adds nothing to any sum but an element's leaf
-    count, and it still counts in the noise bound, the totals, the dimensions' values and their nesting
-    (all read from the base). Their culprits are the ones ``search`` finds on each resample alone, with a
-    smaller leaf count (``Culprit.leaves``) where such leaves lie under them.
 
     The culprits found so far, the pruned values and the thresholds travel as three small tables keyed by
     search, so the view's SQL has one shape per set of dimensions and is compiled once.
@@ -611,22 +653,18 @@ def _materialize_rest(
             for v in sorted(pruned.get(g, ())):
                 pruned_dims.append(i)
                 pruned_keys.append(b * _KEY_STRIDE + v)
-    upload(con, _REMOVED, pa.table({k: pa.array(v, pa.int64()) for k, v in cols.items()}))
-    upload(con, _PRUNED, pa.table({"dim": pa.array(pruned_dims, pa.int64()), "key": pa.array(pruned_keys, pa.int64())}))
-    upload(
-        con, _PARAMS, pa.table({"boot": pa.array(list(state), pa.int64()), "thr": pa.array([s[2] for s in state.values()], pa.float64())})
-    )
+    upload_columns(con, _REMOVED, {k: ("int64", v) for k, v in cols.items()})
+    upload_columns(con, _PRUNED, {"dim": ("int64", pruned_dims), "key": ("int64", pruned_keys)})
+    upload_columns(con, _PARAMS, {"boot": ("int64", list(state)), "thr": ("float64", [s[2] for s in state.values()])})
     # Before anything is removed or pruned the view is the base itself, and on a small base the filter
     # costs less than storing its result: both stay views.
     first = not cols["boot"] and not pruned_keys
-    key = ("rest", gdims, first, resampled)
-    materialize(con, _REST, compiled(con, key, lambda: _rest_expr(con, gdims, first, resampled)), view=small or first)
+    key = ("rest", gdims, first)
+    materialize(con, _REST, compiled(con, key, lambda: _rest_expr(con, gdims, first)), view=small or first)
 
 
-def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool, resampled: bool) -> ir.Table:
+def _rest_expr(con: BaseBackend, gdims: tuple[str, ...], first: bool) -> ir.Table:
     t, rem, pr, params = con.table(_BASE), con.table(_REMOVED), con.table(_PRUNED), con.table(_PARAMS)
-    if resampled:
-        t = t.filter((t.real != 0) | (t.predict != 0))
     if first:  # nothing removed or pruned yet: no anti-join to evaluate in every query that reads it
         t = t.join(params, "boot")
         return t.mutate(**{f"x{i}": ibis.literal(0, "int64") for i in range(len(gdims))})
@@ -666,7 +704,7 @@ def _layer_rows(
     for k in range(rounds):
         start = k * per_query
         chunks = {b: (cuboids[start : start + per_query], start, layer > 1) for b, (cuboids, layer) in asked.items()}
-        upload(con, _CUBS, _cuboid_table(gdims, chunks))
+        upload_columns(con, _CUBS, _cuboid_table(gdims, chunks))
         sql = compiled(con, ("layer", gdims), lambda: _layer_expr(con, gdims))
         for r in run_sql(con, sql).to_pylist():
             cub = asked[r["boot"]][0][r["cub_id"]]
@@ -675,16 +713,16 @@ def _layer_rows(
     return out
 
 
-def _cuboid_table(gdims: tuple[str, ...], chunks: dict[int, tuple[list[tuple[str, ...]], int, bool]]) -> pa.Table:
+def _cuboid_table(gdims: tuple[str, ...], chunks: dict[int, tuple[list[tuple[str, ...]], int, bool]]) -> Columns:
     rows = [(b, offset + j, filtered, cub) for b, (cuboids, offset, filtered) in chunks.items() for j, cub in enumerate(cuboids)]
     cols = {
-        "boot": pa.array([r[0] for r in rows], pa.int64()),
-        "cub_id": pa.array([r[1] for r in rows], pa.int64()),
-        "f": pa.array([int(r[2]) for r in rows], pa.int64()),
+        "boot": ("int64", [r[0] for r in rows]),
+        "cub_id": ("int64", [r[1] for r in rows]),
+        "f": ("int64", [int(r[2]) for r in rows]),
     }
     for i, g in enumerate(gdims):
-        cols[f"m{i}"] = pa.array([1 if g in r[3] else 0 for r in rows], pa.int64())
-    return pa.table(cols)
+        cols[f"m{i}"] = ("int64", [1 if g in r[3] else 0 for r in rows])
+    return cols
 
 
 def _coded(c: Culprit) -> _Coded:
@@ -784,17 +822,10 @@ def _ripple_misfit(con: BaseBackend, gdims: tuple[str, ...], asked: dict[int, li
             fixed = dict(cand["element"])
             for i, g in enumerate(gdims):
                 values[f"v{i}"].append(fixed.get(g))
-    upload(
+    upload_columns(
         con,
         _CAND,
-        pa.table(
-            {
-                "boot": pa.array(boots, pa.int64()),
-                "idx": pa.array(idxs, pa.int64()),
-                "rho": pa.array(rho, pa.float64()),
-                **{k: pa.array(v, pa.int64()) for k, v in values.items()},
-            }
-        ),
+        {"boot": ("int64", boots), "idx": ("int64", idxs), "rho": ("float64", rho), **{k: ("int64", v) for k, v in values.items()}},
     )
     rows = run_sql(con, compiled(con, ("misfit", gdims), lambda: _misfit_expr(con, gdims)))
     by_key = {(r["boot"], r["idx"]): r for r in rows.to_pylist()}

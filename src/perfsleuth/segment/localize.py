@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import ibis
 import ibis.expr.types as ir
-import pyarrow as pa
 
-from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, table_name, to_arrow, upload
+from perfsleuth.engine import backend_of, compiled, drop, engine_name, materialize, table_name, to_arrow, upload_columns
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.segment.evidence import (
     Confounding,
@@ -37,7 +36,7 @@ from perfsleuth.segment.lattice import (
     dim_codes,
     element_mask,
     search,
-    search_resamples,
+    search_with_resamples,
 )
 from perfsleuth.segment.mixrate import NULL_VALUE, LeafSpec, MixRate, decompose, leaf_table, leaf_terms
 
@@ -147,8 +146,7 @@ def localize(
         )
     codes = dim_codes(terms, spec.dims, _CODED)
     coded = con.table(_CODED)
-    found = search(coded, spec.dims, options, codes=codes)
-    freq = _selection_frequency(coded, codes, options, bootstrap, seed) if bootstrap and found.culprits else {}
+    found, freq = _search_and_resample(coded, codes, options, bootstrap, seed)
     culprits = tuple(
         culprit_evidence(raw, terms, spec, mix, c.elements, c.layer, work, selection_frequency=freq.get(c.label), seed=seed + i)
         for i, c in enumerate(found.culprits)
@@ -200,42 +198,50 @@ def _explained_share(terms: ir.Table, found: LatticeResult, mix: MixRate) -> flo
     return explained / mix.rate
 
 
-def _selection_frequency(terms: ir.Table, codes: DimCodes, options: SearchOptions, reps: int, seed: int) -> dict[str, float]:
-    """How often each element is chosen again when the cells are resampled (Poisson weights).
+def _search_and_resample(
+    terms: ir.Table, codes: DimCodes, options: SearchOptions, reps: int, seed: int
+) -> tuple[LatticeResult, dict[str, float]]:
+    """The search over ``terms``, and how often each element is chosen again when the cells are resampled
+    (Poisson weights).
 
     ``terms`` holds the dimensions as ``codes``; the codes sort as the values do, so the rows are numbered
     for the weights in the order of the values.
 
     Every resample's weights are drawn on the same rows (resample ``b`` with seed ``seed·1009 + b``), the
     resamples are stacked with their number as a ``boot`` column, and their searches run in step: one
-    query per step for all of them rather than one per step per resample."""
+    query per step for all of them rather than one per step per resample. The data itself rides along as
+    ``boot`` ``reps`` with weight 1: its search is ``search``'s and needs no round trips of its own (about
+    30 queries fewer per run)."""
     if not reps:
-        return {}
+        return search(terms, codes.dims, options, codes=codes), {}
     con = backend_of(terms)
-    options = replace(options, describe=False)  # only the labels count: no query for the nesting report
     dims = codes.dims
     source = table_name(terms)
     # The rows are numbered once; crossed with one table of the resamples' numbers and seeds, they make
     # every resample's weighted rows in one query, stored as one table until the searches end.
-    upload(
+    boots = list(range(reps + 1))
+    upload_columns(
         con,
         _SEED,
-        pa.table({"boot": pa.array(range(reps), pa.int64()), "boot_seed": pa.array([seed * 1009 + b for b in range(reps)], pa.int64())}),
+        {"boot": ("int64", boots), "boot_seed": ("int64", [seed * 1009 + b for b in boots]), "whole": ("int64", [0] * reps + [1])},
     )
 
     def build(t: ir.Table) -> ir.Table:
         numbered = t.mutate(ps_rn=ibis.row_number().over(order_by=[t[c] for c in dims]))
         seeded = numbered.cross_join(con.table(_SEED))
-        bw = poisson_weight(seeded.ps_rn, seeded.boot_seed)
+        bw = ibis.ifelse(seeded.whole == 1, 1.0, poisson_weight(seeded.ps_rn, seeded.boot_seed))
         return seeded.select(*dims, boot=seeded.boot, real=seeded.real * bw, predict=seeded.predict * bw)
 
     if source:
         materialize(con, _BOOT, compiled(con, ("boot", source, tuple(terms.columns), dims), lambda: build(con.table(source))))
     else:
         materialize(con, _BOOT, build(terms))
+    found, resampled = search_with_resamples(con.table(_BOOT), dims, reps, options, codes=codes)
+    if found.culprits and len(resampled) != reps:
+        raise AssertionError(f"{len(resampled)} resampled searches for {reps} resamples")
     counts: Counter[str] = Counter()
-    for res in search_resamples(con.table(_BOOT), dims, options, codes=codes):
+    for res in resampled:
         counts.update(set(res.labels))
     drop(con, _BOOT)
     drop(con, _SEED)
-    return {label: n / reps for label, n in counts.items()}
+    return found, {label: n / reps for label, n in counts.items()}
