@@ -667,10 +667,15 @@ static void reader_free(PyObject *cap) {
     free(r);
 }
 
+/* reader(rows_hint=0): ``rows_hint`` is how many rows the caller expects (from the text's size):
+ * the columns are reserved for that many up front (pages no row reaches are never touched), so they
+ * are not copied as they grow */
 static PyObject *reader_new(PyObject *self, PyObject *args) {
+    Py_ssize_t hint = 0;
+    if (!PyArg_ParseTuple(args, "|n", &hint)) return NULL;
     reader *r = calloc(1, sizeof(reader));
     if (!r) return PyErr_NoMemory();
-    if (!cols_init(&r->c, 1024)) { cols_free(&r->c); free(r); return PyErr_NoMemory(); }
+    if (!cols_init(&r->c, hint > 1024 ? (size_t)hint : 1024)) { cols_free(&r->c); free(r); return PyErr_NoMemory(); }
     r->cap = 1 << 20;
     r->buf = malloc(r->cap + YYJSON_PADDING_SIZE);
     r->irregular = PyList_New(0);
@@ -699,10 +704,20 @@ static int ensure_tmp(reader *r, size_t end) {
     return 1;
 }
 
-static void fill_tmp(reader *r, size_t end) {
+/* the batch's text: what is left of earlier blocks (``head``), then the start of the block being fed (``more``) */
+typedef struct {
+    const char *head;
+    size_t head_len;
+    const char *more;
+    size_t more_len;
+} batch_text;
+
+static void fill_tmp(reader *r, batch_text t) {
     yyjson_alc_pool_init(&r->alc, r->pool, r->pool_cap); /* the pool is empty again for each parse */
+    size_t end = t.head_len + t.more_len;
     r->tmp[0] = '[';
-    memcpy(r->tmp + 1, r->buf, end);
+    memcpy(r->tmp + 1, t.head, t.head_len);
+    if (t.more_len) memcpy(r->tmp + 1 + t.head_len, t.more, t.more_len);
     r->tmp[end + 1] = ']';
     memset(r->tmp + end + 2, 0, YYJSON_PADDING_SIZE);
 }
@@ -772,13 +787,19 @@ static int has_literal(const char *s, size_t n) {
     return memmem(s, n, "NaN", 3) != NULL || memmem(s, n, "Infinity", 8) != NULL;
 }
 
-/* parse buf[0:end) (complete elements, separators between them) as one array; 1 ok, 0 input error
- * (``quiet``: 0 = not a batch, nothing recorded), -1 memory */
-static int parse_batch(reader *r, size_t end, int quiet) {
-    /* skip leading whitespace; an empty batch (only whitespace) is nothing */
-    size_t s = 0;
-    while (s < end && (r->buf[s] == ' ' || r->buf[s] == '\n' || r->buf[s] == '\r' || r->buf[s] == '\t')) s++;
-    if (s == end) {
+static int all_space(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return 0;
+    return 1;
+}
+
+/* parse ``t`` (complete elements, separators between them) as one array; 1 ok, 0 input error
+ * (``quiet``: 0 = not a batch, nothing recorded), -1 memory. Only a quiet parse may have ``more``
+ * text: the error and NaN paths read the batch's text as buf[0:end). */
+static int parse_text(reader *r, batch_text t, int quiet) {
+    size_t end = t.head_len + t.more_len;
+    /* an empty batch (only whitespace) is nothing */
+    if (all_space(t.head, t.head_len) && all_space(t.more, t.more_len)) {
         if (r->next_index > 0 || r->seps > 0) { set_error(r, "an empty element (a comma with no event after it)", r->base + end); return 0; }
         return 1;
     }
@@ -787,18 +808,19 @@ static int parse_batch(reader *r, size_t end, int quiet) {
     yyjson_read_err err;
     yyjson_read_flag flg = YYJSON_READ_INSITU | YYJSON_READ_BIGNUM_AS_RAW;
     yyjson_doc *doc;
-    Py_BEGIN_ALLOW_THREADS /* the copy and the parse touch only the reader's own buffers */
-    fill_tmp(r, end);
+    Py_BEGIN_ALLOW_THREADS /* the copy reads the reader's buffer and the fed block (held by the caller); the parse only the copy */
+    fill_tmp(r, t);
     doc = yyjson_read_opts(r->tmp, end + 2, flg, &r->alc, &err);
     Py_END_ALLOW_THREADS
     int literals = 0;
     char *copy = NULL;
     if (!doc && quiet) return 0;
+    if (!doc && t.more_len) return 0; /* cannot happen: only quiet parses are given more text */
     if (!doc && has_literal(r->buf, end)) {
         /* NaN/Infinity (Python's json.dumps writes them): read them, and keep the text of their events */
         literals = 1;
         Py_BEGIN_ALLOW_THREADS
-        fill_tmp(r, end);
+        fill_tmp(r, t);
         doc = yyjson_read_opts(r->tmp, end + 2, flg | YYJSON_READ_ALLOW_INF_AND_NAN, &r->alc, &err);
         Py_END_ALLOW_THREADS
         copy = r->buf; /* still the original text: the parse was in a copy */
@@ -865,6 +887,12 @@ static int parse_batch(reader *r, size_t end, int quiet) {
     return rc;
 }
 
+/* parse buf[0:end) */
+static int parse_batch(reader *r, size_t end, int quiet) {
+    batch_text t = {r->buf, end, NULL, 0};
+    return parse_text(r, t, quiet);
+}
+
 /* drop buf[0:upto) once parsed; what is left starts at an element boundary, so its scan restarts there */
 static void consume_parsed(reader *r, size_t upto) {
     memmove(r->buf, r->buf + upto, r->len - upto);
@@ -920,6 +948,51 @@ static int fast_cut(reader *r) {
     return 0;
 }
 
+/* keep ``rest`` (the partial element after a parsed cut) as the reader's text: buf held
+ * buf[0:len) + the block up to its separator, which are consumed */
+static int keep_rest(reader *r, size_t consumed, const char *rest, size_t n) {
+    if (n > r->cap) {
+        size_t cap = r->cap;
+        while (cap < n) cap *= 2;
+        char *b = realloc(r->buf, cap + YYJSON_PADDING_SIZE);
+        if (!b) return 0;
+        r->buf = b;
+        r->cap = cap;
+    }
+    memcpy(r->buf, rest, n);
+    r->len = n;
+    r->base += consumed;
+    r->seps++;
+    r->scan = 0;
+    r->depth = r->in_str = r->esc = 0;
+    r->last_sep = (size_t)-1;
+    return 1;
+}
+
+/* fast_cut on the text buf + block without first appending the block to buf (that copy is the
+ * one saved): the last candidate cuts of the block are tried, the batch "[" + buf + block up to
+ * the cut + "]" is put together in the parse buffer. 1 consumed, 0 no candidate in the block,
+ * 2 candidates failed (scan instead), -1 memory. */
+static int fast_cut_block(reader *r, const char *b, size_t n) {
+    if (r->scan != 0) return 0; /* a scan is under way: let it finish */
+    size_t i = n;
+    int tried = 0;
+    while (tried < 4 && i > 1) {
+        const char *c = memrchr(b, ',', i);
+        if (!c) break;
+        size_t sep = (size_t)(c - b), k = sep;
+        while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\n' || b[k - 1] == '\r' || b[k - 1] == '\t')) k--;
+        i = sep;
+        if (k == 0 || b[k - 1] != '}') continue; /* not after an object (or its '}' is in buf: left to fast_cut) */
+        tried++;
+        batch_text t = {r->buf, r->len, b, sep};
+        int rc = parse_text(r, t, 1);
+        if (rc < 0) return -1;
+        if (rc == 1) return keep_rest(r, r->len + sep + 1, b + sep + 1, n - sep - 1) ? 1 : -1;
+    }
+    return tried ? 2 : 0;
+}
+
 /* feed(reader, data): append text of the array (after its '['), parse what is complete */
 static PyObject *reader_feed(PyObject *self, PyObject *args) {
     PyObject *cap;
@@ -929,6 +1002,13 @@ static PyObject *reader_feed(PyObject *self, PyObject *args) {
     if (!r) { PyBuffer_Release(&view); return NULL; }
     if (r->closed || r->error || r->finished) { PyBuffer_Release(&view); Py_RETURN_FALSE; }
     size_t n = (size_t)view.len;
+    int rc = fast_cut_block(r, view.buf, n);
+    if (rc == 1 || rc < 0) {
+        PyBuffer_Release(&view);
+        if (rc < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+        Py_RETURN_FALSE;
+    }
+    int block_failed = rc == 2;
     if (r->len + n > r->cap) {
         size_t cap2 = r->cap;
         while (cap2 < r->len + n) cap2 *= 2;
@@ -940,7 +1020,7 @@ static PyObject *reader_feed(PyObject *self, PyObject *args) {
     memcpy(r->buf + r->len, view.buf, n);
     r->len += n;
     PyBuffer_Release(&view);
-    int rc = fast_cut(r);
+    rc = block_failed ? 0 : fast_cut(r);
     if (rc == 0) { /* no candidate parsed: find the boundary by scanning */
         scan_text(r);
         if (r->closed && !r->error) rc = consume(r, r->close_pos, r->close_pos);
@@ -985,7 +1065,7 @@ static PyObject *reader_finish(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"reader", reader_new, METH_NOARGS, "A new reader of one traceEvents array."},
+    {"reader", reader_new, METH_VARARGS, "reader(rows_hint=0): a new reader of one traceEvents array."},
     {"feed", reader_feed, METH_VARARGS, "feed(reader, data) -> True once the array's ']' was read."},
     {"finish", reader_finish, METH_VARARGS, "finish(reader) -> the columns, interned strings and irregular events."},
     {NULL, NULL, 0, NULL}};

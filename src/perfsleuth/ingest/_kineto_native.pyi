@@ -2,8 +2,8 @@
 
 from typing import Any
 
-def reader() -> object:
-    """A new reader of one traceEvents array (an opaque capsule)."""
+def reader(rows_hint: int = 0, /) -> object:
+    """A new reader of one traceEvents array (an opaque capsule), its columns reserved for ``rows_hint`` rows."""
 
 def feed(reader: object, data: bytes | bytearray | memoryview, /) -> bool:
     """True once the array's closing ``]`` was read."""

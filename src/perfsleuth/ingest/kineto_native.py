@@ -14,6 +14,7 @@ types and read by the native reader again, so one code path builds every column.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -45,6 +46,13 @@ except ImportError as exc:  # pragma: no cover - a checkout that was not install
 
 BLOCK_BYTES = 1 << 20
 """Text handed to the native reader at a time: its buffer holds one block plus one partial event."""
+
+ROW_BYTES = 256
+"""Bytes of text per row the native reader reserves its columns for (Kineto's rows take 250-400 bytes;
+a trace with shorter rows has its columns grown as before). Reserved pages no row reaches are never
+touched, so they cost address space, not memory."""
+MAX_ROWS_HINT = 1 << 23
+"""At most this many rows are reserved up front (a gzip trailer's size can be anything)."""
 
 _INT, _STR, _BIG, _RAW = 1, 2, 3, 4  # the native reader's cell tags (0 is null)
 _KEY = b'"traceEvents"'
@@ -152,7 +160,7 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     stream: ChromeTraceStream[Any] = ChromeTraceStream(path, None, None)  # type: ignore[arg-type]  # header/tail/caveat helpers only
     blocks = reused_blocks(path, block_bytes)
     body, offset = _after_header(path, stream, blocks)
-    reader = native().reader()
+    reader = native().reader(rows_hint(path))
     try:
         closed = native().feed(reader, body)
         for block in blocks:
@@ -201,6 +209,20 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     low = lo if count else (big_max if big_count else None)
     high = big_max if big_count else (hi if count else None)
     return Parsed(cols, stream, lenient, count + big_count, low, high)
+
+
+def rows_hint(path: Path) -> int:
+    """How many rows the file's text could hold, from its size (a gzip file's: what its trailer
+    records), so the reader's columns are reserved once instead of copied as they grow; 0 if unknown."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if fh.read(2) == b"\x1f\x8b" and size >= 18:
+                fh.seek(-4, os.SEEK_END)
+                size = int.from_bytes(fh.read(4), "little")  # ISIZE: the last member's text size, modulo 2**32
+    except OSError:
+        return 0
+    return min(size // ROW_BYTES, MAX_ROWS_HINT)
 
 
 def _check_tail(path: Path, tail: bytes, offset: int) -> None:
