@@ -204,6 +204,7 @@ typedef struct {
     colref refs[N_COLS];
     int ncols;
     int iarg_slot[N_INT_ARGS]; /* registry slot of each int arg's values (its tags: the next slot) */
+    size_t iarg_rows[N_INT_ARGS]; /* rows [0, iarg_rows) of a live int arg's column are written (later ones: null once filled) */
 } cols;
 
 static int cols_register(cols *c, void **ptr, size_t elem) {
@@ -227,15 +228,24 @@ static int cols_register_lazy(cols *c, void **ptr, size_t elem) {
     return 1;
 }
 
-/* allocate a lazy column when row ``rows`` is the first with a value: the rows before it are null (0) */
-static int cols_make_live(cols *c, int slot, size_t rows) {
+/* allocate a lazy column when a row first has a value for it (the rows before it are nulls, filled in by fill_nulls) */
+static int cols_make_live(cols *c, int slot) {
     colref *ref = &c->refs[slot];
     PyObject *o = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(c->cap * ref->elem));
     if (!o) return 0;
     c->obj[slot] = o;
     *ref->ptr = PyByteArray_AS_STRING(o);
-    memset(*ref->ptr, 0, rows * ref->elem);
     return 1;
+}
+
+/* an int arg's cells are written only on the rows that have it: the rows since its last value are
+ * null (value 0, tag 0), written here when the next value (or the end) comes */
+static void fill_nulls(cols *c, int a, size_t upto) {
+    size_t from = c->iarg_rows[a];
+    if (from >= upto) return;
+    memset(c->iarg[a] + from, 0, (upto - from) * sizeof(int64_t));
+    memset(c->iarg_tag[a] + from, TAG_NULL, upto - from);
+    c->iarg_rows[a] = upto;
 }
 
 static int cols_init(cols *c, size_t cap) {
@@ -472,6 +482,7 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
     if (!int_cell(tid, 1, &tidv, &tidt) && !raw_cell(c, tid, &tidv, &tidt)) return 0;
     if (!num_cell(ts, &tsv, &tsok) || !num_cell(dur, &durv, &durok)) return 0;
     yyjson_val *iv[N_INT_ARGS] = {0}, *sv[N_STR_ARGS] = {0};
+    uint32_t present = 0; /* bit a: the event has int arg a (most have one or two of the fifteen) */
     if (args) {
         yyjson_obj_foreach(args, i, max, k, v) {
             size_t n = yyjson_get_len(k);
@@ -479,15 +490,17 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
             if (n >= KEY_MAX_LEN || !key_first[(unsigned char)s[0]]) continue; /* most args are none of ours */
             for (const int8_t *a = KEYS_OF_LEN[n]; *a >= 0; a++) {
                 int k = *a;
-                if (k < N_INT_ARGS) { if (memcmp(INT_ARG_KEYS[k], s, n) == 0) { iv[k] = v; break; } }
+                if (k < N_INT_ARGS) { if (memcmp(INT_ARG_KEYS[k], s, n) == 0) { iv[k] = v; present |= 1u << k; break; } }
                 else if (memcmp(STR_ARG_KEYS[k - N_INT_ARGS], s, n) == 0) { sv[k - N_INT_ARGS] = v; break; }
             }
         }
     }
-    int64_t ival[N_INT_ARGS];
-    uint8_t itag[N_INT_ARGS];
-    for (int a = 0; a < N_INT_ARGS; a++)
+    int64_t ival[N_INT_ARGS] = {0};
+    uint8_t itag[N_INT_ARGS] = {TAG_NULL};
+    for (uint32_t m = present; m; m &= m - 1) { /* in arg order, as the bigs list is filled */
+        int a = __builtin_ctz(m);
         if (!int_cell(iv[a], a == A_STREAM, &ival[a], &itag[a]) && !raw_cell(c, iv[a], &ival[a], &itag[a])) return 0;
+    }
     for (int a = 0; a < N_STR_ARGS; a++) {
         if (is_null(sv[a]) || yyjson_is_str(sv[a])) continue;
         if (a == S_PG_RANKS && yyjson_is_arr(sv[a])) {
@@ -538,13 +551,14 @@ static int one_event(cols *c, yyjson_val *ev, int64_t index) {
         ival[A_STREAM] = strtab_get(&c->tabs[T_STREAM], yyjson_get_str(iv[A_STREAM]), yyjson_get_len(iv[A_STREAM]));
         if (ival[A_STREAM] == -2) return -1;
     }
-    for (int a = 0; a < N_INT_ARGS; a++) {
-        if (!c->iarg[a]) {
-            if (itag[a] == TAG_NULL || a == A_EV_IDX) continue; /* Ev Idx is only counted (above), never a column */
-            if (!cols_make_live(c, c->iarg_slot[a], r) || !cols_make_live(c, c->iarg_slot[a] + 1, r)) return -1;
-        }
+    for (uint32_t m = present & ~(1u << A_EV_IDX); m; m &= m - 1) { /* Ev Idx is only counted (above), never a column */
+        int a = __builtin_ctz(m);
+        if (itag[a] == TAG_NULL) continue; /* a null: left to fill_nulls */
+        if (!c->iarg[a] && (!cols_make_live(c, c->iarg_slot[a]) || !cols_make_live(c, c->iarg_slot[a] + 1))) return -1;
+        fill_nulls(c, a, r);
         c->iarg[a][r] = ival[a];
         c->iarg_tag[a][r] = itag[a];
+        c->iarg_rows[a] = r + 1;
     }
     for (int a = 0; a < N_STR_ARGS; a++) {
         int32_t idx = -1;
@@ -600,6 +614,8 @@ static PyObject *build_result(cols *c, PyObject *irregular, size_t total) {
              put(d, "dur_ok", TAKE(c->dur_ok, n)) && put(d, "pid", TAKE(c->pid, n * 8)) &&
              put(d, "tid", TAKE(c->tid, n * 8)) && put(d, "pid_tag", TAKE(c->pid_tag, n)) &&
              put(d, "tid_tag", TAKE(c->tid_tag, n));
+    for (int a = 0; a < N_INT_ARGS; a++)
+        if (c->iarg[a]) fill_nulls(c, a, n);
     PyObject *ints = ok ? PyDict_New() : NULL, *tags = ok ? PyDict_New() : NULL, *strs = ok ? PyDict_New() : NULL;
     PyObject *tabs = ok ? PyDict_New() : NULL;
     ok = ok && ints && tags && strs && tabs;
