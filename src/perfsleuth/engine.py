@@ -146,11 +146,15 @@ def to_arrow(expr: ibis.Expr) -> pa.Table:
 
     A table on DuckDB runs as its compiled SQL and its columns are cast here: Ibis's own DuckDB
     ``to_pyarrow`` imports pandas (0.2 s of a CLI run) only to define a converter Arrow results never use."""
-    if isinstance(expr, ibis.Table):
+    if isinstance(expr, ibis.Table) and not expr.op().find(_NEEDS_REGISTERING):
         con = backend_of(expr)
         if engine_name(con) == "duckdb":
             return _typed(run_sql(con, str(con.compile(expr))), expr.schema().to_pyarrow())
     return expr.to_pyarrow()
+
+
+# What Ibis puts on the engine just before it runs an expression: such expressions go through Ibis's own execution.
+_NEEDS_REGISTERING = (ops.InMemoryTable, ops.ScalarUDF, ops.AggUDF)
 
 
 def _typed(result: pa.Table, schema: pa.Schema) -> pa.Table:
