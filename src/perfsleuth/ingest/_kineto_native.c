@@ -37,18 +37,34 @@ typedef struct {
     size_t count, cap, nslots;
 } strtab;
 
+static inline uint64_t load_word(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* every byte of a string shorter than 8 in one word (two overlapping 4-byte loads, or the 1-3 bytes) */
+static inline uint64_t short_word(const char *s, size_t n) {
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + n - 4, 4);
+        return ((uint64_t)hi << 32) | lo;
+    }
+    if (n == 0) return 0;
+    return ((uint64_t)(unsigned char)s[0] << 16) | ((uint64_t)(unsigned char)s[n >> 1] << 8) | (unsigned char)s[n - 1];
+}
+
 static uint64_t hash_bytes(const char *s, size_t n) {
     /* 8 bytes at a time (kernel names are long); only for interning, not for anything an attacker can pick */
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
+        uint64_t w = load_word(s + i);
         h = (h ^ w) * 0xff51afd7ed558ccdULL;
         h ^= h >> 32;
     }
-    uint64_t w = 0;
-    memcpy(&w, s + i, n - i);
+    uint64_t w = n >= 8 ? load_word(s + n - 8) : short_word(s, n); /* the tail: fixed-size loads, no memcpy call */
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
     return h ^ (h >> 29);
 }
