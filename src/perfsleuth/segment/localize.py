@@ -210,8 +210,8 @@ def _search_and_resample(
     Every resample's weights are drawn on the same rows (resample ``b`` with seed ``seed·1009 + b``), the
     resamples are stacked with their number as a ``boot`` column, and their searches run in step: one
     query per step for all of them rather than one per step per resample. The data itself rides along as
-    ``boot`` ``reps`` with weight 1: its search is ``search``'s and needs no round trips of its own (about
-    30 queries fewer per run)."""
+    ``boot`` ``reps`` with weight 1: its search is ``search``'s and shares the resamples' round trips
+    (``search_with_resamples``)."""
     if not reps:
         return search(terms, codes.dims, options, codes=codes), {}
     con = backend_of(terms)
