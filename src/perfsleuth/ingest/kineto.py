@@ -453,7 +453,10 @@ def _native_batch(
         return a if keep is None else a[keep]
 
     def int64(cell: tuple[np.ndarray, np.ndarray]) -> pa.Array:
-        return _int64((sel(cell[0]), sel(cell[1])))
+        values, ok = cell
+        if not ok.any() and not values.any():  # an arg no row has (collective args, most traces): the same nulls, uncopied
+            return pa.nulls(n if keep is None else len(keep), pa.int64())
+        return _int64((sel(values), sel(ok)))
 
     out: dict[str, Any] = {}
     ts_us = np.where(ts_ok, ts_raw, 0.0)
