@@ -36,7 +36,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest import kineto_native, memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
-from perfsleuth.model import EVENT_KINDS, EVENTS, RUNS
+from perfsleuth.model import EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS, RUNS
 from perfsleuth.model.clock import is_wall_clock
 from perfsleuth.model.collectives import collective_op
 
@@ -726,8 +726,8 @@ def _rank_file(
     if source == "single file":
         caveats.append(Caveat("rank_assumed", "no distributedInfo and no rank in the file name: analysed as rank 0", str(path)))
     table = finish_rank(batches)
-    host, gpu = _kind_masks(table["kind"], _LAUNCH_KINDS, _GPU_WORK)
-    caveats.extend(_correlation_caveats(host, gpu, table["correlation"].to_numpy(), path, "args.correlation"))
+    host, gpu = _kind_masks(table["kind"], LAUNCH_KINDS, GPU_KINDS)
+    caveats.extend(correlation_caveats(host, gpu, table["correlation"].to_numpy(), path, "args.correlation"))
     span = (pc.min(table["ts_ns"]).as_py(), pc.max(table["ts_ns"]).as_py()) if table.num_rows else None
     return RankFile(str(path), rank, source, stream.metadata, table, caveats, span)
 
@@ -741,11 +741,11 @@ def finish_rank(batches: list[pa.RecordBatch]) -> pa.Table:
     Empties ``batches``: each column is made contiguous on its own and its chunks are freed at once,
     so the peak is the rank's events plus one column, not the events twice."""
     table = _contiguous(batches) if batches else _EMPTY_CHUNK_SCHEMA.empty_table()
-    host, gpu, ann = _kind_masks(table["kind"], _LAUNCH_KINDS, _JOINED_KINDS, ("annotation",))
+    host, gpu, ann = _kind_masks(table["kind"], LAUNCH_KINDS, JOINED_KINDS, ("annotation",))
     ts = table["ts_ns"].to_numpy()
     corr = table["correlation"].to_numpy()
-    launch_ts, launch_dur = _join_launches(host, gpu, ts, table["dur_ns"].to_numpy(), corr)
-    step = _assign_steps(table, np.flatnonzero(ann), ts, launch_ts)
+    launch_ts, launch_dur = join_launches(host, gpu, ts, table["dur_ns"].to_numpy(), corr)
+    step = assign_steps(table, np.flatnonzero(ann), ts, launch_ts)
     table = table.append_column(pa.field("step", pa.int32()), pa.array(step, pa.int32()))
     table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
     # null slots hold what RankView.ints fills them with (0), so it reads the buffer without a filled copy
@@ -772,10 +772,6 @@ def _contiguous(batches: list[pa.RecordBatch]) -> pa.Table:
     return table.replace_schema_metadata(schema.metadata)
 
 
-_LAUNCH_KINDS = ("runtime", "driver")
-_JOINED_KINDS = ("kernel", "collective", "memcpy", "memset", "sync")
-
-
 def _kind_masks(kind: pa.ChunkedArray, *groups: tuple[str, ...]) -> list[np.ndarray]:
     """Per group of kinds, the rows whose kind is in it: decided once per distinct kind on the column's
     dictionary codes (comparing a string per row costs more than the rest of the join)."""
@@ -787,12 +783,10 @@ def _kind_masks(kind: pa.ChunkedArray, *groups: tuple[str, ...]) -> list[np.ndar
     return [np.array([v in group for v in values], dtype=bool)[codes] for group in groups]
 
 
-def join_launches(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return _join_launches(np.isin(kind, _LAUNCH_KINDS), np.isin(kind, _JOINED_KINDS), ts, dur, corr)
-
-
-def _join_launches(host: np.ndarray, gpu: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``join_launches`` given the rows of launch kinds (``host``) and of launched kinds (``gpu``)."""
+def join_launches(host: np.ndarray, gpu: np.ndarray, ts: np.ndarray, dur: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the start and duration of the launch that queued it (-1 where none): GPU work
+    (``gpu``: rows of ``JOINED_KINDS``) is joined to launches (``host``: rows of ``LAUNCH_KINDS``) by
+    correlation id. Readers pass the masks from their own kind codes (nsys) or dictionary codes (Kineto)."""
     n = len(host)
     launch_ts = np.full(n, -1, dtype=np.int64)
     launch_dur = np.full(n, -1, dtype=np.int64)
@@ -821,19 +815,14 @@ def repeated(ids: np.ndarray) -> np.ndarray:
     return values[counts > 1]
 
 
-_GPU_WORK = ("kernel", "collective", "memcpy", "memset")
-
-
-def correlation_caveats(kind: np.ndarray, corr: np.ndarray, path: str | Path, name: str = "args.correlation") -> list[Caveat]:
-    """Say when launches cannot be joined to GPU work: correlation ids two launches share (a damaged or
-    merged trace; those GPU events are not joined, see ``join_launches``) or GPU work without an id
-    (launch delays and host-launch idle are then not measured for it). Many kernels sharing one
-    launch's id is normal (a CUDA graph) and says nothing."""
-    return _correlation_caveats(np.isin(kind, _LAUNCH_KINDS), np.isin(kind, _GPU_WORK), corr, path, name)
-
-
-def _correlation_caveats(host: np.ndarray, gpu: np.ndarray, corr: np.ndarray, path: str | Path, name: str) -> list[Caveat]:
-    """``correlation_caveats`` given the rows of launch kinds (``host``) and of GPU work (``gpu``)."""
+def correlation_caveats(
+    host: np.ndarray, gpu: np.ndarray, corr: np.ndarray, path: str | Path, name: str = "args.correlation"
+) -> list[Caveat]:
+    """Say when launches (``host``: rows of ``LAUNCH_KINDS``) cannot be joined to GPU work (``gpu``: rows
+    of ``GPU_KINDS``): correlation ids two launches share (a damaged or merged trace; those GPU
+    events are not joined, see ``join_launches``) or GPU work without an id (launch delays and
+    host-launch idle are then not measured for it). Many kernels sharing one launch's id is normal (a
+    CUDA graph) and says nothing."""
     launch = host & (corr >= 0)
     out = []
     shared = repeated(corr[launch])
@@ -875,12 +864,9 @@ def _world_size(path: str, value: Any) -> int:
     return size
 
 
-def assign_steps(table: pa.Table, kind: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
-    return _assign_steps(table, np.flatnonzero(kind == "annotation") if table.num_rows else np.zeros(0, dtype=np.int64), ts, launch_ts)
-
-
-def _assign_steps(table: pa.Table, ann: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
-    """``assign_steps`` given the annotation rows ``ann``."""
+def assign_steps(table: pa.Table, ann: np.ndarray, ts: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
+    """Per row, the profiler step it belongs to (-1 outside every step): the step annotation (among the
+    row numbers ``ann``) whose window holds the row's launch, or the row itself where it has no launch."""
     n = table.num_rows
     step = np.full(n, -1, dtype=np.int32)
     if n == 0:

@@ -58,7 +58,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto, memory_guard
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.ingest.source import register
-from perfsleuth.model import EVENT_KINDS, EVENTS
+from perfsleuth.model import EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS
 from perfsleuth.model.collectives import collective_op
 from perfsleuth.model.source import SourceData
 
@@ -1112,7 +1112,8 @@ def _rank_events(parts: list[_Part], offset_ns: int, nccl: _NcclRanges, pid: int
     table, kind = _assemble(_plausible_parts(parts, offset_ns, unread), offset_ns)
     table, kind = _mark_collectives(table, kind)
     table = _join_and_step(table, kind)
-    caveats = unread.caveats(path) + kineto.correlation_caveats(_KIND_NAMES[kind], table["correlation"].to_numpy(), path, "correlationId")
+    launch, gpu_work = _rows_of(kind, LAUNCH_KINDS), _rows_of(kind, GPU_KINDS)
+    caveats = unread.caveats(path) + kineto.correlation_caveats(launch, gpu_work, table["correlation"].to_numpy(), path, "correlationId")
     return _collectives(table, kind, nccl, pid, offset_ns), caveats
 
 
@@ -1134,14 +1135,18 @@ def _plausible_parts(parts: list[_Part], offset_ns: int, unread: kineto.Unread) 
     return out
 
 
+def _rows_of(kind: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
+    """The rows whose kind code is one of ``kinds`` (names in ``EVENT_KINDS``)."""
+    return np.isin(kind, [_KIND[k] for k in kinds])
+
+
 def _join_and_step(table: pa.Table, kind: np.ndarray) -> pa.Table:
     """The Kineto reader's launch join and step assignment (``kineto.join_launches`` and
-    ``assign_steps``, reused as they are), given kinds as a fixed-width string array so that their
-    comparisons run vectorised rather than per Python object."""
-    kinds = _KIND_NAMES[kind]
+    ``assign_steps``, reused as they are), given the rows of each kind group from the kind codes."""
     ts = table["ts_ns"].to_numpy()
-    launch_ts, launch_dur = kineto.join_launches(kinds, ts, table["dur_ns"].to_numpy(), table["correlation"].to_numpy())
-    step = kineto.assign_steps(table, kinds, ts, launch_ts)
+    host, gpu = _rows_of(kind, LAUNCH_KINDS), _rows_of(kind, JOINED_KINDS)
+    launch_ts, launch_dur = kineto.join_launches(host, gpu, ts, table["dur_ns"].to_numpy(), table["correlation"].to_numpy())
+    step = kineto.assign_steps(table, np.flatnonzero(kind == _KIND["annotation"]), ts, launch_ts)
     table = table.append_column(pa.field("step", pa.int32()), pa.array(step, pa.int32()))
     table = table.append_column(pa.field("launch_ts_ns", pa.int64()), pa.array(launch_ts, pa.int64(), mask=launch_ts < 0))
     return table.append_column(pa.field("launch_dur_ns", pa.int64()), pa.array(launch_dur, pa.int64(), mask=launch_dur < 0))

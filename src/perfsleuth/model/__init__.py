@@ -46,6 +46,8 @@ EVENT_KINDS = (
     "memory",  # profile_memory allocation instant: bytes > 0 alloc, < 0 free
     "other",
 )
+LAUNCH_KINDS = ("runtime", "driver")  # host calls that queue GPU work, joined to it by correlation id
+JOINED_KINDS = (*GPU_KINDS, "sync")  # what a launch queues: the rows a launch join looks for
 
 RUNS = pa.schema(
     [

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth.errors import Caveat
+from perfsleuth.model import GPU_KINDS
 from perfsleuth.trace.classify import CLASS_VALUES, classify_events
 from perfsleuth.trace.intervals import Coverage
 
-GPU_WORK = ("kernel", "collective", "memcpy", "memset")
 _HOST_COLLECTIVE = re.compile(
     r"^(?:nccl|gloo|c10d)(?:::|:)_?(all_?to_?all|alltoall|all_?gather|reduce_?scatter|"
     r"all_?reduce|broadcast|reduce|barrier|gather|scatter)",
@@ -184,7 +184,7 @@ class RankView:
 
     @cached_property
     def is_gpu(self) -> np.ndarray:
-        return self.of_kind(*GPU_WORK)
+        return self.of_kind(*GPU_KINDS)
 
     @cached_property
     def launch_ts(self) -> np.ndarray:
