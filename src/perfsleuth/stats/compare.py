@@ -762,12 +762,7 @@ def _compare_arms(
             lr = None
     caveats = [*arm_caveats[b.name], *arm_caveats[c.name], *blockers]
 
-    with warnings.catch_warnings():
-        # scipy warns about precision loss on nearly identical values; the intervals say it themselves.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        baseline = _arm_summary(b, unit, s, what)
-        candidate = _arm_summary(c, unit, s, what)
-        hl = _hodges_lehmann(b.unit_medians, c.unit_medians, unit, s, what)
+    m = _measure(metric, unit, direction, unit_level, b, c, s, what)
     design = f"{b.units} vs {c.units} {what}s"
 
     if lr is None:
@@ -789,11 +784,11 @@ def _compare_arms(
             c.n,
             b.units,
             c.units,
-            baseline,
-            candidate,
+            m.baseline,
+            m.candidate,
             Interval(ratio_value, None, None, "ratio", f"ratio of means, {design}; no interval ({reason})"),
             Interval(diff_value, None, None, unit, f"difference of means, {design}; no interval ({reason})"),
-            hl,
+            m.hodges_lehmann,
             None,
             None,
             "inconclusive",
@@ -854,7 +849,7 @@ def _compare_arms(
     ratio = Interval(ratio_value, math.exp(log_ci[0]), math.exp(log_ci[1]), "ratio", f"candidate/baseline of {what} means; {detail}")
     difference = Interval(diff_value, diff_lo, diff_hi, unit, f"candidate − baseline of {what} means; {diff_detail}")
     return _judged(
-        _Measured(metric, unit, direction, unit_level, b, c, baseline, candidate, hl),
+        m,
         lr,
         ratio,
         difference,
@@ -891,14 +886,10 @@ def _paired_comparison(
                 None,
             )
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        baseline = _arm_summary(b, unit, s, what)
-        candidate = _arm_summary(c, unit, s, what)
-        hl = _hodges_lehmann(b.unit_medians, c.unit_medians, unit, s, what)
+    m = _measure(metric, unit, direction, unit_level, b, c, s, what)
     lr, ratio, difference, p_value = _paired_intervals(bm, cm, s, unit, f"{k} {what}s in both arms", what)
     return _judged(
-        _Measured(metric, unit, direction, unit_level, b, c, baseline, candidate, hl),
+        m,
         lr,
         ratio,
         difference,
@@ -924,6 +915,17 @@ class _Measured:
     baseline: ArmSummary
     candidate: ArmSummary
     hodges_lehmann: Interval
+
+
+def _measure(metric: str, unit: str, direction: Direction, unit_level: str, b: _Arm, c: _Arm, s: _Settings, what: str) -> _Measured:
+    """Each arm's summary and the Hodges-Lehmann shift, which every design reports."""
+    with warnings.catch_warnings():
+        # scipy warns about precision loss on nearly identical values; the intervals say it themselves.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        baseline = _arm_summary(b, unit, s, what)
+        candidate = _arm_summary(c, unit, s, what)
+        hl = _hodges_lehmann(b.unit_medians, c.unit_medians, unit, s, what)
+    return _Measured(metric, unit, direction, unit_level, b, c, baseline, candidate, hl)
 
 
 def _judged(
