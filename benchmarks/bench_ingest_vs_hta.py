@@ -7,10 +7,13 @@ One run of this script:
    5 ProfilerSteps), written as rank-0.json ... rank-N.json. Only the text of ``distributedInfo``
    (rank, world_size) and every ``"ts": <int>`` (shifted by ``rank * --shift-us`` µs) is rewritten;
    the rest is byte-for-byte what the profiler wrote (kineto's layout, one event per few lines).
-2. runs every measured tool in its own subprocess and polls the whole process tree (the process and
-   all its descendants, e.g. perfsleuth's forked workers and HTA's fork pool) every ``--poll-ms``
-   with psutil, summing RSS; the peak of that sum is reported (a 20 ms poll can miss a short spike:
-   the child's own ru_maxrss is printed next to it as a check). Inside the subprocess, imports happen
+2. runs every measured tool in its own subprocess twice per round: a timing run, during which the
+   harness only waits (so the times are the tool's alone), and a memory run, which polls the whole
+   process tree (the process and all its descendants, e.g. perfsleuth's forked workers and HTA's fork
+   pool) every ``--poll-ms`` with psutil, summing RSS and PSS; the peak of that sum is reported. (Polling
+   beside a timed run cost it CPU on this 2-core machine, reading smaps walks each process's page
+   tables, and rounded its end up to a poll: perfsleuth's 1.1 s runs read 0.1 s slower that way.) A 20 ms
+   poll can miss a short spike: the child's own ru_maxrss is printed next to it as a check. Inside the subprocess, imports happen
    first and are NOT timed ("work s"; for perfsleuth this includes the pandas import that pyarrow's
    first pa.array() triggers in the main process; its workers' start-up and imports stay timed);
    "subprocess s" is the child's whole life (interpreter start, imports, work, teardown).
@@ -390,7 +393,11 @@ def compile_sources(python: str) -> None:
     subprocess.run([python, "-c", code], check=False)
 
 
-def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: float, workers: str, logdir: Path) -> dict:
+def run_child(tool: str, python: str, data: Path, poll_s: float | None, timeout_s: float, workers: str, logdir: Path) -> dict:
+    """One run of ``tool`` in its own process. ``poll_s=None`` is a timing run: nothing else runs while
+    it does (the harness only waits); otherwise the process tree's memory is polled every ``poll_s``,
+    which costs CPU beside it (reading smaps walks each process's page tables) and rounds its end up to
+    a poll, so its times are not used."""
     import psutil
 
     out = logdir / f"{tool}-{time.time_ns()}.json"
@@ -416,7 +423,12 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
         peak = peak_pss = 0
         n_polls = max_procs = 0
         per_pid: dict[int, list] = {}
-        while popen.poll() is None:
+        if poll_s is None:
+            try:
+                popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+        while poll_s is not None and popen.poll() is None:
             rss, pss, n_procs = _tree_rss(proc, per_pid)
             peak, max_procs = max(peak, rss), max(max_procs, n_procs)
             peak_pss = max(peak_pss, pss)
@@ -450,6 +462,10 @@ def run_child(tool: str, python: str, data: Path, poll_s: float, timeout_s: floa
         per_process_peak_mib=sorted(([round(v[0] / 2**20, 1), v[1]] for v in per_pid.values()), reverse=True),
     )
     return res
+
+
+TIMED_FIELDS = ("work_s", "subprocess_s", "subprocess_cpu_s", "loads_s", "read_s", "phases_s", "stages_s", "stages_cpu_s")
+"""What a timing run reports; the rest of a row (memory) comes from the polled run beside it."""
 
 
 def _mib(v: float | None) -> str:
@@ -598,7 +614,13 @@ def main() -> int:
     try:
         for i in range(args.repeat):
             for t in tools:  # interleaved, so that machine noise hits every tool alike
+                # a timing run (nothing polls beside it), then a memory run (polled); each reports its own half
+                timed = run_child(t, pythons[t], data, None, args.timeout, args.workers, logdir)
                 r = run_child(t, pythons[t], data, args.poll_ms / 1000, args.timeout, args.workers, logdir)
+                if timed.get("failed") or r.get("failed"):
+                    r = timed if timed.get("failed") else r
+                else:
+                    r.update({k: v for k, v in timed.items() if k in TIMED_FIELDS})
                 runs[t].append(r)
                 if not r.get("failed"):
                     extra = f" (loads {r['loads_s']:.2f} s)" if t == "orjson" else ""
@@ -635,7 +657,7 @@ def main() -> int:
         print(
             f"\nmedians over {args.repeat} run(s); work s excludes interpreter start and imports, subprocess s includes them;"
             " CPU s = user + system seconds of the child and its workers (steadier than wall time on a shared machine);"
-            " peak RSS = max over polls of the summed RSS of the process tree\n"
+            " peak RSS = max over polls of the summed RSS of the process tree, in a second run beside each timed one\n"
         )
         print(
             f"{'tool':<12} {'work s':>9} {'(min)':>7} {'subprocess s':>13} {'CPU s':>7}"

@@ -142,11 +142,15 @@ def _emit(report, fmt: OutputFormat, out: Path | None) -> None:
     import io
 
     from perfsleuth.commands.output import deliver, is_stdout
-    from perfsleuth.report.text_report import make_console, render
 
     if fmt is not OutputFormat.text:
         status = deliver(_render_document(report, fmt), out)
-    elif is_stdout(out):
+        if status:
+            raise typer.Exit(status)
+        return
+    from perfsleuth.report.text_report import make_console, render  # here: the other formats need neither it nor rich
+
+    if is_stdout(out):
         render(report.analysis, report.diagnosis, make_console(), report.sources)
         status = 0
     else:
