@@ -125,6 +125,7 @@ class LatticeResult:
 # Fixed names of the working tables: the compiled SQL of every query refers to them, so it is
 # compiled once per shape and reused (searches on one connection run one at a time).
 _DEV, _CUT, _BASE, _REST = "ps_lattice_dev", "ps_lattice_cut", "ps_lattice_base", "ps_lattice_rest"
+_TOTALS = "ps_lattice_totals"
 _CAND, _CUBS, _DICT, _CODED = "ps_lattice_cand", "ps_lattice_cuboids", "ps_lattice_dict", "ps_lattice_coded"
 _REMOVED, _PRUNED, _PARAMS, _KEPT = "ps_lattice_removed", "ps_lattice_pruned", "ps_lattice_params", "ps_lattice_kept"
 _SUMS = ("c", "cp", "cz", "p", "wa", "wn", "rnz", "pnz")  # per element; each is used by the search
@@ -286,8 +287,9 @@ def _search_all(
         key = ("dev", source, names, real, predict, resampled)
         materialize(con, _DEV, compiled(con, key, lambda: _dev_expr(con.table(source), names, gdims, real, predict, resampled)), view=True)
     materialize(con, _CUT, compiled(con, ("cut", options.noise_rank), lambda: _cutoff_expr(con, options.noise_rank)))
+    materialize(con, _TOTALS, compiled(con, ("totals", gdims), lambda: _totals_expr(con, gdims)))
     materialize(con, _BASE, compiled(con, ("base", gdims, resampled, whole), lambda: _base_expr(con, gdims, resampled, whole)))
-    totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("totals", gdims), lambda: _totals_expr(con, gdims))).to_pylist()}
+    totals = {r["boot"]: r for r in run_sql(con, compiled(con, ("read", _TOTALS), lambda: con.table(_TOTALS))).to_pylist()}
     if not resampled and not totals:  # no leaves: what the sums of nothing are
         totals[0] = {"cut": None, "total": None, "abn": None, "wa": None, "p": None, "n": 0}
     small = max(r["n"] for r in totals.values()) <= SMALL_BASE  # per search: resamples share the leaves
@@ -583,12 +585,10 @@ def _base_expr(con: BaseBackend, gdims: tuple[str, ...], resampled: bool, whole:
     if resampled:
         working = (t.real != 0) | (t.predict != 0)
         t = t.filter(working if whole is None else working | (t.boot == whole))
-    t = t.join(con.table(_CUT), "boot")
-    t = t.mutate(p=_abnormal(t).cast("float64"), scale=t.real.abs() + t.predict.abs())
-    # The side of the change, per search: a group-by joined back costs DuckDB a fifth of a window sum over boot.
-    side = t.group_by("boot").aggregate(ps_abn=ibis.ifelse(t.p == 1, t.real - t.predict, 0.0).sum())
-    t = t.join(side, "boot")
-    t = t.mutate(s=ibis.ifelse(t.ps_abn < 0, -1.0, 1.0))
+    # the noise bound and the side of the change, per search: the totals' (the abnormal change over every leaf)
+    tot = con.table(_TOTALS).select("boot", "cut", ps_abn="abn")
+    t = t.join(tot, "boot")
+    t = t.mutate(p=_abnormal(t).cast("float64"), scale=t.real.abs() + t.predict.abs(), s=ibis.ifelse(t.ps_abn < 0, -1.0, 1.0))
     weight = ibis.ifelse(t.p == 1, t.dev.abs(), ibis.ifelse(t.scale > 0, (t.cut - t.dev).abs(), 0.0))
     nz = ((t.real != 0) & (t.predict != 0)).cast("float64")
     t = t.mutate(c=t.s * (t.real - t.predict), w=ibis.least(weight, 1.0), nz=nz)
