@@ -257,7 +257,7 @@ def search_with_resamples(
     selection frequency to give: no resample is searched, and the list is empty."""
     found = _search_all(leaves, dims, options, "real", "predict", True, resampled=True, codes=codes, whole=whole)
     data = found.pop(whole)
-    return data, [found[b] for b in sorted(found)] if data.culprits else []
+    return data, [found[b] for b in sorted(found)]  # the driver never starts them without a culprit
 
 
 def _search_all(
