@@ -200,3 +200,44 @@ def test_a_strong_daily_cycle_without_a_change_raises_no_alarm() -> None:
     x = 100 + 30.0 * np.sin(2 * np.pi * np.arange(len(hours)) / 24) + rng.normal(size=len(hours))
     r = changes(x, times=hours)
     assert r.change_points == () and r.season["period"] == 24
+
+
+def test_a_steady_drift_without_a_change_is_not_cut_into_a_staircase() -> None:
+    # a rank test of levels splits a long linear drift into many steps; one line explains it
+    rng = np.random.default_rng(9)
+    alarms = 0
+    for n in (400, 800, 1600):
+        t = np.arange(n, dtype=float)
+        alarms += len(changes(100 + 0.01 * t + rng.normal(size=n)).change_points)
+    assert alarms <= 1
+
+
+def test_a_smooth_bend_in_a_long_history_is_not_a_slope_change() -> None:
+    # steady growth that accelerates (a parabola): no kink, so the line fit may not cut it up
+    rng = np.random.default_rng(10)
+    t = np.arange(300, dtype=float)
+    x = 100 + 40.0 * (t / 300) ** 2 + 0.3 * rng.normal(size=300)
+    assert [c for c in changes(x).change_points if c.evidence == "linear_fit"] == []
+
+
+def test_a_kink_in_a_long_trending_history_is_found_as_a_slope_change() -> None:
+    # growth that stops at 250 of 400 points: the rank test alone cannot separate it from the trend
+    rng = np.random.default_rng(11)
+    t = np.arange(400, dtype=float)
+    x = 100 + np.where(t < 250, 0.2 * t, 50.0) + rng.normal(size=400)
+    near = [c for c in changes(x).change_points if abs(c.index - 250) <= 5]
+    assert len(near) == 1 and near[0].kind == "slope"
+    assert near[0].slope_before == pytest.approx(0.2, abs=0.03) and abs(near[0].slope_after) < 0.03
+
+
+def test_the_step_beyond_a_line_p_value_is_calibrated_and_sees_a_step() -> None:
+    from scipy.stats import rankdata
+
+    from perfsleuth.stats.changepoint_test import step_beyond_line_p
+
+    rng = np.random.default_rng(12)
+    p_null = np.array([step_beyond_line_p(rankdata(rng.normal(size=100) + 0.02 * np.arange(100)), 5) for _ in range(2000)])
+    assert 0.003 <= (p_null <= 0.01).mean() <= 0.016  # at most its nominal 1% (simulated: about 0.9-1%)
+    x = rng.normal(size=100) + 0.02 * np.arange(100)
+    x[70:] += 3.0
+    assert step_beyond_line_p(rankdata(x), 5) < 1e-3

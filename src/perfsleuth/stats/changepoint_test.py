@@ -408,6 +408,35 @@ class ScanTest:
         return sorted(set(out))
 
 
+TREND_STEP_P_FACTOR = 2.0
+"""``scan_p_value`` read for the step-beyond-a-line statistic is too small by up to this factor: on
+3,000 windows of Gaussian ranks each, the share at p <= 0.01 was 0.010, 0.019, 0.019 and 0.016 for 20,
+50, 200 and 1,000 points (at 0.001: 0.0007-0.002), since a fitted slope leaves a rougher statistic."""
+
+
+def step_beyond_line_p(z: np.ndarray, min_size: int, inflation: float = 1.0) -> float:
+    """p-value of the largest step over the splits of ``z`` that leave ``min_size`` points a side, on
+    top of one least-squares line through all of ``z`` (its t statistic, the residual variance widened
+    by ``inflation``): a step that is more than a trend. By Frisch-Waugh, each split's step is the
+    tail sum of the line's residuals over the tail indicator's part orthogonal to the line."""
+    m = len(z)
+    k = np.arange(min_size, m - min_size + 1)
+    if len(k) == 0 or m < 4:
+        return 1.0
+    t = np.arange(m, dtype=float)
+    line = np.column_stack([np.ones(m), t])
+    gram_inv = np.linalg.inv(line.T @ line)
+    resid = z - line @ (gram_inv @ (line.T @ z))
+    s2 = float(resid @ resid) / (m - 3) * max(1.0, inflation)
+    if s2 <= 0.0:
+        return 0.0
+    tail_resid = np.cumsum(resid[::-1])[::-1][k]
+    ones, tail_t = (m - k).astype(float), np.cumsum(t[::-1])[::-1][k]
+    projected = gram_inv[0, 0] * ones**2 + 2.0 * gram_inv[0, 1] * ones * tail_t + gram_inv[1, 1] * tail_t**2
+    t_stat = np.abs(tail_resid) / np.sqrt(np.maximum(ones - projected, 1e-12) * s2)
+    return min(1.0, TREND_STEP_P_FACTOR * scan_p_value(float(t_stat.max()), m, min_size))
+
+
 def critical_level(stat: RankCusum, candidates: list[int]) -> float:
     """The smallest window level at which pruning would keep at least one candidate (1.0 if none).
 

@@ -10,10 +10,11 @@ series with no change, at most ``alpha`` of series report one, whatever their le
 ``ChangeTracker`` is the incremental form for dashboards: it keeps the change points that later
 data can no longer move and re-examines only the tail.
 
-A second detector (``changepoint_locate.PiecewiseLinear``, ``trend_changes``; by default on series under
-``TREND_FIT_MAX_POINTS``) adds
+A second detector (``changepoint_locate.PiecewiseLinear``, ``trend_changes``, on by default) adds
 the splits of a penalised piecewise-linear fit: the slope changes and large shifts of smooth or
-trending histories that a rank test of levels misses. Each change point says its ``kind`` (level
+trending histories that a rank test of levels misses. The other way round, a change of the rank
+test that one line explains as well (a steady drift cut into a staircase) is dropped
+(``_beyond_trend``). Each change point says its ``kind`` (level
 shift or slope change) and its ``evidence`` (the scan test, or the fit). ``stats.series_shape``
 recognises what else the report states: a daily/weekly/monthly cycle, changes of spread, uneven time
 steps, and for short series the smallest shift that can be confirmed.
@@ -34,11 +35,12 @@ from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
+from scipy.stats import rankdata
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.model import Interval, usable
 from perfsleuth.stats import series_shape
-from perfsleuth.stats.changepoint_locate import PiecewiseLinear, make_locator
+from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, make_locator
 from perfsleuth.stats.changepoint_test import (
     Decision,
     NoiseModel,
@@ -49,6 +51,7 @@ from perfsleuth.stats.changepoint_test import (
     null_inflation,
     null_method,
     scan_p_value,
+    step_beyond_line_p,
 )
 
 DEFAULT_ALPHA = 0.01
@@ -68,14 +71,6 @@ STEADY_MIN = 50  # a stretch this long without a change is a regime, not part of
 # residual-autocorrelation widening; it found no false alarm on the synthetic nulls and 12 per
 # 10,000 points on random walks (the scan test alone: 26).
 LINEAR_BETA = 64.0
-TREND_FIT_MAX_POINTS = 60
-"""The piecewise-linear fit joins the rank test by default only on histories under 60 points (the
-length of most performance histories), where the rank test alone cannot confirm even a clean step
-(12 points, 10 -> 20). On every series it raised F1 on the TCPD development half (0.693 -> 0.786)
-but lowered both hold-outs (TCPD 0.607 -> 0.599, TSSB's long shape-change series 0.594 -> 0.387):
-over-splitting of long, complex series. Under 60 points: TCPD development 0.754, TCPD hold-out
-0.657, TSSB 0.594 (benchmarks/bench_changes_real.py). The limit was chosen after the hold-out
-was seen, so those two hold-out figures are no longer clean."""
 SHORT_SERIES = 30  # below this many analysed values the report states the smallest shift it can confirm
 
 
@@ -406,7 +401,7 @@ def changes(
     min_size: int = DEFAULT_MIN_SIZE,
     locator: str = "binseg",
     exclude_warmup: bool = True,
-    trend_changes: bool | None = None,
+    trend_changes: bool = True,
     remove_season: bool = False,
     alarms_per_point: float | None = ALARMS_PER_POINT,
     unit: str = "",
@@ -418,9 +413,12 @@ def changes(
     this probability (for independent or AR(1) noise) from the scan test, and with at most
     ``alarms_per_point`` times its length (``ALARMS_PER_POINT``; ``None``: ``alpha`` alone), so that
     short histories do not alarm more often per point than long ones. ``trend_changes`` adds the
-    piecewise-linear detector (``changepoint_locate.PiecewiseLinear``; by default, ``None``, on series
-    under ``TREND_FIT_MAX_POINTS``): slope changes and large shifts in smooth or trending histories,
-    found by a penalised fit rather than a test, so they carry ``evidence="linear_fit"``. ``min_size`` is the shortest segment a change
+    piecewise-linear detector (``changepoint_locate.PiecewiseLinear``; on by default): slope changes
+    and large shifts in smooth or trending histories, found by a penalised fit rather than a test, so
+    they carry ``evidence="linear_fit"``. On every length since issue 15's third round: with its
+    curve check (``CURVE_CHECK_MIN_POINTS``) and the trend guard on the rank test's changes, TCPD's
+    development half went from 0.787 / 0.669 (the fit under 60 points only) to 0.829 / 0.713, and the
+    synthetic suite stayed at F1 0.963 (benchmarks/README.md). ``min_size`` is the shortest segment a change
     can create, so shorter bursts (a single spike) are never changes. A clear daily/weekly/monthly
     cycle is always recognised and stated (``season``, caveat ``seasonal``); ``remove_season`` also
     takes it out before detection (off by default: on the TCPD development series, removing the
@@ -434,7 +432,6 @@ def changes(
     if min_size < 2:
         raise InputError(None, f"min_size must be at least 2, got {min_size}")
     prep = _prepare(series, times, name)
-    trend = prep.n < TREND_FIT_MAX_POINTS if trend_changes is None else trend_changes
     return _analyse(
         prep,
         alpha=alpha,
@@ -443,7 +440,7 @@ def changes(
         exclude_warmup=exclude_warmup,
         unit=unit,
         name=name,
-        trend_changes=trend,
+        trend_changes=trend_changes,
         remove_season=remove_season,
         alarms_per_point=alarms_per_point,
     )
@@ -457,7 +454,75 @@ def _detect(
     noise = estimate_noise(stat.scores(0, len(x)), min_size)
     stat.inflation = max(1.0, noise.variance_inflation)
     candidates = make_locator(locator, min_size=min_size).locate(stat)
-    return ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point).decide(stat, candidates), noise
+    test = ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point)
+    decisions = test.decide(stat, candidates)
+    return _beyond_trend(stat, decisions, noise, test.level(len(x))), noise
+
+
+def _beyond_trend(stat: RankCusum, decisions: list[Decision], noise: NoiseModel, level: float) -> list[Decision]:
+    """The scan test's changes that are more than a trend. A steady drift splits a rank test of levels
+    into a staircase of changes in one direction. So each run of such changes is first judged whole:
+    dropped if one line fits the ranks of its span as well as its levels do (BIC, ``_without_drifts``).
+    Then one change at a time, the
+    weakest first: dropped where one line fits its window at least as well as its two levels and a
+    step on top of that line does not reach the level either (``step_beyond_line_p``)."""
+    cps = _without_drifts(stat, [d.index for d in decisions], noise.variance_inflation)
+    n = len(stat)
+    while cps:
+        bounds = [0, *cps, n]
+        pvals = []
+        for a, c, e in zip(bounds[:-2], bounds[1:-1], bounds[2:], strict=False):
+            r = rankdata(stat.x[a:e])
+            pvals.append(step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if _line_fits_better(r, c - a) else 0.0)
+        worst = int(np.argmax(pvals))
+        if pvals[worst] <= level:
+            break
+        del cps[worst]
+    kept = set(cps)
+    return [d for d in decisions if d.index in kept]
+
+
+def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[int]:
+    """``cps`` less each run of two or more same-direction changes whose levels one line explains as
+    well by BIC on the ranks of the run's span: its k + 1 levels and k searched-for positions against
+    the line's two parameters, ln m each, the likelihood gain narrowed for AR(1) noise. (An F test of
+    the levels at the scan test's level kept staircases of pure drift: the positions were chosen to
+    fit, which a fixed-design test does not pay for.)"""
+    n = len(stat)
+    bounds = [0, *cps, n]
+    means = [float(np.mean(stat.x[a:b])) for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
+    signs = np.sign(np.diff(means))
+    out: list[int] = []
+    i = 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and signs[j + 1] == signs[i]:
+            j += 1
+        a, e = bounds[i], bounds[j + 2]
+        k = j - i + 1  # changes in the run: k + 1 levels against a line's 2 parameters
+        if k >= 2:
+            r = rankdata(stat.x[a:e])
+            t = np.arange(e - a, dtype=float)
+            line = float(np.sum((r - np.polyval(np.polyfit(t, r, 1), t)) ** 2))
+            edges = [0, *(c - a for c in cps[i : j + 1]), e - a]
+            stairs = float(sum(np.sum((r[u:v] - r[u:v].mean()) ** 2) for u, v in zip(edges[:-1], edges[1:], strict=False)))
+            m = e - a
+            gain = m * np.log(line / stairs) / max(1.0, inflation) if stairs > 0 else np.inf
+            if gain <= (2 * k - 1) * np.log(m):
+                i = j + 1
+                continue
+        out.extend(cps[i : j + 1])
+        i = j + 1
+    return out
+
+
+def _line_fits_better(r: np.ndarray, k: int) -> bool:
+    """One least-squares line leaves no more residual than two means split at ``k``."""
+    t = np.arange(len(r), dtype=float)
+    slope, icpt = np.polyfit(t, r, 1)
+    line = float(np.sum((r - (slope * t + icpt)) ** 2))
+    step = float(np.sum((r[:k] - r[:k].mean()) ** 2) + np.sum((r[k:] - r[k:].mean()) ** 2))
+    return line <= step
 
 
 def _analyse(
@@ -692,28 +757,6 @@ def _with_linear_fit(
     return out
 
 
-def _segment_line(x: np.ndarray, a: int, b: int) -> tuple[float, float]:
-    """Least-squares slope and the fitted value at the segment's centre."""
-    t = np.arange(a, b, dtype=float)
-    if b - a < 2:
-        return 0.0, float(x[a:b].mean()) if b > a else 0.0
-    slope, mid = np.polyfit(t - t.mean(), x[a:b], 1)
-    return float(slope), float(mid)
-
-
-def _kind(x: np.ndarray, a: int, c: int, b: int) -> tuple[str, float, float, float]:
-    """'level' or 'slope' for the change at c between its neighbours a and b, with the jump of the
-    two segments' fitted lines at c and their slopes. A slope change is one where the lines'
-    divergence over the shorter segment exceeds the jump between them."""
-    s1, m1 = _segment_line(x, a, c)
-    s2, m2 = _segment_line(x, c, b)
-    left_at = m1 + s1 * ((c - 0.5) - (a + c - 1) / 2.0)
-    right_at = m2 + s2 * ((c - 0.5) - (c + b - 1) / 2.0)
-    jump = right_at - left_at
-    drift = abs(s2 - s1) * min(c - a, b - c)
-    return ("slope" if drift > abs(jump) else "level"), float(jump), s1, s2
-
-
 def _measure(
     x: np.ndarray,
     positions: np.ndarray,
@@ -733,7 +776,7 @@ def _measure(
     for i, d in enumerate(decisions):
         before, after = levels[i], levels[i + 1]
         index = int(positions[d.index])
-        kind, jump, s1, s2 = _kind(x, bounds[i], bounds[i + 1], bounds[i + 2])
+        kind, jump, s1, s2 = kink_or_step(x, bounds[i], bounds[i + 1], bounds[i + 2])
         rel = (after.value - before.value) / abs(before.value) if before.value != 0 else None
         step = after.value - before.value
         effect = step / sd if sd > 0 else (float(np.copysign(np.inf, step)) if step != 0 else 0.0)
