@@ -47,7 +47,7 @@ from ibis.backends import BaseBackend
 
 from perfsleuth.engine import Columns, backend_of, compiled, materialize, run_sql, table_name, to_arrow, upload_columns
 
-Element = tuple[tuple[str, str], ...]  # ((dim, value), ...) in the order of the searched dims
+Element = tuple[tuple[str, str | None], ...]  # ((dim, value), ...) in the order of the searched dims; None: a null value
 # Inside the search an element holds the dimensions' codes (``DimCodes``), and so do the culprits' elements
 # until ``_result`` decodes them.
 _Coded = tuple[tuple[str, int], ...]
@@ -98,7 +98,7 @@ class Culprit:
     def risk(self) -> float:
         return self.high_risk - self.low_risk
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | None]:
         return dict(self.elements)
 
 
@@ -142,9 +142,9 @@ class DimCodes:
     dims: tuple[str, ...]
     values: tuple[tuple[str, ...], ...]
 
-    def decode(self, i: int, code: int | None) -> str:
+    def decode(self, i: int, code: int | None) -> str | None:
         """The value of dimension ``i`` with this code (None where the value was null, as in the input)."""
-        return cast(str, None) if code is None else self.values[i][code]
+        return None if code is None else self.values[i][code]
 
 
 def dim_codes(leaves: ir.Table, dims: Sequence[str], name: str) -> DimCodes:
