@@ -375,9 +375,10 @@ def test_a_short_null_series_held_to_its_share_of_the_per_point_rate() -> None:
 
 
 def test_without_the_per_point_cap_a_short_series_is_held_to_alpha_alone() -> None:
-    # a 30-point step whose scan p sits between the capped level (30 x 3e-5 = 0.0009) and alpha
+    # a 30-point step whose scan p sits between the capped level (30 x 2e-5 = 0.0006) and alpha
     # 0.01: only the call without the cap reports it
     from perfsleuth.stats.changepoint_test import RankCusum
+    from perfsleuth.stats.changes import ALARMS_PER_POINT
 
     rng = np.random.default_rng(3)
     for _ in range(200):
@@ -391,4 +392,4 @@ def test_without_the_per_point_cap_a_short_series_is_held_to_alpha_alone() -> No
     capped = changes(x, trend_changes=False)
     free = changes(x, trend_changes=False, alarms_per_point=None)
     assert not capped.change_points and free.change_points
-    assert "x n)" not in free.method and "min(0.01, 3e-05 x n)" in capped.method
+    assert "x n)" not in free.method and f"min(0.01, {ALARMS_PER_POINT:g} x n)" in capped.method
