@@ -385,12 +385,15 @@ def _method(locator: str, alpha: float, min_size: int, trend_changes: bool = Fal
     text = (
         f"{locator} on rank normal scores, each change kept if its scan test (max standardised CUSUM between "
         f"neighbouring changes, {null_method(min_size)}, "
-        f"AR(1)-corrected noise) has p <= {level}; segments of at least {min_size} points"
+        f"AR(1)-corrected noise) has p <= {level}, unless one line through its window fits as well (a steady "
+        f"drift, not a step: BIC on the ranks for a run of same-direction changes, else no step beyond the line "
+        f"at that level); segments of at least {min_size} points"
     )
     if trend_changes:
         text += (
             "; plus the splits of a piecewise-linear fit that explain more than "
-            f"{LINEAR_BETA:g} x noise variance x ln n (widened for residual autocorrelation)"
+            f"{LINEAR_BETA:g} x noise variance x ln n (widened for residual autocorrelation), a kink also more than a "
+            "parabola over its two segments"
         )
     return text
 
