@@ -179,7 +179,8 @@ class PiecewiseLinear:
     ``sigma`` is ``fine_noise_sd`` of the raw values; the fit runs on a 3-point running median, so
     a lone spike cannot pay for a split; ``VIF`` = (1 + phi) / (1 - phi) with ``phi`` the lag-1
     autocorrelation of the fit's residuals, re-estimated until the splits stop changing (a random
-    walk or a slow wander leaves correlated residuals and so pays more per split)."""
+    walk or a slow wander leaves correlated residuals and so pays more per split), and at least
+    ``min_ar1`` (the caller's estimate, where the residuals are too few to trust their own)."""
 
     name = "linear"
 
@@ -188,7 +189,7 @@ class PiecewiseLinear:
         self.beta = beta
         self.rounds = rounds
 
-    def locate(self, stat: RankCusum | np.ndarray) -> list[int]:
+    def locate(self, stat: RankCusum | np.ndarray, min_ar1: float = 0.0) -> list[int]:
         from scipy.ndimage import median_filter
 
         x = np.asarray(stat.x if hasattr(stat, "x") else stat, dtype=float)
@@ -203,7 +204,7 @@ class PiecewiseLinear:
         base = self.beta * sigma * sigma * np.log(max(n, LOG_N_FLOOR))
         cps = self._split(prefix, n, base)
         for _ in range(self.rounds):
-            phi = residual_ar1(linear_residuals(smooth, cps), params=2 * (len(cps) + 1))
+            phi = max(min_ar1, residual_ar1(linear_residuals(smooth, cps), params=2 * (len(cps) + 1)))
             again = self._split(prefix, n, base * (1.0 + phi) / (1.0 - phi))
             if again == cps:
                 break
