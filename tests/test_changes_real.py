@@ -241,3 +241,31 @@ def test_the_step_beyond_a_line_p_value_is_calibrated_and_sees_a_step() -> None:
     x = rng.normal(size=100) + 0.02 * np.arange(100)
     x[70:] += 3.0
     assert step_beyond_line_p(rankdata(x), 5) < 1e-3
+
+
+def test_the_curve_check_drops_the_same_splits_as_recomputing_every_gain() -> None:
+    # after a drop only the two neighbours' gains are recomputed; a full recompute must agree
+    from perfsleuth.stats.changepoint_locate import PiecewiseLinear, _line_rss, _parabola_rss, kink_or_step
+
+    def naive(x: np.ndarray, cps: list[int], pen: float) -> list[int]:
+        cps = list(cps)
+        while cps:
+            b = [0, *cps, len(x)]
+            gains = [
+                _parabola_rss(x[a:e]) - _line_rss(x[a:c]) - _line_rss(x[c:e]) if kink_or_step(x, a, c, e)[0] == "slope" else np.inf
+                for a, c, e in zip(b[:-2], b[1:-1], b[2:], strict=False)
+            ]
+            i = int(np.argmin(gains))
+            if gains[i] > pen:
+                break
+            del cps[i]
+        return cps
+
+    rng = np.random.default_rng(13)
+    for _ in range(40):
+        n = int(rng.integers(80, 400))
+        x = np.cumsum(rng.normal(size=n)) + 0.01 * np.arange(n) ** 1.5
+        cps = sorted(rng.choice(np.arange(6, n - 6), size=int(rng.integers(1, 12)), replace=False).tolist())
+        cps = [c for i, c in enumerate(cps) if i == 0 or c - cps[i - 1] >= 6]
+        pen = float(rng.uniform(1, 200))
+        assert PiecewiseLinear._without_curves(x, cps, pen) == naive(x, cps, pen)
