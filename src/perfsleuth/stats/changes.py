@@ -66,6 +66,10 @@ series, both detectors), 2e-5 at 0.66 (0.40-1.02), TCPD development unchanged (0
 LEVEL_CONFIDENCE_Z = 1.959963984540054  # 95 %
 AUTOCORRELATION_NOTE = 0.2  # lag-1 autocorrelation above which a caveat says the test was widened
 WARMUP_TREND_P = 0.01  # a stretch settles if it trends towards the steady level (rank-trend p below this)
+WARMUP_MAX_SHARE = 0.25
+"""A warm-up is never more than this share of the history (the share ``quality.detect_warmup`` looks
+in): the settling fit used to stretch a 54-point head of businv's deseasonalised trend to 216 of
+330 points, which left the rest too short to show its two changes."""
 STEADY_MIN = 50  # a stretch this long without a change is a regime, not part of a warm-up
 # The piecewise-linear detector's penalty, in fine-noise variances x ln n per split. Chosen on the
 # development half of TCPD (tests/data/changepoint/HOLDOUT.md; bench_changes_real.py) before the
@@ -319,7 +323,7 @@ def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha:
     level before a real step is far from the later level too), so they are cut off; then the end is
     moved to where an exponential fitted to the head's distance from the steady state falls to half
     a noise SD (the quality check stops at 3.5 SD, while the level is still settling), at most
-    ``max(3 w, 2 min_size)`` further."""
+    ``max(3 w, 2 min_size)`` further and never past ``WARMUP_MAX_SHARE`` of the series."""
     if flagged == 0:
         return 0
     w = flagged
@@ -348,7 +352,7 @@ def _warmup(values: np.ndarray, flagged: int, region: int, min_size: int, alpha:
     if slope >= 0:
         return w
     end = (intercept - np.log(0.5 * sd)) / -slope
-    return int(np.clip(np.ceil(end), w, min(len(values), w + max(3 * w, 2 * min_size))))
+    return int(np.clip(np.ceil(end), w, min(max(w, int(len(values) * WARMUP_MAX_SHARE)), w + max(3 * w, 2 * min_size))))
 
 
 # --- levels --------------------------------------------------------------------------------------
