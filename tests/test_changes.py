@@ -393,3 +393,30 @@ def test_without_the_per_point_cap_a_short_series_is_held_to_alpha_alone() -> No
     free = changes(x, trend_changes=False, alarms_per_point=None)
     assert not capped.change_points and free.change_points
     assert "x n)" not in free.method and f"min(0.01, {ALARMS_PER_POINT:g} x n)" in capped.method
+
+
+def test_cli_keep_season_treats_the_weekly_cycle_as_noise(tmp_path):
+    # the CLI takes a recognised cycle out by default; --keep-season widens the test for it instead,
+    # and then a drop of the cycle's own size goes unseen
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from perfsleuth.cli import app
+
+    rng = np.random.default_rng(18)
+    days = np.arange("2026-01-01", "2026-05-01", dtype="datetime64[D]")
+    x = 100 + 3.0 * np.sin(2 * np.pi * np.arange(len(days)) / 7) + rng.normal(size=len(days))
+    x[80:] -= 3.0
+    table = pa.table({"day": pa.array(days.astype("datetime64[ms]")), "tokens_per_s": x})
+    f = tmp_path / "daily.parquet"
+    pq.write_table(table, f)
+    runner = CliRunner()
+    out = {}
+    for flag in ([], ["--keep-season"]):
+        res = runner.invoke(app, ["changes", str(f), "-f", "json", *flag])
+        assert res.exit_code == 0, res.output
+        (series,) = json.loads(res.output)["series"]
+        out[bool(flag)] = series
+    assert len(out[False]["change_points"]) == 1 and abs(out[False]["change_points"][0]["index"] - 80) <= 2
+    assert out[False]["season"]["removed"] is True
+    assert out[True]["change_points"] == [] and out[True]["season"]["removed"] is False

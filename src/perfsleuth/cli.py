@@ -368,6 +368,13 @@ def changes(
             help="a fleet store instead of FILE: one series of run values per workload x cluster (or --series-by dims); needs --metric",
         ),
     ] = None,
+    keep_season: Annotated[
+        bool,
+        typer.Option(
+            "--keep-season",
+            help="treat a recognised daily/weekly/monthly cycle as correlated noise instead of taking it out first",
+        ),
+    ] = False,
 ) -> None:
     """Where did this history change, and is it real."""
     if (file is None) == (store is None):
@@ -377,12 +384,12 @@ def changes(
         _require(store)
         from perfsleuth.commands.changes_store import changes_store_command
 
-        raise typer.Exit(changes_store_command(store, metric, series_by or [], format.value, out, alpha))
+        raise typer.Exit(changes_store_command(store, metric, series_by or [], format.value, out, alpha, remove_season=not keep_season))
     assert file is not None  # exactly one of FILE and --store, checked above
     _require(file)
     from perfsleuth.commands.changes_cmd import changes_command
 
-    raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha))
+    raise typer.Exit(changes_command(file, metric, time, series_by or [], format.value, out, alpha, remove_season=not keep_season))
 
 
 @app.command()

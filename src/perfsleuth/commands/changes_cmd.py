@@ -27,18 +27,26 @@ QUIET_SERIES_SHOWN = 0  # in text, series without a change are counted, not list
 
 
 def changes_command(
-    file: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, out: Path | None, alpha: float
+    file: Path,
+    metric: str | None,
+    time_col: str | None,
+    series_by: list[str],
+    format: str,
+    out: Path | None,
+    alpha: float,
+    *,
+    remove_season: bool = True,
 ) -> int:
     """Run the verb; returns the exit status (0 done, 2 bad input or options)."""
     try:
-        doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha)
+        doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha, remove_season)
     except PerfsleuthError as exc:
         return fail(str(exc))
     return deliver_doc(doc, text, format, out, title=f"perfsleuth changes · {doc['metric']} · {Path(file).name}")
 
 
 def _run(
-    path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, alpha: float
+    path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, alpha: float, remove_season: bool = True
 ) -> tuple[dict[str, Any], str]:
     if format not in FORMATS:
         raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")
@@ -68,7 +76,9 @@ def _run(
     for key, rows in groups:
         label = metric if not key else f"{metric} [{', '.join(f'{k}={v}' for k, v in key.items())}]"
         try:
-            report = changes(values[rows], times=None if times is None else times[rows], alpha=alpha, unit=unit, name=label)
+            report = changes(
+                values[rows], times=None if times is None else times[rows], alpha=alpha, remove_season=remove_season, unit=unit, name=label
+            )
         except InputError as exc:
             if not series_by:
                 raise InputError(path, exc.cause, place=f"column {metric}", hint=exc.hint) from None

@@ -23,11 +23,19 @@ SCHEMA = "perfsleuth.changes/1"
 
 
 def changes_store_command(
-    store: Path, metric: str | None, series_by: list[str], format: str, out: Path | None, alpha: float, engine: str = "duckdb"
+    store: Path,
+    metric: str | None,
+    series_by: list[str],
+    format: str,
+    out: Path | None,
+    alpha: float,
+    engine: str = "duckdb",
+    *,
+    remove_season: bool = True,
 ) -> int:
     """Run the store form; returns the exit status (0 done, 2 bad input or options)."""
     try:
-        doc, text = store_changes(Path(store), metric, list(series_by or []), format, alpha, engine)
+        doc, text = store_changes(Path(store), metric, list(series_by or []), format, alpha, engine, remove_season=remove_season)
     except PerfsleuthError as exc:
         return fail(str(exc))
     return deliver_doc(doc, text, format, out)
@@ -42,7 +50,7 @@ def default_series_dims(dimensions: tuple[str, ...]) -> list[str]:
 
 
 def store_changes(
-    root: Path, metric: str | None, series_by: list[str], format: str, alpha: float, engine: str = "duckdb"
+    root: Path, metric: str | None, series_by: list[str], format: str, alpha: float, engine: str = "duckdb", *, remove_season: bool = True
 ) -> tuple[dict[str, Any], str]:
     from perfsleuth import engine as engines
     from perfsleuth.commands import changes_cmd
@@ -94,7 +102,7 @@ def store_changes(
         key = dict(zip(dims, k, strict=True))
         label = metric if not key else f"{metric} [{', '.join(f'{d}={v}' for d, v in key.items())}]"
         try:
-            report = changes(value[order], times=times[order], alpha=alpha, unit=_unit(metric), name=label)
+            report = changes(value[order], times=times[order], alpha=alpha, remove_season=remove_season, unit=_unit(metric), name=label)
         except InputError as exc:
             report = ChangeReport((), len(order), (Caveat("unusable", exc.cause),), "not analysed", alpha)
         entry = {"key": key, **report.to_json(), "metric_method": m.method, "run_ids": [rows["run_id"][i] for i in order.tolist()]}
