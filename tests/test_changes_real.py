@@ -256,14 +256,14 @@ def test_the_step_beyond_a_line_p_value_is_calibrated_and_sees_a_step() -> None:
 
 def test_the_curve_check_drops_the_same_splits_as_recomputing_every_gain() -> None:
     # after a drop only the two neighbours' gains are recomputed; a full recompute must agree
-    from perfsleuth.stats.changepoint_locate import PiecewiseLinear, _line_rss, _parabola_rss, kink_or_step
+    from perfsleuth.stats.changepoint_locate import PiecewiseLinear, _parabola_rss, kink_or_step, line_rss
 
     def naive(x: np.ndarray, cps: list[int], pen: float) -> list[int]:
         cps = list(cps)
         while cps:
             b = [0, *cps, len(x)]
             gains = [
-                _parabola_rss(x[a:e]) - _line_rss(x[a:c]) - _line_rss(x[c:e]) if kink_or_step(x, a, c, e)[0] == "slope" else np.inf
+                _parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e]) if kink_or_step(x, a, c, e)[0] == "slope" else np.inf
                 for a, c, e in zip(b[:-2], b[1:-1], b[2:], strict=False)
             ]
             i = int(np.argmin(gains))

@@ -232,7 +232,7 @@ class PiecewiseLinear:
             e = cps[i + 1] if i + 1 < len(cps) else len(x)
             if kink_or_step(x, a, c, e)[0] != "slope":
                 return float("inf")
-            return _parabola_rss(x[a:e]) - _line_rss(x[a:c]) - _line_rss(x[c:e])
+            return _parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e])
 
         gains = [gain(i) for i in range(len(cps))]
         while cps:
@@ -277,7 +277,8 @@ def _poly_rss(y: np.ndarray, degree: int) -> float:
     return float(np.dot(y - fitted, y - fitted))
 
 
-def _line_rss(y: np.ndarray) -> float:
+def line_rss(y: np.ndarray) -> float:
+    """Residual sum of squares of one least-squares line through ``y``."""
     return _poly_rss(y, 1)
 
 

@@ -378,6 +378,12 @@ class ScanTest:
             cps = pruned
             if settled:
                 break
+        return self.decisions_at(stat, cps)
+
+    def decisions_at(self, stat: RankCusum, cps: list[int]) -> list[Decision]:
+        """Each of ``cps`` with its statistic and p-value in the window between its neighbours (used
+        again when a later step drops some of them, so no p-value is of a window that is gone)."""
+        n = len(stat)
         out = []
         for i, c in enumerate(cps):
             a = cps[i - 1] if i else 0

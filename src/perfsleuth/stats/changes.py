@@ -40,7 +40,7 @@ from scipy.stats import rankdata
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.model import Interval, usable
 from perfsleuth.stats import series_shape
-from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, make_locator
+from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, line_rss, make_locator
 from perfsleuth.stats.changepoint_test import (
     Decision,
     NoiseModel,
@@ -433,7 +433,7 @@ def changes(
     they carry ``evidence="linear_fit"``. On every length since issue 15's third round: with its
     curve check (``CURVE_CHECK_MIN_POINTS``) and the trend guard on the rank test's changes, TCPD's
     development half went from 0.787 / 0.669 (the fit under 60 points only) to 0.829 / 0.713, and the
-    synthetic suite stayed at F1 0.963 (benchmarks/README.md). ``min_size`` is the shortest segment a change
+    synthetic suite stayed at F1 0.962 (benchmarks/README.md). ``min_size`` is the shortest segment a change
     can create, so shorter bursts (a single spike) are never changes. A clear daily/weekly/monthly
     cycle is always recognised and stated (``season``, caveat ``seasonal``) and, with ``remove_season``
     (the default since issue 15's third round), taken out before detection: a weekly cycle of 3 noise
@@ -473,30 +473,31 @@ def _detect(
     candidates = make_locator(locator, min_size=min_size).locate(stat)
     test = ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point)
     decisions = test.decide(stat, candidates)
-    return _beyond_trend(stat, decisions, noise, test.level(len(x))), noise
+    kept = _beyond_trend(stat, [d.index for d in decisions], noise, test.level(len(x)))
+    return (decisions if len(kept) == len(decisions) else test.decisions_at(stat, kept)), noise
 
 
-def _beyond_trend(stat: RankCusum, decisions: list[Decision], noise: NoiseModel, level: float) -> list[Decision]:
+def _beyond_trend(stat: RankCusum, cps: list[int], noise: NoiseModel, level: float) -> list[int]:
     """The scan test's changes that are more than a trend. A steady drift splits a rank test of levels
-    into a staircase of changes in one direction. So each run of such changes is first judged whole:
+    into a staircase of changes in one direction, so each run of such changes is first judged whole:
     dropped if one line fits the ranks of its span as well as its levels do (BIC, ``_without_drifts``).
-    Then one change at a time, the
-    weakest first: dropped where one line fits its window at least as well as its two levels and a
-    step on top of that line does not reach the level either (``step_beyond_line_p``)."""
-    cps = _without_drifts(stat, [d.index for d in decisions], noise.variance_inflation)
+    Then one change at a time, the weakest first: dropped where one line fits its window at least as
+    well as its two levels and a step on top of that line does not reach the level either
+    (``step_beyond_line_p``)."""
+    cps = _without_drifts(stat, cps, noise.variance_inflation)
     n = len(stat)
     while cps:
         bounds = [0, *cps, n]
         pvals = []
         for a, c, e in zip(bounds[:-2], bounds[1:-1], bounds[2:], strict=False):
             r = rankdata(stat.x[a:e])
-            pvals.append(step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if _line_fits_better(r, c - a) else 0.0)
+            line_wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
+            pvals.append(step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if line_wins else 0.0)
         worst = int(np.argmax(pvals))
         if pvals[worst] <= level:
             break
         del cps[worst]
-    kept = set(cps)
-    return [d for d in decisions if d.index in kept]
+    return cps
 
 
 def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[int]:
@@ -508,7 +509,7 @@ def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[i
     n = len(stat)
     bounds = [0, *cps, n]
     means = [float(np.mean(stat.x[a:b])) for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
-    signs = np.sign(np.diff(means))
+    signs = np.sign(np.diff(means))  # signs[j]: the direction of the change at cps[j]
     out: list[int] = []
     i = 0
     while i < len(cps):
@@ -519,13 +520,9 @@ def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[i
         k = j - i + 1  # changes in the run: k + 1 levels against a line's 2 parameters
         if k >= 2:
             r = rankdata(stat.x[a:e])
-            t = np.arange(e - a, dtype=float)
-            line = float(np.sum((r - np.polyval(np.polyfit(t, r, 1), t)) ** 2))
-            edges = [0, *(c - a for c in cps[i : j + 1]), e - a]
-            stairs = float(sum(np.sum((r[u:v] - r[u:v].mean()) ** 2) for u, v in zip(edges[:-1], edges[1:], strict=False)))
-            m = e - a
-            gain = m * np.log(line / stairs) / max(1.0, inflation) if stairs > 0 else np.inf
-            if gain <= (2 * k - 1) * np.log(m):
+            stairs = _levels_rss(r, [0, *(c - a for c in cps[i : j + 1]), e - a])
+            gain = (e - a) * np.log(line_rss(r) / stairs) / max(1.0, inflation) if stairs > 0 else np.inf
+            if gain <= (2 * k - 1) * np.log(e - a):
                 i = j + 1
                 continue
         out.extend(cps[i : j + 1])
@@ -533,13 +530,9 @@ def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[i
     return out
 
 
-def _line_fits_better(r: np.ndarray, k: int) -> bool:
-    """One least-squares line leaves no more residual than two means split at ``k``."""
-    t = np.arange(len(r), dtype=float)
-    slope, icpt = np.polyfit(t, r, 1)
-    line = float(np.sum((r - (slope * t + icpt)) ** 2))
-    step = float(np.sum((r[:k] - r[:k].mean()) ** 2) + np.sum((r[k:] - r[k:].mean()) ** 2))
-    return line <= step
+def _levels_rss(r: np.ndarray, edges: list[int]) -> float:
+    """Residual sum of squares of one mean per segment ``[edges[i], edges[i + 1])``."""
+    return float(sum(np.sum((r[u:v] - r[u:v].mean()) ** 2) for u, v in zip(edges[:-1], edges[1:], strict=False)))
 
 
 def _analyse(
