@@ -209,10 +209,11 @@ class PiecewiseLinear:
             if again == cps:
                 break
             cps = again
-        if cps and residual_ar1(linear_residuals(smooth, cps)) >= WANDER_AR1:
+        resid = linear_residuals(smooth, cps) if cps else None
+        if resid is not None and residual_ar1(resid) >= WANDER_AR1:
             return []  # the lines leave a wave or a wander, not scatter: this model does not describe the series
-        if cps and n >= CURVE_CHECK_MIN_POINTS:
-            phi = residual_ar1(linear_residuals(smooth, cps), params=2 * (len(cps) + 1))
+        if resid is not None and n >= CURVE_CHECK_MIN_POINTS:
+            phi = max(min_ar1, residual_ar1(resid, params=2 * (len(cps) + 1)))
             cps = self._without_curves(smooth, cps, CURVE_FACTOR * base * (1.0 + phi) / (1.0 - phi))
         if len(cps) > SHAPE_MAX_TURNS and n / (len(cps) + 1) < SHAPE_LINE_POINTS:
             return []  # the lines follow a shape (a pulse train, a wave), not a few turns of a trend

@@ -486,17 +486,24 @@ def _beyond_trend(stat: RankCusum, cps: list[int], noise: NoiseModel, level: flo
     (``step_beyond_line_p``)."""
     cps = _without_drifts(stat, cps, noise.variance_inflation)
     n = len(stat)
+
+    def p_of(i: int) -> float:
+        a = cps[i - 1] if i else 0
+        c = cps[i]
+        e = cps[i + 1] if i + 1 < len(cps) else n
+        r = rankdata(stat.x[a:e])
+        line_wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
+        return step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if line_wins else 0.0
+
+    pvals = [p_of(i) for i in range(len(cps))]
     while cps:
-        bounds = [0, *cps, n]
-        pvals = []
-        for a, c, e in zip(bounds[:-2], bounds[1:-1], bounds[2:], strict=False):
-            r = rankdata(stat.x[a:e])
-            line_wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
-            pvals.append(step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if line_wins else 0.0)
         worst = int(np.argmax(pvals))
         if pvals[worst] <= level:
             break
-        del cps[worst]
+        del cps[worst], pvals[worst]
+        for i in (worst - 1, worst):  # only the two neighbours' windows changed
+            if 0 <= i < len(cps):
+                pvals[i] = p_of(i)
     return cps
 
 
