@@ -248,7 +248,7 @@ def test_the_step_beyond_a_line_p_value_is_calibrated_and_sees_a_step() -> None:
 
     rng = np.random.default_rng(12)
     p_null = np.array([step_beyond_line_p(rankdata(rng.normal(size=100) + 0.02 * np.arange(100)), 5) for _ in range(2000)])
-    assert 0.003 <= (p_null <= 0.01).mean() <= 0.016  # at most its nominal 1% (simulated: about 0.9-1%)
+    assert 0.003 <= (p_null <= 0.01).mean() <= 0.016  # about its nominal 1% (this draw: 0.95%; 2 x the scan table, see TREND_STEP_P_FACTOR)
     x = rng.normal(size=100) + 0.02 * np.arange(100)
     x[70:] += 3.0
     assert step_beyond_line_p(rankdata(x), 5) < 1e-3
