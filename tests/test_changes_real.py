@@ -280,3 +280,42 @@ def test_the_curve_check_drops_the_same_splits_as_recomputing_every_gain() -> No
         cps = [c for i, c in enumerate(cps) if i == 0 or c - cps[i - 1] >= 6]
         pen = float(rng.uniform(1, 200))
         assert PiecewiseLinear._without_curves(x, cps, pen) == naive(x, cps, pen)
+
+
+def test_the_trend_guard_drops_the_same_changes_as_rejudging_every_window() -> None:
+    # after a drop only the two neighbours' windows are re-judged; judging every window again each round must agree
+    from scipy.stats import rankdata
+
+    from perfsleuth.stats.changepoint_locate import line_rss
+    from perfsleuth.stats.changepoint_test import RankCusum, estimate_noise, step_beyond_line_p
+    from perfsleuth.stats.changes import _beyond_trend, _levels_rss, _without_drifts
+
+    def naive(stat: RankCusum, cps: list[int], inflation: float, level: float) -> list[int]:
+        cps = _without_drifts(stat, list(cps), inflation)
+        while cps:
+            b = [0, *cps, len(stat)]
+            pvals = []
+            for a, c, e in zip(b[:-2], b[1:-1], b[2:], strict=False):
+                r = rankdata(stat.x[a:e])
+                wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
+                pvals.append(step_beyond_line_p(r, stat.min_size, inflation) if wins else 0.0)
+            worst = int(np.argmax(pvals))
+            if pvals[worst] <= level:
+                break
+            del cps[worst]
+        return cps
+
+    rng = np.random.default_rng(7)
+    dropped = 0
+    for trial in range(30):
+        n = 300
+        x = 0.01 * (trial % 5) * np.arange(n) + rng.normal(size=n)
+        x[rng.integers(50, 250) :] += rng.choice([0.0, 1.0, 3.0])
+        stat = RankCusum(x, 1.0, 5)
+        noise = estimate_noise(stat.scores(0, n), 5)
+        cps = sorted(set(rng.choice(np.arange(20, n - 20, 10), size=8, replace=False).tolist()))
+        for level in (1e-3, 0.05):
+            fast = _beyond_trend(stat, list(cps), noise, level)
+            assert fast == naive(stat, cps, noise.variance_inflation, level)
+            dropped += len(cps) - len(fast)
+    assert dropped > 0  # the guard did drop changes on these series, so the comparison means something
