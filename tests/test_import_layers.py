@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "perfsleuth"
 
 # Bottom to top. A unit may import itself and any unit in a lower layer; units in one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "files", "progress", "schemas", "taxonomy", "__init__"),
+    ("errors", "files", "lazy_import", "progress", "schemas", "taxonomy", "__init__"),
     ("engine",),
     ("model",),
     ("ingest", "store"),

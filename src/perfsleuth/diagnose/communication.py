@@ -11,11 +11,11 @@ compute were serialized after it.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.collectives import busbw_factor
 from perfsleuth.trace.analysis import JobAnalysis

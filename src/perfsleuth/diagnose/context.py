@@ -14,10 +14,10 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval
 from perfsleuth.stats.confidence import TRACE_POLICY
 from perfsleuth.stats.summary import ratio_of_sums_interval

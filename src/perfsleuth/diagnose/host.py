@@ -11,13 +11,13 @@ time, summed over steps, with a bootstrap interval over steps.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
 from perfsleuth.diagnose.evidence import BULK_D2H_BYTES
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.provenance import HOST_RECORD, REAL_SIZE, SEVERAL_STEPS, STEPS
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import (
     INSUFFICIENT_FLOOR,
@@ -28,6 +27,7 @@ from perfsleuth.diagnose.context import (
 )
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace.analysis import JobAnalysis

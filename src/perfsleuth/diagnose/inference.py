@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.metrics.inference import ModelBytes, gpu_spec, kv_bytes_per_token, model_bytes
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.hardware import GpuSpec

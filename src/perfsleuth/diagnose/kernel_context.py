@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,6 +30,7 @@ from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_c
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.metrics.roofline import SOL_BUSY_PCT, SOL_LATENCY_PCT, grid_phrase, occupancy_phrase, place_kernels, sol_bound
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.hardware import GpuSpec, lookup, resolve

@@ -18,12 +18,12 @@ failed allocation hits the few steps that peak highest. (Seen on a real H200 tra
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.provenance import REAL_SIZE, SEVERAL_STEPS, STEPS
 

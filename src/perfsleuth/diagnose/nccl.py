@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import graded_confidence
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.metrics.fabric import Expected, FabricTable
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.stats.resample import percentile_bootstrap

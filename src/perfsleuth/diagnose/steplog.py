@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, graded_confidence, ratio_interval
 from perfsleuth.diagnose.job import Job
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.diagnose.signals import JobSignals
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.stats import summary
 

@@ -52,7 +52,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto
 from perfsleuth.ingest.chrome_json import ChromeTraceStream, TraceEvent
 from perfsleuth.ingest.source import register, sniff
-from perfsleuth.model import EVENT_KINDS, EVENTS
+from perfsleuth.model import EVENT_KIND_VALUES, EVENT_KINDS, EVENTS
 from perfsleuth.model.collectives import collective_op
 from perfsleuth.model.source import SourceData
 
@@ -372,7 +372,6 @@ def _lines(t: pa.Table, raw: _Raw) -> tuple[list[_Line], np.ndarray]:
 
 
 _KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
-_KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
 
 
@@ -531,7 +530,7 @@ def _chunk_table(cols: dict[str, Any], op_vocab: Sequence[str] = ("",)) -> pa.Ta
         return v if pa.types.is_dictionary(v.type) else v.dictionary_encode()
 
     arrays = {
-        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), _KIND_DICT),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), EVENT_KIND_VALUES),
         "category": dict_col(cols["category"]),
         "name": dict_col(cols["name"]),
         "device": pa.array(cols["device"], pa.int32()),

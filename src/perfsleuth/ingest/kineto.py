@@ -36,7 +36,8 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest import kineto_native, memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
-from perfsleuth.model import EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS, RUNS
+from perfsleuth.lazy_import import arrow_without_pandas
+from perfsleuth.model import EVENT_KIND_VALUES, EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS, RUNS
 from perfsleuth.model.clock import is_wall_clock
 from perfsleuth.model.collectives import collective_op
 
@@ -216,7 +217,6 @@ class CollectiveOpCache(dict):
 _PH, _CAT, _NAME, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid", "args"))
 _EV_IDX = attrgetter("args.ev_idx")
 _KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
-_KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _GPU_SIDE_CODES = np.array([_KIND_CODE[k] for k in _GPU_SIDE])
 _KERNEL, _COLLECTIVE, _MEMORY = _KIND_CODE["kernel"], _KIND_CODE["collective"], _KIND_CODE["memory"]
 _CPU_OP, _ANNOTATION = _KIND_CODE["cpu_op"], _KIND_CODE["annotation"]
@@ -341,7 +341,7 @@ def _chunk_batch(
     ts_us = np.where(ts_ok, ts.fill_null(0.0).to_numpy(), 0.0)
     dur_us = np.where(dur_ok, dur.fill_null(0.0).to_numpy(), 0.0)
     cols = {
-        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), _KIND_DICT),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0), pa.int32()), EVENT_KIND_VALUES),
         "category": cat,
         "name": names,
         "device": pa.array(device, pa.int32()),
@@ -549,7 +549,7 @@ def _native_batch(
     group_size = sel(group_size)
     sarg = c["str"]
     out.update(
-        kind=pa.DictionaryArray.from_arrays(pa.array(np.maximum(sel(kind), 0), pa.int32()), _KIND_DICT),
+        kind=pa.DictionaryArray.from_arrays(pa.array(np.maximum(sel(kind), 0), pa.int32()), EVENT_KIND_VALUES),
         category=dict_column(sel(cat_codes), strings["cat"]),
         name=dict_column(sel(name_codes), strings["name"]),
         coll_op=coll_op,
@@ -970,7 +970,9 @@ def _worker_start() -> None:
     """A reader worker allocates Arrow buffers from the system allocator: the buffers of a rank it
     has finished go back to the OS (``memory_guard.release_free_memory``) instead of staying in
     mimalloc's cache, so a worker's memory is one rank's, not its largest rank's plus what it kept
-    (measured: about 25 MiB less per worker on the 8 x 54 MB benchmark set, same CPU time)."""
+    (measured: about 25 MiB less per worker on the 8 x 54 MB benchmark set, same CPU time). Nor does
+    it load pandas, which reading and per-rank analysis never use (``lazy_import.arrow_without_pandas``)."""
+    arrow_without_pandas()
     pa.set_memory_pool(pa.system_memory_pool())
 
 

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import unwrap
 from perfsleuth.ingest.source import SNIFF_BYTES, register, sniff
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model.source import SourceData
 
 NAME = "ncu"

@@ -58,7 +58,7 @@ from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest import kineto, memory_guard
 from perfsleuth.ingest.kineto import RankFile
 from perfsleuth.ingest.source import register
-from perfsleuth.model import EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS
+from perfsleuth.model import EVENT_KIND_VALUES, EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS
 from perfsleuth.model.collectives import collective_op
 from perfsleuth.model.source import SourceData
 
@@ -160,7 +160,6 @@ _PAYLOAD_TYPES = {
 }
 _BLOB_HEADER = struct.Struct("<4Q")  # domain id, schema id, payload size, payload offset
 _CHUNK_SCHEMA = pa.schema([f for f in EVENTS if f.name not in ("run_id", "rank", "step", "launch_ts_ns", "launch_dur_ns")])
-_KIND_DICT = pa.array(EVENT_KINDS, pa.string())
 _KIND = {k: i for i, k in enumerate(EVENT_KINDS)}
 _KIND_NAMES = np.array(EVENT_KINDS, dtype=object)  # indexed by kind code: 8 bytes a row, one str per kind
 
@@ -971,7 +970,7 @@ def _assemble(parts: list[_Part], offset_ns: int) -> tuple[pa.Table, np.ndarray]
     ts += offset_ns
     dur = _drain(parts, "dur")
     cols: dict[str, pa.Array] = {
-        "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), EVENT_KIND_VALUES),
         "category": pa.DictionaryArray.from_arrays(
             pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), lengths)), pa.array([p.category for p in parts], pa.string())
         ),
@@ -1171,7 +1170,7 @@ def _mark_collectives(table: pa.Table, kind: np.ndarray) -> tuple[pa.Table, np.n
     table = table.set_column(
         table.schema.get_field_index("kind"),
         table.schema.field("kind"),
-        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), _KIND_DICT),
+        pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), EVENT_KIND_VALUES),
     )
     return table.set_column(table.schema.get_field_index("coll_op"), table.schema.field("coll_op"), coll_op), kind
 

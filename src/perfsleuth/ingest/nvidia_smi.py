@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, clean_text
 from perfsleuth.ingest.source import register, sniff_text
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model.gpu_fields import BY_NAME, BY_SMI_DMON, BY_SMI_QUERY, GpuField, build_samples
 from perfsleuth.model.source import SourceData
 

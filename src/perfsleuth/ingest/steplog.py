@@ -37,12 +37,12 @@ from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.ingest.line_wrappers import WrapperStats, clean_text, unwrap
 from perfsleuth.ingest.source import register, sniff_text
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import RECORDS
 from perfsleuth.model.settings import NUMBER, setting_number, steady_rows, training_gpu_count
 from perfsleuth.model.source import SourceData

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
 from perfsleuth.errors import Caveat
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.metrics import model_flops as mf
 from perfsleuth.metrics.model_flops import ModelConfig
 from perfsleuth.metrics.run_parts import RunParts

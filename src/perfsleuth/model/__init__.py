@@ -46,6 +46,20 @@ EVENT_KINDS = (
     "memory",  # profile_memory allocation instant: bytes > 0 alloc, < 0 free
     "other",
 )
+
+
+def string_array(values: tuple[str, ...]) -> pa.StringArray:
+    """``values`` as an Arrow string array, built from its two buffers. ``pa.array`` on Python or numpy
+    values makes pyarrow look for pandas and load it (``perfsleuth.lazy_import``), which a module
+    constant, built at import, must not do."""
+    data = [v.encode() for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets), pa.py_buffer(b"".join(data)))
+
+
+EVENT_KIND_VALUES = string_array(EVENT_KINDS)
+"""The dictionary of every ``kind`` column: code i is ``EVENT_KINDS[i]``."""
 LAUNCH_KINDS = ("runtime", "driver")  # host calls that queue GPU work, joined to it by correlation id
 JOINED_KINDS = (*GPU_KINDS, "sync")  # what a launch queues: the rows a launch join looks for
 

@@ -13,10 +13,10 @@ import re
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat
+from perfsleuth.lazy_import import pandas as pd
 
 INTERVALS = pa.schema(
     [

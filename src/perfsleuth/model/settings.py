@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
+
+from perfsleuth.lazy_import import pandas as pd
 
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
 """A number as logs print it, ``nan`` and ``inf`` included (a regular-expression fragment)."""

@@ -48,12 +48,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval, usable
 from perfsleuth.stats.direction import Direction, resolve_direction, unit_from_name
 

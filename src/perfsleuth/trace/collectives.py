@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.trace.job import RankView
 
 INSTANCE_SCHEMA = pa.schema(

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat, InputError
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval
 from perfsleuth.trace.breakdown import rank_steps
 from perfsleuth.trace.intervals import Coverage

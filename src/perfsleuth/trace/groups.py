@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.trace.collectives import P2P_OPS
 from perfsleuth.trace.stragglers import MIN_LEAD_NS
 

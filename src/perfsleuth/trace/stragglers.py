@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
 from perfsleuth.stats.tails import binom_at_least
