@@ -420,3 +420,6 @@ def test_cli_keep_season_treats_the_weekly_cycle_as_noise(tmp_path):
     assert len(out[False]["change_points"]) == 1 and abs(out[False]["change_points"][0]["index"] - 80) <= 2
     assert out[False]["season"]["removed"] is True
     assert out[True]["change_points"] == [] and out[True]["season"]["removed"] is False
+    from perfsleuth import api
+
+    assert api.changes(f, remove_season=False)["series"] == [out[True]]  # the library call takes the same choice

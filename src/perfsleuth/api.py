@@ -43,12 +43,19 @@ def compare(
 
 
 def changes(
-    file: str | Path, metric: str | None = None, *, time: str | None = None, series_by: Sequence[str] = (), alpha: float = 0.01
+    file: str | Path,
+    metric: str | None = None,
+    *,
+    time: str | None = None,
+    series_by: Sequence[str] = (),
+    alpha: float = 0.01,
+    remove_season: bool = True,
 ) -> dict[str, Any]:
-    """``perfsleuth changes``: the ``perfsleuth.changes/1`` document (schema ``schemas/changes.json``)."""
-    from perfsleuth.commands.changes_cmd import _run
+    """``perfsleuth changes``: the ``perfsleuth.changes/1`` document (schema ``schemas/changes.json``);
+    ``remove_season=False`` is ``--keep-season``."""
+    from perfsleuth.commands.changes_cmd import run_changes
 
-    return _run(Path(file), metric, time, list(series_by), "json", alpha)[0]
+    return run_changes(Path(file), metric, time, list(series_by), "json", alpha, remove_season=remove_season)[0]
 
 
 def localize(

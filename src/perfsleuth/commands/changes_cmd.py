@@ -39,14 +39,14 @@ def changes_command(
 ) -> int:
     """Run the verb; returns the exit status (0 done, 2 bad input or options)."""
     try:
-        doc, text = _run(Path(file), metric, time_col, list(series_by or []), format, alpha, remove_season)
+        doc, text = run_changes(Path(file), metric, time_col, list(series_by or []), format, alpha, remove_season=remove_season)
     except PerfsleuthError as exc:
         return fail(str(exc))
     return deliver_doc(doc, text, format, out, title=f"perfsleuth changes · {doc['metric']} · {Path(file).name}")
 
 
-def _run(
-    path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, alpha: float, remove_season: bool = True
+def run_changes(
+    path: Path, metric: str | None, time_col: str | None, series_by: list[str], format: str, alpha: float, *, remove_season: bool
 ) -> tuple[dict[str, Any], str]:
     if format not in FORMATS:
         raise InputError(None, f"unknown format {format!r}", hint=f"use {', '.join(FORMATS)}")

@@ -62,7 +62,7 @@ ALARMS_PER_POINT = 2e-5
 on each length, so short histories do not alarm more often per point than long ones; below
 ``alpha / ALARMS_PER_POINT`` (500 points at the default alpha) it is stricter than ``alpha``. 3e-5
 left short AR(1) 0.5 nulls of 10-19 points at 0.97 false alarms per 10,000 (95 % 0.64-1.40; 20,000
-series, both detectors), 2e-5 at 0.66 (0.40-1.02), TCPD development unchanged (0.829 / 0.713)."""
+series, both detectors), 2e-5 at 0.66 (0.40-1.02); TCPD development F1 stayed at 0.829."""
 LEVEL_CONFIDENCE_Z = 1.959963984540054  # 95 %
 AUTOCORRELATION_NOTE = 0.2  # lag-1 autocorrelation above which a caveat says the test was widened
 WARMUP_TREND_P = 0.01  # a stretch settles if it trends towards the steady level (rank-trend p below this)
@@ -430,19 +430,17 @@ def changes(
     short histories do not alarm more often per point than long ones. ``trend_changes`` adds the
     piecewise-linear detector (``changepoint_locate.PiecewiseLinear``; on by default): slope changes
     and large shifts in smooth or trending histories, found by a penalised fit rather than a test, so
-    they carry ``evidence="linear_fit"``. On every length since issue 15's third round: with its
-    curve check (``CURVE_CHECK_MIN_POINTS``) and the trend guard on the rank test's changes, TCPD's
-    development half went from 0.787 / 0.669 (the fit under 60 points only) to 0.829 / 0.713, and the
-    synthetic suite stayed at F1 0.962 (benchmarks/README.md). ``min_size`` is the shortest segment a change
-    can create, so shorter bursts (a single spike) are never changes. A clear daily/weekly/monthly
-    cycle is always recognised and stated (``season``, caveat ``seasonal``) and, with ``remove_season``
-    (the default since issue 15's third round), taken out before detection: a weekly cycle of 3 noise
-    SDs had hidden every 3 SD step in 25 simulated daily histories (0 found; 25 with the cycle taken
-    out) while seasonal nulls stayed at 0.16-0.34 false alarms per 10,000 points; TCPD development
-    0.829 / 0.713 -> 0.829 / 0.730 once warm-ups were capped (``WARMUP_MAX_SHARE``). ``False`` treats
-    the cycle as correlated noise instead (the test is widened for it). Raises ``InputError`` for input
-    that cannot be a series (empty, not numeric, no finite value); everything else that limits the
-    answer is a caveat in the report.
+    they carry ``evidence="linear_fit"``; a curve check (``CURVE_CHECK_MIN_POINTS``) keeps it from
+    cutting smooth bends, and a trend guard keeps the rank test from cutting a drift into steps.
+    ``min_size`` is the shortest segment a change can create, so shorter bursts (a single spike) are
+    never changes. A clear daily/weekly/monthly cycle is always recognised and stated (``season``,
+    caveat ``seasonal``) and, with ``remove_season`` (the default), taken out before detection: left
+    in, a weekly cycle of 3 noise SDs hid every 3 SD step in 25 simulated daily histories. ``False``
+    treats the cycle as correlated noise instead (the test is widened for it). With every default
+    (benchmarks/README.md, bench_changes_real.py): TCPD development F1 0.829 / covering 0.730, TCPD
+    hold-out 0.645 / 0.669, the synthetic suite F1 0.962. Raises ``InputError`` for input that cannot
+    be a series (empty, not numeric, no finite value); everything else that limits the answer is a
+    caveat in the report.
     """
     if not 0 < alpha < 1:
         raise InputError(None, f"alpha must be between 0 and 1, got {alpha}")
