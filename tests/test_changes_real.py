@@ -256,14 +256,15 @@ def test_the_step_beyond_a_line_p_value_is_calibrated_and_sees_a_step() -> None:
 
 def test_the_curve_check_drops_the_same_splits_as_recomputing_every_gain() -> None:
     # after a drop only the two neighbours' gains are recomputed; a full recompute must agree
-    from perfsleuth.stats.changepoint_locate import PiecewiseLinear, _parabola_rss, kink_or_step, line_rss
+    from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step
+    from perfsleuth.stats.segment_fit import line_rss, parabola_rss
 
     def naive(x: np.ndarray, cps: list[int], pen: float) -> list[int]:
         cps = list(cps)
         while cps:
             b = [0, *cps, len(x)]
             gains = [
-                _parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e]) if kink_or_step(x, a, c, e)[0] == "slope" else np.inf
+                parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e]) if kink_or_step(x, a, c, e)[0] == "slope" else np.inf
                 for a, c, e in zip(b[:-2], b[1:-1], b[2:], strict=False)
             ]
             i = int(np.argmin(gains))
@@ -286,9 +287,9 @@ def test_the_trend_guard_drops_the_same_changes_as_rejudging_every_window() -> N
     # after a drop only the two neighbours' windows are re-judged; judging every window again each round must agree
     from scipy.stats import rankdata
 
-    from perfsleuth.stats.changepoint_locate import line_rss
     from perfsleuth.stats.changepoint_test import RankCusum, estimate_noise, step_beyond_line_p
-    from perfsleuth.stats.changes import _beyond_trend, _levels_rss, _without_drifts
+    from perfsleuth.stats.changes import _beyond_trend, _without_drifts
+    from perfsleuth.stats.segment_fit import levels_rss, line_rss
 
     def naive(stat: RankCusum, cps: list[int], inflation: float, level: float) -> list[int]:
         cps = _without_drifts(stat, list(cps), inflation)
@@ -297,7 +298,7 @@ def test_the_trend_guard_drops_the_same_changes_as_rejudging_every_window() -> N
             pvals = []
             for a, c, e in zip(b[:-2], b[1:-1], b[2:], strict=False):
                 r = rankdata(stat.x[a:e])
-                wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
+                wins = line_rss(r) <= levels_rss(r, [0, c - a, e - a])
                 pvals.append(step_beyond_line_p(r, stat.min_size, inflation) if wins else 0.0)
             worst = int(np.argmax(pvals))
             if pvals[worst] <= level:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfsleuth.stats.changepoint_test import RankCusum, normal_scores
+from perfsleuth.stats.segment_fit import line_rss, linear_residuals, parabola_rss, segment_line
 
 
 class BinarySegmentation:
@@ -125,20 +126,6 @@ def fine_noise_sd(x: np.ndarray) -> float:
     return spread
 
 
-def linear_residuals(x: np.ndarray, cps: list[int]) -> np.ndarray:
-    """Residuals of a separate least-squares line on each segment."""
-    out = np.empty(len(x))
-    bounds = [0, *cps, len(x)]
-    for a, c in zip(bounds[:-1], bounds[1:], strict=False):
-        t = np.arange(a, c, dtype=float)
-        if c - a < 2:
-            out[a:c] = 0.0
-            continue
-        slope, icpt = np.polyfit(t - t.mean(), x[a:c], 1)
-        out[a:c] = x[a:c] - (slope * (t - t.mean()) + icpt)
-    return out
-
-
 def residual_ar1(r: np.ndarray, cap: float = 0.95, params: int = 0) -> float:
     """Lag-1 autocorrelation of residuals; with ``params`` (the fitted coefficients) corrected for
     its small-sample bias, about (params + 4 phi) / n (Kendall's (1 + 4 phi) / n for a mean alone):
@@ -233,7 +220,7 @@ class PiecewiseLinear:
             e = cps[i + 1] if i + 1 < len(cps) else len(x)
             if kink_or_step(x, a, c, e)[0] != "slope":
                 return float("inf")
-            return _parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e])
+            return parabola_rss(x[a:e]) - line_rss(x[a:c]) - line_rss(x[c:e])
 
         gains = [gain(i) for i in range(len(cps))]
         while cps:
@@ -268,32 +255,6 @@ class PiecewiseLinear:
                 out.append(c)
                 stack += [(a, c), (c, b)]
         return sorted(out)
-
-
-def _poly_rss(y: np.ndarray, degree: int) -> float:
-    if len(y) <= degree + 1:
-        return 0.0
-    t = np.linspace(-1.0, 1.0, len(y))
-    fitted = np.polyval(np.polyfit(t, y, degree), t)
-    return float(np.dot(y - fitted, y - fitted))
-
-
-def line_rss(y: np.ndarray) -> float:
-    """Residual sum of squares of one least-squares line through ``y``."""
-    return _poly_rss(y, 1)
-
-
-def _parabola_rss(y: np.ndarray) -> float:
-    return _poly_rss(y, 2)
-
-
-def segment_line(x: np.ndarray, a: int, b: int) -> tuple[float, float]:
-    """Least-squares slope and the fitted value at the segment's centre."""
-    t = np.arange(a, b, dtype=float)
-    if b - a < 2:
-        return 0.0, float(x[a:b].mean()) if b > a else 0.0
-    slope, mid = np.polyfit(t - t.mean(), x[a:b], 1)
-    return float(slope), float(mid)
 
 
 def kink_or_step(x: np.ndarray, a: int, c: int, b: int) -> tuple[str, float, float, float]:

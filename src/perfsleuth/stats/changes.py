@@ -40,7 +40,7 @@ from scipy.stats import rankdata
 from perfsleuth.errors import Caveat, InputError
 from perfsleuth.model import Interval, usable
 from perfsleuth.stats import series_shape
-from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, line_rss, make_locator
+from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, make_locator
 from perfsleuth.stats.changepoint_test import (
     Decision,
     NoiseModel,
@@ -53,6 +53,7 @@ from perfsleuth.stats.changepoint_test import (
     scan_p_value,
     step_beyond_line_p,
 )
+from perfsleuth.stats.segment_fit import levels_rss, line_rss
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_SIZE = 5
@@ -490,7 +491,7 @@ def _beyond_trend(stat: RankCusum, cps: list[int], noise: NoiseModel, level: flo
         c = cps[i]
         e = cps[i + 1] if i + 1 < len(cps) else n
         r = rankdata(stat.x[a:e])
-        line_wins = line_rss(r) <= _levels_rss(r, [0, c - a, e - a])
+        line_wins = line_rss(r) <= levels_rss(r, [0, c - a, e - a])
         return step_beyond_line_p(r, stat.min_size, noise.variance_inflation) if line_wins else 0.0
 
     pvals = [p_of(i) for i in range(len(cps))]
@@ -525,7 +526,7 @@ def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[i
         k = j - i + 1  # changes in the run: k + 1 levels against a line's 2 parameters
         if k >= 2:
             r = rankdata(stat.x[a:e])
-            stairs = _levels_rss(r, [0, *(c - a for c in cps[i : j + 1]), e - a])
+            stairs = levels_rss(r, [0, *(c - a for c in cps[i : j + 1]), e - a])
             gain = (e - a) * np.log(line_rss(r) / stairs) / max(1.0, inflation) if stairs > 0 else np.inf
             if gain <= (2 * k - 1) * np.log(e - a):
                 i = j + 1
@@ -533,11 +534,6 @@ def _without_drifts(stat: RankCusum, cps: list[int], inflation: float) -> list[i
         out.extend(cps[i : j + 1])
         i = j + 1
     return out
-
-
-def _levels_rss(r: np.ndarray, edges: list[int]) -> float:
-    """Residual sum of squares of one mean per segment ``[edges[i], edges[i + 1])``."""
-    return float(sum(np.sum((r[u:v] - r[u:v].mean()) ** 2) for u, v in zip(edges[:-1], edges[1:], strict=False)))
 
 
 def _analyse(
