@@ -228,3 +228,51 @@ def test_whole_jobs_give_the_same_analysis_json(job: Path, monkeypatch: pytest.M
     monkeypatch.setattr(kineto, "read_rank_file", kineto.read_rank_file_oracle)
     old = _analysis_json(job)
     assert new == old
+
+
+# --- the reader's pieces -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.stat().st_size > 50_000][:12], ids=lambda p: p.name)
+def test_small_pieces_give_the_same_rank_file_as_one_piece(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader hands its columns over every PIECE_ROWS rows, each converted to its own batch: cut into
+    pieces of 97 rows (4 KB blocks, so that there are pieces to hand over), or not cut at all, a real
+    trace gives the same rank file."""
+    from perfsleuth.ingest import kineto_native
+
+    parse, handed = kineto_native.parse_file, []
+
+    def counted(path: Path, block_bytes: int, on_piece=None, piece_rows=None):  # noqa: ANN001, ANN202
+        return parse(path, block_bytes, None if on_piece is None else (lambda c: (handed.append(c["n"]), on_piece(c))), piece_rows)
+
+    monkeypatch.setattr(kineto_native, "parse_file", counted)
+    monkeypatch.setattr(kineto_native, "PIECE_ROWS", 97)
+    pieces = _read(lambda p: kineto.read_rank_file(p, block_bytes=4096), path)
+    monkeypatch.setattr(kineto_native, "PIECE_ROWS", 1 << 40)
+    whole = _read(lambda p: kineto.read_rank_file(p, block_bytes=4096), path)
+    if isinstance(whole, InputError):
+        assert isinstance(pieces, InputError) and str(pieces) == str(whole)
+        return
+    assert handed and all(n >= 97 for n in handed)  # pieces were handed over, each of at least 97 rows
+    assert (pieces.rank, pieces.span_ns, pieces.metadata, pieces.caveats) == (whole.rank, whole.span_ns, whole.metadata, whole.caveats)
+    assert pieces.events.schema == whole.events.schema and _plain(pieces.events).equals(_plain(whole.events))
+
+
+def test_a_file_with_an_untyped_event_after_the_first_pieces_is_read_again_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN literal deep in the file: pieces were handed over before the reader met it, so the file is
+    read again whole (its repaired event merged in file order), and still decodes as the oracle does."""
+    from perfsleuth.ingest import kineto_native
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 2, "ts": 10 * i, "dur": 5, "args": {"External id": i}}
+        for i in range(3000)
+    ]
+    text = json.dumps({"traceEvents": events}).replace('"ts": 29000, "dur": 5', '"ts": 29000, "dur": NaN', 1)
+    p = tmp_path / "rank-0.json"
+    p.write_text(text)
+    monkeypatch.setattr(kineto_native, "PIECE_ROWS", 200)
+    handed: list[int] = []
+    parsed = kineto_native.parse_file(p, 4096, on_piece=lambda cols: handed.append(cols["n"]))
+    assert len(handed) >= 5 and parsed.reread and parsed.cols["n"] == 3000
+    _assert_same_rank_file(p)
+    assert kineto.read_rank_file(p).events.num_rows == 2999  # the NaN duration is missing: that event is skipped

@@ -306,6 +306,26 @@ static void cols_free(cols *c) {
     c->bigs = NULL;
 }
 
+/* new columns for the rows after a piece was handed over (take): the same registry, rows from 0,
+ * each int arg lazy again; the interned strings, the ranks lists and the event counts carry on */
+static int cols_renew(cols *c, size_t cap) {
+    c->cap = cap;
+    c->n = 0;
+    for (int i = 0; i < c->ncols; i++) {
+        int lazy = 0;
+        for (int a = 0; a < N_INT_ARGS; a++) lazy |= (i == c->iarg_slot[a] || i == c->iarg_slot[a] + 1);
+        Py_CLEAR(c->obj[i]);
+        *c->refs[i].ptr = NULL;
+        if (lazy) continue;
+        PyObject *o = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(cap * c->refs[i].elem));
+        if (!o) return 0;
+        c->obj[i] = o;
+        *c->refs[i].ptr = PyByteArray_AS_STRING(o);
+    }
+    for (int a = 0; a < N_INT_ARGS; a++) c->iarg_rows[a] = 0;
+    return 1;
+}
+
 /* --- generic conversion (metadata and irregular events) -------------------------------------- */
 
 static PyObject *to_py_at(yyjson_val *v, int depth);
@@ -1096,10 +1116,28 @@ static PyObject *reader_finish(PyObject *self, PyObject *args) {
     return d;
 }
 
+/* take(reader, min_rows): once the reader holds at least ``min_rows`` rows, hand them over (the same
+ * columns as finish() gives, without the end-of-array fields) and go on with new columns, so the caller
+ * can convert them while the rest of the file is read; None before that, or after an input error */
+static PyObject *reader_take(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    Py_ssize_t min_rows;
+    if (!PyArg_ParseTuple(args, "On", &cap, &min_rows)) return NULL;
+    reader *r = PyCapsule_GetPointer(cap, "perfsleuth.kineto_reader");
+    if (!r) return NULL;
+    if (r->finished) { PyErr_SetString(PyExc_RuntimeError, "take() after finish()"); return NULL; }
+    if (min_rows < 1 || r->c.n < (size_t)min_rows || r->error) Py_RETURN_NONE;
+    PyObject *d = build_result(&r->c, r->irregular, (size_t)r->next_index);
+    if (!d) return NULL;
+    if (!cols_renew(&r->c, (size_t)min_rows + (size_t)min_rows / 4 + 1024)) { Py_DECREF(d); return PyErr_NoMemory(); }
+    return d;
+}
+
 static PyMethodDef methods[] = {
     {"reader", reader_new, METH_VARARGS, "reader(rows_hint=0): a new reader of one traceEvents array."},
     {"feed", reader_feed, METH_VARARGS, "feed(reader, data) -> True once the array's ']' was read."},
     {"finish", reader_finish, METH_VARARGS, "finish(reader) -> the columns, interned strings and irregular events."},
+    {"take", reader_take, METH_VARARGS, "take(reader, min_rows) -> the rows so far once there are min_rows of them, else None."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_native", NULL, -1, methods};

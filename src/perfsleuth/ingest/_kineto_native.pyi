@@ -10,3 +10,6 @@ def feed(reader: object, data: bytes | bytearray | memoryview, /) -> bool:
 
 def finish(reader: object, /) -> dict[str, Any]:
     """The columns, interned strings and irregular events."""
+
+def take(reader: object, min_rows: int, /) -> dict[str, Any] | None:
+    """The rows read so far (finish()'s columns) once there are ``min_rows`` of them; the reader goes on with new columns."""

@@ -663,14 +663,27 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     """Decode one Kineto file into an events table (without run_id/rank columns yet).
 
     The native reader (``kineto_native``) streams the file in blocks of ``block_bytes`` of text (its
-    default when None): its memory is one block plus the rank's columns."""
+    default when None) and hands its columns over in pieces, each converted to an Arrow batch as the
+    rest is read: the memory is one block, one piece's native columns and the rank's batches."""
     path = Path(path)
     memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
-    parsed = kineto_native.parse_file(path, block_bytes or kineto_native.BLOCK_BYTES)
-    dropped, unread = [0], Unread()
-    batch = _native_batch(parsed.cols, _KindCache(), CollectiveOpCache(), dropped, unread)
+    kinds, colls, dropped, unread = _KindCache(), CollectiveOpCache(), [0], Unread()
+    batches: list[pa.RecordBatch] = []
+
+    def convert(cols: dict[str, Any]) -> None:
+        batch = _native_batch(cols, kinds, colls, dropped, unread)
+        if batch is not None:
+            batches.append(batch)
+
+    parsed = kineto_native.parse_file(path, block_bytes or kineto_native.BLOCK_BYTES, on_piece=convert)
+    if parsed.reread:  # read again whole: what the pieces gave is dropped
+        batches.clear()
+        dropped[0] = 0
+        unread.counts.clear()
+        unread.first.clear()
+    convert(parsed.cols)
     numbered = EventNumbers(parsed.ev_count, parsed.ev_low, parsed.ev_high)
-    return _rank_file(path, single_file, parsed.stream, parsed.lenient, [batch] if batch is not None else [], numbered, dropped[0], unread)
+    return _rank_file(path, single_file, parsed.stream, parsed.lenient, batches, numbered, dropped[0], unread)
 
 
 def read_rank_file_oracle(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:

@@ -17,7 +17,7 @@ import gzip
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -53,6 +53,10 @@ ROW_BYTES = 256
 """Bytes of text per row the native reader reserves its columns for (Kineto's rows take 250-400 bytes;
 a trace with shorter rows has its columns grown as before). Reserved pages no row reaches are never
 touched, so they cost address space, not memory."""
+PIECE_ROWS = 1 << 15
+"""Rows the reader hands over at a time when its caller converts as it reads (``parse_file``'s
+``on_piece``): a piece's columns are about 4.5 MB, so a worker holds the rank's converted events plus
+one piece instead of the native columns of the whole file beside them."""
 MAX_ROWS_HINT = 1 << 23
 """At most this many rows are reserved up front (a gzip trailer's size can be anything)."""
 
@@ -156,18 +160,33 @@ class Parsed:
     ev_count: int
     ev_low: int | None
     ev_high: int | None
+    reread: bool = False  # the file was read a second time, whole, after pieces had been handed over
 
 
-def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
+def parse_file(
+    path: Path, block_bytes: int = BLOCK_BYTES, on_piece: Callable[[dict[str, Any]], None] | None = None, piece_rows: int | None = None
+) -> Parsed:
+    """The file's events as columns (``cols``), with what the reader found in the header and tail.
+
+    With ``on_piece``, the columns are handed over every ``piece_rows`` rows (default ``PIECE_ROWS``)
+    as the file is read (``on_piece(cols)``), so the caller can convert them while the reader goes on,
+    and ``cols`` holds the rows after the last piece. A file with events the reader could not type
+    (``_with_irregular``) is then read again whole, since their rows are merged in file order:
+    ``reread`` says so, and the caller drops what it made of the pieces."""
     stream: ChromeTraceStream[Any] = ChromeTraceStream(path, None, None)  # type: ignore[arg-type]  # header/tail/caveat helpers only
     blocks = reused_blocks(path, block_bytes)
     body, offset = _after_header(path, stream, blocks)
-    reader = native().reader(rows_hint(path))
+    piece_rows = piece_rows or PIECE_ROWS
+    reader = native().reader(rows_hint(path) if on_piece is None else min(rows_hint(path), piece_rows + piece_rows // 4))
+    pieces = 0
     try:
         closed = native().feed(reader, body)
         for block in blocks:
             if closed:
                 break
+            if on_piece is not None and (piece := native().take(reader, piece_rows)) is not None:
+                on_piece(_columns(piece))
+                pieces += 1
             closed = native().feed(reader, block)
         out = native().finish(reader)
     except RecursionError:  # an irregular event nested beyond any trace's depth (its Python form is refused)
@@ -202,6 +221,11 @@ def parse_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Parsed:
     else:
         _check_tail(path, tail, offset + out["tail_offset"])
         stream._parse_tail(tail, offset + out["tail_offset"])
+    if out["irregular"] and pieces:
+        del out, reader
+        whole = parse_file(path, block_bytes)
+        whole.reread = True
+        return whole
     lenient = fmt.LenientEvents()
     cols = _columns(out)
     ev = list(out["ev_idx"])
