@@ -3,9 +3,9 @@
 Builds (or reuses) one data set of ``--max-ranks`` re-ranked copies of a real Kineto trace (the same
 construction as ``bench_ingest_vs_hta.py``: only ``distributedInfo`` and the ``ts`` values rewritten),
 then runs the ``perfsleuth analyze DIR --format json --out FILE`` command as a whole process on the
-first N files for each N in ``--ranks`` (a folder of symlinks per N), polling the process tree's
-summed RSS and PSS. Prints, per N: wall time, MB/s of JSON, seconds per GB, peak summed PSS and the
-largest single process's peak RSS against the largest file. Linear time means a flat s/GB column;
+first N files for each N in ``--ranks`` (a folder of symlinks per N), twice: once timed, once with
+the process tree's summed PSS polled (``run``). Prints, per N: wall time, MB/s of JSON, seconds per
+GB, peak summed PSS and the largest single process's peak RSS against the largest file. Linear time means a flat s/GB column;
 bounded memory means the peak stays flat as N grows (each worker holds one file at a time).
 
     .venv/bin/python benchmarks/bench_ingest_scaling.py --ranks 8 16 32 64 --data /tmp/scale64
@@ -25,38 +25,30 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest_vs_hta import DEFAULT_SOURCE, load_or_build  # noqa: E402
+from bench_ingest_vs_hta import DEFAULT_SOURCE, _tree_rss, load_or_build  # noqa: E402
 
 
 def run(cmd: list[str], poll_s: float) -> dict:
+    """Two runs of ``cmd``: one timed with nothing polling beside it, then one polled for memory.
+    Reading a process's smaps walks its page tables, so polling slows the run it watches and rounds
+    its end up to a poll; the time comes from the first run and the memory from the second."""
     import psutil
 
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    timed = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    wall = time.perf_counter() - t0
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc = psutil.Process(p.pid)
-    peak_pss = peak_one = 0
+    peak_pss, per_pid = 0, {}
     while p.poll() is None:
-        total = 0
-        try:
-            procs = [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            procs = []
-        for q in procs:
-            try:
-                info = q.memory_full_info()
-            except psutil.Error:
-                continue
-            total += getattr(info, "pss", info.rss)
-            peak_one = max(peak_one, info.rss)
-        peak_pss = max(peak_pss, total)
+        peak_pss = max(peak_pss, _tree_rss(proc, per_pid)[1])
         time.sleep(poll_s)
-    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     return {
-        "rc": p.returncode,
-        "wall_s": time.perf_counter() - t0,
+        "rc": timed.returncode or p.returncode,
+        "wall_s": wall,
         "peak_pss_mib": peak_pss / 2**20,
-        "peak_process_rss_mib": peak_one / 2**20,
-        "stderr": err[-500:],
+        "peak_process_rss_mib": max((v[0] for v in per_pid.values()), default=0) / 2**20,
+        "stderr": timed.stderr.decode(errors="replace")[-500:],
     }
 
 
@@ -84,7 +76,7 @@ def main() -> int:
         for f in files[:n]:
             (sub / f["name"]).symlink_to(data / f["name"])
         size = sum(f["bytes"] for f in files[:n])
-        out = sub / "analysis.json"
+        out = sub.with_name(sub.name + "-analysis.json")  # beside the folder: a second run must not read it as a trace
         r = run([args.perfsleuth, "analyze", str(sub), "--format", "json", "--out", str(out)], args.poll_ms / 1000)
         r.update(ranks=n, bytes=size, load=os.getloadavg()[0])
         rows.append(r)

@@ -365,7 +365,7 @@ def _tree_rss(proc, per_pid: dict) -> tuple[int, int, int]:  # noqa: ANN001
     try:
         procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
-        return 0, 0
+        return 0, 0, 0
     for p in procs:
         try:
             full = p.memory_full_info()
