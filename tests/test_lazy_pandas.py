@@ -58,3 +58,20 @@ def test_arrow_still_converts_to_pandas_when_asked_after_its_failed_look() -> No
         "print(json.dumps({'quiet': quiet, 'sum': int(frame['a'].sum()), 'loaded': is_loaded('pandas')}))\n"
     )
     assert _run(code) == {"quiet": False, "sum": 3, "loaded": True}
+
+
+def test_no_module_imports_pandas_itself_at_import() -> None:
+    """A module-level ``import pandas`` anywhere in the package would load it at import again (56 MiB in
+    every process, shared into each forked reader): pandas comes from ``perfsleuth.lazy_import``."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "src" / "perfsleuth"
+    eager = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:  # module level only: a function may import it
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n.partition(".")[0] == "pandas" for n in names):
+                eager.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert eager == []
