@@ -276,3 +276,37 @@ def test_a_file_with_an_untyped_event_after_the_first_pieces_is_read_again_whole
     assert len(handed) >= 5 and parsed.reread and parsed.cols["n"] == 3000
     _assert_same_rank_file(p)
     assert kineto.read_rank_file(p).events.num_rows == 2999  # the NaN duration is missing: that event is skipped
+
+
+def test_a_column_no_event_has_costs_no_memory() -> None:
+    """An arg no event of the rank carries (most traces have no collective args) is a column of nulls on
+    buffers nothing writes: 400 MB of int64 nulls and their dictionary twin leave the resident set as it was."""
+    import re
+
+    from perfsleuth.model import untouched_nulls
+
+    def rss_mib() -> float:
+        return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc")
+    before = rss_mib()
+    ints = untouched_nulls(pa.int64(), 50_000_000)
+    names = untouched_nulls(pa.dictionary(pa.int32(), pa.string()), 50_000_000)
+    grew = rss_mib() - before
+    assert ints.null_count == len(ints) == names.null_count == 50_000_000
+    assert pc.count(ints).as_py() == 0 and names.type == pa.dictionary(pa.int32(), pa.string())
+    assert grew < 16, f"{grew:.0f} MiB resident for 600 MB of nulls"
+    with pytest.raises(TypeError):
+        untouched_nulls(pa.float64(), 3)
+
+
+def test_a_real_trace_without_collective_args_reads_them_as_untouched_nulls() -> None:
+    path = SHARED / "df_index_resolver" / "df_index_resolver.json.gz"
+    if not path.exists():
+        pytest.skip("needs ../shared")
+    events = kineto.read_rank_file(path).events
+    for name in ("coll_seq", "coll_in_nelems", "coll_group", "coll_dtype"):
+        col = events[name]
+        assert col.null_count == len(col) > 0
+        assert col.chunk(0).buffers()[-1].address != 0  # a real buffer (the schema's type), not a NullArray

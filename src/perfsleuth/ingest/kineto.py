@@ -37,7 +37,7 @@ from perfsleuth.ingest import kineto_format as fmt
 from perfsleuth.ingest import kineto_native, memory_guard
 from perfsleuth.ingest.chrome_json import BLOCK_BYTES, ChromeTraceStream
 from perfsleuth.lazy_import import arrow_without_pandas
-from perfsleuth.model import EVENT_KIND_VALUES, EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS, RUNS
+from perfsleuth.model import EVENT_KIND_VALUES, EVENT_KINDS, EVENTS, GPU_KINDS, JOINED_KINDS, LAUNCH_KINDS, RUNS, untouched_nulls
 from perfsleuth.model.clock import is_wall_clock
 from perfsleuth.model.collectives import collective_op
 
@@ -778,11 +778,18 @@ def _contiguous(batches: list[pa.RecordBatch]) -> pa.Table:
         memory_guard.release_free_memory()
     for i, f in enumerate(schema):
         col = table.column(i)
-        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        if len(col) and col.null_count == len(col) and _is_int_like(f.type):  # an arg no event has: no memory
+            col = untouched_nulls(col.type, len(col))
+        col = col.chunk(0) if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1 else col
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         table = table.set_column(i, f, col if col.type == f.type else col.cast(f.type))
         if not one:
             memory_guard.release_free_memory()
     return table.replace_schema_metadata(schema.metadata)
+
+
+def _is_int_like(typ: pa.DataType) -> bool:
+    return pa.types.is_integer(typ.index_type if pa.types.is_dictionary(typ) else typ)
 
 
 def _kind_masks(kind: pa.ChunkedArray, *groups: tuple[str, ...]) -> list[np.ndarray]:

@@ -9,6 +9,7 @@ reports the offset it removed instead of silently rewriting the data.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,24 @@ def string_array(values: tuple[str, ...]) -> pa.StringArray:
     offsets = np.zeros(len(data) + 1, dtype=np.int32)
     np.cumsum([len(d) for d in data], out=offsets[1:])
     return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets), pa.py_buffer(b"".join(data)))
+
+
+def untouched_nulls(typ: pa.DataType, n: int) -> pa.Array:
+    """``n`` nulls of an integer (or integer-indexed dictionary) type, on buffers nothing writes: fresh
+    anonymous memory, which the OS backs with pages only when written, so a column that no row has
+    costs no memory however long (``pa.nulls`` fills its buffers, n x 8 bytes for an int64)."""
+    index = typ.index_type if pa.types.is_dictionary(typ) else typ
+    if not pa.types.is_integer(index):
+        raise TypeError(f"untouched_nulls takes integer types, not {typ}")
+
+    def zeros(size: int) -> pa.Buffer:
+        return pa.py_buffer(mmap.mmap(-1, max(size, 1)))[:size]
+
+    array = pa.Array.from_buffers(index, n, [zeros((n + 7) // 8), zeros(n * index.bit_width // 8)], null_count=n)
+    if pa.types.is_dictionary(typ):
+        empty = pa.StringArray.from_buffers(0, pa.py_buffer(np.zeros(1, np.int32)), pa.py_buffer(b""))
+        return pa.DictionaryArray.from_arrays(array, empty.cast(typ.value_type))
+    return array
 
 
 EVENT_KIND_VALUES = string_array(EVENT_KINDS)
