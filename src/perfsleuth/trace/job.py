@@ -51,7 +51,7 @@ def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray
     if not pa.types.is_dictionary(arr.type):
         arr = pc.cast(arr, pa.string()).dictionary_encode()
     values = np.array([*arr.dictionary.to_pylist(), ""], dtype=object)
-    codes = arr.indices.fill_null(len(values) - 1).to_numpy().astype(np.int64, copy=False)
+    codes = arr.indices.fill_null(len(values) - 1).to_numpy()
     return codes, values
 
 
