@@ -72,8 +72,7 @@ def untouched_nulls(typ: pa.DataType, n: int) -> pa.Array:
 
     array = pa.Array.from_buffers(index, n, [zeros((n + 7) // 8), zeros(n * index.bit_width // 8)], null_count=n)
     if pa.types.is_dictionary(typ):
-        empty = pa.StringArray.from_buffers(0, pa.py_buffer(np.zeros(1, np.int32)), pa.py_buffer(b""))
-        return pa.DictionaryArray.from_arrays(array, empty.cast(typ.value_type))
+        return pa.DictionaryArray.from_arrays(array, string_array(()).cast(typ.value_type))
     return array
 
 
