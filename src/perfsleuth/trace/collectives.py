@@ -14,6 +14,7 @@ differences smaller than that cannot be trusted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.lazy_import import pandas as pd
+from perfsleuth.trace import keyed
 from perfsleuth.trace.job import RankView
 
 INSTANCE_SCHEMA = pa.schema(
@@ -87,36 +88,60 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     frames = [t for t in per_rank if t.num_rows]
     if not frames:
         return INSTANCE_SCHEMA.empty_table()
-    df = pa.concat_tables(frames).to_pandas()
+    t = pa.concat_tables(frames).combine_chunks()
     # point-to-point kernels only pair up reliably inside a 2-rank group: the default group's
     # send/recv order says nothing about who the peer was
-    p2p = df["op"].isin(P2P_OPS) & (df["group_size"].fillna(0) != 2)
-    df = df[~p2p]
-    df = df.sort_values(["rank", "group", "start_ns"], kind="stable")
-    has_seq = df["seq"].notna()
+    is_p2p = pc.is_in(t["op"], pa.array(P2P_OPS)).to_numpy(zero_copy_only=False)
+    t = t.filter(pa.array(~(is_p2p & (t["group_size"].fill_null(0).to_numpy() != 2))))
+    group = keyed.string_codes(t["group"])
+    rank, step, start = (t[c].to_numpy() for c in ("rank", "step", "start_ns"))
+    order = np.lexsort((start, group, rank))  # by rank, group, start; stable
+    t, group, rank, step = t.take(pa.array(order)), group[order], rank[order], step[order]
+    has_seq = t["seq"].is_valid().to_numpy(zero_copy_only=False)
     # position of each collective among its group's collectives in the same step, per rank
-    df["pos"] = df.groupby(["rank", "group", "step"]).cumcount()
+    pos = keyed.cumcount(keyed.group_ids(rank, group, step))
     # an instance's key within its group: its NCCL sequence number where the trace has one, else its
-    # step and position (integers: kind 0 = sequence number, 1 = step and position)
-    df["key_kind"] = np.where(has_seq, 0, 1)
-    df["key_a"] = np.where(has_seq, df["seq"].fillna(0).astype(np.int64), df["step"].astype(np.int64))
-    df["key_b"] = np.where(has_seq, 0, df["pos"].astype(np.int64))
-    key = ["group", "key_kind", "key_a", "key_b"]
-    counts = df.groupby(key)["rank"].transform("nunique")
+    # step and position (kind 0 = sequence number, 1 = step and position)
+    key = keyed.group_ids(
+        group,
+        np.where(has_seq, 0, 1),
+        np.where(has_seq, t["seq"].fill_null(0).to_numpy(), step.astype(np.int64)),
+        np.where(has_seq, 0, pos),
+    )
     # a send on one rank pairs with a recv on its peer: compare point-to-point ops as one kind
-    df["op_kind"] = df["op"].where(~df["op"].isin(P2P_OPS), "p2p")
-    ops = df.groupby(key)["op_kind"].transform("nunique")
-    df = df[(counts >= 2) & (ops == 1)].copy()
-    if df.empty:
+    op_kind = keyed.string_codes(pc.if_else(pc.is_in(t["op"], pa.array(P2P_OPS)), "p2p", t["op"]))
+    kept = (keyed.count_distinct(key, rank)[key] >= 2) & (keyed.count_distinct(key, op_kind)[key] == 1)
+    if not kept.any():
         return INSTANCE_SCHEMA.empty_table()
-    df["instance"] = df.groupby(key, sort=False).ngroup()
-    df["participants"] = df.groupby("instance")["rank"].transform("nunique").astype(np.int32)
-    # an instance's step: the most common step among its ranks
-    votes = df.groupby(["instance", "step"]).size().reset_index(name="n")
-    votes = votes.sort_values(["instance", "n"], ascending=[True, False]).drop_duplicates("instance")
-    df["step"] = df["instance"].map(votes.set_index("instance")["step"]).astype(np.int32)
-    df = df.sort_values(["instance", "rank"])
-    return pa.Table.from_pandas(df[INSTANCE_SCHEMA.names], schema=INSTANCE_SCHEMA, preserve_index=False)
+    t, key, rank, step = t.filter(pa.array(kept)), key[kept], rank[kept], step[kept]
+    instance = keyed.in_order_seen(key)
+    participants = keyed.count_distinct(instance, rank).astype(np.int32)
+    # an instance's step: the most common step among its ranks (the lowest of a tie)
+    votes = keyed.group_ids(instance, step)
+    n_votes = np.bincount(votes)
+    vote_instance, vote_step = np.zeros(len(n_votes), np.int64), np.zeros(len(n_votes), step.dtype)
+    vote_instance[votes], vote_step[votes] = instance, step
+    best = np.lexsort((vote_step, -n_votes, vote_instance))
+    first = np.r_[True, vote_instance[best][1:] != vote_instance[best][:-1]]
+    step_of = np.empty(len(participants), dtype=np.int32)
+    step_of[vote_instance[best][first]] = vote_step[best][first]
+    out = np.lexsort((rank, instance))
+    t = t.take(pa.array(out))
+    instance = instance[out]
+    return pa.table(
+        {
+            "instance": pa.array(instance),
+            "group": t["group"],
+            "op": t["op"],
+            "step": pa.array(step_of[instance]),
+            "rank": t["rank"],
+            "start_ns": t["start_ns"],
+            "end_ns": t["end_ns"],
+            "bytes_in": t["bytes_in"],
+            "participants": pa.array(participants[instance]),
+        },
+        schema=INSTANCE_SCHEMA,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,25 +176,47 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     """
     if instances.num_rows == 0:
         return ClockAlignment({r: 0 for r in ranks}, float("nan"), float("nan"), 0)
-    df = instances.select(["instance", "rank", "end_ns"]).to_pandas()
-    hub = df.groupby("instance")["rank"].transform("min")
-    hub_end = df["instance"].map(df[df["rank"] == hub].set_index("instance")["end_ns"])
-    pairs = df.assign(hub=hub, diff=df["end_ns"] - hub_end)[df["rank"] != hub]
-    pairs = pairs.groupby(["rank", "hub"])["diff"].agg(["median", "size"]).reset_index()
-    present = sorted(set(df["rank"]))
+    instance, rank, end = (instances[c].to_numpy() for c in ("instance", "rank", "end_ns"))
+    inst = keyed.dense(instance)
+    n_inst = int(inst.max()) + 1
+    hub_of = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(hub_of, inst, rank)
+    hub = hub_of[inst]
+    at_hub = rank == hub
+    hub_end = np.zeros(n_inst, dtype=np.int64)
+    hub_end[inst[at_hub][::-1]] = end[at_hub][::-1]  # the hub's first row where it has two
+    spoke = ~at_hub
+    pair_rank, pair_hub = rank[spoke], hub[spoke]
+    pair = keyed.group_ids(pair_rank, pair_hub)  # numbered in (rank, hub) order
+    diffs = (end[spoke] - hub_end[inst[spoke]]).astype(float)
+    pairs = {
+        "rank": _first_of(pair, pair_rank),
+        "hub": _first_of(pair, pair_hub),
+        "median": keyed.median(pair, diffs),
+        "size": np.bincount(pair),
+    }
+    present = sorted(set(rank.tolist()))
     ref = present[0]
     offsets = _solve_offsets(present, pairs)
     connected = set(offsets)
     offsets = {r: offsets.get(r, 0.0) for r in present}
-    off = df["rank"].map(offsets).to_numpy()
-    adj = df["end_ns"].to_numpy(dtype=float) - off
-    resid = np.abs(adj - pd.Series(adj).groupby(df["instance"].to_numpy()).transform("median").to_numpy())
+    lookup = np.array([offsets[r] for r in present])
+    off = lookup[np.searchsorted(present, rank)]
+    adj = end.astype(float) - off
+    resid = np.abs(adj - keyed.median(inst, adj)[inst])
     method = "weighted least squares on median matched collective end-time differences"
     stray = [r for r in present if r not in connected]
     if stray:
         method += f"; ranks {stray} share no collective with rank {ref} and are not aligned"
     out = {r: int(round(offsets.get(r, 0.0))) for r in ranks}
-    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), int(df["instance"].nunique()), method)
+    return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), n_inst, method)
+
+
+def _first_of(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per group (``ids``, 0..max), the value of one of its rows (the groups' keys)."""
+    out = np.zeros(int(ids.max(initial=-1)) + 1, dtype=values.dtype)
+    out[ids] = values
+    return out
 
 
 # Up to this many ranks the offsets are solved dense with numpy: a 512 x 512 solve takes milliseconds,
@@ -177,19 +224,19 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
 DENSE_SOLVE_MAX_RANKS = 512
 
 
-def _solve_offsets(present: list[int], pairs: pd.DataFrame) -> dict[int, float]:
+def _solve_offsets(present: list[int], pairs: Mapping[str, Any]) -> dict[int, float]:
     """Offsets of the ranks connected to the lowest one, which is pinned at 0.
 
     The weighted least-squares problem ``sqrt(w) * (x[rank] - x[hub] - median) -> min`` has as normal
     equations a weighted graph Laplacian over the matched (rank, hub) pairs. Up to
     ``DENSE_SOLVE_MAX_RANKS`` ranks it is solved dense (numpy); above, sparse (scipy), so the cost grows
-    with the pairs (ranks × groups), not with ranks squared. Both give the same solution (a test)."""
-    col = {r: i for i, r in enumerate(present)}
+    with the pairs (ranks × groups), not with ranks squared. Both give the same solution (a test).
+    ``pairs`` holds equal-length columns ``rank``, ``hub``, ``median`` and ``size`` (arrays or a frame)."""
     n = len(present)
-    i = pairs["rank"].map(col).to_numpy()
-    j = pairs["hub"].map(col).to_numpy()
-    w = pairs["size"].to_numpy(dtype=float)
-    d = pairs["median"].to_numpy(dtype=float)
+    i = np.searchsorted(present, np.asarray(pairs["rank"]))
+    j = np.searchsorted(present, np.asarray(pairs["hub"]))
+    w = np.asarray(pairs["size"], dtype=float)
+    d = np.asarray(pairs["median"], dtype=float)
     rhs = np.bincount(i, w * d, minlength=n) - np.bincount(j, w * d, minlength=n)
     solve = _solve_dense if n <= DENSE_SOLVE_MAX_RANKS else _solve_sparse
     free, x = solve(n, i, j, w, rhs)
@@ -242,16 +289,26 @@ def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:
     """Add aligned start/end, each rank's wait for the last arrival, and who arrived last."""
     if instances.num_rows == 0:
         return instances
-    df = instances.to_pandas()
-    off = df["rank"].map(alignment.offset_ns).fillna(0).astype(np.int64)
-    df["arrival_ns"] = df["start_ns"] - off
-    df["aligned_end_ns"] = df["end_ns"] - off
-    df = df.sort_values(["instance", "arrival_ns", "rank"], ascending=[True, False, True], kind="stable")
-    order = df.groupby("instance").cumcount().to_numpy()
-    last = df["instance"].map(df[order == 0].set_index("instance")["arrival_ns"])
-    second = df["instance"].map(df[order == 1].set_index("instance")["arrival_ns"])
-    df["wait_ns"] = last - df["arrival_ns"]
-    df["is_last"] = order == 0
-    df["lead_over_next_ns"] = np.where(order == 0, df["arrival_ns"] - second, 0).astype(np.int64)
-    df = df.sort_values(["instance", "rank"], kind="stable")
-    return pa.Table.from_pandas(df, preserve_index=False)
+    rank = instances["rank"].to_numpy()
+    present, at = np.unique(rank, return_inverse=True)
+    off = np.array([alignment.offset_ns.get(int(r), 0) for r in present], dtype=np.int64)[at.reshape(-1)]
+    arrival = instances["start_ns"].to_numpy() - off
+    aligned_end = instances["end_ns"].to_numpy() - off
+    inst = keyed.dense(instances["instance"].to_numpy())
+    by_arrival = np.lexsort((rank, -arrival, inst))  # per instance, latest arrival first (lowest rank of a tie)
+    order = np.empty(len(inst), dtype=np.int64)
+    order[by_arrival] = keyed.cumcount(inst[by_arrival])
+    last, second = np.zeros(int(inst.max()) + 1, dtype=np.int64), np.zeros(int(inst.max()) + 1, dtype=np.int64)
+    last[inst[order == 0]] = arrival[order == 0]
+    second[inst[order == 1]] = arrival[order == 1]
+    out = instances
+    for name, values in (
+        ("arrival_ns", arrival),
+        ("aligned_end_ns", aligned_end),
+        ("wait_ns", last[inst] - arrival),
+        ("is_last", order == 0),
+        ("lead_over_next_ns", np.where(order == 0, arrival - second[inst], 0)),
+    ):
+        out = out.append_column(name, pa.array(values))
+    # by instance and rank; two rows of one rank in an instance stay in arrival order
+    return out.take(pa.array(by_arrival[np.lexsort((rank[by_arrival], inst[by_arrival]))]))

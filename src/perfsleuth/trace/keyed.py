@@ -1,0 +1,118 @@
+"""Group-by on numpy key columns, for the cross-rank tables (collective instances, arrivals, groups).
+
+Those tables have a row per (collective instance, rank): tens of thousands of rows for 8 ranks, millions
+for thousands. A pandas group-by costs about a millisecond of fixed overhead each, and a job's
+cross-rank step makes dozens of them on the main process while the cores sit idle; these are the same
+operations on plain arrays. Orderings follow pandas' defaults where the callers relied on them:
+groups numbered in sorted key order (``groupby(sort=True)``) or in order of first appearance
+(``ngroup`` with ``sort=False``), and positions in row order (``cumcount``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def dense(values: np.ndarray) -> np.ndarray:
+    """Each value's index among the sorted distinct values. Integers of a span not much larger than
+    their count are numbered through a lookup table instead of a sort."""
+    if values.dtype.kind in "iub" and len(values):
+        low = int(values.min())
+        span = int(values.max()) - low + 1
+        if span <= max(4 * len(values), 1 << 16):
+            k = values.astype(np.int64) - low
+            present = np.zeros(span, dtype=bool)
+            present[k] = True
+            numbered: np.ndarray = (np.cumsum(present) - 1)[k]
+            return numbered
+    inverse: np.ndarray = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return inverse
+
+
+def string_codes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A string column as int64 codes numbered in sorted string order (what ``dense`` gives for its
+    values, without sorting Python strings: Arrow encodes, only the distinct values are sorted)."""
+    encoded = pc.dictionary_encode(column)
+    encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+    rank = np.empty(len(encoded.dictionary), dtype=np.int64)
+    rank[pc.sort_indices(encoded.dictionary).to_numpy()] = np.arange(len(rank))
+    return rank[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def group_ids(*keys: np.ndarray) -> np.ndarray:
+    """Per row, the number of its key tuple (integer keys) among the distinct tuples in sorted
+    (lexicographic) order. The keys are packed into one integer and sorted once, densified first only
+    where packing would overflow."""
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    width = 1
+    for key in keys:
+        k = key.astype(np.int64) - (int(key.min()) if len(key) else 0)
+        span = int(k.max(initial=0)) + 1
+        if width * span >= 1 << 62:
+            ids, width = _packed_dense(ids)
+            if width * span >= 1 << 62:
+                k, span = _packed_dense(k)
+        ids = ids * span + k
+        width *= span
+    return dense(ids)
+
+
+def _packed_dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    out = dense(ids)
+    return out, int(out.max(initial=0)) + 1
+
+
+def in_order_seen(ids: np.ndarray) -> np.ndarray:
+    """``ids`` renumbered by where each group first appears in the rows (pandas' ``ngroup`` unsorted)."""
+    if len(ids) == 0:
+        return ids
+    ids = dense(ids)
+    first = np.full(int(ids.max()) + 1, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    renumbered: np.ndarray = rank[ids]
+    return renumbered
+
+
+def cumcount(ids: np.ndarray) -> np.ndarray:
+    """Per row, how many earlier rows share its group (pandas' ``cumcount``)."""
+    order, starts = group_rows(ids)
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+    out = np.empty(len(ids), dtype=np.int64)
+    out[order] = np.arange(len(ids)) - run_start
+    return out
+
+
+def count_distinct(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per group (indexed by ``ids``, 0..max), how many distinct ``values`` its rows have."""
+    n = int(ids.max(initial=-1)) + 1
+    if len(ids) == 0:
+        return np.zeros(n, dtype=np.int64)
+    pair = group_ids(ids, values)
+    group_of_pair = np.zeros(int(pair.max()) + 1, dtype=np.int64)
+    group_of_pair[pair] = ids
+    return np.bincount(group_of_pair, minlength=n)
+
+
+def group_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows sorted by group (stable) and where each group's run starts in that order: for reductions
+    with ``np.ufunc.reduceat``."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
+    return order, starts
+
+
+def median(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per group (``ids``, 0..max), the median of its ``values`` (the mean of the middle two for an
+    even count, as pandas and numpy give it)."""
+    order = np.lexsort((values, ids))
+    counts = np.bincount(ids, minlength=int(ids.max(initial=-1)) + 1)
+    starts = np.cumsum(counts) - counts
+    v = values[order].astype(float)
+    lo, hi = starts + (counts - 1) // 2, starts + counts // 2
+    middle: np.ndarray = (v[np.minimum(lo, len(v) - 1)] + v[np.minimum(hi, len(v) - 1)]) / 2
+    return middle
