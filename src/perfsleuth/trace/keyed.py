@@ -38,7 +38,8 @@ def string_codes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
     rank = np.empty(len(encoded.dictionary), dtype=np.int64)
     rank[pc.sort_indices(encoded.dictionary).to_numpy()] = np.arange(len(rank))
-    return rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    codes: np.ndarray = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    return codes
 
 
 def group_ids(*keys: np.ndarray) -> np.ndarray:
