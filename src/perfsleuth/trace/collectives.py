@@ -117,14 +117,7 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     instance = keyed.in_order_seen(key)
     participants = keyed.count_distinct(instance, rank).astype(np.int32)
     # an instance's step: the most common step among its ranks (the lowest of a tie)
-    votes = keyed.group_ids(instance, step)
-    n_votes = np.bincount(votes)
-    vote_instance, vote_step = np.zeros(len(n_votes), np.int64), np.zeros(len(n_votes), step.dtype)
-    vote_instance[votes], vote_step[votes] = instance, step
-    best = np.lexsort((vote_step, -n_votes, vote_instance))
-    first = np.r_[True, vote_instance[best][1:] != vote_instance[best][:-1]]
-    step_of = np.empty(len(participants), dtype=np.int32)
-    step_of[vote_instance[best][first]] = vote_step[best][first]
+    step_of = keyed.mode(instance, step, len(participants))[0].astype(np.int32)
     out = np.lexsort((rank, instance))
     t = t.take(pa.array(out))
     instance = instance[out]
@@ -187,11 +180,11 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     hub_end[inst[at_hub][::-1]] = end[at_hub][::-1]  # the hub's first row where it has two
     spoke = ~at_hub
     pair_rank, pair_hub = rank[spoke], hub[spoke]
-    pair = keyed.group_ids(pair_rank, pair_hub)  # numbered in (rank, hub) order
+    pair, rank_of_pair, hub_of_pair = keyed.pairs(pair_rank, pair_hub)  # numbered in (rank, hub) order
     diffs = (end[spoke] - hub_end[inst[spoke]]).astype(float)
     pairs = {
-        "rank": _first_of(pair, pair_rank),
-        "hub": _first_of(pair, pair_hub),
+        "rank": rank_of_pair,
+        "hub": hub_of_pair,
         "median": keyed.median(pair, diffs),
         "size": np.bincount(pair),
     }
@@ -210,13 +203,6 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
         method += f"; ranks {stray} share no collective with rank {ref} and are not aligned"
     out = {r: int(round(offsets.get(r, 0.0))) for r in ranks}
     return ClockAlignment(out, float(np.median(resid)), float(np.percentile(resid, 90)), n_inst, method)
-
-
-def _first_of(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per group (``ids``, 0..max), the value of one of its rows (the groups' keys)."""
-    out = np.zeros(int(ids.max(initial=-1)) + 1, dtype=values.dtype)
-    out[ids] = values
-    return out
 
 
 # Up to this many ranks the offsets are solved dense with numpy: a 512 x 512 solve takes milliseconds,

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from perfsleuth.lazy_import import pandas as pd
+from perfsleuth.trace import keyed
 from perfsleuth.trace.collectives import P2P_OPS
 from perfsleuth.trace.stragglers import MIN_LEAD_NS
 
@@ -112,107 +113,165 @@ def group_view(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | Non
     return GroupView(_groups(instances), _nodes(per_rank), rule, _racks(per_rank))
 
 
-def _groups(instances: pa.Table) -> pa.Table:
+def _collective_rows(instances: pa.Table) -> pa.Table | None:
+    """The instance rows of collectives (point-to-point transfers left out), None when there are none
+    or they carry no arrivals."""
     if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
+        return None
+    rows = instances.filter(pc.invert(pc.is_in(instances["op"], pa.array(P2P_OPS))))
+    return rows if rows.num_rows else None
+
+
+def _groups(instances: pa.Table) -> pa.Table:
+    rows = _collective_rows(instances)
+    if rows is None:
         return GROUP_SCHEMA.empty_table()
-    df = instances.select(["instance", "group", "op", "rank", "participants", "wait_ns", "is_last", "lead_over_next_ns"]).to_pandas()
-    df = df[~df["op"].isin(P2P_OPS)]
-    if df.empty:
-        return GROUP_SCHEMA.empty_table()
-    per_inst = df.groupby("instance").agg(group=("group", "first"), wait=("wait_ns", "sum"), lead=("lead_over_next_ns", "max"))
-    g = per_inst.groupby("group").agg(instances=("wait", "size"), wait_ns=("wait", "sum"), wait_p50=("wait", "median"))
-    ranks = df.groupby("group")["rank"].unique()
-    size = df.groupby("group")["participants"].max()
-    last = df[df["is_last"]].merge(per_inst[["lead"]], left_on="instance", right_index=True)
-    last = last[last["lead"] > MIN_LEAD_NS]
-    counts = last.groupby(["group", "rank"]).size().rename("n").reset_index()
-    decisive = counts.groupby("group")["n"].sum()
-    top = counts.sort_values(["group", "n", "rank"], ascending=[True, False, True]).drop_duplicates("group").set_index("group")
-    g = g.join(decisive.rename("decisive")).join(top).fillna({"decisive": 0})
-    g = g.sort_values(["wait_ns"], ascending=False)
-    idx = g.index
-    dec = g["decisive"].to_numpy(dtype=np.int64)
+    inst = keyed.dense(rows["instance"].to_numpy())
+    gid = keyed.dense(keyed.string_codes(rows["group"]))  # groups in name order
+    rank, wait = rows["rank"].to_numpy(), rows["wait_ns"].to_numpy()
+    inst_gid, inst_wait = gid[_first_rows(inst)], keyed.sums(inst, wait)  # per instance: its group, the wait it caused
+    inst_lead = keyed.maxes(inst, rows["lead_over_next_ns"].to_numpy())
+    n_groups = int(gid.max()) + 1
+    names = rows["group"].to_numpy(zero_copy_only=False)[_first_rows(gid)]
+    _, pair_gid, pair_rank = keyed.pairs(gid, rank)
+    ranks_of = np.split(pair_rank, np.flatnonzero(np.diff(pair_gid)) + 1)  # each group's ranks, sorted
+    # who arrived last where it mattered (a lead over the next arrival above MIN_LEAD_NS), per group
+    decisive_row = rows["is_last"].to_numpy(zero_copy_only=False) & (inst_lead[inst] > MIN_LEAD_NS)
+    last_gid, last_rank = gid[decisive_row], rank[decisive_row]
+    decisive = np.bincount(last_gid, minlength=n_groups)
+    top_rank, top_n = keyed.mode(last_gid, last_rank, n_groups)
+    wait_ns = keyed.sums(inst_gid, inst_wait, n_groups)
+    order = np.argsort(-wait_ns, kind="stable")  # most wait first
     return pa.table(
         {
-            "group": pa.array(idx.astype(str)),
-            "ranks": pa.array([describe_ranks(ranks[k]) for k in idx]),
-            "size": pa.array(size.reindex(idx).to_numpy().astype(np.int32)),
-            "traced": pa.array([len(ranks[k]) for k in idx], pa.int32()),
-            "instances": pa.array(g["instances"].to_numpy().astype(np.int64)),
-            "wait_ns": pa.array(g["wait_ns"].to_numpy().astype(np.int64)),
-            "wait_per_instance_p50_ns": pa.array(g["wait_p50"].to_numpy(dtype=float)),
-            "top_last_rank": pa.array([None if pd.isna(v) else int(v) for v in g["rank"]], pa.int32()),
-            "top_last_share": pa.array(np.where(dec > 0, g["n"].fillna(0).to_numpy(dtype=float) / np.maximum(dec, 1), 0.0)),
-            "decisive": pa.array(dec),
+            "group": pa.array(names[order].astype(str)),
+            "ranks": pa.array([describe_ranks(ranks_of[k]) for k in order]),
+            "size": pa.array(keyed.maxes(gid, rows["participants"].to_numpy())[order].astype(np.int32)),
+            "traced": pa.array([len(ranks_of[k]) for k in order], pa.int32()),
+            "instances": pa.array(np.bincount(inst_gid, minlength=n_groups)[order].astype(np.int64)),
+            "wait_ns": pa.array(wait_ns[order].astype(np.int64)),
+            "wait_per_instance_p50_ns": pa.array(keyed.median(inst_gid, inst_wait)[order]),
+            "top_last_rank": pa.array(top_rank[order], pa.int32(), mask=top_n[order] == 0),
+            "top_last_share": pa.array(np.where(decisive > 0, top_n / np.maximum(decisive, 1), 0.0)[order]),
+            "decisive": pa.array(decisive[order].astype(np.int64)),
         },
         schema=GROUP_SCHEMA,
     )
 
 
-def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None, racks: dict[str, str]) -> pd.DataFrame | None:
-    """Per rank: median step time, wait imposed (as the last arrival) and suffered, node and rack."""
+def _first_rows(ids: np.ndarray) -> np.ndarray:
+    """Per group (``ids``, 0..max), the first row that has it."""
+    first = np.full(int(ids.max()) + 1, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    return first
+
+
+@dataclass(frozen=True, slots=True)
+class _RankPlaces:
+    """Per rank (sorted): median step time, wait imposed (as the last arrival) and suffered, node and rack."""
+
+    rank: np.ndarray
+    step: np.ndarray
+    imposed: np.ndarray
+    suffered: np.ndarray
+    node: np.ndarray  # object: str
+    rack: np.ndarray  # object: str or None
+
+    def where(self, keep: np.ndarray) -> _RankPlaces:
+        return _RankPlaces(*(getattr(self, f)[keep] for f in ("rank", "step", "imposed", "suffered", "node", "rack")))
+
+
+def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None, racks: dict[str, str]) -> _RankPlaces | None:
+    """Per traced rank with steps: median step time, wait imposed (as the last arrival) and suffered, node and rack."""
     if steps.num_rows == 0:
         return None
-    sdf = steps.select(["rank", "step", "step_time_ns"]).to_pandas()
-    if (sdf["step"] >= 0).any():
-        sdf = sdf[sdf["step"] >= 0]
-    per_rank = sdf.groupby("rank")["step_time_ns"].median().rename("step").to_frame()
-    imposed = suffered = pd.Series(dtype=float)
-    if instances.num_rows and "wait_ns" in instances.column_names:
-        df = instances.select(["instance", "op", "rank", "wait_ns", "is_last"]).to_pandas()
-        df = df[~df["op"].isin(P2P_OPS)]
-        total = df.groupby("instance")["wait_ns"].sum()
-        lasts = df[df["is_last"]]
-        imposed = lasts["instance"].map(total).groupby(lasts["rank"]).sum()
-        suffered = df.groupby("rank")["wait_ns"].sum()
-    per_rank = per_rank.join(imposed.rename("imposed")).join(suffered.rename("suffered")).fillna(0)
-    per_rank["node"] = node_of(per_rank.index.to_numpy(), hosts)
-    per_rank["rack"] = [racks.get(str(node)) for node in per_rank["node"]]
-    return per_rank
+    step_no, step_rank, step_time = (steps[c].to_numpy() for c in ("step", "rank", "step_time_ns"))
+    if (step_no >= 0).any():
+        step_rank, step_time = step_rank[step_no >= 0], step_time[step_no >= 0]
+    ranks, at = np.unique(step_rank, return_inverse=True)
+    imposed = np.zeros(len(ranks), dtype=np.int64)
+    suffered = np.zeros(len(ranks), dtype=np.int64)
+    rows = _collective_rows(instances)
+    if rows is not None:
+        inst = keyed.dense(rows["instance"].to_numpy())
+        rank, wait = rows["rank"].to_numpy(), rows["wait_ns"].to_numpy()
+        last = rows["is_last"].to_numpy(zero_copy_only=False)
+        traced = np.isin(rank, ranks)
+        slot = np.searchsorted(ranks, rank)
+        caused = keyed.sums(inst, wait)[inst]  # a last arrival imposes its instance's whole wait
+        np.add.at(imposed, slot[last & traced], caused[last & traced])
+        np.add.at(suffered, slot[traced], wait[traced])
+    node = node_of(ranks, hosts)
+    rack = np.array([racks.get(str(n)) for n in node], dtype=object)
+    return _RankPlaces(ranks, keyed.median(at.reshape(-1), step_time), imposed, suffered, node, rack)
 
 
-def _by(per_rank: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+@dataclass(frozen=True, slots=True)
+class _Places:
+    """``_by``'s rows: per node or rack, largest imposed wait first."""
+
+    key: np.ndarray
+    ranks: np.ndarray
+    nodes: np.ndarray
+    p50: np.ndarray
+    mx: np.ndarray
+    imposed: np.ndarray
+    suffered: np.ndarray
+    slowest: np.ndarray  # row of per_rank: the place's slowest rank
+
+
+def _by(per_rank: _RankPlaces, key: np.ndarray) -> _Places:
     """The per-rank rows summed up per ``key`` (node or rack), largest imposed wait first, and the slowest rank of each."""
-    slowest = per_rank.sort_values(["step"], ascending=False).reset_index().drop_duplicates(key).set_index(key)
-    n = per_rank.groupby(key).agg(
-        ranks=("step", "size"),
-        nodes=("node", "nunique"),
-        p50=("step", "median"),
-        mx=("step", "max"),
-        imposed=("imposed", "sum"),
-        suffered=("suffered", "sum"),
+    names, kid = np.unique(key.astype(str), return_inverse=True)
+    kid = kid.reshape(-1)
+    n = len(names)
+    mx = keyed.maxes(kid, per_rank.step)
+    slowest = np.lexsort((per_rank.rank, -per_rank.step, kid))  # per place: its longest median step, lowest rank of a tie
+    slowest = slowest[np.r_[True, kid[slowest][1:] != kid[slowest][:-1]]]
+    imposed = keyed.sums(kid, per_rank.imposed, n)
+    order = np.lexsort((-mx, -imposed))
+    return _Places(
+        names[order],
+        np.bincount(kid, minlength=n)[order],
+        keyed.count_distinct(kid, keyed.dense(per_rank.node.astype(str)))[order],
+        keyed.median(kid, per_rank.step)[order],
+        mx[order],
+        imposed[order],
+        keyed.sums(kid, per_rank.suffered, n)[order],
+        slowest[order],
     )
-    return n.sort_values(["imposed", "mx"], ascending=False), slowest
 
 
-def _sums(n: pd.DataFrame, slowest: pd.DataFrame) -> dict[str, pa.Array]:
+def _sums(places: _Places, per_rank: _RankPlaces) -> dict[str, pa.Array]:
     """The ``_PLACE_SUMS`` columns of ``_by``'s rows."""
     return {
-        "ranks": pa.array(n["ranks"].to_numpy().astype(np.int32)),
-        "step_time_p50_ns": pa.array(n["p50"].to_numpy(dtype=float)),
-        "step_time_max_rank_ns": pa.array(n["mx"].to_numpy(dtype=float)),
-        "slowest_rank": pa.array(slowest["rank"].reindex(n.index).to_numpy().astype(np.int32)),
-        "wait_imposed_ns": pa.array(n["imposed"].to_numpy().astype(np.int64)),
-        "wait_suffered_ns": pa.array(n["suffered"].to_numpy().astype(np.int64)),
+        "ranks": pa.array(places.ranks.astype(np.int32)),
+        "step_time_p50_ns": pa.array(places.p50.astype(float)),
+        "step_time_max_rank_ns": pa.array(places.mx.astype(float)),
+        "slowest_rank": pa.array(per_rank.rank[places.slowest].astype(np.int32)),
+        "wait_imposed_ns": pa.array(places.imposed.astype(np.int64)),
+        "wait_suffered_ns": pa.array(places.suffered.astype(np.int64)),
     }
 
 
-def _nodes(per_rank: pd.DataFrame | None) -> pa.Table:
+def _nodes(per_rank: _RankPlaces | None) -> pa.Table:
     if per_rank is None:
         return NODE_SCHEMA.empty_table()
-    n, slowest = _by(per_rank, "node")
-    where = {"node": pa.array(n.index.astype(str)), "rack": pa.array([slowest["rack"].get(k) for k in n.index], pa.string())}
-    return pa.table({**where, **_sums(n, slowest)}, schema=NODE_SCHEMA)
+    places = _by(per_rank, per_rank.node)
+    where = {"node": pa.array(places.key), "rack": pa.array(list(per_rank.rack[places.slowest]), pa.string())}
+    return pa.table({**where, **_sums(places, per_rank)}, schema=NODE_SCHEMA)
 
 
-def _racks(per_rank: pd.DataFrame | None) -> pa.Table:
+def _racks(per_rank: _RankPlaces | None) -> pa.Table:
     """Per rack the placement names: its nodes and ranks, step times and the wait its ranks impose and
     suffer (ranks on hosts no rack is given for are left out)."""
-    if per_rank is None or per_rank["rack"].isna().all():
+    named = None if per_rank is None else np.array([r is not None for r in per_rank.rack], dtype=bool)
+    if per_rank is None or named is None or not named.any():
         return RACK_SCHEMA.empty_table()
-    n, slowest = _by(per_rank[per_rank["rack"].notna()], "rack")
-    where = {"rack": pa.array(n.index.astype(str)), "nodes": pa.array(n["nodes"].to_numpy().astype(np.int32))}
-    return pa.table({**where, **_sums(n, slowest)}, schema=RACK_SCHEMA)
+    in_racks = per_rank.where(named)
+    places = _by(in_racks, in_racks.rack)
+    where = {"rack": pa.array(places.key), "nodes": pa.array(places.nodes.astype(np.int32))}
+    return pa.table({**where, **_sums(places, in_racks)}, schema=RACK_SCHEMA)
 
 
 NODE_STEP_SCHEMA = pa.schema([("node", pa.string()), ("step", pa.int32()), ("wait_imposed_ns", pa.int64())])

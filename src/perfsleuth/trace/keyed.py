@@ -10,6 +10,8 @@ groups numbered in sorted key order (``groupby(sort=True)``) or in order of firs
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,6 +67,16 @@ def _packed_dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
     return out, int(out.max(initial=0)) + 1
 
 
+def pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row the number of its (a, b) pair among the distinct pairs in sorted order, and per pair its
+    a and its b."""
+    pair = group_ids(a, b)
+    n = int(pair.max(initial=-1)) + 1
+    a_of, b_of = np.zeros(n, dtype=a.dtype), np.zeros(n, dtype=b.dtype)
+    a_of[pair], b_of[pair] = a, b
+    return pair, a_of, b_of
+
+
 def in_order_seen(ids: np.ndarray) -> np.ndarray:
     """``ids`` renumbered by where each group first appears in the rows (pandas' ``ngroup`` unsorted)."""
     if len(ids) == 0:
@@ -92,10 +104,7 @@ def count_distinct(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     n = int(ids.max(initial=-1)) + 1
     if len(ids) == 0:
         return np.zeros(n, dtype=np.int64)
-    pair = group_ids(ids, values)
-    group_of_pair = np.zeros(int(pair.max()) + 1, dtype=np.int64)
-    group_of_pair[pair] = ids
-    return np.bincount(group_of_pair, minlength=n)
+    return np.bincount(pairs(ids, values)[1], minlength=n)
 
 
 def group_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,3 +126,34 @@ def median(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
     middle: np.ndarray = (v[np.minimum(lo, len(v) - 1)] + v[np.minimum(hi, len(v) - 1)]) / 2
     return middle
+
+
+def sums(ids: np.ndarray, values: np.ndarray, n: int | None = None) -> np.ndarray:
+    """Per group (``ids``, 0..max, or 0..n-1), the sum of its ``values`` in their own dtype (exact for integers)."""
+    out = np.zeros(int(ids.max(initial=-1)) + 1 if n is None else n, dtype=values.dtype)
+    np.add.at(out, ids, values)
+    return out
+
+
+def maxes(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per group (``ids``, 0..max), the largest of its ``values``."""
+    out = np.full(int(ids.max(initial=-1)) + 1, _lowest(values.dtype), dtype=values.dtype)
+    np.maximum.at(out, ids, values)
+    return out
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def mode(ids: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group (0..n-1), its most frequent value (the lowest of a tie) and how often it occurs (0: no rows)."""
+    top, count = np.zeros(n, dtype=values.dtype), np.zeros(n, dtype=np.int64)
+    if len(ids) == 0:
+        return top, count
+    pair, pair_id, pair_value = pairs(ids, values)
+    n_pair = np.bincount(pair)
+    best = np.lexsort((pair_value, -n_pair, pair_id))
+    head = best[np.r_[True, pair_id[best][1:] != pair_id[best][:-1]]]
+    top[pair_id[head]], count[pair_id[head]] = pair_value[head], n_pair[head]
+    return top, count
