@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
 from perfsleuth.stats.tails import binom_at_least
+from perfsleuth.trace import keyed
 from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment
 
 RANK_SCHEMA = pa.schema(
@@ -73,38 +74,72 @@ class StragglerReport:
         }
 
 
-def _per_rank(arr: pd.DataFrame) -> pa.Table:
+@dataclass(frozen=True, slots=True)
+class _Arrivals:
+    """The collective rows of ``with_arrivals`` (point-to-point left out) as arrays, with each row's
+    lateness (arrival minus its instance's median arrival) and whether its instance is decisive."""
+
+    instance: np.ndarray  # dense ids
+    rank: np.ndarray
+    step: np.ndarray
+    participants: np.ndarray
+    wait: np.ndarray
+    lead: np.ndarray
+    is_last: np.ndarray
+    lateness: np.ndarray
+    decisive: np.ndarray
+
+    @classmethod
+    def of(cls, rows: pa.Table, skew: float) -> _Arrivals:
+        inst = keyed.dense(rows["instance"].to_numpy())
+        arrival = rows["arrival_ns"].to_numpy()
+        lead = rows["lead_over_next_ns"].to_numpy()
+        return cls(
+            inst,
+            rows["rank"].to_numpy(),
+            rows["step"].to_numpy(),
+            rows["participants"].to_numpy(),
+            rows["wait_ns"].to_numpy(),
+            lead,
+            rows["is_last"].to_numpy(zero_copy_only=False),
+            arrival - keyed.median(inst, arrival)[inst],
+            keyed.maxes(inst, lead)[inst] > max(skew, MIN_LEAD_NS),
+        )
+
+
+def _per_rank(arr: _Arrivals) -> pa.Table:
     """Per rank, in group-bys over (instance, rank) rows: linear in ranks × collectives.
 
     A rank's imposed wait is the others' wait summed over the decisive collectives it arrived last
     at; its own wait there is zero (it was the last), so that is the instance's total wait."""
-    n_ranks = arr["rank"].nunique()
-    by_rank = arr.groupby("rank", sort=True)
-    n_all = by_rank.size()
-    dec = arr[arr["decisive"]]
-    g = dec.groupby("rank")
-    n = g.size().reindex(n_all.index, fill_value=0)
-    last = g["is_last"].sum().reindex(n_all.index, fill_value=0).astype(np.int64)
-    chance = (1.0 / dec["participants"]).groupby(dec["rank"]).mean().reindex(n_all.index, fill_value=0.0)
+    ranks, at = np.unique(arr.rank, return_inverse=True)
+    at = at.reshape(-1)
+    k = len(ranks)
+    dec = arr.decisive
+    n = np.bincount(at[dec], minlength=k)
+    last = np.bincount(at[dec & arr.is_last], minlength=k).astype(np.int64)
+    chance = np.bincount(at[dec], weights=1.0 / arr.participants[dec], minlength=k) / np.maximum(n, 1)
     # binomial test, one-sided (more often last than chance): P(X >= last) for X ~ Bin(n, chance)
     p = np.where(n > 0, binom_at_least(last, n, chance), 1.0)
-    lateness = g["lateness_ns"].median().reindex(n_all.index, fill_value=0.0)
-    suffered = g["wait_ns"].sum().reindex(n_all.index, fill_value=0).astype(np.int64)
-    total_wait = dec.groupby("instance")["wait_ns"].sum()
-    last_rows = dec[dec["is_last"]]
-    imposed = last_rows["instance"].map(total_wait).groupby(last_rows["rank"]).sum().reindex(n_all.index, fill_value=0).astype(np.int64)
-    nn = n.to_numpy()
+    lateness = np.zeros(k)
+    if dec.any():
+        seen = np.unique(at[dec])
+        lateness[seen] = keyed.median(keyed.dense(at[dec]), arr.lateness[dec])
+    suffered = keyed.sums(at[dec], arr.wait[dec], k)
+    total_wait = keyed.sums(arr.instance[dec], arr.wait[dec], int(arr.instance.max()) + 1)
+    last_rows = dec & arr.is_last
+    imposed = keyed.sums(at[last_rows], total_wait[arr.instance[last_rows]], k)
     return pa.table(
         {
-            "rank": pa.array(n_all.index.to_numpy().astype(np.int32)),
-            "instances": pa.array(n_all.to_numpy().astype(np.int64)),
-            "decisive": pa.array(nn.astype(np.int64)),
-            "last_count": pa.array(last.to_numpy()),
-            "last_share": pa.array(np.where(nn > 0, last.to_numpy() / np.maximum(nn, 1), 0.0)),
-            "lateness_p50_ns": pa.array(lateness.to_numpy(dtype=float)),
-            "wait_imposed_ns": pa.array(imposed.to_numpy()),
-            "wait_suffered_ns": pa.array(suffered.to_numpy()),
-            "p_value": pa.array(np.minimum(1.0, p.astype(float) * n_ranks)),
+            "rank": pa.array(ranks.astype(np.int32)),
+            "instances": pa.array(np.bincount(at, minlength=k).astype(np.int64)),
+            "decisive": pa.array(n.astype(np.int64)),
+            "last_count": pa.array(last),
+            "last_share": pa.array(np.where(n > 0, last / np.maximum(n, 1), 0.0)),
+            "lateness_p50_ns": pa.array(lateness.astype(float)),
+            "wait_imposed_ns": pa.array(imposed.astype(np.int64)),
+            "wait_suffered_ns": pa.array(suffered.astype(np.int64)),
+            "p_value": pa.array(np.minimum(1.0, p.astype(float) * k)),
         },
         schema=RANK_SCHEMA,
     )
@@ -127,23 +162,19 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     )
     if arrivals.num_rows == 0:
         return _not_judged(empty, "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
-    arr = arrivals.to_pandas()
     # pipeline sends/receives are ordered by design (the receiver waits for the sender): they align
     # clocks but say nothing about who is slow
-    arr = arr[~arr["op"].isin(P2P_OPS)]
-    if arr.empty:
+    rows = arrivals.filter(pc.invert(pc.is_in(arrivals["op"], pa.array(P2P_OPS))))
+    if rows.num_rows == 0:
         return _not_judged(empty, "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by")
-    med = arr.groupby("instance")["arrival_ns"].transform("median")
-    arr["lateness_ns"] = arr["arrival_ns"] - med
     skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
-    lead = arr.groupby("instance")["lead_over_next_ns"].transform("max")
-    arr["decisive"] = lead > max(skew, MIN_LEAD_NS)
+    arr = _Arrivals.of(rows, skew)
     per_rank = _per_rank(arr)
-    pr = per_rank.to_pandas()
+    share, p_value, lateness = (per_rank[c].to_numpy() for c in ("last_share", "p_value", "lateness_p50_ns"))
     # among equal shares the stronger evidence first: last at 32 of 32 beats last at 4 of 4 (a rank
     # whose group peers were mostly not traced has few decisive collectives)
-    best = pr.sort_values(["last_share", "p_value", "lateness_p50_ns"], ascending=[False, True, False], kind="stable").iloc[0]
-    lead = arr.loc[arr["is_last"] & arr["decisive"] & (arr["rank"] == best["rank"]), "lead_over_next_ns"]
+    best = per_rank.slice(int(np.lexsort((-lateness, p_value, -share))[0]), 1).to_pylist()[0]
+    lead = arr.lead[arr.is_last & arr.decisive & (arr.rank == best["rank"])]
     lead_p50 = float(np.median(lead)) if len(lead) else 0.0
     is_straggler = bool(best["p_value"] < ALPHA and best["last_share"] >= 0.5 and lead_p50 > skew)
     straggler = int(best["rank"]) if is_straggler else None
@@ -151,7 +182,7 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
         note = (
             f"rank {straggler} arrives last at {best['last_share']:.0%} of the {int(best['decisive'])} collectives "
             f"(of {int(best['instances'])}) where the last arrival is clearly last "
-            f"(chance would be {float(np.mean(1 / arr['participants'])):.0%}); median lead over the next rank "
+            f"(chance would be {float(np.mean(1 / arr.participants)):.0%}); median lead over the next rank "
             f"{lead_p50 / 1e3:.0f} µs vs residual clock skew {skew / 1e3:.0f} µs"
         )
     else:
@@ -166,29 +197,43 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     return StragglerReport(per_rank, straggler, float(best["p_value"]), lead_p50, per_step, st, cf, frac, note)
 
 
-def _counterfactual(arr: pd.DataFrame, steps: pa.Table, rank: int) -> tuple[pa.Table, Interval | None, Interval | None, Interval | None]:
-    sdf = steps.to_pandas()
-    sdf = sdf[sdf["step"] >= 0] if (sdf["step"] >= 0).any() else sdf
-    step_time = sdf.groupby("step")["step_time_ns"].median()
-    others = sdf[sdf["rank"] != rank]
-    exposed = others.groupby("step")["exposed_communication_ns"].median()
-    lead = arr[arr["is_last"] & (arr["rank"] == rank)].groupby("step")["lead_over_next_ns"].sum()
-    savings = lead.reindex(step_time.index).fillna(0)
-    cap = exposed.reindex(step_time.index).fillna(0)
-    savings = np.minimum(savings, cap)
+def _counterfactual(arr: _Arrivals, steps: pa.Table, rank: int) -> tuple[pa.Table, Interval | None, Interval | None, Interval | None]:
+    step, step_rank = steps["step"].to_numpy(), steps["rank"].to_numpy()
+    rows = step >= 0 if (step >= 0).any() else np.ones(len(step), dtype=bool)
+    numbers = np.unique(step[rows])
+    step_time = _median_per_step(numbers, step[rows], steps["step_time_ns"].filter(pa.array(rows)))
+    others = rows & (step_rank != rank)
+    exposed = np.nan_to_num(_median_per_step(numbers, step[others], steps["exposed_communication_ns"].filter(pa.array(others))), nan=0.0)
+    mine = arr.is_last & (arr.rank == rank)
+    lead = np.zeros(len(numbers), dtype=np.int64)
+    known = np.isin(arr.step[mine], numbers)
+    np.add.at(lead, np.searchsorted(numbers, arr.step[mine][known]), arr.lead[mine][known])
+    savings = np.minimum(lead.astype(float), exposed)
     cf = step_time - savings
     per_step = pa.table(
         {
-            "step": step_time.index.to_numpy().astype(np.int32),
-            "step_time_ns": step_time.to_numpy().astype(np.int64),
-            "savings_ns": savings.to_numpy().astype(np.int64),
-            "counterfactual_ns": cf.to_numpy().astype(np.int64),
+            "step": numbers.astype(np.int32),
+            "step_time_ns": step_time.astype(np.int64),
+            "savings_ns": savings.astype(np.int64),
+            "counterfactual_ns": cf.astype(np.int64),
         }
     )
-    st = median_interval(step_time.to_numpy(), "ns")
-    cfi = median_interval(cf.to_numpy(), "ns")
-    frac = median_interval((savings / step_time).to_numpy(), "fraction")
+    st = median_interval(step_time, "ns")
+    cfi = median_interval(cf, "ns")
+    frac = median_interval(savings / step_time, "fraction")
     return per_step, st, cfi, frac
+
+
+def _median_per_step(numbers: np.ndarray, step: np.ndarray, values: pa.ChunkedArray) -> np.ndarray:
+    """Per step of ``numbers`` (sorted), the median of its non-null ``values`` (NaN where it has none)."""
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    v = values.fill_null(0).to_numpy().astype(float)[valid]
+    at = np.searchsorted(numbers, step[valid])
+    out = np.full(len(numbers), np.nan)
+    if len(v):
+        seen = np.unique(at)
+        out[seen] = keyed.median(keyed.dense(at), v)
+    return out
 
 
 def wait_imposed(instances: pa.Table) -> tuple[dict[tuple[int, int], list[int]], list[int], list[int]]:
