@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfsleuth.errors import Caveat
+from perfsleuth.trace import keyed
 
 if TYPE_CHECKING:
     from perfsleuth.trace.analysis import JobAnalysis
@@ -126,13 +127,14 @@ def provenance(a: JobAnalysis) -> Provenance:
         limits[REAL_SIZE] = (
             f"the traced window is {spans.max() / 1e6:.1f} ms: too short to describe a workload (under {MIN_WINDOW_NS / 1e6:.0f} ms)"
         )
-    steps = a.steps.to_pandas() if a.steps.num_rows else None
+    step, step_rank = a.steps["step"].to_numpy(), a.steps["rank"].to_numpy()
     n_steps = 0
-    if steps is None or not (steps["step"] >= 0).any():
+    if not (step >= 0).any():
         limits[STEPS] = "no ProfilerStep#N annotations: no claim can be made per step"
         limits[SEVERAL_STEPS] = limits[STEPS]
     else:
-        n_steps = int(steps[steps["step"] >= 0].groupby("rank")["step"].nunique().max())
+        numbered = step >= 0
+        n_steps = int(keyed.count_distinct(keyed.dense(step_rank[numbered]), step[numbered]).max())
         if n_steps < MIN_STEPS:
             limits[SEVERAL_STEPS] = (
                 f"{n_steps} ProfilerStep(s) per rank: a pattern over steps (bursts on a few steps, "
@@ -181,13 +183,15 @@ def _untraced_ranks(a: JobAnalysis, ranks: list[int], world: int) -> str:
     )
     coll = a.collectives
     if coll.num_rows:
-        df = coll.select(["group", "group_size", "rank"]).to_pandas()
-        g = df.groupby("group").agg(size=("group_size", "max"), traced=("rank", "nunique"))
-        g = g[g["size"].fillna(0) > 1]
-        lone = int((g["traced"] < 2).sum())
-        partial = int(((g["traced"] >= 2) & (g["traced"] < g["size"])).sum())
+        gid = keyed.dense(keyed.string_codes(coll["group"]))
+        size = keyed.maxes(gid, coll["group_size"].fill_null(0).to_numpy())  # a group's size as its members state it
+        traced = keyed.count_distinct(gid, coll["rank"].to_numpy())
+        shared = size > 1
+        size, traced = size[shared], traced[shared]
+        lone = int((traced < 2).sum())
+        partial = int(((traced >= 2) & (traced < size)).sum())
         if lone:
-            why += f"; in {lone} of {len(g)} process groups seen only one member was traced: who waits for whom inside them is undecidable"
+            why += f"; in {lone} of {shared.sum()} process groups seen only one member was traced: who waits for whom inside them is undecidable"
         if partial:
             why += f"; in {partial} more some members were not traced: the last traced arrival at their collectives need not be the last"
     return why
@@ -205,10 +209,10 @@ def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
     joined = sum(facts[r].get("gpu_events_launch_joined", 0) for r in ranks)
     if linked >= MIN_GPU_EVENTS and joined / linked < MIN_LAUNCH_JOIN:
         return f"only {joined / linked:.0%} of the GPU events find the host call that launched them: the host side was filtered or dropped"
-    sig = a.signals.to_pandas() if a.signals.num_rows else None
-    if sig is not None and "silent_ns" in sig and sig.groupby("rank").size().min() >= MIN_STEPS:
-        share = sig["silent_ns"] / sig["step_time_ns"].clip(lower=1)
-        if float(share.min()) > SPARSE_HOST_SHARE:
+    sig = a.signals
+    if sig.num_rows and "silent_ns" in sig.column_names and np.unique(sig["rank"].to_numpy(), return_counts=True)[1].min() >= MIN_STEPS:
+        share = sig["silent_ns"].to_numpy(zero_copy_only=False) / np.maximum(sig["step_time_ns"].to_numpy(zero_copy_only=False), 1)
+        if float(np.nanmin(share)) > SPARSE_HOST_SHARE:
             return (
                 f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "
                 "record is incomplete (sampled, filtered, or uninstrumented code), so its silence names nothing"
