@@ -191,7 +191,10 @@ def _untraced_ranks(a: JobAnalysis, ranks: list[int], world: int) -> str:
         lone = int((traced < 2).sum())
         partial = int(((traced >= 2) & (traced < size)).sum())
         if lone:
-            why += f"; in {lone} of {shared.sum()} process groups seen only one member was traced: who waits for whom inside them is undecidable"
+            why += (
+                f"; in {lone} of {shared.sum()} process groups seen only one member was traced: "
+                "who waits for whom inside them is undecidable"
+            )
         if partial:
             why += f"; in {partial} more some members were not traced: the last traced arrival at their collectives need not be the last"
     return why
