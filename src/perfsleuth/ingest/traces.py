@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from perfsleuth.errors import Caveat
-from perfsleuth.ingest import jax_trace, kineto, nsys
+from perfsleuth.ingest import kineto
 from perfsleuth.ingest.kineto import RankFile
 
 Plan = dict[str, tuple[int, str]]
@@ -24,7 +24,9 @@ process index: the job's hosts are numbered together)."""
 
 
 def plan_ranks(fmt: str, files: Sequence[Path]) -> tuple[Plan, list[Caveat]]:
-    if fmt == "jax":
+    if fmt == "jax":  # each format's reader is imported where its files are read: a Kineto job loads neither of the others
+        from perfsleuth.ingest import jax_trace
+
         return jax_trace.plan_ranks(files)
     return {}, []
 
@@ -32,8 +34,12 @@ def plan_ranks(fmt: str, files: Sequence[Path]) -> tuple[Plan, list[Caveat]]:
 def read_trace_file(fmt: str, path: str, *, single_file: bool, plan: Plan | None = None) -> list[RankFile]:
     """The ranks one trace file holds."""
     if fmt == "nsys":
+        from perfsleuth.ingest import nsys
+
         return nsys.read_report(Path(path), single_file=single_file)
     if fmt == "jax":
+        from perfsleuth.ingest import jax_trace
+
         rank, source = (plan or {}).get(path, (None, None))
         return [jax_trace.read_rank_file(path, single_file=single_file, rank=rank, rank_source=source)]
     return [kineto.read_rank_file(path, single_file=single_file)]

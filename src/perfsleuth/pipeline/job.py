@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,11 +27,13 @@ from perfsleuth.model.job_identity import software, workload_name
 from perfsleuth.model.source import SourceData
 from perfsleuth.pipeline.spark_ranks import require_rank_engine
 from perfsleuth.report.json_report import analysis_to_json, integer_ns
-from perfsleuth.trace import diff as trace_diff
 from perfsleuth.trace.analysis import JobAnalysis, analyze_job, combine_ranks
 from perfsleuth.trace.groups import group_descriptions
 from perfsleuth.trace.job import RankView, TraceJob
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
+
+if TYPE_CHECKING:  # the diff verb's module loads where a diff is made, not for every analyze
+    from perfsleuth.trace import diff as trace_diff
 
 T = TypeVar("T")
 
@@ -302,6 +304,8 @@ def _gpu_sku(analysis: JobAnalysis) -> str | None:
 
 def _measure_rank(rf: RankFile) -> trace_diff.RankRows:
     """The per-rank step of ``diff_traces``: the rank's rows per step window."""
+    from perfsleuth.trace import diff as trace_diff
+
     return trace_diff.measure_rank(RankView(rf.rank, rf.events))
 
 
@@ -316,6 +320,8 @@ def diff_side(
 ) -> trace_diff.SideProfile:
     """One side of a diff: every rank's rows per step, measured where the rank was decoded (a local
     worker or a Spark task, as in ``analyze``), averaged over the ranks per step (``trace.diff.profile_side``)."""
+    from perfsleuth.trace import diff as trace_diff  # before the workers fork: they inherit it
+
     fmt, files = trace_files(paths)
     found, caveats = map_ranks(fmt, files, _measure_rank, workers=workers, engine=engine, master=master)
     rank_files = [rf for rf, _ in found]
@@ -339,6 +345,8 @@ def diff_traces(
 ) -> trace_diff.TraceDiff:
     """Read both jobs' traces and diff them (the ``perfsleuth diff`` verb as a function); ``engine`` and
     ``master`` say where each rank file is read, as for ``analyze``."""
+    from perfsleuth.trace import diff as trace_diff
+
     require_rank_engine(engine)
     b = diff_side(baseline, workers=workers, engine=engine, master=master)
     c = diff_side(candidate, workers=workers, engine=engine, master=master)
