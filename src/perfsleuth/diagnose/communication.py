@@ -396,7 +396,8 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
     if df.empty:
         return None
     df["dur"] = df["end_ns"] - df["start_ns"]
-    df["trace_end"] = df["rank"].map(lambda r: facts.get(int(r), {}).get("trace_end_ns", np.nan))
+    trace_end = {r: facts.get(int(r), {}).get("trace_end_ns", np.nan) for r in df["rank"].unique()}
+    df["trace_end"] = df["rank"].map(trace_end).astype(float)
     has_seq = df["seq"].notna().all()
     if not has_seq:
         df["seq"] = df.sort_values("start_ns").groupby(["rank", "group"]).cumcount()
