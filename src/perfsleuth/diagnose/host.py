@@ -366,14 +366,19 @@ def _regular_silence(rs: pd.DataFrame) -> float | None:
     steps and vary in length; a gap of the same length on every step is the program's own host work
     that the profiler does not record. Seen on a real H200 trace of a launch-bound loop: a 2.4 ms
     silent gap on each of its 6 steps, while real gc.collect() pauses hit every other step."""
-    for _, g in rs.groupby("rank"):
-        if len(g) < REGULAR_SILENCE_MIN_STEPS:
-            continue
-        hit = g["stall_ns"] >= 0.01 * g["step_time_ns"]
-        lost = g.loc[hit, "silent_max_gap_ns"].astype(float)
-        if hit.all() and lost.mean() > 0 and lost.std(ddof=1) / lost.mean() < REGULAR_SILENCE_CV:
-            return float(lost.median())
-    return None
+    per_step = pd.DataFrame(
+        {"rank": rs["rank"], "hit": rs["stall_ns"] >= 0.01 * rs["step_time_ns"], "lost": rs["silent_max_gap_ns"].astype(float)}
+    )
+    by_rank = per_step.groupby("rank").agg(
+        steps=("hit", "size"), every=("hit", "all"), mean=("lost", "mean"), sd=("lost", "std"), median=("lost", "median")
+    )
+    regular = (
+        (by_rank["steps"] >= REGULAR_SILENCE_MIN_STEPS)
+        & by_rank["every"]
+        & (by_rank["mean"] > 0)
+        & (by_rank["sd"] / by_rank["mean"].where(by_rank["mean"] > 0) < REGULAR_SILENCE_CV)
+    )
+    return float(by_rank.loc[regular, "median"].iloc[0]) if regular.any() else None  # the lowest such rank
 
 
 @detector("gc_pause", needs=("kineto trace with Python GC events",), evidence=("gc_events",), requires=_HOST_STALL_REQUIRES)
