@@ -43,7 +43,8 @@ STEADY_FLUSH_MIN_STEPS = 3
 def steady_flush_ranks(rs: pd.DataFrame, burst: pd.Series) -> set[int]:
     """Ranks whose cache is flushed on most steps (at least STEADY_SHARE and STEADY_FLUSH_MIN_STEPS)."""
     per_rank = burst.groupby(rs["rank"]).agg(["mean", "sum"])
-    return {int(r) for r, row in per_rank.iterrows() if row["mean"] >= STEADY_SHARE and row["sum"] >= STEADY_FLUSH_MIN_STEPS}
+    steady = (per_rank["mean"] >= STEADY_SHARE) & (per_rank["sum"] >= STEADY_FLUSH_MIN_STEPS)
+    return {int(r) for r in per_rank.index[steady.to_numpy()]}
 
 
 def _split(ctx: JobContext, several_steps: bool = True) -> pd.DataFrame:
