@@ -74,3 +74,10 @@ def test_empty_inputs_give_empty_answers() -> None:
     assert len(keyed.cumcount(empty)) == 0
     assert len(keyed.in_order_seen(empty)) == 0
     assert len(keyed.count_distinct(empty, empty)) == 0
+
+
+def test_median_of_a_group_without_rows_is_nan() -> None:
+    got = keyed.median(np.array([0, 0, 2]), np.array([1.0, 3.0, 5.0]), 4)
+    assert got[0] == 2.0 and got[2] == 5.0
+    assert np.isnan(got[1]) and np.isnan(got[3])
+    assert np.isnan(keyed.median(np.zeros(0, dtype=np.int64), np.zeros(0), 2)).all()

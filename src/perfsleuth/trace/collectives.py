@@ -92,11 +92,12 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
     # point-to-point kernels only pair up reliably inside a 2-rank group: the default group's
     # send/recv order says nothing about who the peer was
     is_p2p = pc.is_in(t["op"], pa.array(P2P_OPS)).to_numpy(zero_copy_only=False)
-    t = t.filter(pa.array(~(is_p2p & (t["group_size"].fill_null(0).to_numpy() != 2))))
+    paired = ~(is_p2p & (t["group_size"].fill_null(0).to_numpy() != 2))
+    t, is_p2p = t.filter(pa.array(paired)), is_p2p[paired]
     group = keyed.string_codes(t["group"])
     rank, step, start = (t[c].to_numpy() for c in ("rank", "step", "start_ns"))
     order = np.lexsort((start, group, rank))  # by rank, group, start; stable
-    t, group, rank, step = t.take(pa.array(order)), group[order], rank[order], step[order]
+    t, group, rank, step, is_p2p = t.take(pa.array(order)), group[order], rank[order], step[order], is_p2p[order]
     has_seq = t["seq"].is_valid().to_numpy(zero_copy_only=False)
     # position of each collective among its group's collectives in the same step, per rank
     pos = keyed.cumcount(keyed.group_ids(rank, group, step))
@@ -109,7 +110,7 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
         np.where(has_seq, 0, pos),
     )
     # a send on one rank pairs with a recv on its peer: compare point-to-point ops as one kind
-    op_kind = keyed.string_codes(pc.if_else(pc.is_in(t["op"], pa.array(P2P_OPS)), "p2p", t["op"]))
+    op_kind = keyed.string_codes(pc.if_else(pa.array(is_p2p), "p2p", t["op"]))
     kept = (keyed.count_distinct(key, rank)[key] >= 2) & (keyed.count_distinct(key, op_kind)[key] == 1)
     if not kept.any():
         return INSTANCE_SCHEMA.empty_table()
@@ -135,6 +136,12 @@ def collective_instances(per_rank: list[pa.Table]) -> pa.Table:
         },
         schema=INSTANCE_SCHEMA,
     )
+
+
+def collective_rows(instances: pa.Table) -> pa.Table:
+    """The rows of ``instances`` that are collectives proper: pipeline sends/receives are ordered by
+    design (the receiver waits for the sender), so they align clocks but say nothing about who is slow."""
+    return instances.filter(pc.invert(pc.is_in(instances["op"], pa.array(P2P_OPS))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +283,8 @@ def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:
     if instances.num_rows == 0:
         return instances
     rank = instances["rank"].to_numpy()
-    present, at = np.unique(rank, return_inverse=True)
-    off = np.array([alignment.offset_ns.get(int(r), 0) for r in present], dtype=np.int64)[at.reshape(-1)]
+    present, at = keyed.distinct(rank)
+    off = np.array([alignment.offset_ns.get(int(r), 0) for r in present], dtype=np.int64)[at]
     arrival = instances["start_ns"].to_numpy() - off
     aligned_end = instances["end_ns"].to_numpy() - off
     inst = keyed.dense(instances["instance"].to_numpy())

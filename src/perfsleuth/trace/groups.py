@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.trace import keyed
-from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.collectives import P2P_OPS, collective_rows
 from perfsleuth.trace.stragglers import MIN_LEAD_NS
 
 GPUS_PER_NODE = 8
@@ -118,7 +117,7 @@ def _collective_rows(instances: pa.Table) -> pa.Table | None:
     or they carry no arrivals."""
     if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
         return None
-    rows = instances.filter(pc.invert(pc.is_in(instances["op"], pa.array(P2P_OPS))))
+    rows = collective_rows(instances)
     return rows if rows.num_rows else None
 
 
@@ -129,10 +128,10 @@ def _groups(instances: pa.Table) -> pa.Table:
     inst = keyed.dense(rows["instance"].to_numpy())
     gid = keyed.dense(keyed.string_codes(rows["group"]))  # groups in name order
     rank, wait = rows["rank"].to_numpy(), rows["wait_ns"].to_numpy()
-    inst_gid, inst_wait = gid[_first_rows(inst)], keyed.sums(inst, wait)  # per instance: its group, the wait it caused
+    inst_gid, inst_wait = gid[keyed.first_rows(inst)], keyed.sums(inst, wait)  # per instance: its group, the wait it caused
     inst_lead = keyed.maxes(inst, rows["lead_over_next_ns"].to_numpy())
     n_groups = int(gid.max()) + 1
-    names = rows["group"].to_numpy(zero_copy_only=False)[_first_rows(gid)]
+    names = rows["group"].to_numpy(zero_copy_only=False)[keyed.first_rows(gid)]
     _, pair_gid, pair_rank = keyed.pairs(gid, rank)
     ranks_of = np.split(pair_rank, np.flatnonzero(np.diff(pair_gid)) + 1)  # each group's ranks, sorted
     # who arrived last where it mattered (a lead over the next arrival above MIN_LEAD_NS), per group
@@ -159,13 +158,6 @@ def _groups(instances: pa.Table) -> pa.Table:
     )
 
 
-def _first_rows(ids: np.ndarray) -> np.ndarray:
-    """Per group (``ids``, 0..max), the first row that has it."""
-    first = np.full(int(ids.max()) + 1, len(ids), dtype=np.int64)
-    np.minimum.at(first, ids, np.arange(len(ids)))
-    return first
-
-
 @dataclass(frozen=True, slots=True)
 class _RankPlaces:
     """Per rank (sorted): median step time, wait imposed (as the last arrival) and suffered, node and rack."""
@@ -188,7 +180,7 @@ def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None
     step_no, step_rank, step_time = (steps[c].to_numpy() for c in ("step", "rank", "step_time_ns"))
     if (step_no >= 0).any():
         step_rank, step_time = step_rank[step_no >= 0], step_time[step_no >= 0]
-    ranks, at = np.unique(step_rank, return_inverse=True)
+    ranks, at = keyed.distinct(step_rank)
     imposed = np.zeros(len(ranks), dtype=np.int64)
     suffered = np.zeros(len(ranks), dtype=np.int64)
     rows = _collective_rows(instances)
@@ -203,7 +195,7 @@ def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None
         np.add.at(suffered, slot[traced], wait[traced])
     node = node_of(ranks, hosts)
     rack = np.array([racks.get(str(n)) for n in node], dtype=object)
-    return _RankPlaces(ranks, keyed.median(at.reshape(-1), step_time), imposed, suffered, node, rack)
+    return _RankPlaces(ranks, keyed.median(at, step_time), imposed, suffered, node, rack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +214,11 @@ class _Places:
 
 def _by(per_rank: _RankPlaces, key: np.ndarray) -> _Places:
     """The per-rank rows summed up per ``key`` (node or rack), largest imposed wait first, and the slowest rank of each."""
-    names, kid = np.unique(key.astype(str), return_inverse=True)
-    kid = kid.reshape(-1)
+    names, kid = keyed.distinct(key.astype(str))
     n = len(names)
     mx = keyed.maxes(kid, per_rank.step)
     slowest = np.lexsort((per_rank.rank, -per_rank.step, kid))  # per place: its longest median step, lowest rank of a tie
-    slowest = slowest[np.r_[True, kid[slowest][1:] != kid[slowest][:-1]]]
+    slowest = slowest[keyed.run_starts(kid[slowest])]
     imposed = keyed.sums(kid, per_rank.imposed, n)
     order = np.lexsort((-mx, -imposed))
     return _Places(
@@ -265,8 +256,8 @@ def _nodes(per_rank: _RankPlaces | None) -> pa.Table:
 def _racks(per_rank: _RankPlaces | None) -> pa.Table:
     """Per rack the placement names: its nodes and ranks, step times and the wait its ranks impose and
     suffer (ranks on hosts no rack is given for are left out)."""
-    named = None if per_rank is None else np.array([r is not None for r in per_rank.rack], dtype=bool)
-    if per_rank is None or named is None or not named.any():
+    named = np.array([] if per_rank is None else [r is not None for r in per_rank.rack], dtype=bool)
+    if per_rank is None or not named.any():
         return RACK_SCHEMA.empty_table()
     in_racks = per_rank.where(named)
     places = _by(in_racks, in_racks.rack)

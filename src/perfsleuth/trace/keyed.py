@@ -29,8 +29,13 @@ def dense(values: np.ndarray) -> np.ndarray:
             present[k] = True
             numbered: np.ndarray = (np.cumsum(present) - 1)[k]
             return numbered
-    inverse: np.ndarray = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    return inverse
+    return distinct(values)[1].astype(np.int64)
+
+
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values and each row's index among them."""
+    uniques, inverse = np.unique(values, return_inverse=True)
+    return uniques, inverse.reshape(-1)
 
 
 def string_codes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -82,12 +87,23 @@ def in_order_seen(ids: np.ndarray) -> np.ndarray:
     if len(ids) == 0:
         return ids
     ids = dense(ids)
-    first = np.full(int(ids.max()) + 1, len(ids), dtype=np.int64)
-    np.minimum.at(first, ids, np.arange(len(ids)))
+    first = first_rows(ids)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first)] = np.arange(len(first))
     renumbered: np.ndarray = rank[ids]
     return renumbered
+
+
+def first_rows(ids: np.ndarray) -> np.ndarray:
+    """Per group (``ids``, 0..max), the first row that has it."""
+    first = np.full(int(ids.max(initial=-1)) + 1, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    return first
+
+
+def run_starts(sorted_ids: np.ndarray) -> np.ndarray:
+    """Whether each row of ids sorted by group starts its group's run (the first row of a group)."""
+    return np.r_[True, sorted_ids[1:] != sorted_ids[:-1]] if len(sorted_ids) else np.zeros(0, dtype=bool)
 
 
 def cumcount(ids: np.ndarray) -> np.ndarray:
@@ -108,24 +124,23 @@ def count_distinct(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def group_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows sorted by group (stable) and where each group's run starts in that order: for reductions
-    with ``np.ufunc.reduceat``."""
+    """The rows sorted by group (stable) and where each group's run starts in that order."""
     order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
-    return order, starts
+    return order, np.flatnonzero(run_starts(ids[order]))
 
 
-def median(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per group (``ids``, 0..max), the median of its ``values`` (the mean of the middle two for an
-    even count, as pandas and numpy give it)."""
+def median(ids: np.ndarray, values: np.ndarray, n: int | None = None) -> np.ndarray:
+    """Per group (``ids``, 0..max, or 0..n-1), the median of its ``values`` (the mean of the middle two
+    for an even count, as pandas and numpy give it); NaN for a group without rows."""
     order = np.lexsort((values, ids))
-    counts = np.bincount(ids, minlength=int(ids.max(initial=-1)) + 1)
+    counts = np.bincount(ids, minlength=int(ids.max(initial=-1)) + 1 if n is None else n)
     starts = np.cumsum(counts) - counts
     v = values[order].astype(float)
+    if len(v) == 0:
+        return np.full(len(counts), np.nan)
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
     middle: np.ndarray = (v[np.minimum(lo, len(v) - 1)] + v[np.minimum(hi, len(v) - 1)]) / 2
-    return middle
+    return np.where(counts > 0, middle, np.nan)
 
 
 def sums(ids: np.ndarray, values: np.ndarray, n: int | None = None) -> np.ndarray:
@@ -154,6 +169,6 @@ def mode(ids: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
     pair, pair_id, pair_value = pairs(ids, values)
     n_pair = np.bincount(pair)
     best = np.lexsort((pair_value, -n_pair, pair_id))
-    head = best[np.r_[True, pair_id[best][1:] != pair_id[best][:-1]]]
+    head = best[run_starts(pair_id[best])]
     top[pair_id[head]], count[pair_id[head]] = pair_value[head], n_pair[head]
     return top, count

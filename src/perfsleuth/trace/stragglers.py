@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
 from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace import keyed
-from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment
+from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment, collective_rows
 
 RANK_SCHEMA = pa.schema(
     [
@@ -112,8 +111,7 @@ def _per_rank(arr: _Arrivals) -> pa.Table:
 
     A rank's imposed wait is the others' wait summed over the decisive collectives it arrived last
     at; its own wait there is zero (it was the last), so that is the instance's total wait."""
-    ranks, at = np.unique(arr.rank, return_inverse=True)
-    at = at.reshape(-1)
+    ranks, at = keyed.distinct(arr.rank)
     k = len(ranks)
     dec = arr.decisive
     n = np.bincount(at[dec], minlength=k)
@@ -121,10 +119,7 @@ def _per_rank(arr: _Arrivals) -> pa.Table:
     chance = np.bincount(at[dec], weights=1.0 / arr.participants[dec], minlength=k) / np.maximum(n, 1)
     # binomial test, one-sided (more often last than chance): P(X >= last) for X ~ Bin(n, chance)
     p = np.where(n > 0, binom_at_least(last, n, chance), 1.0)
-    lateness = np.zeros(k)
-    if dec.any():
-        seen = np.unique(at[dec])
-        lateness[seen] = keyed.median(keyed.dense(at[dec]), arr.lateness[dec])
+    lateness = np.nan_to_num(keyed.median(at[dec], arr.lateness[dec], k), nan=0.0)  # 0 where no decisive row
     suffered = keyed.sums(at[dec], arr.wait[dec], k)
     total_wait = keyed.sums(arr.instance[dec], arr.wait[dec], int(arr.instance.max()) + 1)
     last_rows = dec & arr.is_last
@@ -162,9 +157,7 @@ def analyze_stragglers(arrivals: pa.Table, steps: pa.Table, alignment: ClockAlig
     )
     if arrivals.num_rows == 0:
         return _not_judged(empty, "no collective seen on two or more ranks: straggler analysis needs traces of several ranks")
-    # pipeline sends/receives are ordered by design (the receiver waits for the sender): they align
-    # clocks but say nothing about who is slow
-    rows = arrivals.filter(pc.invert(pc.is_in(arrivals["op"], pa.array(P2P_OPS))))
+    rows = collective_rows(arrivals)
     if rows.num_rows == 0:
         return _not_judged(empty, "only point-to-point (pipeline) transfers matched across ranks: no collective to judge stragglers by")
     skew = alignment.residual_p90_ns if np.isfinite(alignment.residual_p90_ns) else 0.0
@@ -228,12 +221,7 @@ def _median_per_step(numbers: np.ndarray, step: np.ndarray, values: pa.ChunkedAr
     """Per step of ``numbers`` (sorted), the median of its non-null ``values`` (NaN where it has none)."""
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     v = values.fill_null(0).to_numpy().astype(float)[valid]
-    at = np.searchsorted(numbers, step[valid])
-    out = np.full(len(numbers), np.nan)
-    if len(v):
-        seen = np.unique(at)
-        out[seen] = keyed.median(keyed.dense(at), v)
-    return out
+    return keyed.median(np.searchsorted(numbers, step[valid]), v, len(numbers))
 
 
 def wait_imposed(instances: pa.Table) -> tuple[dict[tuple[int, int], list[int]], list[int], list[int]]:
