@@ -402,8 +402,8 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
     if not has_seq:
         df["seq"] = df.sort_values("start_ns").groupby(["rank", "group"]).cumcount()
     # a hang is a collective still open at the trace's end and at least HANG_MIN_NS long: only the groups
-    # that have one can hold a hang (one vectorised test instead of a pass per group; a 4,096-rank job
-    # has hundreds of groups)
+    # that have one can hold a hang (one vectorised test instead of a pass per group; a large job has a
+    # group per tensor-, pipeline- and data-parallel slice)
     open_at_end = (df["end_ns"] >= df["trace_end"] - 1_000) & (df["dur"] >= HANG_MIN_NS)
     df = df[df["group"].isin(df.loc[open_at_end, "group"].unique())]
     hangs = []

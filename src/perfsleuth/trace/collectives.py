@@ -183,8 +183,8 @@ def align_clocks(instances: pa.Table, ranks: list[int]) -> ClockAlignment:
     np.minimum.at(hub_of, inst, rank)
     hub = hub_of[inst]
     at_hub = rank == hub
-    hub_end = np.zeros(n_inst, dtype=np.int64)
-    hub_end[inst[at_hub][::-1]] = end[at_hub][::-1]  # the hub's first row where it has two
+    hub_rows = np.flatnonzero(at_hub)
+    hub_end = end[hub_rows[keyed.first_rows(inst[hub_rows])]]  # per instance; the hub's first row where it has two
     spoke = ~at_hub
     pair_rank, pair_hub = rank[spoke], hub[spoke]
     pair, rank_of_pair, hub_of_pair = keyed.pairs(pair_rank, pair_hub)  # numbered in (rank, hub) order
