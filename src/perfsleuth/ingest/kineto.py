@@ -667,23 +667,28 @@ def read_rank_file(path: str | Path, *, single_file: bool = True, block_bytes: i
     rest is read: the memory is one block, one piece's native columns and the rank's batches."""
     path = Path(path)
     memory_guard.check_fits(path)  # refuse up front what would be OOM-killed half way
-    kinds, colls, dropped, unread = _KindCache(), CollectiveOpCache(), [0], Unread()
-    batches: list[pa.RecordBatch] = []
-
-    def convert(cols: dict[str, Any]) -> None:
-        batch = _native_batch(cols, kinds, colls, dropped, unread)
-        if batch is not None:
-            batches.append(batch)
-
+    convert = _NativeBatches()
     parsed = kineto_native.parse_file(path, block_bytes or kineto_native.BLOCK_BYTES, on_piece=convert)
-    if parsed.reread:  # read again whole: what the pieces gave is dropped
-        batches.clear()
-        dropped[0] = 0
-        unread.counts.clear()
-        unread.first.clear()
+    if parsed.reread:  # read again whole: what was made of the pieces is dropped, tallies included
+        convert = _NativeBatches()
     convert(parsed.cols)
     numbered = EventNumbers(parsed.ev_count, parsed.ev_low, parsed.ev_high)
-    return _rank_file(path, single_file, parsed.stream, parsed.lenient, batches, numbered, dropped[0], unread)
+    return _rank_file(path, single_file, parsed.stream, parsed.lenient, convert.batches, numbered, convert.dropped[0], convert.unread)
+
+
+class _NativeBatches:
+    """``read_rank_file``'s piece handler: each piece of native columns becomes an Arrow batch, and
+    what the conversion had to skip or could not use is tallied for the file's caveats."""
+
+    def __init__(self) -> None:
+        self.kinds, self.colls = _KindCache(), CollectiveOpCache()
+        self.dropped, self.unread = [0], Unread()
+        self.batches: list[pa.RecordBatch] = []
+
+    def __call__(self, cols: dict[str, Any]) -> None:
+        batch = _native_batch(cols, self.kinds, self.colls, self.dropped, self.unread)
+        if batch is not None:
+            self.batches.append(batch)
 
 
 def read_rank_file_oracle(path: str | Path, *, single_file: bool = True, block_bytes: int = BLOCK_BYTES) -> RankFile:
