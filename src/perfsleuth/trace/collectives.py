@@ -291,7 +291,7 @@ def with_arrivals(instances: pa.Table, alignment: ClockAlignment) -> pa.Table:
     by_arrival = np.lexsort((rank, -arrival, inst))  # per instance, latest arrival first (lowest rank of a tie)
     order = np.empty(len(inst), dtype=np.int64)
     order[by_arrival] = keyed.cumcount(inst[by_arrival])
-    last, second = np.zeros(int(inst.max()) + 1, dtype=np.int64), np.zeros(int(inst.max()) + 1, dtype=np.int64)
+    last, second = np.zeros((2, int(inst.max()) + 1), dtype=np.int64)
     last[inst[order == 0]] = arrival[order == 0]
     second[inst[order == 1]] = arrival[order == 1]
     out = instances

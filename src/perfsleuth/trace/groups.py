@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from perfsleuth.trace import keyed
-from perfsleuth.trace.collectives import P2P_OPS, collective_rows
+from perfsleuth.trace.collectives import collective_rows
 from perfsleuth.trace.stragglers import MIN_LEAD_NS
 
 GPUS_PER_NODE = 8
@@ -181,18 +181,17 @@ def _per_rank(instances: pa.Table, steps: pa.Table, hosts: dict[int, str] | None
     if (step_no >= 0).any():
         step_rank, step_time = step_rank[step_no >= 0], step_time[step_no >= 0]
     ranks, at = keyed.distinct(step_rank)
-    imposed = np.zeros(len(ranks), dtype=np.int64)
-    suffered = np.zeros(len(ranks), dtype=np.int64)
+    imposed, suffered = np.zeros((2, len(ranks)), dtype=np.int64)
     rows = _collective_rows(instances)
     if rows is not None:
         inst = keyed.dense(rows["instance"].to_numpy())
-        rank, wait = rows["rank"].to_numpy(), rows["wait_ns"].to_numpy()
+        rank, wait = rows["rank"].to_numpy(), rows["wait_ns"].to_numpy().astype(np.int64)
         last = rows["is_last"].to_numpy(zero_copy_only=False)
         traced = np.isin(rank, ranks)
         slot = np.searchsorted(ranks, rank)
         caused = keyed.sums(inst, wait)[inst]  # a last arrival imposes its instance's whole wait
-        np.add.at(imposed, slot[last & traced], caused[last & traced])
-        np.add.at(suffered, slot[traced], wait[traced])
+        imposed = keyed.sums(slot[last & traced], caused[last & traced], len(ranks))
+        suffered = keyed.sums(slot[traced], wait[traced], len(ranks))
     node = node_of(ranks, hosts)
     rack = np.array([racks.get(str(n)) for n in node], dtype=object)
     return _RankPlaces(ranks, keyed.median(at, step_time), imposed, suffered, node, rack)
@@ -273,8 +272,7 @@ def node_step_wait(instances: pa.Table, hosts: dict[int, str] | None = None) -> 
     a node late on every step is a slow node, one late on a few steps points at those steps."""
     if instances.num_rows == 0 or "wait_ns" not in instances.column_names:
         return NODE_STEP_SCHEMA.empty_table()
-    df = instances.select(["instance", "op", "step", "rank", "wait_ns", "is_last"]).to_pandas()
-    df = df[~df["op"].isin(P2P_OPS)]
+    df = collective_rows(instances).select(["instance", "step", "rank", "wait_ns", "is_last"]).to_pandas()
     total = df.groupby("instance")["wait_ns"].sum()
     last = df[df["is_last"]].copy()
     last["wait"] = last["instance"].map(total)

@@ -215,9 +215,10 @@ def _host_record_limit(a: JobAnalysis, ranks: list[int]) -> str | None:
     sig = a.signals
     if sig.num_rows and "silent_ns" in sig.column_names and np.unique(sig["rank"].to_numpy(), return_counts=True)[1].min() >= MIN_STEPS:
         share = sig["silent_ns"].to_numpy(zero_copy_only=False) / np.maximum(sig["step_time_ns"].to_numpy(zero_copy_only=False), 1)
-        if float(np.nanmin(share)) > SPARSE_HOST_SHARE:
+        least = float(np.nanmin(share))  # steps without a silence measure left out, as pandas' min left them
+        if least > SPARSE_HOST_SHARE:
             return (
-                f"the host wrote no event for {float(share.min()):.0%} or more of every step on every rank: the host "
+                f"the host wrote no event for {least:.0%} or more of every step on every rank: the host "
                 "record is incomplete (sampled, filtered, or uninstrumented code), so its silence names nothing"
             )
     return None

@@ -26,7 +26,7 @@ from perfsleuth.model import Interval
 from perfsleuth.stats.summary import median_interval
 from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace import keyed
-from perfsleuth.trace.collectives import P2P_OPS, ClockAlignment, collective_rows
+from perfsleuth.trace.collectives import ClockAlignment, collective_rows
 
 RANK_SCHEMA = pa.schema(
     [
@@ -198,9 +198,8 @@ def _counterfactual(arr: _Arrivals, steps: pa.Table, rank: int) -> tuple[pa.Tabl
     others = rows & (step_rank != rank)
     exposed = np.nan_to_num(_median_per_step(numbers, step[others], steps["exposed_communication_ns"].filter(pa.array(others))), nan=0.0)
     mine = arr.is_last & (arr.rank == rank)
-    lead = np.zeros(len(numbers), dtype=np.int64)
     known = np.isin(arr.step[mine], numbers)
-    np.add.at(lead, np.searchsorted(numbers, arr.step[mine][known]), arr.lead[mine][known])
+    lead = keyed.sums(np.searchsorted(numbers, arr.step[mine][known]), arr.lead[mine][known].astype(np.int64), len(numbers))
     savings = np.minimum(lead.astype(float), exposed)
     cf = step_time - savings
     per_step = pa.table(
@@ -235,7 +234,7 @@ def wait_imposed(instances: pa.Table) -> tuple[dict[tuple[int, int], list[int]],
     cols = ["instance", "op", "step", "rank", "wait_ns", "is_last"]
     if any(c not in instances.column_names for c in cols):
         return cells, [], []
-    rows = [r for r in instances.select(cols).to_pylist() if r["op"] not in P2P_OPS]
+    rows = collective_rows(instances).select(cols).to_pylist()
     total_wait: dict[int, int] = {}
     last_rank: dict[int, tuple[int, int]] = {}
     for r in rows:
