@@ -47,7 +47,7 @@ BYTES_PER_INPUT_BYTE = {
 BASELINE_BYTES = 250 * 10**6
 """The interpreter with numpy, pyarrow and perfsleuth imported (measured 120 MB), with headroom."""
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_RATIO_FALLBACK = 12
 """Decoded / compressed size assumed when a gzip file's stored size cannot be trusted (over 4 GiB
@@ -69,8 +69,8 @@ def decoded_size(path: Path) -> tuple[str, int]:
     """The file's container format and its size once decompressed (gzip's stored size, else the file's)."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
-        head = fh.read(len(_SQLITE_MAGIC))
-        if head == _SQLITE_MAGIC:
+        head = fh.read(len(SQLITE_MAGIC))
+        if head == SQLITE_MAGIC:
             return "sqlite", size
         if head[:2] != _GZIP_MAGIC or size < 18:
             return "json", size

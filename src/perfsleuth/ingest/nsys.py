@@ -64,7 +64,7 @@ from perfsleuth.model.source import SourceData
 
 FORMAT = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): kernels, copies, CUDA API, NVTX ranges"
-SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = memory_guard.SQLITE_MAGIC
 
 STEP_PATTERN = re.compile(r"^(?:ProfilerStep|iteration|iter|step)\s*#?\s*(\d+)\b", re.IGNORECASE)
 """Default iteration ranges when a report has no ``ProfilerStep#N``: ``iteration 12``, ``step#3``."""

@@ -24,7 +24,7 @@ process index: the job's hosts are numbered together)."""
 
 
 def plan_ranks(fmt: str, files: Sequence[Path]) -> tuple[Plan, list[Caveat]]:
-    if fmt == "jax":  # each format's reader is imported where its files are read: a Kineto job loads neither of the others
+    if fmt == "jax":  # each format's reader is imported where its files are read (detection needs only jax_trace's sniff)
         from perfsleuth.ingest import jax_trace
 
         return jax_trace.plan_ranks(files)
