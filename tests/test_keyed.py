@@ -81,3 +81,8 @@ def test_median_of_a_group_without_rows_is_nan() -> None:
     assert got[0] == 2.0 and got[2] == 5.0
     assert np.isnan(got[1]) and np.isnan(got[3])
     assert np.isnan(keyed.median(np.zeros(0, dtype=np.int64), np.zeros(0), 2)).all()
+
+
+def test_sums_over_a_stated_group_count_give_zero_to_groups_without_rows() -> None:
+    assert keyed.sums(np.array([0, 2, 0]), np.array([5, 7, 1]), 4).tolist() == [6, 0, 7, 0]
+    assert keyed.sums(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 2).tolist() == [0, 0]
