@@ -1,22 +1,45 @@
-"""pandas, loaded on its first use instead of at import.
+"""pandas, loaded on its first use instead of at import, and kept out of processes that never use it.
 
-Only the detectors and the cross-rank tables use pandas, and it costs a process about 56 MiB and
-0.15 s to load. ``perfsleuth analyze`` forks its trace readers before any of that code runs. If
-pandas were loaded at import, its pages would count in every reader's share of memory. Modules
-that use pandas import it from here (``from perfsleuth.lazy_import import pandas as pd``), and it
-is loaded when one of them first reaches into it.
+Only the fleet tables, the serving, NCCL and step-log detectors and the reports of those use pandas;
+reading traces and diagnosing them from traces alone do not, and loading it costs a process about
+56 MiB and 0.2 s. Modules that use pandas import it from here (``from perfsleuth.lazy_import import
+pandas as pd``), and it is loaded when one of them first reaches into it.
 
-This is the standard library's ``importlib.util.LazyLoader``. On Python 3.11 a lazy module must not
-be first touched from two threads at once; perfsleuth touches pandas from the main thread only.
+pyarrow loads pandas too, the first time it converts Python or numpy values, whenever pandas is
+installed. ``arrow_without_pandas`` makes that one look fail, so that a trace job's processes stay
+without pandas; when something does load pandas later (through the lazy module here, which is
+what ``import pandas`` returns once this module is imported), pyarrow is told (``_LoadThenTellArrow``)
+and converts pandas objects as it would have.
+
+The lazy module is the standard library's ``importlib.util.LazyLoader``. On Python 3.11 a lazy module
+must not be first touched from two threads at once; perfsleuth touches pandas from the main thread only.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+
+class _LoadThenTellArrow(importlib.abc.Loader):
+    """pandas' own loader, followed by pyarrow's re-check for pandas (``arrow_without_pandas``)."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        if "pyarrow" in sys.modules:
+            import pyarrow as pa
+
+            pa.Table.from_pandas(module.DataFrame())  # an explicit conversion: pyarrow imports pandas again if it had failed to
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -26,7 +49,8 @@ def lazy_module(name: str) -> ModuleType:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None:
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
+    loader = _LoadThenTellArrow(spec.loader) if name == "pandas" else spec.loader
+    spec.loader = importlib.util.LazyLoader(loader)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -50,10 +74,12 @@ def arrow_without_pandas() -> None:
     """Make pyarrow treat this process as one without pandas, unless pandas is loaded already.
 
     pyarrow looks for pandas the first time it converts Python or numpy values (``pa.array``,
-    ``Array.to_numpy``) and loads it if it finds it. A trace reader worker never passes pandas
-    objects to Arrow or asks for them back, so its one look is made to fail, as it fails where pandas
-    is not installed, and the worker stays without pandas. An explicit ``to_pandas`` would still load
-    it, because pyarrow retries the import there."""
+    ``Array.to_numpy``) and loads it if it finds it. Reading and diagnosing traces never pass pandas
+    objects to Arrow or ask for them back, so its one look is made to fail, as it fails where pandas
+    is not installed, and the process stays without pandas. An explicit ``to_pandas`` or
+    ``from_pandas`` still loads it, because pyarrow retries the import there; and when perfsleuth's
+    lazy pandas loads, it makes pyarrow retry (``_LoadThenTellArrow``), so ``pa.array`` of a pandas
+    Series converts as it does where pandas was there from the start."""
     if is_loaded("pandas"):
         return
     lazy = sys.modules.pop("pandas", None)

@@ -11,13 +11,15 @@ compute were serialized after it.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext
 from perfsleuth.diagnose.job import Job
+from perfsleuth.diagnose.rank_steps import RankSteps, descending
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
-from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.model.collectives import busbw_factor
+from perfsleuth.trace import keyed
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 from perfsleuth.trace.provenance import REAL_SIZE, STEPS
@@ -49,28 +51,16 @@ HANG_FACTOR = 20.0
 100 ms, whose peers never issued it, is a hang (catalog T25), not a slow transfer."""
 
 
-def _comm_frame(ctx: JobContext) -> pd.DataFrame | None:
+def _comm_frame(ctx: JobContext) -> RankSteps | None:
     rs = ctx.rs
     if rs.empty or "exposed_collective_ns" not in rs or not (rs["collective_ns"] > 0).any():
         return None
-    df = rs[
-        [
-            "rank",
-            "step",
-            "step_time_ns",
-            "collective_ns",
-            "exposed_collective_ns",
-            "exposed_collective_blocking_ns",
-            "collectives",
-            "wait_ns",
-            "transfer_ns",
-        ]
-    ].copy()
     # exposed transfer on the critical path: not waiting for a late rank, not overlapping time the
     # compute stream would have idled anyway waiting for the host to launch work
-    df["exposed_net_ns"] = (df["exposed_collective_blocking_ns"] - df["wait_ns"]).clip(lower=0)
-    df["comm_busy_ns"] = (df["collective_ns"] - df["wait_ns"]).clip(lower=0)
-    return df
+    return rs.with_columns(
+        exposed_net_ns=np.maximum(rs["exposed_collective_blocking_ns"] - rs["wait_ns"], 0),
+        comm_busy_ns=np.maximum(rs["collective_ns"] - rs["wait_ns"], 0),
+    )
 
 
 class _CommView:
@@ -81,24 +71,23 @@ class _CommView:
         self.df = df = _comm_frame(ctx)
         if df is None:
             return
-        g = df.groupby("step")
-        self.exposed = g["exposed_net_ns"].median().reindex(ctx.step_time.index).fillna(0)
-        self.gross = g["exposed_collective_ns"].median().reindex(ctx.step_time.index).fillna(0)
-        transfer = g["transfer_ns"].median().reindex(ctx.step_time.index).fillna(0)
-        per_step_colls = g["collectives"].median().reindex(ctx.step_time.index).fillna(0)
+        self.exposed = ctx.per_step("exposed_net_ns", "median", frame=df)
+        self.gross = ctx.per_step("exposed_collective_ns", "median", frame=df)
+        transfer = ctx.per_step("transfer_ns", "median", frame=df)
+        per_step_colls = ctx.per_step("collectives", "median", frame=df)
         # with perfect overlap the step's last collective (DDP's last bucket: the first layers' gradients
         # and the remainder, often smaller than the rest) still runs after the last compute
-        self.last_transfer = last_collective_transfer(ctx).reindex(ctx.step_time.index).fillna(0)
+        self.last_transfer = last_collective_transfer(ctx)
         self.unavoidable = np.minimum(self.exposed, np.minimum(self.last_transfer, transfer))
-        self.avoidable = (self.exposed - self.unavoidable).clip(lower=0)
-        busy = df["comm_busy_ns"].sum()
-        self.overlap = float(1 - df["exposed_net_ns"].sum() / busy) if busy > 0 else 0.0
+        self.avoidable = np.maximum(self.exposed - self.unavoidable, 0)
+        busy = np.nansum(df["comm_busy_ns"])
+        self.overlap = float(1 - np.nansum(df["exposed_net_ns"]) / busy) if busy > 0 else 0.0
         self.busbw = ctx.busbw_gbps
         self.reference = reference_busbw(ctx, df)
         self.impact = ctx.impact(self.exposed)
         self.impact_gross = ctx.impact(self.gross)
         self.impact_avoidable = ctx.impact(self.avoidable)
-        self.colls_per_step = float(per_step_colls.median()) if len(per_step_colls) else 0.0
+        self.colls_per_step = float(np.median(per_step_colls)) if len(per_step_colls) else 0.0
 
     @property
     def achievable_overlap(self) -> float:
@@ -106,7 +95,7 @@ class _CommView:
         df = self.df
         if df is None:  # no collectives: nothing to hide
             return 0.0
-        total = float(df["transfer_ns"].groupby(df["step"]).median().sum())
+        total = float(np.nansum(df.per_step("transfer_ns", "median")))
         return float(1 - self.last_transfer.sum() / total) if total > 0 else 0.0
 
     @property
@@ -114,23 +103,28 @@ class _CommView:
         return self.busbw is not None and self.busbw < LOW_BUSBW_FACTOR * self.reference.value
 
 
-def last_collective_transfer(ctx: JobContext) -> pd.Series:
-    """Per step (median over ranks): transfer time of the collective that arrives last in the step.
+def last_collective_transfer(ctx: JobContext) -> np.ndarray:
+    """Per step (``ctx.steps``; median over ranks, 0 without collectives): transfer time of the
+    collective that arrives last in the step.
 
     That one cannot hide under compute, whatever the schedule; every earlier one could. Charging the
     average collective instead overstates what is unavoidable when the last bucket is the small
     remainder, and understated poor overlap by a third on simulated DDP jobs."""
     df = ctx.instances
-    if df.empty:
-        return pd.Series(dtype=float)
-    last = df.groupby("instance")["arrival_ns"].transform("max")
-    end = df.groupby("instance")["aligned_end_ns"].transform("median")
-    df = df.assign(transfer_ns=(end - last).clip(lower=0))
-    tail = df.sort_values("arrival_ns").groupby(["rank", "step"]).tail(1)
-    return tail.groupby("step")["transfer_ns"].median().astype(float)
+    if len(df["rank"]) == 0:
+        return np.zeros(len(ctx.steps))
+    order = np.argsort(df["arrival_ns"], kind="stable")
+    pair, _, step_of_pair = keyed.pairs(df["rank"][order].astype(np.int64), df["step"][order].astype(np.int64))
+    last_row = np.zeros(len(step_of_pair), dtype=np.int64)
+    last_row[pair] = np.arange(len(pair))  # the latest-arriving row of each (rank, step) is written last
+    transfer = df["transfer_ns"][order][last_row].astype(float)
+    at = np.searchsorted(ctx.steps, step_of_pair)
+    known = (at < len(ctx.steps)) & (ctx.steps[np.minimum(at, max(len(ctx.steps) - 1, 0))] == step_of_pair) if len(ctx.steps) else at < 0
+    per_step = keyed.reduce(at[known], transfer[known], len(ctx.steps), "median")
+    return np.nan_to_num(per_step, nan=0.0)
 
 
-def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
+def reference_busbw(ctx: JobContext, df: RankSteps) -> Interval:
     """The bus bandwidth the job's collectives should reach: measured when the job's evidence holds
     nccl-tests all-reduce output (median busbw of rows within ``NCCL_TESTS_SIZE_BAND`` of the job's
     mean collective size, else of the nearest size), else ``REFERENCE_BUSBW_GBPS``."""
@@ -143,21 +137,24 @@ def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
     table = sig.table("nccl_tests") if sig is not None else None
     if table is None or table.num_rows == 0:
         return default
-    nt = table.select(["collective", "size_bytes", "busbw_gbs"]).to_pandas()
-    nt = nt[(nt["collective"] == "allreduce") & (nt["busbw_gbs"] > 0) & (nt["size_bytes"] > 0)]
-    colls, bus = float(df["collectives"].sum()), float(_bus_bytes(ctx))
-    if nt.empty or colls <= 0 or bus <= 0:
+    collective = np.asarray(table.column("collective").to_pylist(), dtype=object)
+    size_bytes = table.column("size_bytes").to_numpy(zero_copy_only=False).astype(float)
+    busbw = table.column("busbw_gbs").to_numpy(zero_copy_only=False).astype(float)
+    keep = (collective == "allreduce") & (busbw > 0) & (size_bytes > 0)
+    size_bytes, busbw = size_bytes[keep], busbw[keep]
+    colls, bus = float(np.nansum(df["collectives"])), float(_bus_bytes(ctx))
+    if not len(busbw) or colls <= 0 or bus <= 0:
         return default
     size = bus / colls / busbw_factor("allreduce", max(len(a.ranks_with_gpu), 2))
-    ratio = np.abs(np.log(nt["size_bytes"].astype(float) / size))
-    near = nt[ratio <= np.log(NCCL_TESTS_SIZE_BAND)]
-    if near.empty:
-        near = nt[ratio == ratio.min()]
+    ratio = np.abs(np.log(size_bytes / size))
+    near = ratio <= np.log(NCCL_TESTS_SIZE_BAND)
+    if not near.any():
+        near = ratio == ratio.min()
     return Interval(
-        float(near["busbw_gbs"].median()),
+        float(np.median(busbw[near])),
         unit="GB/s",
-        method=f"nccl-tests all_reduce in the job's files: median busbw of {len(near)} rows at "
-        f"{near['size_bytes'].min() / 2**20:.0f}-{near['size_bytes'].max() / 2**20:.0f} MiB "
+        method=f"nccl-tests all_reduce in the job's files: median busbw of {int(near.sum())} rows at "
+        f"{size_bytes[near].min() / 2**20:.0f}-{size_bytes[near].max() / 2**20:.0f} MiB "
         f"(the job's collectives average {size / 2**20:.0f} MiB)",
     )
 
@@ -165,7 +162,7 @@ def reference_busbw(ctx: JobContext, df: pd.DataFrame) -> Interval:
 def _bus_bytes(ctx: JobContext) -> float:
     """Bus bytes of all the job's matched collectives (bytes x NCCL's bus factor)."""
     rs = ctx.rs
-    return float(rs["collective_bus_bytes"].sum()) if "collective_bus_bytes" in rs else 0.0
+    return float(np.nansum(rs["collective_bus_bytes"])) if "collective_bus_bytes" in rs else 0.0
 
 
 def _view(ctx: JobContext) -> _CommView:
@@ -183,8 +180,8 @@ def _busbw_evidence(v: _CommView) -> Evidence:
     )
 
 
-def _straggler_alternative(a: JobAnalysis, comm: pd.DataFrame) -> Alternative:
-    waited = float(comm["wait_ns"].sum() / max(comm["step_time_ns"].sum(), 1))
+def _straggler_alternative(a: JobAnalysis, comm: RankSteps) -> Alternative:
+    waited = float(np.nansum(comm["wait_ns"]) / max(comm["step_time_ns"].sum(), 1))
     strag = a.stragglers.straggler
     if waited >= MIN_IMPACT:
         who = f" (mostly for rank {strag})" if strag is not None else ""
@@ -246,7 +243,8 @@ def exposed_communication(job: Job) -> Finding | NotAssessed | None:
             )
         return None
     ctx = v.ctx
-    worst = v.df.groupby("rank")["exposed_net_ns"].median().sort_values(ascending=False)
+    by_rank = v.df.per_rank("exposed_net_ns", "median")
+    worst = v.df.ranks[descending(by_rank)]
     evidence = [
         Evidence(
             "exposed_communication_fraction",
@@ -289,7 +287,7 @@ def exposed_communication(job: Job) -> Finding | NotAssessed | None:
         fault="exposed_communication",
         confidence=confidence,
         impact=imp,
-        scope={"ranks": [int(r) for r in worst.index[:8]], "steps": [int(s) for s in ctx.step_time.index]},
+        scope={"ranks": [int(r) for r in worst[:8]], "steps": [int(s) for s in ctx.steps]},
         symptom=f"{imp.value:.0%} of each step is collective transfer that no compute hides ({bw}, overlap {v.overlap:.0%})",
         evidence=tuple(evidence),
         alternatives=tuple(alternatives),
@@ -361,7 +359,7 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
         fault="poor_overlap",
         confidence=confidence,
         impact=imp,
-        scope={"ranks": [int(r) for r in ctx.ranks[:8]], "steps": [int(s) for s in ctx.step_time.index]},
+        scope={"ranks": [int(r) for r in ctx.ranks[:8]], "steps": [int(s) for s in ctx.steps]},
         symptom=(
             f"collectives run after compute instead of under it: overlap {v.overlap:.0%} where about "
             f"{v.achievable_overlap:.0%} is achievable; {imp.value:.0%} of each step could be hidden"
@@ -374,6 +372,77 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
             "time each bucket's gradients were ready (autograd hooks) against its all-reduce start."
         ),
     )
+
+
+Hang = tuple[str, int, list[int], list[int], int, str, float, np.ndarray, np.ndarray]
+"""group, seq, waiting ranks, ranks that never issued it, untraced members, op, the group's median
+duration, and per waiting rank (in ``waiting`` order) the hung collective's start and its trace's end."""
+
+
+def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[Hang]:
+    """Per process group that has one: the collective some ranks still sit in at the end of their
+    trace (``HANG_FACTOR`` x the group's median and at least ``HANG_MIN_NS``) while others of the
+    group never issued it (their last collective there has a lower sequence number)."""
+    op = np.asarray(coll.column("op").to_pylist(), dtype=object)
+    group_size = coll.column("group_size").to_numpy(zero_copy_only=False).astype(float)
+    keep = ~np.isin(op, P2P_OPS) | (np.nan_to_num(group_size, nan=0.0) == 2)
+    if not keep.any():
+        return []
+    coll = coll.filter(pa.array(keep))
+    op, group_size = op[keep], group_size[keep]
+    rank = coll.column("rank").to_numpy().astype(np.int64)
+    start, end = coll.column("start_ns").to_numpy(), coll.column("end_ns").to_numpy()
+    dur = end - start
+    trace_end = np.array([facts.get(int(r), {}).get("trace_end_ns", np.nan) for r in rank], dtype=float)
+    seq_col = coll.column("seq")
+    group = keyed.string_codes(coll.column("group"))
+    if seq_col.null_count == 0:
+        seq = seq_col.to_numpy()
+    else:
+        order = np.argsort(start, kind="stable")
+        seq = np.empty(len(rank), dtype=np.int64)
+        seq[order] = keyed.cumcount(keyed.group_ids(rank[order], group[order]))
+    # a hang is a collective still open at the trace's end and at least HANG_MIN_NS long: only the groups
+    # that have one can hold a hang (one vectorised test instead of a pass per group; a large job has a
+    # group per tensor-, pipeline- and data-parallel slice)
+    open_at_end = (end >= trace_end - 1_000) & (dur >= HANG_MIN_NS)
+    names = coll.column("group").to_pylist()
+    hangs: list[Hang] = []
+    for g in np.unique(group[open_at_end]):  # codes follow the sorted group names
+        rows = np.flatnonzero(group == g)
+        med = float(np.median(dur[rows]))
+        members = sorted(int(r) for r in np.unique(rank[rows]))
+        sizes = group_size[rows][~np.isnan(group_size[rows])]
+        size = int(sizes.max()) if len(sizes) else len(members)
+        by_seq = rows[np.argsort(seq[rows], kind="stable")]
+        last: dict[int, int] = {int(rank[i]): int(i) for i in by_seq}  # each rank's row of highest seq
+        bar = max(HANG_MIN_NS, HANG_FACTOR * max(med, 1))
+        open_ = [i for i in last.values() if end[i] >= trace_end[i] - 1_000 and dur[i] >= bar]
+        if not open_:
+            continue
+        top = int(max(seq[i] for i in open_))
+        hung = sorted((int(rank[i]), i) for i in open_ if seq[i] == top)
+        absent = sorted(r for r, i in last.items() if seq[i] < top)
+        # ranks of the group missing from the trace altogether cannot be named, only counted
+        missing = max(0, size - len(members))
+        if not absent and not missing:
+            continue
+        first = min(last.values(), key=lambda i: (seq[i], i))  # the lowest last seq names the op, as the sorted rows put it first
+        rows_hung = np.array([i for _, i in hung])
+        hangs.append(
+            (
+                names[int(rows[0])],
+                top,
+                [r for r, _ in hung],
+                absent,
+                missing,
+                str(op[first]),
+                med,
+                start[rows_hung].astype(float),
+                trace_end[rows_hung],
+            )
+        )
+    return hangs
 
 
 @detector(
@@ -391,46 +460,15 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
     facts = a.rank_facts
     if coll.num_rows == 0:
         return None if a.ranks_with_gpu else NotAssessed("collective_hang", "GPU kernels in the trace")
-    df = coll.to_pandas()
-    df = df[~df["op"].isin(P2P_OPS) | (df["group_size"].fillna(0) == 2)]
-    if df.empty:
-        return None
-    df["dur"] = df["end_ns"] - df["start_ns"]
-    trace_end = {r: facts.get(int(r), {}).get("trace_end_ns", np.nan) for r in df["rank"].unique()}
-    df["trace_end"] = df["rank"].map(trace_end).astype(float)
-    has_seq = df["seq"].notna().all()
-    if not has_seq:
-        df["seq"] = df.sort_values("start_ns").groupby(["rank", "group"]).cumcount()
-    # a hang is a collective still open at the trace's end and at least HANG_MIN_NS long: only the groups
-    # that have one can hold a hang (one vectorised test instead of a pass per group; a large job has a
-    # group per tensor-, pipeline- and data-parallel slice)
-    open_at_end = (df["end_ns"] >= df["trace_end"] - 1_000) & (df["dur"] >= HANG_MIN_NS)
-    df = df[df["group"].isin(df.loc[open_at_end, "group"].unique())]
-    hangs = []
-    for group, g in df.groupby("group"):
-        med = float(g["dur"].median())
-        members = sorted(int(r) for r in g["rank"].unique())
-        size = int(g["group_size"].max()) if g["group_size"].notna().any() else len(members)
-        last = g.sort_values("seq").groupby("rank").tail(1).set_index("rank")
-        open_ = last[(last["end_ns"] >= last["trace_end"] - 1_000) & (last["dur"] >= max(HANG_MIN_NS, HANG_FACTOR * max(med, 1)))]
-        if open_.empty:
-            continue
-        seq = open_["seq"].max()
-        waiting = sorted(int(r) for r in open_.index[open_["seq"] == seq])
-        absent = sorted(int(r) for r in last.index if last.loc[r, "seq"] < seq)
-        # ranks of the group missing from the trace altogether cannot be named, only counted
-        missing = max(0, size - len(members))
-        if not absent and not missing:
-            continue
-        hangs.append((group, int(seq), waiting, absent, missing, open_.loc[open_["seq"] == seq], str(last["op"].iloc[0]), med))
+    hangs = _hangs(coll, facts)
     if not hangs:
         return None
-    group, seq, waiting, absent, missing, rows, op, med = max(hangs, key=lambda h: len(h[2]))
-    since = rows["start_ns"] - rows.index.map(lambda r: a.alignment.offset_ns.get(int(r), 0))
-    ends = rows["trace_end"] - rows.index.map(lambda r: a.alignment.offset_ns.get(int(r), 0))
-    starts = pd.Series({r: facts[r]["trace_start_ns"] - a.alignment.offset_ns.get(r, 0) for r in waiting})
+    group, seq, waiting, absent, missing, op, med, since, ends = max(hangs, key=lambda h: len(h[2]))
+    offset = np.array([a.alignment.offset_ns.get(r, 0) for r in waiting], dtype=float)
+    since, ends = since - offset, ends - offset
+    starts = np.array([facts[r]["trace_start_ns"] for r in waiting], dtype=float) - offset
     hung_ns = float(np.median(ends - since))
-    window = float(np.median(ends.to_numpy() - starts.reindex(rows.index).to_numpy()))
+    window = float(np.median(ends - starts))
     frac = hung_ns / window if window > 0 else 1.0
     impact = Interval(
         frac,

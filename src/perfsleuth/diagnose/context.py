@@ -14,13 +14,16 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from perfsleuth.diagnose.rank_steps import RankSteps, left_join
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.diagnose.signals import JobSignals
-from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Interval
 from perfsleuth.stats.confidence import TRACE_POLICY
 from perfsleuth.stats.summary import ratio_of_sums_interval
+from perfsleuth.trace import keyed
 from perfsleuth.trace.analysis import JobAnalysis
 from perfsleuth.trace.collectives import P2P_OPS
 
@@ -86,7 +89,7 @@ class Pipeline:
 class JobContext:
     """Shared intermediates of one job's trace (see the module docstring), built once by the engine
     (``diagnose.job.Job``). Each is computed on first use from the analysis alone and never changed
-    afterwards: a detector that needs a derived column makes its own copy (``with_column``)."""
+    afterwards: a detector that needs a derived column makes its own copy (``rs.with_columns``)."""
 
     def __init__(self, a: JobAnalysis, signals: JobSignals | None = None):
         self.a = a
@@ -99,34 +102,37 @@ class JobContext:
             self._derived[name] = build()
         return self._derived[name]
 
-    # --- frames ----------------------------------------------------------------------------------
+    # --- the rank-step table ---------------------------------------------------------------------
     @cached_property
-    def rs(self) -> pd.DataFrame:
-        """One row per (rank, step) with the steps breakdown and the per-step signals."""
-        steps = self.a.steps.to_pandas()
-        if steps.empty:
-            return steps
-        if (steps["step"] >= 0).any():
-            steps = steps[steps["step"] >= 0]
-        sig = self.a.signals.to_pandas()
-        if not sig.empty:
-            sig = sig.drop(columns=["step_time_ns"])
-            steps = steps.merge(sig, on=["rank", "step"], how="left")
-        steps = steps.merge(self.waits, on=["rank", "step"], how="left")
+    def rs(self) -> RankSteps:
+        """One row per (rank, step) with the steps breakdown, the per-step signals and the collective waits."""
+        steps = self.a.steps
+        if steps.num_rows == 0:
+            return RankSteps.empty_table()
+        columns = _numeric_columns(steps)
+        numbered = columns["step"] >= 0
+        if numbered.any():
+            columns = {k: v[numbered] for k, v in columns.items()}
+        if self.a.signals.num_rows:
+            columns = left_join(columns, self.a.signals, skip=("step_time_ns",))
+        columns = left_join(columns, self.waits)
         for c in ("wait_ns", "transfer_ns"):
-            steps[c] = steps[c].fillna(0.0)
-        return steps.reset_index(drop=True)
+            columns[c] = np.nan_to_num(columns[c], nan=0.0) if columns[c].dtype.kind == "f" else columns[c]
+        return RankSteps.of(columns)
 
     @cached_property
     def has_signals(self) -> bool:
         return self.a.signals.num_rows > 0
 
+    @property
+    def steps(self) -> np.ndarray:
+        """The job's step ids, sorted: what every per-step array here lines up with."""
+        return self.rs.steps
+
     @cached_property
-    def step_time(self) -> pd.Series:
-        """Job step time per step: median over ranks."""
-        if self.rs.empty:
-            return pd.Series(dtype=float)
-        return self.rs.groupby("step")["step_time_ns"].median().astype(float)
+    def step_time(self) -> np.ndarray:
+        """Job step time per step (``steps``): median over ranks."""
+        return self.rs.per_step("step_time_ns", "median").astype(float)
 
     @property
     def n_steps(self) -> int:
@@ -140,58 +146,55 @@ class JobContext:
 
     @cached_property
     def ranks(self) -> list[int]:
-        return sorted(int(r) for r in self.rs["rank"].unique()) if not self.rs.empty else []
+        return [int(r) for r in self.rs.ranks]
 
-    def per_step(self, col: str, how: str = "max", *, frame: pd.DataFrame | None = None) -> pd.Series:
-        """A column aggregated over ranks per step (max: the job waits for the worst rank); ``frame``
-        is a detector's own copy of ``rs`` with derived columns."""
+    def per_step(self, col: str, how: str = "max", *, frame: RankSteps | None = None) -> np.ndarray:
+        """A column reduced over ranks per step (max: the job waits for the worst rank), 0 for a step
+        without a value; ``frame`` is a detector's own copy of ``rs`` with derived columns."""
         rs = self.rs if frame is None else frame
         if rs.empty or col not in rs:
-            return pd.Series(dtype=float)
-        g = rs.groupby("step")[col]
-        out = g.max() if how == "max" else g.median() if how == "median" else g.sum()
-        return out.reindex(self.step_time.index).fillna(0).astype(float)
+            return np.zeros(len(self.steps))
+        return np.nan_to_num(rs.per_step(col, how).astype(float), nan=0.0)
 
-    def impact(self, loss_per_step: pd.Series) -> Interval:
+    def impact(self, loss_per_step: np.ndarray) -> Interval:
         """Lost time over step time (ratio of sums over steps) with a bootstrap interval."""
-        loss = loss_per_step.reindex(self.step_time.index).fillna(0).to_numpy(dtype=float)
-        return ratio_interval(loss, self.step_time.to_numpy(dtype=float))
+        return ratio_interval(np.nan_to_num(np.asarray(loss_per_step, dtype=float), nan=0.0), self.step_time)
 
-    def per_rank_share(self, col: str, *, frame: pd.DataFrame | None = None) -> pd.Series:
-        """Per rank: the column's total over its step time total."""
-        g = (self.rs if frame is None else frame).groupby("rank")
-        return (g[col].sum() / g["step_time_ns"].sum().clip(lower=1)).astype(float)
+    def per_rank_share(self, col: str, *, frame: RankSteps | None = None) -> np.ndarray:
+        """Per rank (``ranks``): the column's total over its step time total."""
+        rs = self.rs if frame is None else frame
+        return (rs.per_rank(col, "sum") / np.maximum(rs.per_rank("step_time_ns", "sum"), 1)).astype(float)
 
     # --- collectives: waits, transfers, bandwidth ------------------------------------------------
     @cached_property
-    def instances(self) -> pd.DataFrame:
+    def instances(self) -> dict[str, np.ndarray]:
+        """The matched collectives (not point-to-point), one row per (instance, rank), with each row's
+        transfer time: from the instance's last arrival to its median aligned end."""
+        names = ("instance", "rank", "step", "wait_ns", "arrival_ns", "aligned_end_ns")
         inst = self.a.instances
         if inst.num_rows == 0:
-            return pd.DataFrame(columns=["instance", "rank", "step", "op", "wait_ns", "arrival_ns", "aligned_end_ns"])
-        df = inst.to_pandas()
-        return df[~df["op"].isin(P2P_OPS)]
+            return {c: np.zeros(0, dtype=np.int64) for c in (*names, "transfer_ns")}
+        inst = inst.filter(pc.invert(pc.is_in(inst.column("op"), pa.array(sorted(P2P_OPS)))))
+        cols = {c: inst.column(c).to_numpy() for c in names}
+        ids = keyed.dense(cols["instance"]) if len(cols["instance"]) else cols["instance"].astype(np.int64)
+        n = int(ids.max(initial=-1)) + 1
+        last = keyed.reduce(ids, cols["arrival_ns"], n, "max")[ids]
+        end = keyed.reduce(ids, cols["aligned_end_ns"], n, "median")[ids]
+        cols["transfer_ns"] = np.maximum(end - last, 0)
+        return cols
 
     @cached_property
-    def waits(self) -> pd.DataFrame:
+    def waits(self) -> dict[str, np.ndarray]:
         """Per (rank, step): time its collectives waited for the last arrival, and transfer time."""
         df = self.instances
-        if df.empty:
-            return pd.DataFrame(
-                {
-                    "rank": pd.Series(dtype="int32"),
-                    "step": pd.Series(dtype="int32"),
-                    "wait_ns": pd.Series(dtype=float),
-                    "transfer_ns": pd.Series(dtype=float),
-                }
-            )
-        last = df.groupby("instance")["arrival_ns"].transform("max")
-        end = df.groupby("instance")["aligned_end_ns"].transform("median")
-        df = df.assign(transfer_ns=(end - last).clip(lower=0))
-        out = df.groupby(["rank", "step"]).agg(wait_ns=("wait_ns", "sum"), transfer_ns=("transfer_ns", "sum"))
-        out = out.reset_index()
-        out["rank"] = out["rank"].astype("int32")
-        out["step"] = out["step"].astype("int32")
-        return out
+        pair, rank, step = keyed.pairs(df["rank"].astype(np.int64), df["step"].astype(np.int64))
+        n = len(rank)
+        return {
+            "rank": rank.astype(np.int32),
+            "step": step.astype(np.int32),
+            "wait_ns": keyed.sums(pair, df["wait_ns"], n),
+            "transfer_ns": keyed.sums(pair, df["transfer_ns"].astype(float), n),
+        }
 
     @cached_property
     def busbw_gbps(self) -> float | None:
@@ -203,7 +206,7 @@ class JobContext:
         ok = (rs["transfer_ns"] > 0) & (rs["collective_bus_bytes"] > 0)
         if not ok.any():
             return None
-        return float(rs.loc[ok, "collective_bus_bytes"].sum() / rs.loc[ok, "transfer_ns"].sum())
+        return float(rs["collective_bus_bytes"][ok].sum() / rs["transfer_ns"][ok].sum())
 
     # --- pipeline --------------------------------------------------------------------------------
     @cached_property
@@ -212,19 +215,26 @@ class JobContext:
         coll = self.a.collectives
         if coll.num_rows == 0:
             return None
-        df = coll.to_pandas()
-        p2p = df[df["op"].isin(P2P_OPS)]
-        if p2p.empty:
+        p2p = coll.filter(pc.is_in(coll.column("op"), pa.array(sorted(P2P_OPS))))
+        if p2p.num_rows == 0:
             return None
-        members = p2p.groupby("group")["rank"].unique()
-        edges = {tuple(sorted(int(r) for r in m)) for m in members if len(m) == 2}
+        group, rank = keyed.string_codes(p2p.column("group")), p2p.column("rank").to_numpy().astype(np.int64)
+        _, member_group, member_rank = keyed.pairs(group, rank)
+        counts = np.bincount(member_group)
+        edges = set()
+        for g in np.flatnonzero(counts == 2):
+            x, y = sorted(int(r) for r in member_rank[member_group == g])
+            edges.add((x, y))
         if not edges:
             return Pipeline({}, 0, None)
         adj: dict[int, set[int]] = {}
         for x, y in edges:
             adj.setdefault(x, set()).add(y)
             adj.setdefault(y, set()).add(x)
-        first_op = p2p.sort_values("start_ns").groupby("rank")["op"].first()
+        ops = p2p.column("op").to_pylist()
+        first_op: dict[int, str] = {}
+        for i in np.argsort(p2p.column("start_ns").to_numpy(), kind="stable"):
+            first_op.setdefault(int(rank[i]), ops[i])
         stage_of: dict[int, int] = {}
         seen: set[int] = set()
         stages = 0
@@ -259,10 +269,19 @@ class JobContext:
         mb = None
         if not rs.empty and "p2p_ops" in rs:
             end_ranks = [r for r, s in stage_of.items() if s in (0, stages - 1)]
-            ops = rs[rs["rank"].isin(end_ranks)]["p2p_ops"]
-            if len(ops):
-                mb = float(ops.median()) / 2
+            ops_per_step = rs["p2p_ops"][np.isin(rs["rank"], end_ranks)].astype(float)
+            ops_per_step = ops_per_step[~np.isnan(ops_per_step)]
+            if len(ops_per_step):
+                mb = float(np.median(ops_per_step)) / 2
         return Pipeline(stage_of, stages, mb)
+
+
+def _numeric_columns(table: pa.Table) -> dict[str, np.ndarray]:
+    return {
+        name: table.column(name).to_numpy()
+        for name in table.column_names
+        if pa.types.is_integer(table.schema.field(name).type) or pa.types.is_floating(table.schema.field(name).type)
+    }
 
 
 def below_bar(fault: str, imp: Interval, needs: str) -> NotAssessed | None:

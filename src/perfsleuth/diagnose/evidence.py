@@ -17,6 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsleuth.trace import keyed
+from perfsleuth.trace.collectives import P2P_OPS
+
 if TYPE_CHECKING:
     from perfsleuth.diagnose.signals import JobSignals
     from perfsleuth.trace.analysis import JobAnalysis
@@ -60,9 +67,12 @@ def _p2p_pairs(signals: JobSignals) -> bool:
     a = signals.trace
     if a is None or a.collectives.num_rows == 0:
         return False
-    df = a.collectives.to_pandas()
-    p2p = df[df["op"].isin(("send", "recv", "sendrecv"))]
-    return not p2p.empty and bool((p2p.groupby("group")["rank"].nunique() == 2).any())
+    coll = a.collectives
+    p2p = coll.filter(pc.is_in(coll.column("op"), pa.array(P2P_OPS)))
+    if p2p.num_rows == 0:
+        return False
+    _, group_of_pair, _ = keyed.pairs(keyed.string_codes(p2p.column("group")), p2p.column("rank").to_numpy().astype(np.int64))
+    return bool((np.bincount(group_of_pair) == 2).any())
 
 
 def _host_gaps(signals: JobSignals) -> bool:

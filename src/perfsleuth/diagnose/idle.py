@@ -11,7 +11,10 @@ thresholds" there would hide the biggest loss in the trace.
 
 from __future__ import annotations
 
+import numpy as np
+
 from perfsleuth.diagnose.job import Job
+from perfsleuth.diagnose.rank_steps import descending, nanmax, nanmedian
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.provenance import REAL_SIZE, STEPS
@@ -36,8 +39,8 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed("unattributed_idle", "a PyTorch-profiler trace with GPU kernels and ProfilerStep annotations")
     rs = ctx.rs
     # the GPU idle while the host waits in a sync is not explained by it: both waited on something unseen
-    explained = rs[list(_EXPLAINED)].sum(axis=1) - rs["sync_wait_idle_ns"]
-    rs = rs.assign(unexplained_idle_ns=(rs["idle_ns"] - explained).clip(lower=0))
+    explained = np.nansum(np.vstack([rs[c].astype(float) for c in _EXPLAINED]), axis=0) - rs["sync_wait_idle_ns"]
+    rs = rs.with_columns(unexplained_idle_ns=np.maximum(rs["idle_ns"] - explained, 0))
     loss = ctx.per_step("unexplained_idle_ns", how="median", frame=rs)
     imp = ctx.impact(loss)
     if imp.value < UNEXPLAINED_IDLE_MIN:
@@ -50,9 +53,9 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
             )
         return None
     total = float(rs["step_time_ns"].sum())
-    idle = float(rs["idle_ns"].sum()) / total
-    split = {k: float(rs[f"idle_{k}_ns"].sum()) / total for k in ("host_launch", "sync", "other")}
-    typical_rank = rs.groupby("rank")["unexplained_idle_ns"].sum() / rs.groupby("rank")["step_time_ns"].sum().clip(lower=1)
+    idle = float(np.nansum(rs["idle_ns"])) / total
+    split = {k: float(np.nansum(rs[f"idle_{k}_ns"])) / total for k in ("host_launch", "sync", "other")}
+    typical_rank = ctx.per_rank_share("unexplained_idle_ns", frame=rs)
     evidence = (
         Evidence(
             "unattributed_idle_fraction",
@@ -68,8 +71,8 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
         ),
         Evidence(
             "unattributed_idle_by_rank",
-            Interval(float(typical_rank.max()), unit="fraction", method="worst rank"),
-            Interval(float(typical_rank.median()), unit="fraction", method="median rank"),
+            Interval(float(nanmax(typical_rank)), unit="fraction", method="worst rank"),
+            Interval(float(nanmedian(typical_rank)), unit="fraction", method="median rank"),
         ),
     )
     alternatives = (
@@ -87,12 +90,12 @@ def unattributed_idle(job: Job) -> Finding | NotAssessed | None:
             "dataloader_stall", "cannot_rule_out", "a custom input pipeline without a DataLoader op or an annotation would look like this"
         ),
     )
-    worst = [int(r) for r in typical_rank.sort_values(ascending=False).index[:8]]
+    worst = [int(r) for r in rs.ranks[descending(typical_rank)][:8]]
     return Finding(
         fault="unattributed_idle",
         confidence=ctx.confidence(imp.value, UNEXPLAINED_IDLE_MIN, specificity=0.9),
         impact=imp,
-        scope={"ranks": worst, "steps": [int(s) for s in ctx.step_time.index]},
+        scope={"ranks": worst, "steps": [int(s) for s in ctx.steps]},
         symptom=(
             f"the GPU is idle {imp.value:.0%} of the step for a reason the trace does not show (all idle "
             f"{idle:.0%}: waiting for launches {split['host_launch']:.0%}, in synchronize {split['sync']:.0%}, "

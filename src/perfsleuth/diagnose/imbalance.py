@@ -26,8 +26,8 @@ from perfsleuth.diagnose.context import (
     ratio_interval,
 )
 from perfsleuth.diagnose.job import Job
+from perfsleuth.diagnose.rank_steps import nanmax, nanmean, nanmedian
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
-from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.stats.tails import binom_at_least
 from perfsleuth.trace.analysis import JobAnalysis
@@ -71,7 +71,8 @@ usually leads by. A single such step rules a persistent straggler out, however s
 class Heaviness:
     """Which rank does the most compute on each step, and whether that is one rank persistently."""
 
-    heaviest: pd.Series  # step -> rank
+    step_ids: np.ndarray  # the steps every member has
+    heaviest: np.ndarray  # per step (step_ids): the rank with the most compute
     top_rank: int
     top_steps: int
     steps: int
@@ -84,7 +85,7 @@ class Heaviness:
         return self.top_steps / max(self.steps, 1)
 
     def share_of(self, rank: int) -> float:
-        return float((self.heaviest == rank).mean()) if len(self.heaviest) else 0.0
+        return float(np.mean(self.heaviest == rank)) if len(self.heaviest) else 0.0
 
     def p_of(self, rank: int) -> float:
         k = int((self.heaviest == rank).sum())
@@ -112,27 +113,42 @@ def _persist_p(k: int, n: int, ranks: int) -> float:
 
 
 def heaviness(ctx: JobContext, members: list[int]) -> Heaviness | None:
-    g = ctx.rs[ctx.rs["rank"].isin(members)]
-    if g["rank"].nunique() < 2 or g["step"].nunique() < 1:
+    g = ctx.rs.of_ranks(members)
+    if len(np.unique(g.rank_of)) < 2 or len(np.unique(g.step_of)) < 1:
         return None
-    piv = g.pivot_table(index="step", columns="rank", values="compute_ns", aggfunc="first").dropna()
-    if piv.empty:
+    grid, ranks = g.grid("compute_ns")
+    complete = ~np.isnan(grid).any(axis=1)  # the steps every member has (a step none has is all NaN)
+    piv, step_ids = grid[complete], g.steps[complete]
+    if not len(piv):
         return None
-    heavy = piv.idxmax(axis=1)
-    counts = heavy.value_counts()
-    top, k = int(counts.index[0]), int(counts.iloc[0])
-    return Heaviness(heavy, top, k, len(piv), piv.shape[1], _persist_p(k, len(piv), piv.shape[1]), _moved_steps(piv, heavy, top))
+    heavy_col = np.argmax(piv, axis=1)
+    counts = np.bincount(heavy_col, minlength=len(ranks))
+    # the most frequent heaviest rank; of a tie, the one heaviest first (pandas' value_counts order)
+    top_col = min(np.flatnonzero(counts == counts.max()), key=lambda c: int(np.argmax(heavy_col == c)))
+    k = int(counts[top_col])
+    return Heaviness(
+        step_ids,
+        ranks[heavy_col],
+        int(ranks[top_col]),
+        k,
+        len(piv),
+        piv.shape[1],
+        _persist_p(k, len(piv), piv.shape[1]),
+        _moved_steps(piv, heavy_col, int(top_col)),
+    )
 
 
-def _moved_steps(piv: pd.DataFrame, heavy: pd.Series, top: int) -> int:
-    """Steps where another rank out-computed ``top`` by at least ``MOVED_LEAD`` of ``top``'s median lead
-    over the runner-up on the steps it led (see ``MOVED_LEAD``)."""
-    others = piv.drop(columns=[top]).max(axis=1)
-    lead = piv[top] - others
-    usual = float(lead[heavy == top].median()) if (heavy == top).any() else 0.0
+def _moved_steps(piv: np.ndarray, heavy_col: np.ndarray, top_col: int) -> int:
+    """Steps where another rank out-computed the top rank (column ``top_col`` of the steps x ranks
+    compute grid) by at least ``MOVED_LEAD`` of its median lead over the runner-up on the steps it led
+    (see ``MOVED_LEAD``)."""
+    others = np.delete(piv, top_col, axis=1).max(axis=1)
+    lead = piv[:, top_col] - others
+    led = heavy_col == top_col
+    usual = float(np.median(lead[led])) if led.any() else 0.0
     if usual <= 0:
         return 0
-    return int((-lead[heavy != top] >= MOVED_LEAD * usual).sum())
+    return int((-lead[~led] >= MOVED_LEAD * usual).sum())
 
 
 MICROBATCH_FACTOR = 2
@@ -144,13 +160,13 @@ def _rank_excess(ctx: JobContext, rank: int) -> tuple[float, float, str | None]:
     """Per step, how much more compute and host-caused lost time ``rank`` has than the median other
     rank; and which host cause dominates its excess."""
     rs = ctx.rs
-    mine, others = rs[rs["rank"] == rank], rs[rs["rank"] != rank]
-    comp = float(mine["compute_ns"].median() - others["compute_ns"].median())
+    mine = rs["rank"] == rank
+    comp = float(nanmedian(rs["compute_ns"][mine]) - nanmedian(rs["compute_ns"][~mine]))
     best, best_v, host = None, 0.0, 0.0
     for c in HOST_CAUSES:
         if c not in rs:
             continue
-        d = float(mine[c].mean() - others[c].mean())
+        d = float(nanmean(rs[c][mine]) - nanmean(rs[c][~mine]))
         if d > 0:
             host += d
             if d > best_v:
@@ -207,8 +223,8 @@ def straggler_rank(job: Job) -> Finding | NotAssessed | None:
     me = pr[r]
     chance = 1.0 / max(2, len(pr))
     rs = ctx.rs
-    mine, others = rs[rs["rank"] == r], rs[rs["rank"] != r]
-    comp_me, comp_others = float(mine["compute_ns"].median()), float(others["compute_ns"].median())
+    mine = rs["rank"] == r
+    comp_me, comp_others = float(nanmedian(rs["compute_ns"][mine])), float(nanmedian(rs["compute_ns"][~mine]))
     evidence = [
         Evidence(
             "last_arrival_share",
@@ -280,15 +296,20 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         if hv is None or not hv.persistent:
             continue
         r = hv.top_rank
-        g = ctx.rs[ctx.rs["rank"].isin(members) & (ctx.rs["rank"] != exclude)]
-        piv = g.pivot_table(index="step", columns="rank", values="compute_ns", aggfunc="first")
-        excess = (piv[r] - piv.drop(columns=[r]).median(axis=1)).clip(lower=0)
+        g = ctx.rs.of_ranks(m for m in members if m != exclude)
+        present = g.present_steps()
+        grid, ranks = g.grid("compute_ns")
+        piv = grid[present]
+        mine = piv[:, int(np.searchsorted(ranks, r))]
+        others_median = nanmedian(np.delete(piv, int(np.searchsorted(ranks, r)), axis=1), axis=1)
+        excess = np.maximum(mine - others_median, 0)
         # it costs only what its peers actually wait for it (nothing when they wait for their host anyway)
-        waited = g[g["rank"] != r].groupby("step")["wait_ns"].median().reindex(excess.index).fillna(0)
-        st = ctx.step_time.reindex(excess.index)
-        imp = fraction_interval((np.minimum(excess, waited) / st).to_numpy())
+        peers = g.rows(g["rank"] != r)
+        waited = np.nan_to_num(peers.per_step("wait_ns", "median")[present], nan=0.0)
+        st = ctx.step_time[present]
+        imp = fraction_interval(np.minimum(excess, waited) / st)
         if best is None or imp.value > best[1].value:
-            best = (r, imp, hv, float(piv[r].median()), float(piv.drop(columns=[r]).median(axis=1).median()))
+            best = (r, imp, hv, float(nanmedian(mine)), float(nanmedian(others_median)))
     if best is None:
         return None
     r, imp, hv, comp_me, comp_others = best
@@ -304,7 +325,7 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         fault="straggler_rank",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=0.9),
         impact=imp,
-        scope={"ranks": [r], "steps": [int(s) for s in hv.heaviest.index]},
+        scope={"ranks": [r], "steps": [int(s) for s in hv.step_ids]},
         symptom=(
             f"its peers wait {imp.value:.0%} of each step for rank {r}, whose compute is the slowest of its peers "
             f"on {hv.top_share:.0%} of steps, {comp_me / max(comp_others, 1) - 1:.0%} longer than the median "
@@ -385,13 +406,12 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
             persistent.append(hv)
         elif hv.ambiguous:
             ambiguous.append(hv)
-        g = rs[rs["rank"].isin(members)]
-        piv = g.pivot_table(index="step", columns="rank", values="compute_ns", aggfunc="first")
-        losses.append((piv.max(axis=1) - piv.mean(axis=1)).reindex(ctx.step_time.index).fillna(0))
+        grid, _ = rs.of_ranks(members).grid("compute_ns")
+        losses.append(np.nan_to_num(nanmax(grid, axis=1) - nanmean(grid, axis=1), nan=0.0))
         heavy.append(hv)
     if not losses:
         return None
-    loss = pd.concat(losses, axis=1).max(axis=1)
+    loss = np.max(np.vstack(losses), axis=0)
     imp = ctx.impact(loss)
     if imp.value < MIN_IMPACT:
         return below_bar(
@@ -412,7 +432,9 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
         )
     hv = max(heavy, key=lambda h: h.top_share)
     top_rank, top_share = hv.top_rank, hv.top_share
-    comp_cv = rs.groupby("step")["compute_ns"].agg(lambda x: x.std() / max(x.mean(), 1)).median()
+    per_step = rs.present_steps()
+    spread = rs.per_step("compute_ns", "std")[per_step] / np.maximum(rs.per_step("compute_ns", "mean")[per_step], 1)
+    comp_cv = nanmedian(spread)
     evidence = (
         Evidence(
             "imbalance_cost_fraction",
@@ -439,14 +461,14 @@ def sequence_imbalance(job: Job) -> Finding | NotAssessed | None:
         Alternative("slow_node", "ruled_out", "no rank is slow on every step"),
     )
     confidence = ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if top_share < 0.6 else 0.9)
-    heavy_by_step = {int(s): int(r) for s, r in heavy[0].heaviest.items()}
+    heavy_by_step = {int(s): int(r) for s, r in zip(heavy[0].step_ids, heavy[0].heaviest, strict=True)}
     return Finding(
         fault="sequence_imbalance",
         confidence=confidence,
         impact=imp,
         scope={
-            "ranks": sorted({int(r) for h in heavy for r in h.heaviest.unique()}),
-            "steps": [int(s) for s in ctx.step_time.index],
+            "ranks": sorted({int(r) for h in heavy for r in h.heaviest}),
+            "steps": [int(s) for s in ctx.steps],
             "heaviest_rank_by_step": heavy_by_step,
         },
         symptom=(
@@ -481,17 +503,15 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     rs = ctx.rs
     p = pipe.stages
     m = pipe.microbatches
-    comp = rs.groupby("rank")["compute_ns"].median()
-    stage_comp = pd.Series(
-        {
-            s: float(comp[[r for r, st in pipe.stage_of.items() if st == s and r in comp.index]].min())
-            for s in range(p)
-            if any(st == s and r in comp.index for r, st in pipe.stage_of.items())
-        }
-    )
-    slowest = int(stage_comp.idxmax())
-    c_max = float(stage_comp.max())
-    ref = float(stage_comp.drop(slowest).median()) if len(stage_comp) > 1 else c_max
+    comp = dict(zip((int(r) for r in rs.ranks), rs.per_rank("compute_ns", "median"), strict=True))
+    stage_comp = {
+        s: float(min(comp[r] for r, st in pipe.stage_of.items() if st == s and r in comp))
+        for s in range(p)
+        if any(st == s and r in comp for r, st in pipe.stage_of.items())
+    }
+    slowest = max(stage_comp, key=lambda s: stage_comp[s])  # the first of a tie, as idxmax gives it
+    c_max = float(stage_comp[slowest])
+    ref = float(np.median([v for s, v in stage_comp.items() if s != slowest])) if len(stage_comp) > 1 else c_max
     m_ref = MICROBATCH_FACTOR * p
     m_eff = m if m is not None and m >= 1 else float(m_ref)
     # 1F1B: the slowest stage sets the steady state (its whole compute), the fill and drain add
@@ -504,14 +524,16 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
     mb_cost = max(0.0, 1 - t_ref / t_bal)
     # measured bubble per step: the busiest stage's time not computing
     busy_ranks = [r for r, s in pipe.stage_of.items() if s == slowest]
-    g = rs[rs["rank"].isin(busy_ranks)].groupby("step")
-    bubble = ratio_interval((g["step_time_ns"].median() - g["compute_ns"].median()).to_numpy(), g["step_time_ns"].median().to_numpy())
+    g = rs.of_ranks(busy_ranks)
+    present = g.present_steps()
+    stage_step = g.per_step("step_time_ns", "median")[present]
+    stage_idle = stage_step - g.per_step("compute_ns", "median")[present]
+    bubble = ratio_interval(stage_idle, stage_step)
     # per-step cost, scaled so the interval reflects step-to-step variation of the measured bubble
-    per_step = (g["step_time_ns"].median() - g["compute_ns"].median()) / g["step_time_ns"].median()
-    scale = cost / max(float(per_step.mean()), 1e-9)
-    imp = ratio_interval(
-        (per_step * scale * ctx.step_time.reindex(per_step.index)).to_numpy(), ctx.step_time.reindex(per_step.index).to_numpy()
-    )
+    per_step = stage_idle / stage_step
+    scale = cost / max(float(nanmean(per_step)), 1e-9)
+    st = ctx.step_time[present]
+    imp = ratio_interval(per_step * scale * st, st)
     imp = Interval(
         cost,
         imp.low,
@@ -588,7 +610,7 @@ def pipeline_bubble(job: Job) -> Finding | NotAssessed | None:
             "stages": p,
             "slowest_stage": slowest,
             "microbatches": m,
-            "steps": [int(s) for s in ctx.step_time.index],
+            "steps": [int(s) for s in ctx.steps],
         },
         symptom=f"pipeline stages idle for each other: {'; '.join(causes)}",
         evidence=tuple(evidence),

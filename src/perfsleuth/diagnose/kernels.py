@@ -14,6 +14,7 @@ import numpy as np
 
 from perfsleuth.diagnose.context import MIN_IMPACT, JobContext, below_bar
 from perfsleuth.diagnose.job import Job
+from perfsleuth.diagnose.rank_steps import nanmedian
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.launch import SHORT_KERNEL_NS
@@ -47,9 +48,9 @@ def small_kernels(job: Job) -> Finding | NotAssessed | None:
         return NotAssessed("small_kernels", "a PyTorch-profiler trace with ProfilerStep annotations and GPU kernels")
     if not a.ranks_with_gpu:
         return NotAssessed("small_kernels", "GPU kernels in the trace")
-    per_kernel = rs["chain_ns"] / rs["chain_kernels"].clip(lower=1)
+    per_kernel = rs["chain_ns"] / np.maximum(rs["chain_kernels"], 1)
     fused = np.minimum(rs["chain_ns"], FUSED_KERNELS * rs["chains"] * per_kernel)
-    rs = rs.assign(small_kernel_saving_ns=(rs["chain_ns"] - fused).clip(lower=0))  # a copy: the shared frame stays as built
+    rs = rs.with_columns(small_kernel_saving_ns=np.maximum(rs["chain_ns"] - fused, 0))  # a copy: the shared table stays as built
     amplification = pipeline_amplification(ctx)
     loss = ctx.per_step("small_kernel_saving_ns", frame=rs) * amplification
     imp = ctx.impact(loss)
@@ -67,11 +68,11 @@ def small_kernels(job: Job) -> Finding | NotAssessed | None:
             f"step, so its tiny kernels are that problem's symptom (fusing them is the launch-bound fix)",
             imp,
         )
-    hit = rs[rs["chains"] > 0]
-    ranks = sorted(int(r) for r in hit["rank"].unique())
-    chain_len = float((hit["chain_kernels"] / hit["chains"]).median())
-    kern_ns = float((hit["chain_ns"] / hit["chain_kernels"]).median())
-    chain_share = float(hit["chain_ns"].sum() / max(hit["compute_ns"].sum(), 1))
+    hit = rs.rows(rs["chains"] > 0)
+    ranks = sorted(int(r) for r in np.unique(hit["rank"]))
+    chain_len = float(nanmedian(hit["chain_kernels"] / hit["chains"]))
+    kern_ns = float(nanmedian(hit["chain_ns"] / hit["chain_kernels"]))
+    chain_share = float(np.nansum(hit["chain_ns"]) / max(hit["compute_ns"].sum(), 1))
     evidence = (
         Evidence(
             "fusion_saving_fraction",
@@ -105,7 +106,7 @@ def small_kernels(job: Job) -> Finding | NotAssessed | None:
         fault="small_kernels",
         confidence=ctx.confidence(imp.value, MIN_IMPACT),
         impact=imp,
-        scope={"ranks": ranks, "steps": [int(s) for s in ctx.step_time.index]},
+        scope={"ranks": ranks, "steps": [int(s) for s in ctx.steps]},
         symptom=(
             f"chains of ~{chain_len:.0f} tiny kernels (~{kern_ns / 1e3:.1f} µs each) run back to back: "
             f"{chain_share:.0%} of compute time; fusing them would save about {imp.value:.0%} of the step"

@@ -22,8 +22,8 @@ import numpy as np
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext, below_bar, require_host_and_gpu
 from perfsleuth.diagnose.imbalance import straggler_symptom
 from perfsleuth.diagnose.job import Job
+from perfsleuth.diagnose.rank_steps import RankSteps, nanmedian
 from perfsleuth.diagnose.registry import NotAssessed, detector, insufficient
-from perfsleuth.lazy_import import pandas as pd
 from perfsleuth.model import Alternative, Evidence, Finding, Interval
 from perfsleuth.trace.provenance import REAL_SIZE, SEVERAL_STEPS, STEPS
 
@@ -40,33 +40,33 @@ STEADY_SHARE = 0.5
 STEADY_FLUSH_MIN_STEPS = 3
 
 
-def steady_flush_ranks(rs: pd.DataFrame, burst: pd.Series) -> set[int]:
+def steady_flush_ranks(rs: RankSteps, burst: np.ndarray) -> set[int]:
     """Ranks whose cache is flushed on most steps (at least STEADY_SHARE and STEADY_FLUSH_MIN_STEPS)."""
-    per_rank = burst.groupby(rs["rank"]).agg(["mean", "sum"])
-    steady = (per_rank["mean"] >= STEADY_SHARE) & (per_rank["sum"] >= STEADY_FLUSH_MIN_STEPS)
-    return {int(r) for r in per_rank.index[steady.to_numpy()]}
+    hits = burst.astype(float)
+    steady = (rs.per_rank(hits, "mean") >= STEADY_SHARE) & (rs.per_rank(hits, "sum") >= STEADY_FLUSH_MIN_STEPS)
+    return {int(r) for r in rs.ranks[steady]}
 
 
-def _split(ctx: JobContext, several_steps: bool = True) -> pd.DataFrame:
+def _split(ctx: JobContext, several_steps: bool = True) -> RankSteps:
     """Per (rank, step): allocator lost time split into flush (fragmentation) and churn. A flush is a
     burst on a few steps among quiet ones; with fewer than three steps no step can be told apart from
     the others, so every allocator call counts as churn."""
     rs = ctx.rs
-    burst = (rs["free_burst_max"] >= FLUSH_BURST) | (rs["mem_reserved_drops"].fillna(0) > 0)
+    burst = (rs["free_burst_max"] >= FLUSH_BURST) | (np.nan_to_num(rs["mem_reserved_drops"], nan=0.0) > 0)
     if not several_steps:
         burst = burst & False
-    flush = burst & ~rs["rank"].isin(steady_flush_ranks(rs, burst))
+    flush = burst & ~np.isin(rs["rank"], list(steady_flush_ranks(rs, burst)))
     calls = (rs["malloc_calls"] + rs["free_calls"]) > 0
-    plain = rs[calls & ~flush].groupby("rank")["lost_alloc_ns"].median()
-    base = rs["rank"].map(plain).fillna(0)
+    plain = rs.rows(calls & ~flush).per_rank("lost_alloc_ns", "median")
+    base = np.nan_to_num(plain[rs.rank_of], nan=0.0)
     churn = np.where(flush, np.minimum(rs["lost_alloc_ns"], base), rs["lost_alloc_ns"])
-    out = rs[["rank", "step", "step_time_ns", "malloc_calls", "free_calls", "free_burst_max", "lost_alloc_ns"]].copy()
-    out["flush"] = flush
-    out["steady_flush"] = burst & ~flush
-    out["churn_ns"] = churn
-    out["flush_ns"] = np.where(flush, rs["lost_alloc_ns"] - churn, 0)
-    out["calls"] = calls & ~flush
-    return out
+    return rs.with_columns(
+        flush=flush,
+        steady_flush=burst & ~flush,
+        churn_ns=churn,
+        flush_ns=np.where(flush, rs["lost_alloc_ns"] - churn, 0),
+        calls=calls & ~flush,
+    )
 
 
 def _needs(job: Job, fault: str) -> JobContext | NotAssessed:
@@ -90,9 +90,9 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
     sp = _split(ctx, job.provenance.supports(SEVERAL_STEPS))
     if not sp["calls"].any():
         return None
-    loss = ctx.per_step("churn_ns", frame=ctx.rs.assign(churn_ns=sp["churn_ns"].to_numpy()))
+    loss = ctx.per_step("churn_ns", frame=sp)
     imp = ctx.impact(loss)
-    steady = float(sp.groupby("step")["calls"].any().mean())
+    steady = float(sp.per_step("calls", "any")[sp.present_steps()].mean())
     if imp.value < MIN_IMPACT:
         return below_bar("allocator_churn", imp, f"a larger effect: allocator calls cost {imp.value:.1%} of step time, under the 3% bar")
     if steady < STEADY_SHARE:
@@ -102,9 +102,9 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
             "which is warm-up or one-off growth rather than steady-state churn",
             imp,
         )
-    hit = sp[sp["calls"]]
-    ranks = sorted(int(r) for r in hit["rank"].unique())
-    per_step_calls = hit.groupby(["rank", "step"])[["malloc_calls", "free_calls"]].sum().median()
+    hit = sp.rows(sp["calls"])
+    ranks = sorted(int(r) for r in np.unique(hit["rank"]))
+    per_step_calls = {c: float(np.median(np.nan_to_num(hit[c], nan=0.0))) for c in ("malloc_calls", "free_calls")}
     emptied = bool(hit["steady_flush"].any())
     evidence = (
         Evidence(
@@ -136,7 +136,7 @@ def allocator_churn(job: Job) -> Finding | NotAssessed | None:
         fault="allocator_churn",
         confidence=ctx.confidence(imp.value, MIN_IMPACT, specificity=1.0 if steady >= 0.8 else 0.9),
         impact=imp,
-        scope={"ranks": ranks, "steps": sorted(int(s) for s in hit["step"].unique())},
+        scope={"ranks": ranks, "steps": sorted(int(s) for s in np.unique(hit["step"]))},
         symptom=(
             (
                 f"cudaMalloc/cudaFree in {steady:.0%} of steady-state steps "
@@ -171,13 +171,13 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
     rs = ctx.rs
     has_mem = bool((rs["mem_events"] > 0).any())
     sp = _split(ctx)
-    loss = ctx.per_step("flush_ns", frame=ctx.rs.assign(flush_ns=sp["flush_ns"].to_numpy()))
+    loss = ctx.per_step("flush_ns", frame=sp)
     imp = ctx.impact(loss)
     ratio = None
     if has_mem:
-        m = rs[rs["mem_events"] > 0]
-        ratio = float((m["mem_reserved_max_bytes"] / m["mem_allocated_max_bytes"].clip(lower=1)).median())
-    flushes = sp[sp["flush"] & (sp["flush_ns"] > 0)]
+        m = rs.rows(rs["mem_events"] > 0)
+        ratio = float(nanmedian(m["mem_reserved_max_bytes"] / np.maximum(m["mem_allocated_max_bytes"], 1)))
+    flushes = sp.rows(sp["flush"] & (sp["flush_ns"] > 0))
     if imp.value < MIN_IMPACT:
         if ratio is not None and ratio >= RESERVED_OVER_ALLOCATED:
             return insufficient(
@@ -194,8 +194,9 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
                 "allocator memory events (torch.profiler profile_memory=True) or torch.cuda.memory_stats() num_alloc_retries",
             )
         return None
-    ranks = sorted(int(r) for r in flushes["rank"].unique())
-    steps = sorted(int(s) for s in flushes["step"].unique())
+    ranks = sorted(int(r) for r in np.unique(flushes["rank"]))
+    steps = sorted(int(s) for s in np.unique(flushes["step"]))
+    burst = float(nanmedian(flushes["free_burst_max"]))
     evidence = [
         Evidence(
             "cache_flush_blocked_fraction",
@@ -205,7 +206,7 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
         ),
         Evidence(
             "cudaFree_burst",
-            Interval(float(flushes["free_burst_max"].median()), unit="calls", method="median back-to-back cudaFree calls at a flush"),
+            Interval(burst, unit="calls", method="median back-to-back cudaFree calls at a flush"),
             Interval(float(FLUSH_BURST), unit="calls", method="threshold"),
         ),
     ]
@@ -217,7 +218,7 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
                 Interval(RESERVED_OVER_ALLOCATED, unit="ratio", method="threshold"),
             )
         )
-        drops = int(rs["mem_reserved_drops"].fillna(0).sum())
+        drops = int(np.nansum(rs["mem_reserved_drops"]))
         evidence.append(
             Evidence(
                 "reserved_memory_drops",
@@ -242,7 +243,7 @@ def memory_fragmentation(job: Job) -> Finding | NotAssessed | None:
         scope={"ranks": ranks, "steps": steps},
         symptom=(
             f"the caching allocator empties its cache and retries on step(s) {steps} "
-            f"({flushes['free_burst_max'].median():.0f} cudaFree calls back to back)"
+            f"({burst:.0f} cudaFree calls back to back)"
             + (f"; reserved memory is {ratio:.1f}x allocated" if ratio is not None else "")
             + f": {imp.value:.0%} of step time"
         ),

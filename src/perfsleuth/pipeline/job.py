@@ -22,6 +22,7 @@ from perfsleuth.ingest import rank_subset, trace_files, traces
 from perfsleuth.ingest.inputs import JobInputs, classify_inputs
 from perfsleuth.ingest.kineto import KinetoJob, RankFile, assemble_job, check_one_job, default_run_id, map_rank_files
 from perfsleuth.ingest.placement import Slot, TraceRank, build_placement, explicit_placement, read_placement_file, trace_rank
+from perfsleuth.lazy_import import arrow_without_pandas
 from perfsleuth.model import RUNS
 from perfsleuth.model.job_identity import software, workload_name
 from perfsleuth.model.source import SourceData
@@ -136,6 +137,7 @@ def analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None = None
 
 def analyze_streaming(paths: Sequence[str | Path], *, run_id: str | None = None, workers: int | None = None) -> JobAnalysis:
     """The trace analysis of one job (its traces only), streaming one file per worker."""
+    arrow_without_pandas()
     fmt, files = trace_files(paths)
     return analyze_traces(fmt, files, run_id=run_id, workers=workers)
 
@@ -233,6 +235,7 @@ def analyze(
     report is the same as the local run's (``pipeline.spark_ranks``).
     """
     require_rank_engine(engine)
+    arrow_without_pandas()  # a job of traces alone never loads pandas (lazy_import); its other sources' readers do
     found = classify_inputs(paths)
     explicit = explicit_placement(placement)  # a bad option fails before any trace is parsed
     subset = rank_subset.parse_rank_spec(ranks) if isinstance(ranks, str) else ranks

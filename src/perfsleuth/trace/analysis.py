@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from perfsleuth.errors import Caveat
 from perfsleuth.model import STEPS
 from perfsleuth.stats.quality import check_samples
+from perfsleuth.trace import keyed
 from perfsleuth.trace.collectives import RANK_COLLECTIVES, ClockAlignment, align_clocks, collective_instances, with_arrivals
 from perfsleuth.trace.job import TraceJob
 from perfsleuth.trace.kernels import CLASS_SCHEMA, TOP_SCHEMA
@@ -58,9 +59,19 @@ class JobAnalysis:
 
     def rank_summary(self) -> list[dict[str, Any]]:
         """Per rank: step count, step time median/p90 and breakdown totals over its step windows."""
-        out = []
-        df = self.steps.to_pandas()
-        for rank, g in df.groupby("rank"):
+        out: list[dict[str, Any]] = []
+        steps = self.steps
+        if steps.num_rows == 0:
+            return out
+        cols = {
+            c: steps.column(c).to_numpy()
+            for c in steps.column_names
+            if c not in ("run_id",) and pa.types.is_integer(steps.schema.field(c).type)
+        }
+        order = np.argsort(cols["rank"], kind="stable")
+        ranks, starts = np.unique(cols["rank"][order], return_index=True)
+        for rank, rows in zip(ranks, np.split(order, starts[1:]), strict=True):
+            g = {c: v[rows] for c, v in cols.items()}
             comm = int(g["communication_ns"].sum())
             out.append(
                 {
@@ -179,11 +190,12 @@ def _single_step(steps: pa.Table) -> list[Caveat]:
 
 def _step_time_quality(steps: pa.Table) -> list[Caveat]:
     """Warm-up or two populations in the job's step times (median over ranks per step)."""
-    df = steps.to_pandas()
-    df = df[df["step"] >= 0]
-    if df.empty:
+    step = steps.column("step").to_numpy()
+    numbered = step >= 0
+    if not numbered.any():
         return []
-    per_step = df.groupby("step")["step_time_ns"].median().sort_index().to_numpy(dtype=float)
+    ids = keyed.dense(step[numbered])
+    per_step = keyed.median(ids, steps.column("step_time_ns").to_numpy()[numbered])
     return [
         c
         for c in check_samples(per_step, order=np.arange(len(per_step)), name="step times")

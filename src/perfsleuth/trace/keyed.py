@@ -172,3 +172,53 @@ def mode(ids: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
     head = best[run_starts(pair_id[best])]
     top[pair_id[head]], count[pair_id[head]] = pair_value[head], n_pair[head]
     return top, count
+
+
+REDUCTIONS = ("max", "min", "median", "sum", "mean", "std", "count", "size", "any", "all", "first")
+
+
+def reduce(ids: np.ndarray, values: np.ndarray, n: int, how: str) -> np.ndarray:
+    """Per group (0..n-1), one reduction of its ``values`` as pandas' group-by gives it: missing values
+    (NaN) skipped; a group without values NaN, except ``sum`` (0), ``count``/``size`` (0), ``any``
+    (False) and ``all`` (True); ``std`` with one degree of freedom; ``first`` the first value in row
+    order. Integer values keep their dtype for max, min, sum and first when every group has rows."""
+    size = np.bincount(ids, minlength=n)
+    if how == "size":
+        return size
+    if values.dtype.kind == "f":
+        keep = ~np.isnan(values)
+        ids, values = ids[keep], values[keep]
+    count = np.bincount(ids, minlength=n)
+    if how == "count":
+        return count
+    if how in ("any", "all"):
+        hits = np.bincount(ids, weights=values.astype(bool), minlength=n)
+        return hits > 0 if how == "any" else hits == count
+    if how == "sum":
+        return sums(ids, values, n)
+    if how == "median":
+        return median(ids, values, n) if len(ids) else np.full(n, np.nan)
+    if how in ("mean", "std"):
+        total = np.bincount(ids, weights=values.astype(float), minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / count
+            if how == "mean":
+                return mean
+            dev = np.bincount(ids, weights=(values - mean[ids]) ** 2, minlength=n)
+            return np.where(count > 1, np.sqrt(dev / np.maximum(count - 1, 1)), np.nan)
+    if how in ("max", "min", "first"):
+        if how == "first":
+            picked = first_rows(np.r_[ids, np.arange(n)])[:n] if n else np.zeros(0, dtype=np.int64)
+            out = values[np.minimum(picked, max(len(values) - 1, 0))] if len(values) else np.zeros(n, dtype=values.dtype)
+        else:
+            fill = _lowest(values.dtype) if how == "max" else _highest(values.dtype)
+            out = np.full(n, fill, dtype=values.dtype)
+            (np.maximum if how == "max" else np.minimum).at(out, ids, values)
+        if (count == 0).any():
+            out = np.where(count > 0, out, np.nan)
+        return out
+    raise ValueError(f"unknown reduction {how!r} (one of {', '.join(REDUCTIONS)})")
+
+
+def _highest(dtype: np.dtype) -> Any:
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
