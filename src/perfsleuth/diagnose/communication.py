@@ -10,8 +10,11 @@ compute were serialized after it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsleuth.diagnose.context import INSUFFICIENT_FLOOR, MIN_IMPACT, JobContext
 from perfsleuth.diagnose.job import Job
@@ -374,22 +377,32 @@ def poor_overlap(job: Job) -> Finding | NotAssessed | None:
     )
 
 
-Hang = tuple[str, int, list[int], list[int], int, str, float, np.ndarray, np.ndarray]
-"""group, seq, waiting ranks, ranks that never issued it, untraced members, op, the group's median
-duration, and per waiting rank (in ``waiting`` order) the hung collective's start and its trace's end."""
+@dataclass(frozen=True, slots=True)
+class _Hang:
+    """One process group's hung collective."""
+
+    group: str
+    seq: int
+    waiting: list[int]  # ranks inside it when their trace ends
+    absent: list[int]  # ranks of the group that never issued it
+    missing: int  # members of the group with no trace here
+    op: str
+    median_ns: float  # the group's median collective duration
+    since_ns: np.ndarray  # per waiting rank (``waiting`` order): when it entered the collective
+    trace_end_ns: np.ndarray  # per waiting rank: the end of its trace
 
 
-def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[Hang]:
+def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[_Hang]:
     """Per process group that has one: the collective some ranks still sit in at the end of their
     trace (``HANG_FACTOR`` x the group's median and at least ``HANG_MIN_NS``) while others of the
     group never issued it (their last collective there has a lower sequence number)."""
-    op = np.asarray(coll.column("op").to_pylist(), dtype=object)
     group_size = coll.column("group_size").to_numpy(zero_copy_only=False).astype(float)
-    keep = ~np.isin(op, P2P_OPS) | (np.nan_to_num(group_size, nan=0.0) == 2)
+    point_to_point = pc.is_in(coll.column("op"), pa.array(P2P_OPS)).to_numpy(zero_copy_only=False)
+    keep = ~point_to_point | (np.nan_to_num(group_size, nan=0.0) == 2)
     if not keep.any():
         return []
     coll = coll.filter(pa.array(keep))
-    op, group_size = op[keep], group_size[keep]
+    group_size = group_size[keep]
     rank = coll.column("rank").to_numpy().astype(np.int64)
     start, end = coll.column("start_ns").to_numpy(), coll.column("end_ns").to_numpy()
     dur = end - start
@@ -406,8 +419,7 @@ def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[Hang]:
     # that have one can hold a hang (one vectorised test instead of a pass per group; a large job has a
     # group per tensor-, pipeline- and data-parallel slice)
     open_at_end = (end >= trace_end - 1_000) & (dur >= HANG_MIN_NS)
-    names = coll.column("group").to_pylist()
-    hangs: list[Hang] = []
+    hangs: list[_Hang] = []
     for g in np.unique(group[open_at_end]):  # codes follow the sorted group names
         rows = np.flatnonzero(group == g)
         med = float(np.median(dur[rows]))
@@ -427,16 +439,16 @@ def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[Hang]:
         missing = max(0, size - len(members))
         if not absent and not missing:
             continue
-        first = min(last.values(), key=lambda i: (seq[i], i))  # the lowest last seq names the op, as the sorted rows put it first
+        first = min(last.values(), key=lambda i: (seq[i], i))  # the op of the rank with the lowest last seq
         rows_hung = np.array([i for _, i in hung])
         hangs.append(
-            (
-                names[int(rows[0])],
+            _Hang(
+                str(coll.column("group")[int(rows[0])]),
                 top,
                 [r for r, _ in hung],
                 absent,
                 missing,
-                str(op[first]),
+                str(coll.column("op")[first]),
                 med,
                 start[rows_hung].astype(float),
                 trace_end[rows_hung],
@@ -463,9 +475,10 @@ def collective_hang(job: Job) -> Finding | NotAssessed | None:
     hangs = _hangs(coll, facts)
     if not hangs:
         return None
-    group, seq, waiting, absent, missing, op, med, since, ends = max(hangs, key=lambda h: len(h[2]))
+    hang = max(hangs, key=lambda h: len(h.waiting))
+    group, seq, waiting, absent, missing, op, med = hang.group, hang.seq, hang.waiting, hang.absent, hang.missing, hang.op, hang.median_ns
     offset = np.array([a.alignment.offset_ns.get(r, 0) for r in waiting], dtype=float)
-    since, ends = since - offset, ends - offset
+    since, ends = hang.since_ns - offset, hang.trace_end_ns - offset
     starts = np.array([facts[r]["trace_start_ns"] for r in waiting], dtype=float) - offset
     hung_ns = float(np.median(ends - since))
     window = float(np.median(ends - starts))

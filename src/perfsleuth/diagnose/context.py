@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsleuth.diagnose.rank_steps import RankSteps, left_join
+from perfsleuth.diagnose.rank_steps import RankSteps, left_join, numpy_columns
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
 from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.model import Interval
@@ -109,7 +109,7 @@ class JobContext:
         steps = self.a.steps
         if steps.num_rows == 0:
             return RankSteps.empty_table()
-        columns = _numeric_columns(steps)
+        columns = numpy_columns(steps)
         numbered = columns["step"] >= 0
         if numbered.any():
             columns = {k: v[numbered] for k, v in columns.items()}
@@ -274,14 +274,6 @@ class JobContext:
             if len(ops_per_step):
                 mb = float(np.median(ops_per_step)) / 2
         return Pipeline(stage_of, stages, mb)
-
-
-def _numeric_columns(table: pa.Table) -> dict[str, np.ndarray]:
-    return {
-        name: table.column(name).to_numpy()
-        for name in table.column_names
-        if pa.types.is_integer(table.schema.field(name).type) or pa.types.is_floating(table.schema.field(name).type)
-    }
 
 
 def below_bar(fault: str, imp: Interval, needs: str) -> NotAssessed | None:

@@ -114,7 +114,7 @@ def _persist_p(k: int, n: int, ranks: int) -> float:
 
 def heaviness(ctx: JobContext, members: list[int]) -> Heaviness | None:
     g = ctx.rs.of_ranks(members)
-    if len(np.unique(g.rank_of)) < 2 or len(np.unique(g.step_of)) < 1:
+    if g.empty or len(np.unique(g.rank_of)) < 2:
         return None
     grid, ranks = g.grid("compute_ns")
     complete = ~np.isnan(grid).any(axis=1)  # the steps every member has (a step none has is all NaN)

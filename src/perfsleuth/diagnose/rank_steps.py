@@ -104,7 +104,7 @@ def left_join(
     """``left``'s columns and, per row, the columns of the ``right`` row with the same (rank, step): a
     left join on unique keys. Rows without a match get NaN (integer columns become floats), as pandas'
     left merge gives them; a column with missing values in ``right`` does too."""
-    right_cols = _numpy_columns(right) if isinstance(right, pa.Table) else dict(right)
+    right_cols = numpy_columns(right) if isinstance(right, pa.Table) else dict(right)
     key = keyed.group_ids(
         np.r_[left["rank"], right_cols["rank"]].astype(np.int64), np.r_[left["step"], right_cols["step"]].astype(np.int64)
     )
@@ -128,7 +128,7 @@ def left_join(
     return out
 
 
-def _numpy_columns(table: pa.Table) -> dict[str, np.ndarray]:
+def numpy_columns(table: pa.Table) -> dict[str, np.ndarray]:
     """An Arrow table's numeric columns as numpy: integers with nulls as floats with NaN (pandas' way)."""
     out = {}
     for name in table.column_names:

@@ -208,6 +208,8 @@ def reduce(ids: np.ndarray, values: np.ndarray, n: int, how: str) -> np.ndarray:
             return np.where(count > 1, np.sqrt(dev / np.maximum(count - 1, 1)), np.nan)
     if how in ("max", "min", "first"):
         if how == "first":
+            # one extra row per group, after the real ones, so every group has a first row; a group whose
+            # first row is an extra one has no values and is NaN below
             picked = first_rows(np.r_[ids, np.arange(n)])[:n] if n else np.zeros(0, dtype=np.int64)
             out = values[np.minimum(picked, max(len(values) - 1, 0))] if len(values) else np.zeros(n, dtype=values.dtype)
         else:
