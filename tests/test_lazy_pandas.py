@@ -38,8 +38,8 @@ print(json.dumps({"before": before, "workers": in_workers, "after": is_loaded("p
 """
 
 
-def _run(code: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, check=True)
+def _run(code: str, *args: str, timeout: int = 300) -> dict:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -75,6 +75,19 @@ def test_arrow_still_converts_to_pandas_when_asked_after_its_failed_look() -> No
         "print(json.dumps({'quiet': quiet, 'sum': int(frame['a'].sum()), 'loaded': is_loaded('pandas')}))\n"
     )
     assert _run(code) == {"quiet": False, "sum": 3, "loaded": True}
+
+
+def test_arrow_loading_the_lazy_pandas_itself_does_not_deadlock() -> None:
+    """Without ``arrow_without_pandas`` pyarrow's own first look loads the lazy pandas while it holds its
+    lock; telling pyarrow from inside that load would wait on the same lock forever (it did, in the
+    rank-scale builder)."""
+    code = (
+        "import json, numpy as np, pyarrow as pa\n"
+        "from perfsleuth.lazy_import import is_loaded\n"
+        "n = len(pa.array(np.arange(3)))\n"
+        "print(json.dumps({'n': n, 'loaded': is_loaded('pandas')}))\n"
+    )
+    assert _run(code, timeout=60) == {"n": 3, "loaded": True}
 
 
 def test_no_module_imports_pandas_itself_at_import() -> None:

@@ -36,10 +36,17 @@ class _LoadThenTellArrow(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        if "pyarrow" in sys.modules:
+        if _ARROW_LOOKED_WITHOUT_PANDAS:
             import pyarrow as pa
 
             pa.Table.from_pandas(module.DataFrame())  # an explicit conversion: pyarrow imports pandas again if it had failed to
+
+
+_ARROW_LOOKED_WITHOUT_PANDAS = False
+"""Whether ``arrow_without_pandas`` made pyarrow's one look for pandas fail in this process. Only then may
+loading pandas tell pyarrow: where pyarrow's own first look is what loads pandas, it holds a lock that
+telling it would take again (a deadlock, seen when a process imported this module and then converted
+a numpy array without calling ``arrow_without_pandas`` first)."""
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -80,7 +87,8 @@ def arrow_without_pandas() -> None:
     ``from_pandas`` still loads it, because pyarrow retries the import there; and when perfsleuth's
     lazy pandas loads, it makes pyarrow retry (``_LoadThenTellArrow``), so ``pa.array`` of a pandas
     Series converts as it does where pandas was there from the start."""
-    if is_loaded("pandas"):
+    global _ARROW_LOOKED_WITHOUT_PANDAS
+    if is_loaded("pandas") or _ARROW_LOOKED_WITHOUT_PANDAS:
         return
     lazy = sys.modules.pop("pandas", None)
     finder = _NoPandas()
@@ -88,7 +96,8 @@ def arrow_without_pandas() -> None:
     try:
         import pyarrow as pa
 
-        pa.array([0])  # pyarrow's look for pandas happens here, and fails
+        pa.array([0])  # pyarrow's look for pandas happens here, and fails (unless it looked before)
+        _ARROW_LOOKED_WITHOUT_PANDAS = not is_loaded("pandas")
     finally:
         sys.meta_path.remove(finder)
         if lazy is not None:
