@@ -102,8 +102,10 @@ def left_join(
     left: Mapping[str, np.ndarray], right: pa.Table | Mapping[str, np.ndarray], *, skip: Iterable[str] = ()
 ) -> dict[str, np.ndarray]:
     """``left``'s columns and, per row, the columns of the ``right`` row with the same (rank, step): a
-    left join on unique keys. Rows without a match get NaN (integer columns become floats), as pandas'
-    left merge gives them; a column with missing values in ``right`` does too."""
+    left join where ``right`` has one row per (rank, step), as the signals and waits tables do (with
+    repeated keys one of the rows is taken, where pandas would repeat the left row). Rows without a
+    match get NaN (integer columns become floats), as pandas' left merge gives them; a column with
+    missing values in ``right`` does too."""
     right_cols = numpy_columns(right) if isinstance(right, pa.Table) else dict(right)
     key = keyed.group_ids(
         np.r_[left["rank"], right_cols["rank"]].astype(np.int64), np.r_[left["step"], right_cols["step"]].astype(np.int64)
