@@ -121,8 +121,7 @@ def last_collective_transfer(ctx: JobContext) -> np.ndarray:
     last_row = np.zeros(len(step_of_pair), dtype=np.int64)
     last_row[pair] = np.arange(len(pair))  # the latest-arriving row of each (rank, step) is written last
     transfer = df["transfer_ns"][order][last_row].astype(float)
-    at = np.searchsorted(ctx.steps, step_of_pair)
-    known = (at < len(ctx.steps)) & (ctx.steps[np.minimum(at, max(len(ctx.steps) - 1, 0))] == step_of_pair) if len(ctx.steps) else at < 0
+    at, known = keyed.lookup(ctx.steps, step_of_pair)
     per_step = keyed.reduce(at[known], transfer[known], len(ctx.steps), "median")
     return np.nan_to_num(per_step, nan=0.0)
 
@@ -406,7 +405,8 @@ def _hangs(coll: pa.Table, facts: dict[int, dict]) -> list[_Hang]:
     rank = coll.column("rank").to_numpy().astype(np.int64)
     start, end = coll.column("start_ns").to_numpy(), coll.column("end_ns").to_numpy()
     dur = end - start
-    trace_end = np.array([facts.get(int(r), {}).get("trace_end_ns", np.nan) for r in rank], dtype=float)
+    ranks, rank_of = keyed.distinct(rank)
+    trace_end = np.array([facts.get(int(r), {}).get("trace_end_ns", np.nan) for r in ranks], dtype=float)[rank_of]
     seq_col = coll.column("seq")
     group = keyed.string_codes(coll.column("group"))
     if seq_col.null_count == 0:

@@ -14,8 +14,6 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.diagnose.rank_steps import RankSteps, left_join, numpy_columns
 from perfsleuth.diagnose.registry import NotAssessed, insufficient
@@ -25,7 +23,7 @@ from perfsleuth.stats.confidence import TRACE_POLICY
 from perfsleuth.stats.summary import ratio_of_sums_interval
 from perfsleuth.trace import keyed
 from perfsleuth.trace.analysis import JobAnalysis
-from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.collectives import collective_rows, p2p_rows
 
 T = TypeVar("T")
 
@@ -117,7 +115,7 @@ class JobContext:
             columns = left_join(columns, self.a.signals, skip=("step_time_ns",))
         columns = left_join(columns, self.waits)
         for c in ("wait_ns", "transfer_ns"):
-            columns[c] = np.nan_to_num(columns[c], nan=0.0) if columns[c].dtype.kind == "f" else columns[c]
+            columns[c] = np.nan_to_num(columns[c], nan=0.0)  # a rank-step without collectives waited for none
         return RankSteps.of(columns)
 
     @cached_property
@@ -174,9 +172,9 @@ class JobContext:
         inst = self.a.instances
         if inst.num_rows == 0:
             return {c: np.zeros(0, dtype=np.int64) for c in (*names, "transfer_ns")}
-        inst = inst.filter(pc.invert(pc.is_in(inst.column("op"), pa.array(sorted(P2P_OPS)))))
+        inst = collective_rows(inst)
         cols = {c: inst.column(c).to_numpy() for c in names}
-        ids = keyed.dense(cols["instance"]) if len(cols["instance"]) else cols["instance"].astype(np.int64)
+        ids = keyed.dense(cols["instance"])
         n = int(ids.max(initial=-1)) + 1
         last = keyed.reduce(ids, cols["arrival_ns"], n, "max")[ids]
         end = keyed.reduce(ids, cols["aligned_end_ns"], n, "median")[ids]
@@ -215,16 +213,13 @@ class JobContext:
         coll = self.a.collectives
         if coll.num_rows == 0:
             return None
-        p2p = coll.filter(pc.is_in(coll.column("op"), pa.array(sorted(P2P_OPS))))
+        p2p = p2p_rows(coll)
         if p2p.num_rows == 0:
             return None
         group, rank = keyed.string_codes(p2p.column("group")), p2p.column("rank").to_numpy().astype(np.int64)
-        _, member_group, member_rank = keyed.pairs(group, rank)
-        counts = np.bincount(member_group)
-        edges = set()
-        for g in np.flatnonzero(counts == 2):
-            x, y = sorted(int(r) for r in member_rank[member_group == g])
-            edges.add((x, y))
+        _, member_group, member_rank = keyed.pairs(group, rank)  # sorted by group, then rank
+        first = np.searchsorted(member_group, np.flatnonzero(np.bincount(member_group) == 2))
+        edges = {(int(member_rank[i]), int(member_rank[i + 1])) for i in first}
         if not edges:
             return Pipeline({}, 0, None)
         adj: dict[int, set[int]] = {}

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from perfsleuth.trace import keyed
-from perfsleuth.trace.collectives import P2P_OPS
+from perfsleuth.trace.collectives import p2p_rows
 
 if TYPE_CHECKING:
     from perfsleuth.diagnose.signals import JobSignals
@@ -67,8 +65,7 @@ def _p2p_pairs(signals: JobSignals) -> bool:
     a = signals.trace
     if a is None or a.collectives.num_rows == 0:
         return False
-    coll = a.collectives
-    p2p = coll.filter(pc.is_in(coll.column("op"), pa.array(P2P_OPS)))
+    p2p = p2p_rows(a.collectives)
     if p2p.num_rows == 0:
         return False
     _, group_of_pair, _ = keyed.pairs(keyed.string_codes(p2p.column("group")), p2p.column("rank").to_numpy().astype(np.int64))

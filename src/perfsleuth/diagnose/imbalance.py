@@ -300,8 +300,9 @@ def _compute_straggler(a: JobAnalysis, ctx: JobContext, exclude: int | None) -> 
         present = g.present_steps()
         grid, ranks = g.grid("compute_ns")
         piv = grid[present]
-        mine = piv[:, int(np.searchsorted(ranks, r))]
-        others_median = nanmedian(np.delete(piv, int(np.searchsorted(ranks, r)), axis=1), axis=1)
+        col = int(np.searchsorted(ranks, r))
+        mine = piv[:, col]
+        others_median = nanmedian(np.delete(piv, col, axis=1), axis=1)
         excess = np.maximum(mine - others_median, 0)
         # it costs only what its peers actually wait for it (nothing when they wait for their host anyway)
         peers = g.rows(g["rank"] != r)

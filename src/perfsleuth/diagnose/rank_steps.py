@@ -112,21 +112,15 @@ def left_join(
     )
     left_key, right_key = key[: len(left["rank"])], key[len(left["rank"]) :]
     order = np.argsort(right_key, kind="stable")
-    at = np.searchsorted(right_key[order], left_key)
-    at_clipped = np.minimum(at, max(len(order) - 1, 0))
-    found = (at < len(order)) & (right_key[order][at_clipped] == left_key) if len(order) else np.zeros(len(left_key), dtype=bool)
-    source = order[at_clipped] if len(order) else np.zeros(len(left_key), dtype=np.int64)
+    at, found = keyed.lookup(right_key[order], left_key)
     out = dict(left)
     for name, column in right_cols.items():
         if name in ("rank", "step") or name in skip:
             continue
-        if len(order) == 0:
-            out[name] = np.full(len(left_key), np.nan)
-            continue
-        picked = column[source]
-        if not found.all():
-            picked = np.where(found, picked.astype(float), np.nan)
-        out[name] = picked
+        if not found.all():  # (every row misses when right has none)
+            out[name] = np.full(len(left_key), np.nan) if not len(order) else np.where(found, column[order[at]].astype(float), np.nan)
+        else:
+            out[name] = column[order[at]]
     return out
 
 

@@ -144,6 +144,12 @@ def collective_rows(instances: pa.Table) -> pa.Table:
     return instances.filter(pc.invert(pc.is_in(instances["op"], pa.array(P2P_OPS))))
 
 
+def p2p_rows(table: pa.Table) -> pa.Table:
+    """The point-to-point rows (sends and receives) of a collectives or instances table: the rest of
+    ``collective_rows``."""
+    return table.filter(pc.is_in(table["op"], pa.array(P2P_OPS)))
+
+
 @dataclass(frozen=True, slots=True)
 class ClockAlignment:
     """Per-rank clock offsets (subtract from a rank's times) and the skew that remains."""

@@ -49,6 +49,14 @@ def string_codes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return codes
 
 
+def lookup(sorted_values: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per value, its position in ``sorted_values`` and whether it is there (positions of values not
+    there are clipped into range: use them only where found)."""
+    at = np.minimum(np.searchsorted(sorted_values, values), max(len(sorted_values) - 1, 0))
+    found = sorted_values[at] == values if len(sorted_values) else np.zeros(len(values), dtype=bool)
+    return at, found
+
+
 def group_ids(*keys: np.ndarray) -> np.ndarray:
     """Per row, the number of its key tuple (integer keys) among the distinct tuples in sorted
     (lexicographic) order. The keys are packed into one integer and sorted once, densified first only
