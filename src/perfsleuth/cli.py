@@ -4,8 +4,6 @@ A user's mistake (bad file, bad option) prints one line naming the file, the pla
 exits with status 2; a traceback means a bug in perfsleuth.
 """
 
-from __future__ import annotations
-
 import gc
 import tempfile
 import warnings

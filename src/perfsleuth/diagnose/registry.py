@@ -30,6 +30,7 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any
 
 from perfsleuth.model import Finding, Interval
+from perfsleuth.taxonomy import BY_ID as TAXONOMY
 from perfsleuth.taxonomy import IDS as TAXONOMY_IDS
 
 if TYPE_CHECKING:
@@ -137,10 +138,14 @@ class Diagnosis:
 
 
 def load_detectors() -> dict[str, Detector]:
-    """Import the detector modules (registration happens on import) and return the registry."""
+    """Import the detector modules (registration happens on import) and return the registry in the
+    engine's order: the taxonomy's, each fault's trace detector before its other sources'. Registration
+    order would depend on which module some caller happened to import first, and with it the order of
+    equal-impact findings, of a merged finding's supporting symptoms and of the not-assessed list."""
     from perfsleuth.diagnose import detectors  # noqa: F401  (registers every detector)
 
-    return DETECTORS
+    rank = {fault: i for i, fault in enumerate(TAXONOMY)}
+    return dict(sorted(DETECTORS.items(), key=lambda kv: (rank[kv[1].fault], kv[1].source != TRACE, kv[1].source)))
 
 
 def diagnose(inputs: JobAnalysis | JobSignals) -> Diagnosis:

@@ -948,14 +948,21 @@ class KinetoJob:
 
 
 def map_rank_files(
-    files: Sequence[Path], fn: Callable[[tuple[str, bool]], T], *, workers: int | None = None, done: Callable[[int], None] | None = None
+    files: Sequence[Path],
+    fn: Callable[[tuple[str, bool]], T],
+    *,
+    workers: int | None = None,
+    done: Callable[[int], None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[T]:
     """Apply ``fn((path, single_file))`` to every rank file, in worker processes when it pays (the
     reader pool that ``perfsleuth.pipeline.map_ranks`` drives).
 
     ``fn`` must be a module-level function. Each worker holds one rank at a time, so memory is
     bounded by the largest rank, not by the job; what ``fn`` returns is all that crosses back.
-    ``done(i)`` is called as file ``i``'s result arrives, in file order (for progress).
+    ``done(i)`` is called as file ``i``'s result arrives, in file order (for progress). ``meanwhile()``
+    runs once in this process after the workers have forked and before the first result is awaited:
+    work of the caller's that needs no result (an import) overlaps the reading instead of preceding it.
     """
     if not files:
         raise InputError(None, "no trace files given")
@@ -969,9 +976,14 @@ def map_rank_files(
         gc.freeze()  # see _pool_context: the parent's objects stay out of the workers' collections
         try:
             with ProcessPoolExecutor(max_workers=n_workers, mp_context=_pool_context(), initializer=_worker_start) as pool:
-                return _reported(pool.map(partial(_released, fn), jobs), done)
+                results = pool.map(partial(_released, fn), jobs)  # every job submitted, every worker forked
+                if meanwhile is not None:
+                    meanwhile()
+                return _reported(results, done)
         finally:
             gc.unfreeze()
+    if meanwhile is not None:
+        meanwhile()
     return _reported(map(fn, jobs), done)
 
 

@@ -13,10 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsleuth import progress
-from perfsleuth.diagnose import Diagnosis, diagnose
-from perfsleuth.diagnose.correlate import join_telemetry
-from perfsleuth.diagnose.ncu_join import join_ncu
-from perfsleuth.diagnose.signals import JobSignals
 from perfsleuth.errors import Caveat, InvalidArgument
 from perfsleuth.ingest import rank_subset, trace_files, traces
 from perfsleuth.ingest.inputs import JobInputs, classify_inputs
@@ -27,13 +23,13 @@ from perfsleuth.model import RUNS
 from perfsleuth.model.job_identity import software, workload_name
 from perfsleuth.model.source import SourceData
 from perfsleuth.pipeline.spark_ranks import require_rank_engine
-from perfsleuth.report.json_report import analysis_to_json, integer_ns
 from perfsleuth.trace.analysis import JobAnalysis, analyze_job, combine_ranks
 from perfsleuth.trace.groups import group_descriptions
 from perfsleuth.trace.job import RankView, TraceJob
 from perfsleuth.trace.rank_analysis import RankResult, analyze_rank
 
 if TYPE_CHECKING:  # the diff verb's module loads where a diff is made, not for every analyze
+    from perfsleuth.diagnose import Diagnosis
     from perfsleuth.trace import diff as trace_diff
 
 T = TypeVar("T")
@@ -56,12 +52,14 @@ def map_ranks(
     workers: int | None = None,
     engine: str = "local",
     master: str | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[list[tuple[RankFile, T]], list[Caveat]]:
     """Every rank of one job's trace files with ``per_rank`` applied where the rank was decoded (one file
     per worker at a time: memory bounded by the largest file), plus what numbering the ranks had to say.
     ``per_rank`` must be a module-level function (or a ``partial`` of one): it travels to the workers.
     ``engine="spark"`` runs each file as a Spark task on ``master`` instead of in a local pool
-    (``pipeline.spark_ranks``); what comes back, and all that follows, is the same."""
+    (``pipeline.spark_ranks``); what comes back, and all that follows, is the same. ``meanwhile`` runs
+    here while the local workers read (``ingest.kineto.map_rank_files``)."""
     plan, caveats = traces.plan_ranks(fmt, files)
     each = partial(_each_rank, fmt=fmt, plan=plan, per_rank=per_rank)
     if engine == "spark":
@@ -71,7 +69,7 @@ def map_ranks(
     else:
         sizes = [f.stat().st_size if f.exists() else 0 for f in files]
         with progress.task(f"parsing {len(files)} trace file{'s' if len(files) != 1 else ''}", total=sum(sizes), unit="bytes") as advance:
-            per_file = map_rank_files(files, each, workers=workers, done=lambda i: advance(sizes[i]))
+            per_file = map_rank_files(files, each, workers=workers, done=lambda i: advance(sizes[i]), meanwhile=meanwhile)
     return [p for found in per_file for p in found], caveats
 
 
@@ -114,9 +112,12 @@ def _analyze_traces(
     ranks: frozenset[int] | None = None,
     engine: str = "local",
     master: str | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[JobAnalysis, list[TraceRank]]:
     rid = run_id or default_run_id(files)
-    found, caveats = map_ranks(fmt, files, partial(_analyse_rank, run_id=rid), workers=workers, engine=engine, master=master)
+    found, caveats = map_ranks(
+        fmt, files, partial(_analyse_rank, run_id=rid), workers=workers, engine=engine, master=master, meanwhile=meanwhile
+    )
     kept = [(rf, result) for rf, result in found if rank_subset.keep(rf.rank, ranks)]
     if ranks is not None and not kept:
         raise InvalidArgument(f"--ranks: none of the {len(files)} trace file(s) holds any of the stated ranks")
@@ -127,6 +128,19 @@ def _analyze_traces(
     )
     analysis.process_groups = group_descriptions([r.metadata for r in rank_files])
     return analysis, [t for _, (_, t) in kept]
+
+
+def _load_diagnosis() -> None:
+    """Import the diagnosis and the JSON report while the reader workers parse, instead of before
+    they fork (while one core works and the others wait) or after they finish: on the 8 x 54 MB benchmark set
+    that took what the parent imports before the fork from 75 of perfsleuth's modules to 57 (``analyze``
+    imports these where it first calls them)."""
+    import numpy.random  # noqa: F401  (the intervals' resampling; numpy loads it on first use)
+
+    import perfsleuth.diagnose.correlate
+    import perfsleuth.diagnose.detectors
+    import perfsleuth.diagnose.ncu_join
+    import perfsleuth.report.json_report  # noqa: F401
 
 
 def analyze_traces(fmt: str, files: Sequence[Path], *, run_id: str | None = None, workers: int | None = None) -> JobAnalysis:
@@ -154,6 +168,8 @@ class JobReport:
     rank_telemetry: pa.Table | None = None  # per traced rank: its GPU's telemetry during the trace (diagnose.correlate)
 
     def to_json(self) -> dict[str, Any]:
+        from perfsleuth.report.json_report import analysis_to_json, integer_ns
+
         doc = analysis_to_json(self.analysis, self.diagnosis)
         doc["sources"] = [
             {"format": s.format, "path": s.path, "tables": {k: t.num_rows for k, t in s.tables.items()}} for s in self.sources
@@ -257,8 +273,20 @@ def analyze(
         trace_ranks = _trace_ranks_in_memory(k)
     else:
         analysis, trace_ranks = _analyze_traces(
-            found.trace_format, found.trace_files, run_id=run_id, workers=workers, ranks=subset, engine=engine, master=master
+            found.trace_format,
+            found.trace_files,
+            run_id=run_id,
+            workers=workers,
+            ranks=subset,
+            engine=engine,
+            master=master,
+            meanwhile=_load_diagnosis,
         )
+    from perfsleuth.diagnose import diagnose  # imported while the readers worked (_load_diagnosis), or here
+    from perfsleuth.diagnose.correlate import join_telemetry
+    from perfsleuth.diagnose.ncu_join import join_ncu
+    from perfsleuth.diagnose.signals import JobSignals
+
     analysis.caveats.extend([*found.caveats, *(c for s in sources for c in s.caveats)])
     analysis.runs = _readable_workload(analysis.runs, [Path(p) for p in paths])
     signals = JobSignals(trace=analysis if found.trace_format else None, sources=list(sources))
