@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from perfsleuth import taxonomy
 from perfsleuth.api import analyze
-from perfsleuth.diagnose import DETECTORS, Diagnosis, load_detectors
+from perfsleuth.diagnose import DETECTORS, Diagnosis, load_detectors, registry
 from perfsleuth.diagnose.detectors import TRACE_FAULTS
 from perfsleuth.diagnose.registry import INSUFFICIENT_EVIDENCE, MISSING_SIGNAL
 from perfsleuth.ingest import kineto
@@ -222,6 +223,18 @@ def test_missing_signals_are_named(tmp_path: Path) -> None:
     assert "straggler_rank" in missing and "ranks" in missing["straggler_rank"]
     assert "memory_fragmentation" in missing and "profile_memory" in missing["memory_fragmentation"]
     assert d.findings == ()
+
+
+def test_detectors_run_in_the_taxonomys_order_whatever_order_they_registered_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registration follows import order, which depends on what a caller imported first; the order of
+    equal-impact findings and of the not-assessed list must not."""
+    registered = dict(load_detectors())
+    monkeypatch.setattr(registry, "DETECTORS", dict(reversed(list(registered.items()))))
+    place = {fault: i for i, fault in enumerate(taxonomy.BY_ID)}
+    run_order = [d.fault for d in registry.load_detectors().values()]
+    assert run_order == sorted(run_order, key=place.__getitem__) and len(run_order) == len(registered)
+    answered = [n.fault for n in diagnose_sim(small(world_size=1), tmp_path).diagnosis.not_assessed]
+    assert len(answered) > 5 and answered == sorted(answered, key=place.__getitem__)
 
 
 def test_per_rank_signals_are_identical_on_the_streaming_and_in_memory_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
