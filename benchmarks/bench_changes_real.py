@@ -52,6 +52,7 @@ SHORT_NULL_POINTS = 300_000
 """About this many points per short null bucket and noise (at the default 50 per subset): enough that
 a rate under 1 per 10,000 points can be told from one over it (a Poisson 95 % interval around 0.7
 spans about 0.45-1.0 there; 3,000 series over all three buckets spanned 0.03-6.7 on one alarm)."""
+WAVE_PERIODS = (8, 200)  # the repeating-shape null set: cycle lengths drawn from this range, 1,000-4,000 points a series
 
 
 def perfsleuth_defaults(s: RealSeries) -> list[int]:
@@ -137,7 +138,7 @@ def score(series, preds) -> dict[str, dict[str, dict[str, float]]]:
 
 def null_rate(per_subset: int = 50) -> dict[str, dict[str, float]]:
     """False alarms per 10,000 points of ``changes``' defaults on series without a change."""
-    from changepoint_suite import NULL_SUBSETS, _noise, make_suite
+    from changepoint_suite import NULL_SUBSETS, _noise, make_suite, repeating_shape
 
     from perfsleuth.stats.changes import changes
 
@@ -148,6 +149,10 @@ def null_rate(per_subset: int = 50) -> dict[str, dict[str, float]]:
             count = SHORT_NULL_POINTS * per_subset // (50 * (lo + hi) // 2)
             lengths = rng.integers(lo, hi + 1, size=count)
             rows[f"short_{kind} ({lo}-{hi} points)"] = [100.0 + 2.0 * _noise(rng, kind, int(m)) for m in lengths]
+    rows[f"waveform ({WAVE_PERIODS[0]}-{WAVE_PERIODS[1]}-point cycles)"] = [
+        repeating_shape(rng, int(rng.integers(1000, 4000)), float(rng.uniform(*WAVE_PERIODS)), float(rng.uniform(0.05, 0.5)))
+        for _ in range(per_subset)
+    ]
     out = {}
     for name, xs in rows.items():
         found = [len(changes(x).change_points) for x in xs]

@@ -80,6 +80,14 @@ def _noise(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     raise ValueError(kind)
 
 
+def repeating_shape(rng: np.random.Generator, n: int, period: float, noise_sd: float) -> np.ndarray:
+    """A shape that repeats every ``period`` points (five harmonics of random weight and phase, unit
+    variance) plus Gaussian noise: a sensor's waveform, or a load that cycles with the work."""
+    k = np.arange(n)
+    shape = sum(rng.normal() / h**1.2 * np.sin(2 * np.pi * h * k / period + rng.uniform(0, 2 * np.pi)) for h in range(1, 6))
+    return np.asarray(shape / np.std(shape) + rng.normal(0, noise_sd, n))
+
+
 def _positions(rng: np.random.Generator, n: int, k: int, start: int = GAP) -> list[int]:
     for _ in range(1000):
         cps = np.sort(rng.integers(start, n - GAP, size=k))

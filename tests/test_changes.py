@@ -375,20 +375,22 @@ def test_a_short_null_series_held_to_its_share_of_the_per_point_rate() -> None:
 
 
 def test_without_the_per_point_cap_a_short_series_is_held_to_alpha_alone() -> None:
-    # a 30-point step whose scan p sits between the capped level (30 x 2e-5 = 0.0006) and alpha
-    # 0.01: only the call without the cap reports it
-    from perfsleuth.stats.changepoint_test import RankCusum
+    # a 60-point step (past the step t-test's lengths, so the scan test holds the whole level) whose
+    # scan p sits between the capped level (60 x 2e-5 = 0.0012) and alpha 0.01: only the call without
+    # the cap reports it
+    from perfsleuth.stats.changepoint_test import STEP_TEST_MAX_POINTS, RankCusum
     from perfsleuth.stats.changes import ALARMS_PER_POINT
 
+    n = STEP_TEST_MAX_POINTS
     rng = np.random.default_rng(3)
-    for _ in range(200):
-        x = rng.normal(size=30)
-        x[15:] += 1.2
-        p = RankCusum(x, 1.0, 5).best(0, 30)[2]
-        if 0.002 < p < 0.005:
+    for _ in range(400):
+        x = rng.normal(size=n)
+        x[n // 2 :] += 0.9
+        p = RankCusum(x, 1.0, 5).best(0, n)[2]
+        if 0.003 < p < 0.006:
             break
     else:
-        pytest.fail("no 30-point draw with a scan p between 0.002 and 0.005")
+        pytest.fail(f"no {n}-point draw with a scan p between 0.003 and 0.006")
     capped = changes(x, trend_changes=False)
     free = changes(x, trend_changes=False, alarms_per_point=None)
     assert not capped.change_points and free.change_points
