@@ -503,7 +503,8 @@ STEP_AR1_MARGIN = 2.0
 around its split plus this many times 1 / sqrt(n) (that estimate's scatter): on 10-39 points it often
 lands near 0 on AR(1) 0.5 noise. Measured on the step test alone at its full level, AR(1) 0.5 nulls
 of 10-19 / 20-39 points: the bias correction alone 5.9 / 4.7 false alarms per 10,000 points, with
-1 / sqrt(n) 2.0 / 1.8, with 1.5 / sqrt(n) 0.8 / 0.5."""
+1 / sqrt(n) 2.0 / 1.8, with 1.5 / sqrt(n) 0.8 / 0.5; 2.0 with the level shared
+(``STEP_LEVEL_SHARE``) is what the null table holds."""
 STEP_LEVEL_SHARE = 2.0 / 3.0
 """Below ``STEP_TEST_MAX_POINTS`` the per-series level is shared: the step test gets this much of it
 and the scan test the rest, so that a series with neither change answers at the level either way.
@@ -511,7 +512,7 @@ Measured against the scan test alone at the whole level (the same 20,689 / 10,16
 nulls of 10-19 / 20-39 / 40-60 points, and 400 series a cell with a step in the middle half):
 false alarms 0.29 / 1.05 / 0.40 -> 0.13 / 0.79 / 0.27 per 10,000 points; a 5 SD step in Gaussian
 noise found in 3 / 48 / 94 % -> 24 / 87 / 100 % of the series, a 3 SD step at 40-60 points 84 -> 95 %,
-a 5 SD step in AR(1) 0.5 noise 0 / 10 / 27 -> 12 / 42 / 68 % (without the share, the step test at the
+a 5 SD step in AR(1) 0.5 noise 0 / 10 / 27 -> 12 / 42 / 66 % (without the share, the step test at the
 whole level beside the scan test: 1.06 / 1.67 / 0.53 false alarms at margin 1.5)."""
 
 

@@ -442,9 +442,13 @@ def changes(
     never changes. A clear daily/weekly/monthly cycle is always recognised and stated (``season``,
     caveat ``seasonal``) and, with ``remove_season`` (the default), taken out before detection: left
     in, a weekly cycle of 3 noise SDs hid every 3 SD step in 25 simulated daily histories. ``False``
-    treats the cycle as correlated noise instead (the test is widened for it). With every default
-    (benchmarks/README.md, bench_changes_real.py): TCPD development F1 0.829 / covering 0.730, TCPD
-    hold-out 0.645 / 0.669, the synthetic suite F1 0.962. Raises ``InputError`` for input that cannot
+    treats the cycle as correlated noise instead (the test is widened for it). A shape that repeats
+    at no calendar period (``series_shape.waveform``; season kind ``waveform``, caveat ``waveform``)
+    is, with ``remove_season``, handled by looking for changes among the means of whole cycles
+    (``_between_cycles``). Under ``STEP_TEST_MAX_POINTS`` points a step t-test shares the level with
+    the scan test (``evidence="step_test"``), since no rank test reaches a short series' level. With
+    every default (benchmarks/README.md, bench_changes_real.py): TCPD development F1 0.829 / covering
+    0.730, TCPD hold-out 0.645 / 0.669, TSSB 0.580 / 0.481, the synthetic suite F1 0.962. Raises ``InputError`` for input that cannot
     be a series (empty, not numeric, no finite value); everything else that limits the answer is a
     caveat in the report.
     """
@@ -721,7 +725,7 @@ def _between_cycles(
 ) -> ChangeReport:
     """The changes of a series that repeats a shape (``series_shape.waveform``), looked for among the
     means of consecutive whole cycles: within a cycle the shape's rises and falls are what the scan
-    test would otherwise report as levels (on 40 simulated waveforms of 16-200 points a cycle, no
+    test would otherwise report as levels (on 40 simulated waveforms of 8-200 points a cycle, no
     change in any, 172 false alarms per 10,000 points). A block's mean is the cycle's level whatever
     its phase, so a change of level between cycles still shows; a change of the shape alone does not,
     and the caveat says so. Level changes only (the scan test, with its trend guard): the line fit

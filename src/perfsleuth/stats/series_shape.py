@@ -34,8 +34,8 @@ SEASON_MAX_POINTS = 10_000
 DEFAULT_PERIODS = (7, 12, 24)  # weekly in daily data, yearly in monthly data, daily in hourly data
 WAVE_MIN_PERIOD = 16
 """Shorter cycles are left to the scan test's noise model: on 40 simulated waveforms (periods 8-200,
-1,000-4,000 points, no change) the ones under about 50 points raised no false alarm, their half
-cycles being too short to pass for levels, while longer ones raised 23-118 each."""
+1,000-4,000 points, no change) cycles under about 50 points raised at most one false alarm each,
+their half cycles too short to pass for levels, while most longer ones raised 23-118 each."""
 WAVE_MIN_CYCLES = 4
 WAVE_TROUGH = -0.2  # autocorrelation half a cycle apart at most this
 WAVE_PEAK = 0.4  # and one cycle apart at least this
