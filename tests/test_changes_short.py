@@ -51,3 +51,17 @@ def test_a_short_drift_is_not_a_step() -> None:
     for n in (20, 35, 55):
         x = np.linspace(0.0, 8.0, n) + rng.normal(size=n)
         assert [c for c in changes(x).change_points if c.evidence == "step_test"] == []
+
+
+def test_the_cli_says_a_short_historys_change_came_from_the_step_test(tmp_path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from perfsleuth.commands.changes_cmd import changes_command
+
+    rng = np.random.default_rng(8)
+    f = tmp_path / "h.csv"
+    pacsv.write_csv(pa.table({"step_time_ms": np.r_[np.full(10, 100.0), np.full(10, 112.0)] + rng.normal(size=20)}), f)
+    assert changes_command(f, None, None, [], "text", None, 0.01) == 0
+    out = capsys.readouterr().out
+    assert "1 change" in out and "#10" in out and "step t-test (a short history)" in out

@@ -216,7 +216,10 @@ def _change_line(cp, unit: str) -> str:
     kind = (
         "level shift" if cp.kind == "level" else f"slope change ({_num(cp.slope_before, unit)} -> {_num(cp.slope_after, unit)} per point)"
     )
-    how = _p(cp.p_value) if cp.evidence == "scan_test" else "found by the piecewise-linear fit, not the test"
+    how = {
+        "scan_test": _p(cp.p_value),
+        "step_test": f"{_p(cp.p_value)}, step t-test (a short history)",
+    }.get(cp.evidence, "found by the piecewise-linear fit, not the test")
     return (
         f"  {where}: {kind}, {cp.direction} {rel}, median {_num(b.value)} [{_num(b.low)}, {_num(b.high)}] -> "
         f"{_num(a.value, unit)} [{_num(a.low)}, {_num(a.high)}] ({abs(cp.effect_sd):.1f} noise SD, "

@@ -282,7 +282,7 @@ def _candidates(s: dict[str, np.ndarray], series: tuple, o: WatchOptions, direct
     if len(v) < 2 * o.min_size:
         return []
     report = changes(v, alpha=o.alpha, min_size=o.min_size, name=",".join(f"{k}={x}" for k, x in series))
-    cps = [cp for cp in report.change_points if getattr(cp, "evidence", "scan_test") == "scan_test"]
+    cps = [cp for cp in report.change_points if cp.evidence in ("scan_test", "step_test")]  # tested, with a p-value
     newest_day = int(t[-1] // NS_PER_DAY)
     out = []
     bounds = [0, *(cp.index for cp in cps), len(v)]
