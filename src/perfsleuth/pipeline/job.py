@@ -134,9 +134,10 @@ def _load_diagnosis() -> None:
     """Import the diagnosis and the JSON report while the reader workers parse, instead of before
     they fork (while one core works and the others wait) or after they finish: on the 8 x 54 MB benchmark set
     that took what the parent imports before the fork from 75 of perfsleuth's modules to 57 (``analyze``
-    imports these where it first calls them)."""
-    import numpy.random  # noqa: F401  (the intervals' resampling; numpy loads it on first use)
-
+    imports these where it first calls them). ``numpy.random``, which the diagnosis's intervals load
+    later, is left out: loaded here it sits in memory through the readers' peak (a 5-round A/B gave
+    186 -> 190 MiB summed PSS with it, 176 -> 177 without; the spread between runs is about 10 MiB,
+    and PSS is the bar this run meets with little to spare)."""
     import perfsleuth.diagnose.correlate
     import perfsleuth.diagnose.detectors
     import perfsleuth.diagnose.ncu_join
