@@ -146,9 +146,11 @@ def _cycle_length(acf: np.ndarray, period: int) -> float:
     """The cycle's length to a fraction of a point: the autocorrelation's top nearest the last whole
     multiple of ``period`` it reaches, interpolated by a parabola and divided by the multiple (an
     error of a point in one cycle is a k-th of a point over k)."""
-    k = (len(acf) - 2) // period
-    lo = max(1, k * period - k)
-    top = lo + int(np.argmax(acf[lo : min(len(acf) - 1, k * period + k + 1)]))
+    k = max(1, (len(acf) - 2) // period)
+    lo, hi = max(1, k * period - k), min(len(acf) - 1, k * period + k + 1)
+    if lo >= hi:
+        return float(period)
+    top = lo + int(np.argmax(acf[lo:hi]))
     a, b, c = acf[top - 1], acf[top], acf[top + 1]
     bend = a - 2 * b + c
     offset = 0.5 * (a - c) / bend if bend < 0 else 0.0
