@@ -106,9 +106,8 @@ class ChangePoint:
     n_before: int
     n_after: int
     kind: str = "level"  # "level" (a jump at the change) or "slope" (the trend turns, little jump)
-    evidence: str = (
-        "scan_test"  # "scan_test" (p <= alpha), "step_test" (a short series' t-test) or "linear_fit" (piecewise-linear detector)
-    )
+    # "scan_test" (p <= alpha), "step_test" (a short series' t-test) or "linear_fit" (piecewise-linear detector)
+    evidence: str = "scan_test"
     jump: float = 0.0  # fitted level after minus before, at the change, in the data's units
     slope_before: float = 0.0  # least-squares slope of each neighbouring segment, units per point
     slope_after: float = 0.0
@@ -490,7 +489,9 @@ def _detect(
     if not kept and short:
         step = step_t_test(x, min_size)
         level = test.per_series(len(x)) / scan_share * STEP_LEVEL_SHARE
-        # the trend guard as for the scan test's changes: a drift is not a step
+        # a drift is not a step: the scan test's trend guard, at level 0 (the step is dropped wherever
+        # one line fits its window's ranks as well as its two levels, since no rank test here could
+        # show a step beyond that line)
         if step is not None and step.p_value <= level and _beyond_trend(stat, [step.index], noise, 0.0):
             return [Decision(step.index, stat.at(0, step.index, len(x)), step.p_value)], noise, {step.index}
     return (decisions if len(kept) == len(decisions) else test.decisions_at(stat, kept)), noise, set()
@@ -730,8 +731,9 @@ def _between_cycles(
     its phase, so a change of level between cycles still shows; a change of the shape alone does not,
     and the caveat says so. Level changes only (the scan test, with its trend guard): the line fit
     would take the one block a change inside a cycle leaves between the levels for a ramp (a kink
-    reported a ramp's length before every simulated step). Positions and counts come back in points, at block boundaries; the
-    per-point false-alarm cap is held per point of the history, a block counting its cycle's points."""
+    reported a ramp's length before every simulated step). Positions and counts come back in
+    points, at block boundaries; the per-point false-alarm cap is held per point of the history, a
+    block counting its cycle's points."""
     period = wave.period
     bounds = wave.starts(len(prep.values))
     means = np.add.reduceat(prep.values, bounds[:-1]) / np.diff(bounds)
