@@ -65,3 +65,25 @@ def test_the_cli_says_a_short_historys_change_came_from_the_step_test(tmp_path, 
     assert changes_command(f, None, None, [], "text", None, 0.01) == 0
     out = capsys.readouterr().out
     assert "1 change" in out and "#10" in out and "step t-test (a short history)" in out
+
+
+def test_the_short_series_caveat_states_the_step_the_t_test_can_confirm() -> None:
+    from perfsleuth.stats.changepoint_test import STEP_LEVEL_SHARE, step_detectable
+    from perfsleuth.stats.changes import ALARMS_PER_POINT
+
+    n = 20
+    size = step_detectable(n, min(0.01, ALARMS_PER_POINT * n) * STEP_LEVEL_SHARE, 5)
+    assert step_detectable(12, 0.01, 5) > step_detectable(20, 0.01, 5) > step_detectable(40, 0.01, 5)
+    short = next(c for c in changes(np.random.default_rng(4).normal(size=n)).caveats if c.code == "short_series")
+    assert f"step of about {size:.1f} noise SDs" in short.message
+    rng = np.random.default_rng(5)
+
+    def found(step: float) -> float:
+        hits = 0
+        for _ in range(60):
+            x = rng.normal(size=n)
+            x[n // 2 :] += step
+            hits += changes(x).indices == [n // 2]
+        return hits / 60
+
+    assert found(1.5 * size) >= 0.8 and found(0.5 * size) <= 0.2

@@ -546,3 +546,22 @@ def step_t_test(x: np.ndarray, min_size: int) -> Decision | None:
     narrowed = float(t[best]) / np.sqrt((1.0 + rho) / (1.0 - rho))
     p = min(1.0, 2.0 * float(student_t.sf(narrowed, n - 2)) * len(k))
     return Decision(split, float(t[best]), p)
+
+
+def scan_share(n: int) -> float:
+    """The share of a series' level the scan test holds: all of it from ``STEP_TEST_MAX_POINTS`` points
+    on, the rest of what the step t-test takes below (``STEP_LEVEL_SHARE``)."""
+    return 1.0 - STEP_LEVEL_SHARE if n < STEP_TEST_MAX_POINTS else 1.0
+
+
+def step_detectable(n: int, level: float, min_size: int) -> float:
+    """The smallest step (noise SDs) at the middle of ``n`` i.i.d. Gaussian points that ``step_t_test``
+    confirms at ``level`` when the residuals' lag-1 autocorrelation comes out 0 (the margin is still
+    added): infinite when no split is possible."""
+    splits = n - 2 * min_size + 1
+    if splits < 1 or n < 3:
+        return float("inf")
+    rho = min(2.0 / n + STEP_AR1_MARGIN / np.sqrt(n), MAX_AR1)
+    t_needed = float(student_t.isf(level / (2.0 * splits), n - 2)) * np.sqrt((1.0 + rho) / (1.0 - rho))
+    k = n // 2
+    return float(t_needed * np.sqrt(1.0 / k + 1.0 / (n - k)))

@@ -43,7 +43,6 @@ from perfsleuth.stats import series_shape
 from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, make_locator
 from perfsleuth.stats.changepoint_test import (
     STEP_LEVEL_SHARE,
-    STEP_TEST_MAX_POINTS,
     Decision,
     NoiseModel,
     RankCusum,
@@ -53,7 +52,9 @@ from perfsleuth.stats.changepoint_test import (
     null_inflation,
     null_method,
     scan_p_value,
+    scan_share,
     step_beyond_line_p,
+    step_detectable,
     step_t_test,
 )
 from perfsleuth.stats.segment_fit import levels_rss, line_rss
@@ -479,16 +480,13 @@ def _detect(
     noise = estimate_noise(stat.scores(0, len(x)), min_size)
     stat.inflation = max(1.0, noise.variance_inflation)
     candidates = make_locator(locator, min_size=min_size).locate(stat)
-    short = len(x) < STEP_TEST_MAX_POINTS  # the level is shared with the step t-test (STEP_LEVEL_SHARE)
-    scan_share = 1.0 - STEP_LEVEL_SHARE if short else 1.0
-    test = ScanTest(
-        alpha=alpha * scan_share, min_size=min_size, alarms_per_point=None if alarms_per_point is None else alarms_per_point * scan_share
-    )
+    share = scan_share(len(x))  # under STEP_TEST_MAX_POINTS the step t-test takes STEP_LEVEL_SHARE of the level
+    test = ScanTest(alpha=alpha * share, min_size=min_size, alarms_per_point=None if alarms_per_point is None else alarms_per_point * share)
     decisions = test.decide(stat, candidates)
     kept = _beyond_trend(stat, [d.index for d in decisions], noise, test.level(len(x)))
-    if not kept and short:
+    if not kept and share < 1.0:
         step = step_t_test(x, min_size)
-        level = test.per_series(len(x)) / scan_share * STEP_LEVEL_SHARE
+        level = test.per_series(len(x)) / share * STEP_LEVEL_SHARE
         # a drift is not a step: the scan test's trend guard, at level 0 (the step is dropped wherever
         # one line fits its window's ranks as well as its two levels, since no rank test here could
         # show a step beyond that line)
@@ -701,6 +699,10 @@ def _analyse(
             f"{alpha if alarms_per_point is None else min(alpha, alarms_per_point * len(x)):.2g} false alarms per series), "
             "so it confirms no shift"
         )
+        per_series = alpha if alarms_per_point is None else min(alpha, alarms_per_point * len(x))
+        t_step = step_detectable(len(x), per_series * STEP_LEVEL_SHARE, min_size)
+        if np.isfinite(t_step):
+            can += f"; the step t-test (noise taken as Gaussian) confirms a step of about {t_step:.1f} noise SDs or more there"
         if trend_changes:
             step = PiecewiseLinear(min_size=min_size, beta=LINEAR_BETA).detectable_step(len(x))
             can += f"; the piecewise-linear fit reports a step of about {step:.0f} noise SDs or more"

@@ -26,7 +26,15 @@ import numpy as np
 from scipy.signal import correlate
 from scipy.stats import kruskal
 
-from perfsleuth.stats.changepoint_test import RankCusum, ScanTest, estimate_noise, max_scan_statistic, null_inflation, scan_p_value
+from perfsleuth.stats.changepoint_test import (
+    RankCusum,
+    ScanTest,
+    estimate_noise,
+    max_scan_statistic,
+    null_inflation,
+    scan_p_value,
+    scan_share,
+)
 
 SEASON_P = 1e-3  # a cycle must be this clear (Kruskal-Wallis p) to be taken out
 SEASON_MIN_CYCLES = 4
@@ -280,8 +288,11 @@ def _seconds(times: np.ndarray) -> np.ndarray:
 
 def detectable_shift(n: int, *, alpha: float, min_size: int, alarms_per_point: float | None = None) -> float:
     """Smallest shift (noise SDs) at the middle of ``n`` i.i.d. points whose CUSUM reaches the
-    scan test's critical value: |C| = delta * sqrt(k (n - k) / n) at k = n / 2."""
-    level = ScanTest(alpha=alpha, min_size=min_size, alarms_per_point=alarms_per_point).level(n)
+    scan test's critical value: |C| = delta * sqrt(k (n - k) / n) at k = n / 2, at the scan test's
+    share of the level (``changepoint_test.scan_share``)."""
+    share = scan_share(n)
+    per_point = None if alarms_per_point is None else alarms_per_point * share
+    level = ScanTest(alpha=alpha * share, min_size=min_size, alarms_per_point=per_point).level(n)
     lo, hi = 0.0, 50.0
     for _ in range(60):
         mid = (lo + hi) / 2.0
