@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfsleuth.stats.changepoint_test import RankCusum, normal_scores
-from perfsleuth.stats.segment_fit import line_rss, linear_residuals, parabola_rss, segment_line
+from perfsleuth.stats.segment_fit import LinearPrefix, line_rss, linear_residuals, parabola_rss, segment_line
 
 
 class BinarySegmentation:
@@ -81,36 +81,6 @@ class KernelSegmentation:
             return []
         bkps = rpt.KernelCPD(kernel="linear", min_size=self.min_size).fit(z.reshape(-1, 1)).predict(pen=pen)
         return [int(b) for b in bkps[:-1]]
-
-
-class _LinearPrefix:
-    """Residual sum of squares of a least-squares line on any window [a, c), from prefix sums."""
-
-    def __init__(self, x: np.ndarray):
-        n = len(x)
-        t = np.arange(n, dtype=float) / max(n - 1, 1)
-        centred = x - float(np.median(x))
-        scale = float(np.std(centred)) or 1.0
-        xc = centred / scale  # centred and scaled so the prefix sums keep their digits
-        self.scale2 = scale * scale
-
-        def acc(v: np.ndarray) -> np.ndarray:
-            return np.concatenate(([0.0], np.cumsum(v)))
-
-        self.s0 = np.arange(n + 1, dtype=float)
-        self.st, self.stt = acc(t), acc(t * t)
-        self.sx, self.sxx, self.stx = acc(xc), acc(xc * xc), acc(t * xc)
-
-    def rss(self, a: int | np.ndarray, c: int | np.ndarray) -> np.ndarray:
-        s0 = self.s0[c] - self.s0[a]
-        st, stt = self.st[c] - self.st[a], self.stt[c] - self.stt[a]
-        sx, sxx, stx = self.sx[c] - self.sx[a], self.sxx[c] - self.sxx[a], self.stx[c] - self.stx[a]
-        vt = stt - st * st / s0
-        cx = stx - st * sx / s0
-        safe = np.where(vt > 1e-15, vt, 1.0)
-        r = sxx - sx * sx / s0 - np.where(vt > 1e-15, cx * cx / safe, 0.0)
-        rss: np.ndarray = np.maximum(r, 0.0) * self.scale2
-        return rss
 
 
 def fine_noise_sd(x: np.ndarray) -> float:
@@ -187,7 +157,7 @@ class PiecewiseLinear:
         if n < 2 * self.min_size or sigma <= 0:
             return []
         smooth = median_filter(x, size=3, mode="nearest")
-        prefix = _LinearPrefix(smooth)
+        prefix = LinearPrefix(smooth)
         base = self.beta * sigma * sigma * np.log(max(n, LOG_N_FLOOR))
         cps = self._split(prefix, n, base)
         for _ in range(self.rounds):
@@ -239,7 +209,7 @@ class PiecewiseLinear:
         gains about step^2 n / 16."""
         return float(np.sqrt(16.0 * self.beta * np.log(max(n, LOG_N_FLOOR)) / n))
 
-    def _split(self, prefix: _LinearPrefix, n: int, pen: float) -> list[int]:
+    def _split(self, prefix: LinearPrefix, n: int, pen: float) -> list[int]:
         ms = self.min_size
         out: list[int] = []
         stack = [(0, n)]

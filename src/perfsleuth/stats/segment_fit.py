@@ -54,3 +54,33 @@ def parabola_rss(y: np.ndarray) -> float:
 def levels_rss(r: np.ndarray, edges: list[int]) -> float:
     """Residual sum of squares of one mean per segment ``[edges[i], edges[i + 1])``."""
     return float(sum(np.sum((r[u:v] - r[u:v].mean()) ** 2) for u, v in zip(edges[:-1], edges[1:], strict=False)))
+
+
+class LinearPrefix:
+    """Residual sum of squares of a least-squares line on any window [a, c), from prefix sums."""
+
+    def __init__(self, x: np.ndarray):
+        n = len(x)
+        t = np.arange(n, dtype=float) / max(n - 1, 1)
+        centred = x - float(np.median(x))
+        scale = float(np.std(centred)) or 1.0
+        xc = centred / scale  # centred and scaled so the prefix sums keep their digits
+        self.scale2 = scale * scale
+
+        def acc(v: np.ndarray) -> np.ndarray:
+            return np.concatenate(([0.0], np.cumsum(v)))
+
+        self.s0 = np.arange(n + 1, dtype=float)
+        self.st, self.stt = acc(t), acc(t * t)
+        self.sx, self.sxx, self.stx = acc(xc), acc(xc * xc), acc(t * xc)
+
+    def rss(self, a: int | np.ndarray, c: int | np.ndarray) -> np.ndarray:
+        s0 = self.s0[c] - self.s0[a]
+        st, stt = self.st[c] - self.st[a], self.stt[c] - self.stt[a]
+        sx, sxx, stx = self.sx[c] - self.sx[a], self.sxx[c] - self.sxx[a], self.stx[c] - self.stx[a]
+        vt = stt - st * st / s0
+        cx = stx - st * sx / s0
+        safe = np.where(vt > 1e-15, vt, 1.0)
+        r = sxx - sx * sx / s0 - np.where(vt > 1e-15, cx * cx / safe, 0.0)
+        rss: np.ndarray = np.maximum(r, 0.0) * self.scale2
+        return rss
