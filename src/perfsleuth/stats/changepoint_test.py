@@ -112,15 +112,22 @@ def _split_ar1(z: np.ndarray, min_size: int, whole: float) -> float:
     if len(k) == 0:
         return whole
     c = np.abs(np.cumsum(z - z.mean())[k - 1]) / np.sqrt(k * (n - k))
-    split = int(k[np.argmax(c)])
+    around = _two_mean_ar1(z, int(k[np.argmax(c)]))
+    return whole if around is None else max(whole, around)
+
+
+def _two_mean_ar1(z: np.ndarray, split: int) -> float | None:
+    """Lag-1 autocorrelation of ``z`` less each side's mean at ``split``, bias-corrected by
+    (2 + 4 phi) / n (Kendall's (1 + 4 phi) / n, with two means estimated); None when nothing is left
+    (each side constant)."""
     r = z.astype(float, copy=True)
     r[:split] -= r[:split].mean()
     r[split:] -= r[split:].mean()
     den = float(np.dot(r, r))
     if den == 0.0:
-        return whole
+        return None
     rho = float(np.dot(r[1:], r[:-1])) / den
-    return max(whole, rho + (2.0 + 4.0 * max(rho, 0.0)) / n)
+    return rho + (2.0 + 4.0 * max(rho, 0.0)) / len(z)
 
 
 def _nu(x: np.ndarray) -> np.ndarray:
@@ -356,9 +363,8 @@ class ScanTest:
         self.alarms_per_point = alarms_per_point
 
     def per_series(self, n: int) -> float:
-        """``alpha`` per series, held to at most ``alarms_per_point * n`` when that is set (a short
-        series then answers at the same false-alarm rate per point as a long one)."""
-        return self.alpha if self.alarms_per_point is None else min(self.alpha, self.alarms_per_point * n)
+        """This test's level per series (``series_level``)."""
+        return series_level(n, self.alpha, self.alarms_per_point)
 
     def level(self, n: int) -> float:
         """The level each window is held to: the per-series level less the procedure's search."""
@@ -538,20 +544,30 @@ def step_t_test(x: np.ndarray, min_size: int) -> Decision | None:
     t = np.abs(gap) / np.sqrt(within / (n - 2) * (1.0 / k + 1.0 / (n - k)))
     best = int(np.argmax(t))
     split = int(k[best])
-    r = x.copy()
-    r[:split] -= r[:split].mean()
-    r[split:] -= r[split:].mean()
-    rho = float(r[1:] @ r[:-1]) / float(r @ r)
-    rho = min(max(rho + (2.0 + 4.0 * max(rho, 0.0)) / n + STEP_AR1_MARGIN / np.sqrt(n), 0.0), MAX_AR1)
-    narrowed = float(t[best]) / np.sqrt((1.0 + rho) / (1.0 - rho))
+    rho = _two_mean_ar1(x, split)
+    narrowed = float(t[best]) / _step_widening(float("nan") if rho is None else rho, n)
     p = min(1.0, 2.0 * float(student_t.sf(narrowed, n - 2)) * len(k))
     return Decision(split, float(t[best]), p)
 
 
-def scan_share(n: int) -> float:
-    """The share of a series' level the scan test holds: all of it from ``STEP_TEST_MAX_POINTS`` points
-    on, the rest of what the step t-test takes below (``STEP_LEVEL_SHARE``)."""
-    return 1.0 - STEP_LEVEL_SHARE if n < STEP_TEST_MAX_POINTS else 1.0
+def _step_widening(rho: float, n: int) -> float:
+    """The factor the step test's t is narrowed by for AR(1) noise: sqrt((1 + phi) / (1 - phi)) at
+    ``rho`` (bias-corrected) plus ``STEP_AR1_MARGIN / sqrt(n)``, held to [0, MAX_AR1]."""
+    phi = min(max(rho + STEP_AR1_MARGIN / np.sqrt(n), 0.0), MAX_AR1)
+    return float(np.sqrt((1.0 + phi) / (1.0 - phi)))
+
+
+def series_level(n: int, alpha: float, alarms_per_point: float | None) -> float:
+    """``alpha`` per series, held to at most ``alarms_per_point * n`` when that is set (a short
+    series then answers at the same false-alarm rate per point as a long one)."""
+    return alpha if alarms_per_point is None else min(alpha, alarms_per_point * n)
+
+
+def shared_scan_test(n: int, alpha: float, min_size: int, alarms_per_point: float | None) -> ScanTest:
+    """The scan test for an ``n``-point series at its share of the level: all of it from
+    ``STEP_TEST_MAX_POINTS`` points on, what the step t-test leaves below (``STEP_LEVEL_SHARE``)."""
+    share = 1.0 - STEP_LEVEL_SHARE if n < STEP_TEST_MAX_POINTS else 1.0
+    return ScanTest(alpha=alpha * share, min_size=min_size, alarms_per_point=None if alarms_per_point is None else alarms_per_point * share)
 
 
 def step_detectable(n: int, level: float, min_size: int) -> float:
@@ -561,7 +577,6 @@ def step_detectable(n: int, level: float, min_size: int) -> float:
     splits = n - 2 * min_size + 1
     if splits < 1 or n < 3:
         return float("inf")
-    rho = min(2.0 / n + STEP_AR1_MARGIN / np.sqrt(n), MAX_AR1)
-    t_needed = float(student_t.isf(level / (2.0 * splits), n - 2)) * np.sqrt((1.0 + rho) / (1.0 - rho))
+    t_needed = float(student_t.isf(level / (2.0 * splits), n - 2)) * _step_widening(2.0 / n, n)  # rho 0, bias-corrected
     k = n // 2
     return float(t_needed * np.sqrt(1.0 / k + 1.0 / (n - k)))

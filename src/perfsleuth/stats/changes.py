@@ -43,16 +43,17 @@ from perfsleuth.stats import series_shape
 from perfsleuth.stats.changepoint_locate import PiecewiseLinear, kink_or_step, make_locator
 from perfsleuth.stats.changepoint_test import (
     STEP_LEVEL_SHARE,
+    STEP_TEST_MAX_POINTS,
     Decision,
     NoiseModel,
     RankCusum,
-    ScanTest,
     estimate_noise,
     normal_scores,
     null_inflation,
     null_method,
     scan_p_value,
-    scan_share,
+    series_level,
+    shared_scan_test,
     step_beyond_line_p,
     step_detectable,
     step_t_test,
@@ -480,13 +481,12 @@ def _detect(
     noise = estimate_noise(stat.scores(0, len(x)), min_size)
     stat.inflation = max(1.0, noise.variance_inflation)
     candidates = make_locator(locator, min_size=min_size).locate(stat)
-    share = scan_share(len(x))  # under STEP_TEST_MAX_POINTS the step t-test takes STEP_LEVEL_SHARE of the level
-    test = ScanTest(alpha=alpha * share, min_size=min_size, alarms_per_point=None if alarms_per_point is None else alarms_per_point * share)
+    test = shared_scan_test(len(x), alpha, min_size, alarms_per_point)  # under STEP_TEST_MAX_POINTS, with the step t-test
     decisions = test.decide(stat, candidates)
     kept = _beyond_trend(stat, [d.index for d in decisions], noise, test.level(len(x)))
-    if not kept and share < 1.0:
+    if not kept and len(x) < STEP_TEST_MAX_POINTS:
         step = step_t_test(x, min_size)
-        level = test.per_series(len(x)) / share * STEP_LEVEL_SHARE
+        level = series_level(len(x), alpha, alarms_per_point) * STEP_LEVEL_SHARE
         # a drift is not a step: the scan test's trend guard, at level 0 (the step is dropped wherever
         # one line fits its window's ranks as well as its two levels, since no rank test here could
         # show a step beyond that line)
@@ -696,11 +696,10 @@ def _analyse(
             f"the scan test confirms a shift of about {shift:.1f} noise SDs or more at mid-series"
             if np.isfinite(shift)
             else "no order of so few ranks reaches the scan test's level (at most "
-            f"{alpha if alarms_per_point is None else min(alpha, alarms_per_point * len(x)):.2g} false alarms per series), "
+            f"{series_level(len(x), alpha, alarms_per_point):.2g} false alarms per series), "
             "so it confirms no shift"
         )
-        per_series = alpha if alarms_per_point is None else min(alpha, alarms_per_point * len(x))
-        t_step = step_detectable(len(x), per_series * STEP_LEVEL_SHARE, min_size)
+        t_step = step_detectable(len(x), series_level(len(x), alpha, alarms_per_point) * STEP_LEVEL_SHARE, min_size)
         if np.isfinite(t_step):
             can += f"; the step t-test (noise taken as Gaussian) confirms a step of about {t_step:.1f} noise SDs or more there"
         if trend_changes:

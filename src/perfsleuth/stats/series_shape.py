@@ -27,12 +27,11 @@ from scipy.stats import kruskal
 
 from perfsleuth.stats.changepoint_test import (
     RankCusum,
-    ScanTest,
     estimate_noise,
     max_scan_statistic,
     null_inflation,
     scan_p_value,
-    scan_share,
+    shared_scan_test,
 )
 from perfsleuth.stats.segment_fit import LinearPrefix, linear_residuals
 
@@ -271,10 +270,8 @@ def _seconds(times: np.ndarray) -> np.ndarray:
 def detectable_shift(n: int, *, alpha: float, min_size: int, alarms_per_point: float | None = None) -> float:
     """Smallest shift (noise SDs) at the middle of ``n`` i.i.d. points whose CUSUM reaches the
     scan test's critical value: |C| = delta * sqrt(k (n - k) / n) at k = n / 2, at the scan test's
-    share of the level (``changepoint_test.scan_share``)."""
-    share = scan_share(n)
-    per_point = None if alarms_per_point is None else alarms_per_point * share
-    level = ScanTest(alpha=alpha * share, min_size=min_size, alarms_per_point=per_point).level(n)
+    share of the level (``changepoint_test.shared_scan_test``)."""
+    level = shared_scan_test(n, alpha, min_size, alarms_per_point).level(n)
     lo, hi = 0.0, 50.0
     for _ in range(60):
         mid = (lo + hi) / 2.0
