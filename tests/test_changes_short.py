@@ -87,3 +87,10 @@ def test_the_short_series_caveat_states_the_step_the_t_test_can_confirm() -> Non
         return hits / 60
 
     assert found(1.5 * size) >= 0.8 and found(0.5 * size) <= 0.2
+
+
+def test_a_noiseless_step_in_a_short_history_is_found() -> None:
+    """Both sides constant: the residuals' autocorrelation is undefined, and read as 0 (it was NaN,
+    which made the step test's p-value 1 and the step unreported)."""
+    r = changes(np.r_[np.zeros(7), np.full(8, 5.0)])
+    assert r.indices == [7] and r.change_points[0].evidence == "step_test"

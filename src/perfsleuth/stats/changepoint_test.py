@@ -544,8 +544,8 @@ def step_t_test(x: np.ndarray, min_size: int) -> Decision | None:
     t = np.abs(gap) / np.sqrt(within / (n - 2) * (1.0 / k + 1.0 / (n - k)))
     best = int(np.argmax(t))
     split = int(k[best])
-    rho = _two_mean_ar1(x, split)
-    narrowed = float(t[best]) / _step_widening(float("nan") if rho is None else rho, n)
+    rho = _two_mean_ar1(x, split)  # None: both sides constant, a noiseless step, where rho is 0
+    narrowed = float(t[best]) / _step_widening(2.0 / n if rho is None else rho, n)
     p = min(1.0, 2.0 * float(student_t.sf(narrowed, n - 2)) * len(k))
     return Decision(split, float(t[best]), p)
 
