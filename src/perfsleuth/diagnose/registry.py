@@ -87,6 +87,7 @@ def detector_key(fault: str, source: str = TRACE) -> str:
 
 
 DETECTORS: dict[str, Detector] = {}
+_TAXONOMY_PLACE = {fault: i for i, fault in enumerate(TAXONOMY)}  # the engine's detector order (load_detectors)
 
 
 def detector(
@@ -144,8 +145,7 @@ def load_detectors() -> dict[str, Detector]:
     equal-impact findings, of a merged finding's supporting symptoms and of the not-assessed list."""
     from perfsleuth.diagnose import detectors  # noqa: F401  (registers every detector)
 
-    rank = {fault: i for i, fault in enumerate(TAXONOMY)}
-    return dict(sorted(DETECTORS.items(), key=lambda kv: (rank[kv[1].fault], kv[1].source != TRACE, kv[1].source)))
+    return dict(sorted(DETECTORS.items(), key=lambda kv: (_TAXONOMY_PLACE[kv[1].fault], kv[1].source != TRACE, kv[1].source)))
 
 
 def diagnose(inputs: JobAnalysis | JobSignals) -> Diagnosis:
